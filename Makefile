@@ -1,0 +1,48 @@
+# elb-gate — every target is listed by `make help`.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+ARGS ?=
+
+.DEFAULT_GOAL := help
+
+help: ## List every target
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | sort | awk -F'\t' '{printf "  %-12s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP) ## Create the virtualenv and install everything
+	@true
+
+tools: ## Install system tools the tests use (kubectl, promtool) when missing
+	@bash .ci/install-tools
+
+lint: $(STAMP) ## ruff + mypy
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: $(STAMP) tools lint ## Lint, then the whole test suite (the README's test command)
+	$(BIN)/pytest -q $(ARGS)
+
+run: $(STAMP) ## Run the whole system on the API emulator (ARGS=--once to exit after the summary)
+	$(BIN)/python -m tests.demo $(ARGS)
+
+emulator: $(STAMP) ## Start the Kubernetes API emulator alone (kubeconfigs in .run/)
+	$(BIN)/python -m tests.kube_emulator --port 6443 --state-dir .run $(ARGS)
+
+certs: $(STAMP) ## Generate CA + serving certificate and the caBundle overlay (git-ignored)
+	$(BIN)/python -m certs $(ARGS)
+
+bench: $(STAMP) ## Benchmarks: print ratios against the floor, write bench/results.json
+	$(BIN)/python -m bench $(ARGS)
+
+clean: ## Remove the virtualenv and generated files
+	rm -rf $(VENV) .run .pytest_cache .mypy_cache .ruff_cache
+
+.PHONY: help venv tools lint test run emulator certs bench clean

@@ -1,0 +1,172 @@
+"""The census of active searches: one pure function shared by the webhook
+(admission), the controller (liveness, orphans) and the CLI (``elb-gate census``),
+so the three can never disagree on "3".
+
+Rules (DESIGN.md, "Census"):
+
+* terminal Job: ``status.succeeded > 0``, or ``status.completionTime`` set, or a
+  ``Complete``/``Failed`` condition with status ``True``. A bare ``failed > 0`` is
+  still active (the Job controller may retry).
+* a search (distinct ``elb-job-id``) is active if it has a non-terminal
+  ``app=submit``/``app=blast`` Job, or a non-terminal finalizer that is *live*:
+  a non-terminal companion exists, or it is younger than the finalizer grace,
+  or its age is unknown.
+* a non-terminal search Job with no ``elb-job-id`` counts as its own search
+  (keyed ``<app>/<name>``): unknown work is never counted as no work.
+* a non-terminal finalizer that is not live is an *orphan*: it holds no slot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from elbgate.lease import Unparseable, parse_microtime
+from elbgate.names import (
+    APP_LABEL,
+    FINALIZER_APP,
+    JOB_ID_LABEL,
+    ORPHANED_SINCE_ANNOTATION,
+    SEARCH_APPS,
+)
+
+
+def is_terminal(job: Mapping[str, Any]) -> bool:
+    """The terminal test the existing submit-path clients use."""
+    status = job.get("status") or {}
+    succeeded = status.get("succeeded")
+    if isinstance(succeeded, int) and succeeded > 0:
+        return True
+    if status.get("completionTime"):
+        return True
+    for cond in status.get("conditions") or ():
+        if (
+            isinstance(cond, Mapping)
+            and cond.get("type") in ("Complete", "Failed")
+            and cond.get("status") == "True"
+        ):
+            return True
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class JobRef:
+    """The few fields of a Job the census and its callers need."""
+
+    name: str
+    namespace: str
+    app: str
+    job_id: str
+    """``elb-job-id`` label, ``""`` when absent."""
+    uid: str
+    resource_version: str
+    created: datetime | None
+    """``None`` when the creation time is missing or unparseable (age unknown)."""
+    orphaned_since: str
+    """The controller's ``elb-gate.io/orphaned-since`` annotation, ``""`` if absent."""
+
+    @classmethod
+    def from_dict(cls, job: Mapping[str, Any]) -> JobRef:
+        meta = job.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        annotations = meta.get("annotations") or {}
+        created = parse_microtime(meta.get("creationTimestamp"))
+        return cls(
+            name=str(meta.get("name") or ""),
+            namespace=str(meta.get("namespace") or ""),
+            app=str(labels.get(APP_LABEL) or ""),
+            job_id=str(labels.get(JOB_ID_LABEL) or ""),
+            uid=str(meta.get("uid") or ""),
+            resource_version=str(meta.get("resourceVersion") or ""),
+            created=None if isinstance(created, Unparseable) else created,
+            orphaned_since=str(annotations.get(ORPHANED_SINCE_ANNOTATION) or ""),
+        )
+
+    def age_seconds(self, now: datetime) -> float | None:
+        return None if self.created is None else (now - self.created).total_seconds()
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveSearch:
+    """One search that holds a slot, with why it counts."""
+
+    key: str
+    """Its ``elb-job-id``, or ``<app>/<name>`` for an unlabelled Job."""
+    jobs: tuple[JobRef, ...]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Census:
+    """What the namespace's search Jobs say, at one instant."""
+
+    active: tuple[ActiveSearch, ...]
+    """Sorted by key."""
+    orphans: tuple[JobRef, ...]
+    """Non-terminal finalizers with no live reason to exist; they hold no slot."""
+    unfinished: tuple[JobRef, ...] = field(default=())
+    """Every non-terminal search Job seen (liveness, `elb-gate census`)."""
+
+    @property
+    def active_ids(self) -> tuple[str, ...]:
+        return tuple(s.key for s in self.active)
+
+    @property
+    def count(self) -> int:
+        return len(self.active)
+
+    def is_active(self, job_id: str) -> bool:
+        return any(s.key == job_id for s in self.active)
+
+
+def census(
+    jobs: Iterable[Mapping[str, Any]], now: datetime, finalizer_grace_seconds: float
+) -> Census:
+    """Count the active searches among ``jobs`` (raw Job dicts; terminal and
+    non-search Jobs may be included and are skipped)."""
+    finalizers: dict[str, list[JobRef]] = {}
+    companions: dict[str, list[JobRef]] = {}
+    unfinished: list[JobRef] = []
+    for job in jobs:
+        labels = (job.get("metadata") or {}).get("labels") or {}
+        if labels.get(APP_LABEL) not in SEARCH_APPS or is_terminal(job):
+            continue
+        ref = JobRef.from_dict(job)
+        unfinished.append(ref)
+        key = ref.job_id or f"{ref.app}/{ref.name}"
+        bucket = finalizers if ref.app == FINALIZER_APP else companions
+        bucket.setdefault(key, []).append(ref)
+
+    active: dict[str, ActiveSearch] = {}
+    for key, refs in companions.items():
+        refs_all = tuple(refs) + tuple(finalizers.get(key, ()))
+        names = ", ".join(sorted(f"{r.app}/{r.name}" for r in refs))
+        active[key] = ActiveSearch(key, refs_all, f"unfinished batch work: {names}")
+
+    orphans: list[JobRef] = []
+    for key, refs in finalizers.items():
+        if key in active:
+            continue
+        live = [r for r in refs if _young_or_unknown(r, now, finalizer_grace_seconds)]
+        if live:
+            age = live[0].age_seconds(now)
+            why = (
+                "age unknown"
+                if age is None
+                else f"{int(age)}s old < {int(finalizer_grace_seconds)}s grace"
+            )
+            active[key] = ActiveSearch(key, tuple(refs), f"finalizer {live[0].name} live ({why})")
+        orphans.extend(r for r in refs if r not in live)
+
+    return Census(
+        active=tuple(active[k] for k in sorted(active)),
+        orphans=tuple(sorted(orphans, key=lambda r: r.name)),
+        unfinished=tuple(unfinished),
+    )
+
+
+def _young_or_unknown(ref: JobRef, now: datetime, grace: float) -> bool:
+    age = ref.age_seconds(now)
+    return age is None or age < grace

@@ -1,0 +1,291 @@
+"""Async access to the Kubernetes API over raw JSON.
+
+Hot paths (admission) must not build client model objects for whole lists, so
+this speaks HTTP with aiohttp and parses with orjson; callers get plain dicts.
+Every call has a deadline. Failures are typed: :class:`ApiError` carries the
+apiserver's Status (code, reason, message); :class:`ApiUnavailable` means no
+answer at all (timeout, refused, reset) — callers fail closed on both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import aiohttp
+import orjson
+
+from elbgate.kube.config import KubeConfig
+
+Json = dict[str, Any]
+
+
+class ApiError(Exception):
+    """The API server answered with an error Status."""
+
+    def __init__(self, code: int, reason: str, message: str, body: Json | None = None) -> None:
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.body = body or {}
+        super().__init__(f"{code} {reason}: {message}")
+
+    @property
+    def not_found(self) -> bool:
+        return self.code == 404
+
+    @property
+    def conflict(self) -> bool:
+        """409: a stale resourceVersion or an existing name (reason says which)."""
+        return self.code == 409
+
+    @property
+    def gone(self) -> bool:
+        return self.code == 410
+
+
+class ApiUnavailable(Exception):
+    """No answer from the API server within the deadline, or the connection failed."""
+
+
+def resource_path(
+    group_version: str,
+    resource: str,
+    namespace: str | None = None,
+    name: str | None = None,
+    subresource: str | None = None,
+) -> str:
+    """``/api/v1/namespaces/ns/pods/x`` or ``/apis/batch/v1/namespaces/ns/jobs``."""
+    root = "/api/v1" if group_version == "v1" else f"/apis/{group_version}"
+    parts = [root]
+    if namespace is not None:
+        parts.append(f"namespaces/{quote(namespace, safe='')}")
+    parts.append(resource)
+    if name is not None:
+        parts.append(quote(name, safe=""))
+    if subresource:
+        parts.append(subresource)
+    return "/".join(parts)
+
+
+LEASES = ("coordination.k8s.io/v1", "leases")
+JOBS = ("batch/v1", "jobs")
+PODS = ("v1", "pods")
+CONFIGMAPS = ("v1", "configmaps")
+EVENTS = ("v1", "events")
+
+
+def path(
+    kind: tuple[str, str],
+    namespace: str | None = None,
+    name: str | None = None,
+    subresource: str | None = None,
+) -> str:
+    """Path for one of the resource pairs above."""
+    return resource_path(kind[0], kind[1], namespace, name, subresource)
+
+
+class KubeApi:
+    """A small async API client. Use as ``async with KubeApi(config) as api``."""
+
+    def __init__(
+        self, config: KubeConfig, timeout: float = 5.0, user_agent: str = "elb-gate"
+    ) -> None:
+        self.config = config
+        self.timeout = timeout
+        self._user_agent = user_agent
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> KubeApi:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(ssl=self.config.ssl_context(), limit=64)
+            self._session = aiohttp.ClientSession(
+                connector=connector, json_serialize=lambda o: orjson.dumps(o).decode()
+            )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _headers(self, content_type: str | None = None) -> dict[str, str]:
+        headers = {"Accept": "application/json", "User-Agent": self._user_agent}
+        token = self.config.token.current()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        if content_type:
+            headers["Content-Type"] = content_type
+        return headers
+
+    async def request(
+        self,
+        method: str,
+        url_path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        deadline: float | None = None,
+    ) -> Json:
+        """One API call with a deadline; returns the decoded JSON body."""
+        if self._session is None:
+            await self.open()
+        assert self._session is not None
+        url = self.config.host + url_path + (f"?{urlencode(query)}" if query else "")
+        data = orjson.dumps(body) if body is not None else None
+        deadline = self.timeout if deadline is None else deadline
+        try:
+            async with asyncio.timeout(deadline):
+                async with self._session.request(
+                    method,
+                    url,
+                    data=data,
+                    headers=self._headers(content_type if data is not None else None),
+                ) as resp:
+                    raw = await resp.read()
+                    status = resp.status
+        except TimeoutError:
+            raise ApiUnavailable(f"{method} {url_path}: no answer within {deadline:g}s") from None
+        except aiohttp.ClientError as exc:
+            raise ApiUnavailable(f"{method} {url_path}: {exc.__class__.__name__}: {exc}") from None
+        return _decode(status, raw, method, url_path)
+
+    async def get(self, url_path: str, **kw: Any) -> Json:
+        return await self.request("GET", url_path, **kw)
+
+    async def get_or_none(self, url_path: str, **kw: Any) -> Json | None:
+        """GET that maps 404 to ``None`` (absence is a normal outcome)."""
+        try:
+            return await self.get(url_path, **kw)
+        except ApiError as exc:
+            if exc.not_found:
+                return None
+            raise
+
+    async def list_objects(
+        self,
+        url_path: str,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        deadline: float | None = None,
+    ) -> Json:
+        query = {}
+        if label_selector:
+            query["labelSelector"] = label_selector
+        if field_selector:
+            query["fieldSelector"] = field_selector
+        return await self.request("GET", url_path, query=query, deadline=deadline)
+
+    async def create(self, url_path: str, body: Json, **kw: Any) -> Json:
+        return await self.request("POST", url_path, body=body, **kw)
+
+    async def replace(self, url_path: str, body: Json, **kw: Any) -> Json:
+        """PUT; a ``metadata.resourceVersion`` in ``body`` makes it a CAS (409 if stale)."""
+        return await self.request("PUT", url_path, body=body, **kw)
+
+    async def merge_patch(self, url_path: str, patch: Json, **kw: Any) -> Json:
+        return await self.request(
+            "PATCH", url_path, body=patch, content_type="application/merge-patch+json", **kw
+        )
+
+    async def json_patch(self, url_path: str, ops: list[Json], **kw: Any) -> Json:
+        """JSON Patch; include a ``test`` op on resourceVersion to make it a CAS."""
+        return await self.request(
+            "PATCH", url_path, body=ops, content_type="application/json-patch+json", **kw
+        )
+
+    async def delete(
+        self,
+        url_path: str,
+        *,
+        resource_version: str | None = None,
+        uid: str | None = None,
+        propagation: str = "Background",
+        **kw: Any,
+    ) -> Json:
+        """DELETE with optional preconditions (409 when the object changed)."""
+        opts: Json = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
+        pre = {k: v for k, v in (("resourceVersion", resource_version), ("uid", uid)) if v}
+        if pre:
+            opts["preconditions"] = pre
+        return await self.request("DELETE", url_path, body=opts, **kw)
+
+    async def watch(
+        self,
+        url_path: str,
+        *,
+        resource_version: str,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_seconds: int = 300,
+    ) -> AsyncIterator[Json]:
+        """Yield watch events (``{"type", "object"}``) until the server closes the
+        stream. An ERROR event with code 410 raises ``ApiError`` (caller relists)."""
+        if self._session is None:
+            await self.open()
+        assert self._session is not None
+        query = {
+            "watch": "true",
+            "resourceVersion": resource_version,
+            "timeoutSeconds": str(timeout_seconds),
+            "allowWatchBookmarks": "true",
+        }
+        if label_selector:
+            query["labelSelector"] = label_selector
+        if field_selector:
+            query["fieldSelector"] = field_selector
+        url = f"{self.config.host}{url_path}?{urlencode(query)}"
+        client_timeout = aiohttp.ClientTimeout(
+            total=None, connect=self.timeout, sock_read=timeout_seconds + 30
+        )
+        try:
+            async with self._session.get(
+                url, headers=self._headers(), timeout=client_timeout
+            ) as resp:
+                if resp.status != 200:
+                    _decode(resp.status, await resp.read(), "WATCH", url_path)
+                async for line in resp.content:
+                    if not line.strip():
+                        continue
+                    event = orjson.loads(line)
+                    if event.get("type") == "ERROR":
+                        st = event.get("object") or {}
+                        raise ApiError(
+                            int(st.get("code") or 500),
+                            str(st.get("reason") or ""),
+                            str(st.get("message") or "watch error"),
+                            st,
+                        )
+                    yield event
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise ApiUnavailable(f"WATCH {url_path}: {exc.__class__.__name__}: {exc}") from None
+
+
+def _decode(status: int, raw: bytes, method: str, url_path: str) -> Json:
+    try:
+        body = orjson.loads(raw) if raw else {}
+    except orjson.JSONDecodeError:
+        body = {}
+    if 200 <= status < 300:
+        if not isinstance(body, dict):
+            raise ApiUnavailable(f"{method} {url_path}: answer is not a JSON object")
+        return body
+    if isinstance(body, dict) and body.get("kind") == "Status":
+        raise ApiError(
+            int(body.get("code") or status),
+            str(body.get("reason") or ""),
+            str(body.get("message") or ""),
+            body,
+        )
+    text = raw[:200].decode("utf-8", "replace")
+    raise ApiError(status, "", f"{method} {url_path}: HTTP {status}: {text}")

@@ -1,0 +1,125 @@
+"""Where the API server is and how to authenticate: in-cluster or kubeconfig.
+
+Parsing kubeconfig is left to the official ``kubernetes`` client's loader (it
+handles contexts, embedded data, exec plugins); we only take the result.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+class KubeConfigError(RuntimeError):
+    """No usable API configuration; the message says what to fix."""
+
+
+@dataclass
+class TokenSource:
+    """A bearer token, re-read from its file so rotated projected
+    service-account tokens are picked up without a restart."""
+
+    token: str = ""
+    path: str = ""
+    reread_seconds: float = 60.0
+    _read_at: float = field(default=0.0, repr=False)
+
+    def current(self) -> str:
+        if self.path and time.monotonic() - self._read_at >= self.reread_seconds:
+            try:
+                self.token = Path(self.path).read_text().strip()
+                self._read_at = time.monotonic()
+            except OSError:
+                pass  # keep the last good token; the API call will say if it is refused
+        return self.token
+
+
+@dataclass
+class KubeConfig:
+    """Everything needed to reach the API server."""
+
+    host: str
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    verify: bool = True
+    token: TokenSource = field(default_factory=TokenSource)
+    namespace: str = "default"
+
+    def ssl_context(self) -> ssl.SSLContext | bool:
+        if not self.host.startswith("https"):
+            return False
+        ctx = ssl.create_default_context(cafile=self.ca_file)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        if not self.verify:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        if self.cert_file:
+            ctx.load_cert_chain(self.cert_file, self.key_file)
+        return ctx
+
+    @classmethod
+    def load(cls, kubeconfig: str | None = None, context: str | None = None) -> KubeConfig:
+        """In-cluster config when running in a pod (and no kubeconfig is named),
+        else the kubeconfig from ``kubeconfig``/``$KUBECONFIG``/``~/.kube/config``."""
+        explicit = kubeconfig or os.environ.get("KUBECONFIG")
+        if not explicit and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            return cls.in_cluster()
+        return cls.from_kubeconfig(explicit, context)
+
+    @classmethod
+    def in_cluster(cls) -> KubeConfig:
+        host = os.environ.get("KUBERNETES_SERVICE_HOST", "")
+        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+        if not host or not (SA_DIR / "token").exists():
+            raise KubeConfigError(
+                "not running in a pod with a service-account token "
+                f"({SA_DIR}/token); set KUBECONFIG"
+            )
+        ns_file = SA_DIR / "namespace"
+        return cls(
+            host=f"https://{host}:{port}" if ":" not in host else f"https://[{host}]:{port}",
+            ca_file=str(SA_DIR / "ca.crt"),
+            token=TokenSource(path=str(SA_DIR / "token")),
+            namespace=ns_file.read_text().strip() if ns_file.exists() else "default",
+        )
+
+    @classmethod
+    def from_kubeconfig(cls, path: str | None, context: str | None = None) -> KubeConfig:
+        from kubernetes import client as k8s_client
+        from kubernetes import config as k8s_config
+        from kubernetes.config.config_exception import ConfigException
+
+        conf = k8s_client.Configuration()
+        config_file = path.split(os.pathsep)[0] if path else None
+        try:
+            k8s_config.load_kube_config(
+                config_file=config_file, context=context, client_configuration=conf
+            )
+            _, active = k8s_config.list_kube_config_contexts(config_file=config_file)
+        except (ConfigException, OSError, TypeError) as exc:
+            where = config_file or "~/.kube/config"
+            raise KubeConfigError(
+                f"cannot load kubeconfig {where}: {exc}; set KUBECONFIG or --kubeconfig"
+            ) from None
+        auth = (
+            conf.api_key.get("authorization", "")
+            or conf.get_api_key_with_prefix("authorization")
+            or ""
+        )
+        token = auth[len("Bearer ") :] if auth.startswith("Bearer ") else auth
+        namespace = (active.get("context") or {}).get("namespace") or "default"
+        return cls(
+            host=conf.host.rstrip("/"),
+            ca_file=conf.ssl_ca_cert,
+            cert_file=conf.cert_file,
+            key_file=conf.key_file,
+            verify=bool(conf.verify_ssl),
+            token=TokenSource(token=token or ""),
+            namespace=namespace,
+        )

@@ -1,0 +1,35 @@
+"""The reads every component makes the same way: the census LIST and the Lease GET.
+
+Kept in one place so the webhook, the controller and the CLI send the same
+selectors and therefore see the same Jobs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from elbgate.kube.api import JOBS, LEASES, KubeApi, path
+from elbgate.names import SEARCH_JOB_SELECTOR, UNFINISHED_JOB_FIELD_SELECTOR, lease_name
+
+
+async def list_unfinished_search_jobs(
+    api: KubeApi, namespace: str, deadline: float | None = None
+) -> list[dict[str, Any]]:
+    """Search Jobs (``app in (finalizer,blast,submit)``) that have not succeeded:
+    one uncached LIST, raw dicts. Terminal-but-failed Jobs are filtered by the
+    census, not here (a field selector cannot express the terminal test)."""
+    body = await api.list_objects(
+        path(JOBS, namespace),
+        label_selector=SEARCH_JOB_SELECTOR,
+        field_selector=UNFINISHED_JOB_FIELD_SELECTOR,
+        deadline=deadline,
+    )
+    items = body.get("items")
+    return items if isinstance(items, list) else []
+
+
+async def get_submit_lease(
+    api: KubeApi, namespace: str, deadline: float | None = None
+) -> dict[str, Any] | None:
+    """The namespace's Gate A Lease, or ``None`` when it does not exist."""
+    return await api.get_or_none(path(LEASES, namespace, lease_name(namespace)), deadline=deadline)

@@ -1,0 +1,308 @@
+"""One typed settings object, built once at start-up from the environment.
+
+The ``BLAST_*`` keys are the ones the existing submit paths already read, with
+the same defaults, so a Deployment can share one ConfigMap with them. elb-gate's
+own keys start ``ELB_GATE_``. A bad value is refused with a message naming the
+variable; nothing is silently defaulted, and every problem is reported at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Enforcement = Literal["deny", "warn"]
+OrphanPolicy = Literal["delete", "warn"]
+
+DEFAULT_CONTROLLER_USER = "system:serviceaccount:elb-system:elb-gate-controller"
+DEFAULT_LIVENESS_APPS = ("finalizer", "submit", "blast", "elb-db-warmup", "elb-prepare-db")
+
+
+class SettingsError(ValueError):
+    """The environment holds an incoherent set of settings; ``problems`` names each."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("invalid settings: " + "; ".join(problems))
+
+
+def _setting(env: str, default: Any, doc: str, parse: str = "int", minimum: float = 0) -> Any:
+    return field(
+        default=default, metadata={"env": env, "doc": doc, "parse": parse, "minimum": minimum}
+    )
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every knob of elb-gate. Build with :meth:`from_env`; pass explicitly."""
+
+    # --- shared with the existing submit paths -------------------------------
+    max_run_concurrency: int = _setting(
+        "BLAST_MAX_RUN_CONCURRENCY", 3, "Gate B ceiling: active searches per namespace.", minimum=1
+    )
+    lease_ttl_seconds: int = _setting(
+        "BLAST_SUBMIT_LEASE_TTL_SECONDS",
+        900,
+        "leaseDurationSeconds of a new submit Lease.",
+        minimum=1,
+    )
+    clock_skew_seconds: int = _setting(
+        "BLAST_LEASE_CLOCK_SKEW_SECONDS", 30, "Margin added to a Lease's expiry before takeover."
+    )
+    finalizer_grace_seconds: int = _setting(
+        "BLAST_FINALIZER_GRACE_SECONDS",
+        300,
+        "A lone finalizer younger than this is still a live search (its batch work may be coming).",
+    )
+    capacity_wait_max_seconds: int = _setting(
+        "BLAST_CAPACITY_WAIT_MAX_SECONDS", 1800, "Client: longest wait for a free search slot."
+    )
+    submit_slot_wait_max_seconds: int = _setting(
+        "BLAST_SUBMIT_SLOT_WAIT_MAX_SECONDS",
+        900,
+        "Client: longest wait for the submit Lease (default: one Lease TTL).",
+    )
+    celery_soft_time_limit: int = _setting(
+        "CELERY_TASK_SOFT_TIME_LIMIT",
+        3300,
+        "Dashboard task soft limit (checked for coherence).",
+        minimum=1,
+    )
+    celery_hard_time_limit: int = _setting(
+        "CELERY_TASK_TIME_LIMIT",
+        3600,
+        "Dashboard task hard limit (checked for coherence).",
+        minimum=1,
+    )
+    # --- elb-gate's own ------------------------------------------------------
+    submit_exec_timeout_seconds: int = _setting(
+        "ELB_GATE_SUBMIT_EXEC_TIMEOUT_SECONDS",
+        0,
+        "Client: exec timeout of `elastic-blast submit`; 0 means TTL - 2 x skew. Must be < TTL.",
+    )
+    enforcement: Enforcement = _setting(
+        "ELB_GATE_ENFORCEMENT",
+        "deny",
+        "`deny` refuses; `warn` admits with an AdmissionReview warning (staged rollout).",
+        parse="enforcement",
+    )
+    namespaces: tuple[str, ...] = _setting(
+        "ELB_GATE_NAMESPACES",
+        ("default",),
+        "Comma-separated gated namespaces (controller, CLI).",
+        parse="names",
+    )
+    submitter_identities_file: str = _setting(
+        "ELB_GATE_SUBMITTER_IDENTITIES_FILE",
+        "",
+        "YAML/JSON file mapping holder prefixes to the users/groups of one submit path.",
+        parse="str",
+    )
+    controller_users: tuple[str, ...] = _setting(
+        "ELB_GATE_CONTROLLER_USERS",
+        (DEFAULT_CONTROLLER_USER,),
+        "Usernames allowed to clear any holder (the controller's service account).",
+        parse="names",
+    )
+    lease_min_duration_seconds: int = _setting(
+        "ELB_GATE_LEASE_MIN_DURATION_SECONDS",
+        15,
+        "Lease guard: smallest leaseDurationSeconds.",
+        minimum=1,
+    )
+    lease_max_duration_seconds: int = _setting(
+        "ELB_GATE_LEASE_MAX_DURATION_SECONDS",
+        3600,
+        "Lease guard: largest leaseDurationSeconds.",
+        minimum=1,
+    )
+    orphan_policy: OrphanPolicy = _setting(
+        "ELB_GATE_ORPHAN_POLICY",
+        "delete",
+        "`delete` removes orphaned finalizers after the delete grace; `warn` only flags them.",
+        parse="orphan_policy",
+    )
+    orphan_delete_after_seconds: int = _setting(
+        "ELB_GATE_ORPHAN_DELETE_AFTER_SECONDS", 900, "Time an orphan stays flagged before deletion."
+    )
+    reclaim_grace_seconds: int = _setting(
+        "ELB_GATE_RECLAIM_GRACE_SECONDS",
+        45,
+        "A Lease whose holder pod is gone is reclaimed once unrenewed this long.",
+    )
+    resync_seconds: float = _setting(
+        "ELB_GATE_RESYNC_SECONDS",
+        30.0,
+        "Controller: full reconcile period.",
+        parse="float",
+        minimum=0.1,
+    )
+    liveness_apps: tuple[str, ...] = _setting(
+        "ELB_GATE_LIVENESS_APPS",
+        DEFAULT_LIVENESS_APPS,
+        "`app` labels whose unfinished Jobs mean the cluster is in use.",
+        parse="names",
+    )
+    api_timeout_seconds: float = _setting(
+        "ELB_GATE_API_TIMEOUT_SECONDS",
+        1.5,
+        "Deadline of one API call made while deciding; well inside the webhook timeoutSeconds.",
+        parse="float",
+        minimum=0.01,
+    )
+    webhook_port: int = _setting("ELB_GATE_WEBHOOK_PORT", 8443, "HTTPS admission port.")
+    metrics_port: int = _setting("ELB_GATE_METRICS_PORT", 9090, "Plain-HTTP metrics/health port.")
+    bind_address: str = _setting(
+        "ELB_GATE_BIND_ADDRESS", "0.0.0.0", "Address the servers listen on.", parse="str"
+    )
+    tls_cert_file: str = _setting(
+        "ELB_GATE_TLS_CERT_FILE",
+        "/etc/elb-gate/tls/tls.crt",
+        "Serving certificate (PEM).",
+        parse="str",
+    )
+    tls_key_file: str = _setting(
+        "ELB_GATE_TLS_KEY_FILE", "/etc/elb-gate/tls/tls.key", "Serving key (PEM).", parse="str"
+    )
+    max_request_bytes: int = _setting(
+        "ELB_GATE_MAX_REQUEST_BYTES",
+        8 * 1024 * 1024,
+        "Largest AdmissionReview accepted (UPDATE carries two objects of <= 3 MiB each).",
+        minimum=1024,
+    )
+    leader_lease_name: str = _setting(
+        "ELB_GATE_LEADER_LEASE",
+        "elb-gate-controller",
+        "Controller leader-election Lease.",
+        parse="str",
+    )
+    pod_namespace: str = _setting(
+        "ELB_GATE_POD_NAMESPACE",
+        "elb-system",
+        "Namespace elb-gate runs in (downward API).",
+        parse="str",
+    )
+    pod_name: str = _setting(
+        "ELB_GATE_POD_NAME",
+        "",
+        "This replica's name (downward API); leader identity.",
+        parse="str",
+    )
+    log_format: Literal["json", "text"] = _setting(
+        "ELB_GATE_LOG_FORMAT",
+        "json",
+        "`json` (one object per line) or `text`.",
+        parse="log_format",
+    )
+
+    @property
+    def effective_exec_timeout_seconds(self) -> int:
+        """Exec timeout of the submit command: the configured one or TTL - 2 x skew."""
+        if self.submit_exec_timeout_seconds:
+            return self.submit_exec_timeout_seconds
+        return self.lease_ttl_seconds - 2 * self.clock_skew_seconds
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], **overrides: Any) -> Settings:
+        """Parse ``env`` (usually ``os.environ``); raise :class:`SettingsError` naming
+        every bad variable. ``overrides`` (field names) win over the environment."""
+        values: dict[str, Any] = {}
+        problems: list[str] = []
+        for f in dataclasses.fields(cls):
+            meta = f.metadata
+            raw = env.get(meta["env"])
+            if raw is None or raw.strip() == "":
+                continue
+            try:
+                values[f.name] = _PARSERS[meta["parse"]](raw.strip(), meta["minimum"])
+            except ValueError as exc:
+                problems.append(f"{meta['env']}={raw!r}: {exc}")
+        values.update(overrides)
+        settings = cls(**values)
+        problems.extend(settings.incoherences())
+        if problems:
+            raise SettingsError(problems)
+        return settings
+
+    def incoherences(self) -> list[str]:
+        """Cross-field rules, each problem naming the variables involved."""
+        out: list[str] = []
+        ttl, ex = self.lease_ttl_seconds, self.effective_exec_timeout_seconds
+        if ex <= 0 or ex >= ttl:
+            out.append(
+                f"ELB_GATE_SUBMIT_EXEC_TIMEOUT_SECONDS ({ex}) must be > 0 and < "
+                f"BLAST_SUBMIT_LEASE_TTL_SECONDS ({ttl}), so a submit never outlives its Lease"
+            )
+        soft, hard = self.celery_soft_time_limit, self.celery_hard_time_limit
+        if not ex < soft < hard:
+            out.append(
+                f"need ELB_GATE_SUBMIT_EXEC_TIMEOUT_SECONDS ({ex}) < CELERY_TASK_SOFT_TIME_LIMIT "
+                f"({soft}) < CELERY_TASK_TIME_LIMIT ({hard})"
+            )
+        lo, hi = self.lease_min_duration_seconds, self.lease_max_duration_seconds
+        if not lo <= ttl <= hi:
+            out.append(
+                f"BLAST_SUBMIT_LEASE_TTL_SECONDS ({ttl}) must lie within "
+                f"ELB_GATE_LEASE_MIN_DURATION_SECONDS ({lo}) and "
+                f"ELB_GATE_LEASE_MAX_DURATION_SECONDS ({hi})"
+            )
+        return out
+
+
+def _parse_int(raw: str, minimum: float) -> int:
+    try:
+        value = int(raw, 10)
+    except ValueError:
+        raise ValueError("not a whole number") from None
+    if value < minimum:
+        raise ValueError(f"must be >= {minimum:g}")
+    return value
+
+
+def _parse_float(raw: str, minimum: float) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError("not a number") from None
+    if not value >= minimum or value == float("inf"):
+        raise ValueError(f"must be a finite number >= {minimum:g}")
+    return value
+
+
+def _choice(*allowed: str) -> Callable[[str, float], str]:
+    def parse(raw: str, _minimum: float) -> str:
+        if raw not in allowed:
+            raise ValueError("must be one of " + ", ".join(allowed))
+        return raw
+
+    return parse
+
+
+def _parse_names(raw: str, _minimum: float) -> tuple[str, ...]:
+    names = tuple(part.strip() for part in raw.split(",") if part.strip())
+    if not names:
+        raise ValueError("must name at least one value")
+    return names
+
+
+_PARSERS: dict[str, Callable[[str, float], Any]] = {
+    "int": _parse_int,
+    "float": _parse_float,
+    "str": lambda raw, _m: raw,
+    "names": _parse_names,
+    "enforcement": _choice("deny", "warn"),
+    "orphan_policy": _choice("delete", "warn"),
+    "log_format": _choice("json", "text"),
+}
+
+
+def describe() -> list[tuple[str, str, str]]:
+    """(variable, default, doc) for every setting: the README table is made from this."""
+    rows = []
+    for f in dataclasses.fields(Settings):
+        default = f.default
+        shown = ",".join(default) if isinstance(default, tuple) else str(default)
+        rows.append((f.metadata["env"], shown, f.metadata["doc"]))
+    return rows
