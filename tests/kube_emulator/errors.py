@@ -113,7 +113,7 @@ def unauthorized() -> ApiError:
 def method_not_allowed(verb: str, rt: ResourceType) -> ApiError:
     details = _details(rt, "")
     return ApiError(
-        405, "MethodNotAllowed", f"the server does not allow this method on the requested resource",
+        405, "MethodNotAllowed", "the server does not allow this method on the requested resource",
         details,
     )
 
