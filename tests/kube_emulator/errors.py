@@ -118,13 +118,13 @@ def method_not_allowed(verb: str, rt: ResourceType) -> ApiError:
     )
 
 
-def unsupported_media_type(content_type: str) -> ApiError:
+def unsupported_media_type(accepted: list[str]) -> ApiError:
+    """415, as apiserver's NewUnsupportedMediaTypeError words it."""
     return ApiError(
         415,
         "UnsupportedMediaType",
-        f"the body of the request was in an unknown format - accepted media types include: "
-        f"application/json-patch+json, application/merge-patch+json, "
-        f"application/strategic-merge-patch+json ({content_type})",
+        "the body of the request was in an unknown format - accepted media types include: "
+        + ", ".join(accepted),
     )
 
 

@@ -13,6 +13,7 @@ JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
+PATCH_TYPES = [JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH]
 
 # Merge keys of the built-in types' lists (patchMergeKey), by field name.
 _MERGE_KEYS = {
@@ -114,7 +115,7 @@ def apply_patch(content_type: str, current: dict[str, Any], body: Any) -> dict[s
     elif media == STRATEGIC_PATCH:
         result = strategic_merge_patch(current, body)
     else:
-        raise unsupported_media_type(media)
+        raise unsupported_media_type(PATCH_TYPES)
     if not isinstance(result, dict):
         raise bad_request("patch did not produce an object")
     return result

@@ -18,7 +18,9 @@ from .admission import AdmissionChain, Attributes
 from .defaults import apply_defaults
 from .errors import ApiError
 from .faults import Faults, RequestInfo
-from .patch import APPLY_PATCH, apply_patch
+from .patch import APPLY_PATCH, PATCH_TYPES, apply_patch
+
+BODY_TYPES = ["application/json", "application/yaml"]
 from .resources import Obj, ResourceType, lookup
 from .selectors import LabelMatcher, parse_field_selector, parse_label_selector
 from .store import Event, Store, selected
@@ -49,6 +51,8 @@ class ServerState:
 
 
 STATE = web.AppKey("state", ServerState)
+WARNINGS = web.RequestKey("warnings", list)
+USER = web.RequestKey("user", User)
 
 
 @dataclass(frozen=True)
@@ -108,7 +112,7 @@ def parse_target(path: str) -> Target | None:
 
 @web.middleware
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    request["warnings"] = []
+    request[WARNINGS] = []
     try:
         response = await handler(request)
     except ApiError as err:
@@ -116,7 +120,7 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         for key, value in err.headers.items():
             response.headers[key] = value
     if not response.prepared:
-        for text in dict.fromkeys(request["warnings"]):
+        for text in dict.fromkeys(request[WARNINGS]):
             response.headers.add("Warning", _warning_header(text))
     return response
 
@@ -158,7 +162,7 @@ async def _authenticate(request: web.Request, handler: Handler) -> web.StreamRes
     user = request.app[STATE].users.get(token.strip()) if scheme.lower() == "bearer" else None
     if user is None:
         raise errors.unauthorized()
-    request["user"] = user
+    request[USER] = user
     return await handler(request)
 
 
@@ -261,7 +265,7 @@ class Verbs:
         self.state, self.request, self.t = state, request, target
         self.rt = target.rt
         self.store = state.store
-        self.user: User = request["user"]
+        self.user: User = request[USER]
         self.dry_run = "All" in request.query.getall("dryRun", [])
 
     # helpers
@@ -270,6 +274,9 @@ class Verbs:
         raw = await self.request.read()
         if not raw.strip():
             return None
+        media = self.request.content_type
+        if self.request.method != "PATCH" and media not in (*BODY_TYPES, "application/octet-stream"):
+            raise errors.unsupported_media_type(BODY_TYPES)
         try:
             if "yaml" in self.request.content_type:
                 return yaml.safe_load(raw)
@@ -289,7 +296,7 @@ class Verbs:
     def _attributes(self, op: str, name: str, obj: Obj | None, old: Obj | None,
                     options: Obj) -> Attributes:
         return Attributes(op, self.rt, self.t.subresource, self.t.namespace or "", name, obj,
-                          old, self.user, self.dry_run, options, self.request["warnings"])
+                          old, self.user, self.dry_run, options, self.request[WARNINGS])
 
     def _typed_body(self, body: Any) -> Obj:
         if not isinstance(body, dict):
@@ -455,7 +462,7 @@ class Verbs:
     async def patch(self) -> web.Response:
         content_type = self.request.headers.get("Content-Type", "")
         if content_type.startswith(APPLY_PATCH):
-            raise errors.unsupported_media_type(APPLY_PATCH)
+            raise errors.unsupported_media_type(PATCH_TYPES)
         body = await self._body()
         return await self._update(lambda old: self._typed_body(
             apply_patch(content_type, old, body)))
