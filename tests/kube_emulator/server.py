@@ -19,8 +19,6 @@ from .defaults import apply_defaults
 from .errors import ApiError
 from .faults import Faults, RequestInfo
 from .patch import APPLY_PATCH, PATCH_TYPES, apply_patch
-
-BODY_TYPES = ["application/json", "application/yaml"]
 from .resources import Obj, ResourceType, lookup
 from .selectors import LabelMatcher, parse_field_selector, parse_label_selector
 from .store import Event, Store, selected
@@ -28,6 +26,7 @@ from .users import User
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 OPEN_PATHS = {"/healthz", "/livez", "/readyz"}
+BODY_TYPES = ["application/json", "application/yaml"]
 CONTINUE_TOO_OLD = (
     "The provided continue parameter is too old to display a consistent list result. You can "
     "start a new list without the continue parameter, or use the continue token in this "
