@@ -1,0 +1,225 @@
+"""The three admission handlers: read what a policy needs, decide, answer, record.
+
+Each handler is ``AdmissionRequest -> AdmissionResponse`` with no HTTP inside.
+The reads are uncached, each under ``settings.api_timeout_seconds``; a failed
+or late read is a 503 denial naming what could not be verified (fail-closed).
+Every answer is counted, timed and logged the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from elbgate.identities import SubmitterIdentities
+from elbgate.kube.api import ApiError, ApiUnavailable, KubeApi
+from elbgate.kube.reads import get_submit_lease, list_unfinished_search_jobs
+from elbgate.names import lease_name
+from elbgate.settings import Settings
+from webhook import lease_guard, lease_stamp, search_admission
+from webhook.decision import Decision, unverified
+from webhook.lease_request import LeaseRequest
+from webhook.logs import log_fields
+from webhook.metrics import WebhookMetrics
+from webhook.review import AdmissionRequest, AdmissionResponse
+from webhook.search_admission import NOT_READ, JobRequest, Observed, Reads
+
+SEARCH_ADMISSION = "search-admission.elb-gate.io"
+LEASE_STAMP = "lease-stamp.elb-gate.io"
+LEASE_GUARD = "lease-guard.elb-gate.io"
+
+_log = logging.getLogger("webhook.admission")
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class ReadFailed(Exception):
+    """An API read needed for a decision failed; the message names the read and why."""
+
+
+@dataclass
+class Admission:
+    """Everything the handlers need, passed explicitly."""
+
+    settings: Settings
+    api: KubeApi
+    metrics: WebhookMetrics
+    identities: SubmitterIdentities = field(default_factory=SubmitterIdentities)
+    clock: Callable[[], datetime] = utc_now
+    on_api_answer: Callable[[], None] = lambda: None
+    """Told whenever the API answered (readiness uses it as a free probe)."""
+
+    # -- handlers ------------------------------------------------------------
+
+    async def validate_job(self, request: AdmissionRequest) -> AdmissionResponse:
+        """``/validate/jobs``: Gate A + Gate B on search Jobs."""
+        return await self._answer(SEARCH_ADMISSION, request, self._judge_job(request), warn=True)
+
+    async def mutate_lease(self, request: AdmissionRequest) -> AdmissionResponse:
+        """``/mutate/leases``: stamp holder-user/holder-pod and the webhook's clock."""
+        decision = lease_stamp.decide(LeaseRequest.from_admission(request), self.clock())
+        return await self._answer(LEASE_STAMP, request, _ready(decision), warn=False)
+
+    async def validate_lease(self, request: AdmissionRequest) -> AdmissionResponse:
+        """``/validate/leases``: the Lease guard (always enforcing)."""
+        decision = lease_guard.decide(
+            LeaseRequest.from_admission(request), self.settings, self.clock(), self.identities
+        )
+        return await self._answer(LEASE_GUARD, request, _ready(decision), warn=False)
+
+    # -- search admission reads ----------------------------------------------
+
+    async def _judge_job(self, request: AdmissionRequest) -> Decision:
+        job = JobRequest.from_admission(request)
+        reads = search_admission.reads_needed(job)
+        try:
+            observed = await self._observe(job, reads)
+        except ReadFailed as exc:
+            return unverified(f"Gate A/B for {job.ref}", str(exc))
+        decision = search_admission.decide(
+            job, observed, self.settings, self.clock(), self.identities
+        )
+        if observed.jobs is not None and "active" in decision.details:
+            self.metrics.record_census(
+                job.namespace,
+                len(decision.details["active"]),
+                self.settings.max_run_concurrency,
+            )
+        return decision
+
+    async def _observe(self, job: JobRequest, reads: Reads) -> Observed:
+        if reads is Reads.NONE:
+            return Observed()
+        if reads is Reads.JOBS_AND_LEASE:
+            results = await asyncio.gather(
+                self._list_jobs(job.namespace),
+                self._get_lease(job.namespace),
+                return_exceptions=True,
+            )
+            failures = [r for r in results if isinstance(r, BaseException)]
+            for failure in failures:
+                if not isinstance(failure, ReadFailed):
+                    raise failure
+            if failures:
+                raise ReadFailed("; ".join(str(f) for f in failures))
+            jobs, lease = results
+            return Observed(jobs=jobs, lease=lease)
+        jobs = await self._list_jobs(job.namespace)
+        if search_admission.lease_needed(job, jobs, self.settings, self.clock()):
+            return Observed(jobs=jobs, lease=await self._get_lease(job.namespace))
+        return Observed(jobs=jobs, lease=NOT_READ)
+
+    async def _list_jobs(self, namespace: str) -> list[dict[str, Any]]:
+        return await self._read(
+            f"LIST search Jobs in namespace {namespace}",
+            "list",
+            "jobs",
+            list_unfinished_search_jobs(
+                self.api, namespace, deadline=self.settings.api_timeout_seconds
+            ),
+        )
+
+    async def _get_lease(self, namespace: str) -> dict[str, Any] | None:
+        return await self._read(
+            f"GET Lease {namespace}/{lease_name(namespace)}",
+            "get",
+            "leases",
+            get_submit_lease(self.api, namespace, deadline=self.settings.api_timeout_seconds),
+        )
+
+    async def _read(
+        self, what: str, verb: str, resource: str, call: Coroutine[Any, Any, Any]
+    ) -> Any:
+        try:
+            result = await call
+        except ApiUnavailable as exc:
+            self.metrics.record_api_error(verb, resource)
+            raise ReadFailed(f"{what}: {exc}") from None
+        except ApiError as exc:
+            self.on_api_answer()
+            self.metrics.record_api_error(verb, resource)
+            why = f"API answered {exc.code} {exc.reason}: {exc.message}".rstrip(": ")
+            raise ReadFailed(f"{what}: {why}") from None
+        self.on_api_answer()
+        return result
+
+    # -- answering -----------------------------------------------------------
+
+    async def _answer(
+        self,
+        webhook: str,
+        request: AdmissionRequest,
+        deciding: Awaitable[Decision],
+        *,
+        warn: bool,
+    ) -> AdmissionResponse:
+        """Await the decision, turn it into a response (warn mode where it applies),
+        then count, time and log it."""
+        started = time.perf_counter()
+        with self.metrics.in_flight(webhook):
+            try:
+                decision = await deciding
+            except Exception:
+                self._record(webhook, request, "errored", "internal", started, 500, "")
+                raise
+        if decision.allowed:
+            outcome, response = "allowed", decision.response()
+        elif warn and self.settings.enforcement == "warn":
+            outcome, response = "warned", decision.warning_response(webhook)
+            self.metrics.record_would_deny(webhook, decision.reason)
+        else:
+            outcome, response = "denied", decision.response()
+        self._record(
+            webhook,
+            request,
+            outcome,
+            decision.reason,
+            started,
+            decision.code,
+            decision.message,
+            decision.details,
+        )
+        return response
+
+    def _record(
+        self,
+        webhook: str,
+        request: AdmissionRequest,
+        outcome: str,
+        reason: str,
+        started: float,
+        code: int,
+        message: str,
+        details: Any = None,
+    ) -> None:
+        seconds = time.perf_counter() - started
+        self.metrics.record_admission(webhook, request.operation, outcome, reason, seconds)
+        fields: dict[str, Any] = {
+            "webhook": webhook,
+            "uid": request.uid,
+            "namespace": request.namespace,
+            "name": request.name,
+            "operation": request.operation,
+            "user": request.user.username,
+            "decision": outcome,
+            "reason": reason,
+            "code": code,
+            "duration_ms": round(seconds * 1000, 3),
+            "dry_run": request.dry_run,
+        }
+        if message:
+            fields["message"] = message
+        if details:
+            fields["details"] = dict(details)
+        log_fields(_log, logging.INFO, "admission", **fields)
+
+
+async def _ready(decision: Decision) -> Decision:
+    return decision

@@ -1,0 +1,88 @@
+"""The two aiohttp applications: HTTPS admission, and plain-HTTP metrics/health.
+
+``create_app`` serves the three webhooks (and health, for probes over HTTPS);
+``create_ops_app`` serves ``/metrics``, ``/healthz`` and ``/readyz`` on the
+separate metrics port. Both read the same :class:`Runtime`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import orjson
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from webhook.admission import Admission
+from webhook.endpoint import admission_endpoint
+from webhook.readiness import ApiReachability
+from webhook.tls import ServingCertificate
+
+JOBS_PATH = "/validate/jobs"
+LEASE_MUTATE_PATH = "/mutate/leases"
+LEASE_VALIDATE_PATH = "/validate/leases"
+
+
+@dataclass
+class Runtime:
+    """What the endpoints share."""
+
+    admission: Admission
+    certificate: ServingCertificate
+    reachability: ApiReachability
+
+
+RUNTIME = web.AppKey("runtime", Runtime)
+
+
+async def healthz(_request: web.Request) -> web.Response:
+    """Alive: the event loop answers."""
+    return web.Response(text="ok")
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """Ready only when the certificate is loaded and the API answers."""
+    runtime = request.app[RUNTIME]
+    problems = []
+    if not runtime.certificate.loaded:
+        problems.append(f"serving certificate not loaded from {runtime.certificate.cert_file}")
+    if not await runtime.reachability.reachable():
+        problems.append(f"API server unreachable: {runtime.reachability.last_error}")
+    if problems:
+        body = {"ready": False, "problems": problems}
+        return web.Response(status=503, body=orjson.dumps(body), content_type="application/json")
+    return web.Response(body=orjson.dumps({"ready": True}), content_type="application/json")
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """Prometheus text exposition of the webhook's registry."""
+    registry = request.app[RUNTIME].admission.metrics.registry
+    return web.Response(
+        body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+    )
+
+
+def create_app(runtime: Runtime) -> web.Application:
+    """The HTTPS admission application."""
+    max_bytes = runtime.admission.settings.max_request_bytes
+    app = web.Application(client_max_size=max_bytes + 1)
+    app[RUNTIME] = runtime
+    admission = runtime.admission
+    app.router.add_post(JOBS_PATH, admission_endpoint(admission.validate_job, max_bytes))
+    app.router.add_post(LEASE_MUTATE_PATH, admission_endpoint(admission.mutate_lease, max_bytes))
+    app.router.add_post(
+        LEASE_VALIDATE_PATH, admission_endpoint(admission.validate_lease, max_bytes)
+    )
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    return app
+
+
+def create_ops_app(runtime: Runtime) -> web.Application:
+    """The plain-HTTP metrics and health application."""
+    app = web.Application()
+    app[RUNTIME] = runtime
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    return app

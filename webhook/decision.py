@@ -1,0 +1,96 @@
+"""What a policy function returns: admit or deny, with the reason and the words.
+
+Policies (``search_admission``, ``lease_guard``, ``lease_stamp``) are pure and
+return a :class:`Decision`; the handlers turn it into an AdmissionResponse,
+a metric and a log line. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from webhook.review import STATUS_REASONS, AdmissionResponse, allowed, denied, patched
+
+WARNING_WIDTH = 120
+"""kubectl prints each AdmissionReview warning on its own line; keep each short."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The outcome of one policy, with why."""
+
+    allowed: bool
+    reason: str
+    """Short snake_case code for metrics and logs (``ok``, ``not_holder``, ``ceiling``...)."""
+    message: str = ""
+    """One line for a person: which gate, what was seen, what to do."""
+    code: int = 200
+    """HTTP-style code of a denial: 403 Gate A, 429 Gate B, 409 held elsewhere, 503 unverified."""
+    patch: tuple[Mapping[str, Any], ...] = ()
+    """JSON Patch of a mutating decision."""
+    details: Mapping[str, Any] = field(default_factory=dict)
+    """Structured facts for the log line (holder, active ids, ...)."""
+
+    @property
+    def status_reason(self) -> str:
+        return STATUS_REASONS.get(self.code, "")
+
+    def response(self) -> AdmissionResponse:
+        """The AdmissionResponse this decision stands for (enforcing mode)."""
+        if self.allowed:
+            return patched(self.patch) if self.patch else allowed()
+        return denied(self.code, self.status_reason, self.message)
+
+    def warning_response(self, webhook: str) -> AdmissionResponse:
+        """Warn mode: admit, and carry the denial text as warnings of at most
+        :data:`WARNING_WIDTH` characters each (split on words, nothing dropped)."""
+        return allowed().with_warnings(*warning_lines(f"{webhook} would deny: {self.message}"))
+
+
+def admit(reason: str = "ok", message: str = "", **details: Any) -> Decision:
+    """An allowing decision."""
+    return Decision(True, reason, message, details=details)
+
+
+def refuse(code: int, reason: str, message: str, **details: Any) -> Decision:
+    """A denying decision with its HTTP code and metric reason."""
+    return Decision(False, reason, message, code, details=details)
+
+
+def warning_lines(text: str) -> list[str]:
+    """``text`` cut into lines of at most :data:`WARNING_WIDTH` characters."""
+    return textwrap.wrap(text, WARNING_WIDTH, break_long_words=True, break_on_hyphens=False)
+
+
+def when(moment: datetime, now: datetime) -> str:
+    """``2026-01-02T03:04:05Z (in 4m10s)`` — an absolute time and its distance from now."""
+    stamp = moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    delta = (moment - now).total_seconds()
+    return f"{stamp} ({'in ' + span(delta) if delta >= 0 else span(-delta) + ' ago'})"
+
+
+def span(seconds: float) -> str:
+    """``1h2m3s``, ``4m10s``, ``7s``."""
+    total = int(seconds)
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    if minutes:
+        return f"{minutes}m{secs}s"
+    return f"{secs}s"
+
+
+def unverified(subject: str, failure: str) -> Decision:
+    """Fail-closed: a read needed to decide failed or timed out (503)."""
+    return refuse(
+        503,
+        "unverified",
+        f"elb-gate could not verify {subject}: {failure}; refusing (fail-closed) — retry in a "
+        "moment; if it persists, check that the elb-gate webhook can reach the API server",
+        failure=failure,
+    )

@@ -1,0 +1,101 @@
+"""The webhook's metrics (docs/CONTRACT-INTERNAL.md), recorded through verbs.
+
+Callers say what happened (``record_admission``, ``record_api_error`` …) and
+never touch metric objects; the registry is passed in, never global, so tests
+and a second app in one process never collide.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+COMPONENT = "webhook"
+_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class WebhookMetrics:
+    """Every ``elb_gate_*`` series the webhook exports, in one registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self._requests = Counter(
+            "elb_gate_admission_requests_total",
+            "Admission requests by webhook, operation, decision and reason.",
+            ["webhook", "operation", "decision", "reason"],
+            registry=registry,
+        )
+        self._duration = Histogram(
+            "elb_gate_admission_duration_seconds",
+            "Time to answer one admission request.",
+            ["webhook"],
+            buckets=_BUCKETS,
+            registry=registry,
+        )
+        self._in_flight = Gauge(
+            "elb_gate_admission_in_flight",
+            "Admission requests being answered.",
+            ["webhook"],
+            registry=registry,
+        )
+        self._api_errors = Counter(
+            "elb_gate_api_errors_total",
+            "Kubernetes API calls that failed or timed out.",
+            ["component", "verb", "resource"],
+            registry=registry,
+        )
+        self._would_deny = Counter(
+            "elb_gate_would_deny_total",
+            "Requests admitted in warn mode that deny mode would have refused.",
+            ["webhook", "reason"],
+            registry=registry,
+        )
+        self._active = Gauge(
+            "elb_gate_active_searches",
+            "Active searches as last seen at admission.",
+            ["namespace"],
+            registry=registry,
+        )
+        self._ceiling = Gauge(
+            "elb_gate_search_ceiling",
+            "Gate B ceiling (BLAST_MAX_RUN_CONCURRENCY).",
+            ["namespace"],
+            registry=registry,
+        )
+        self._cert_expiry = Gauge(
+            "elb_gate_certificate_expiry_timestamp_seconds",
+            "notAfter of the serving certificate in use (unix seconds).",
+            registry=registry,
+        )
+
+    @contextlib.contextmanager
+    def in_flight(self, webhook: str) -> Iterator[None]:
+        """Count a request as in flight while the block runs."""
+        gauge = self._in_flight.labels(webhook)
+        gauge.inc()
+        try:
+            yield
+        finally:
+            gauge.dec()
+
+    def record_admission(
+        self, webhook: str, operation: str, decision: str, reason: str, seconds: float
+    ) -> None:
+        """One answered request: decision ∈ allowed|denied|warned|errored."""
+        self._requests.labels(webhook, operation or "-", decision, reason).inc()
+        self._duration.labels(webhook).observe(seconds)
+
+    def record_would_deny(self, webhook: str, reason: str) -> None:
+        self._would_deny.labels(webhook, reason).inc()
+
+    def record_api_error(self, verb: str, resource: str) -> None:
+        self._api_errors.labels(COMPONENT, verb, resource).inc()
+
+    def record_census(self, namespace: str, active: int, ceiling: int) -> None:
+        self._active.labels(namespace).set(active)
+        self._ceiling.labels(namespace).set(ceiling)
+
+    def record_certificate_expiry(self, not_after_unix: float) -> None:
+        self._cert_expiry.set(not_after_unix)

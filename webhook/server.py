@@ -1,0 +1,85 @@
+"""Start-up and shutdown of the webhook process: wire the parts, listen, stop cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from elbgate.identities import SubmitterIdentities
+from elbgate.kube.api import KubeApi
+from elbgate.kube.config import KubeConfig
+from elbgate.settings import Settings
+from webhook.admission import Admission
+from webhook.app import Runtime, create_app, create_ops_app
+from webhook.logs import log_fields
+from webhook.metrics import WebhookMetrics
+from webhook.readiness import ApiReachability
+from webhook.tls import ServingCertificate
+
+_log = logging.getLogger("webhook.server")
+
+
+async def serve(
+    settings: Settings,
+    identities: SubmitterIdentities,
+    kube: KubeConfig,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Serve admission over HTTPS and metrics over HTTP until ``stop`` is set
+    (or SIGTERM/SIGINT), then finish in-flight requests and close."""
+    stop = stop or asyncio.Event()
+    metrics = WebhookMetrics(CollectorRegistry(auto_describe=True))
+    certificate = ServingCertificate(
+        settings.tls_cert_file,
+        settings.tls_key_file,
+        on_loaded=lambda not_after: metrics.record_certificate_expiry(not_after.timestamp()),
+    )
+    certificate.reload_if_changed()
+    api = KubeApi(kube, timeout=settings.api_timeout_seconds, user_agent="elb-gate-webhook")
+    await api.open()
+    reachability = ApiReachability(api, settings.api_timeout_seconds)
+    admission = Admission(
+        settings, api, metrics, identities, on_api_answer=reachability.note_answer
+    )
+    runtime = Runtime(admission, certificate, reachability)
+    runners = [
+        web.AppRunner(create_app(runtime), access_log=None, shutdown_timeout=10.0),
+        web.AppRunner(create_ops_app(runtime), access_log=None, shutdown_timeout=2.0),
+    ]
+    watcher = asyncio.create_task(certificate.watch(), name="certificate-watch")
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        for runner in runners:
+            await runner.setup()
+        await web.TCPSite(
+            runners[0],
+            settings.bind_address,
+            settings.webhook_port,
+            ssl_context=certificate.context,
+        ).start()
+        await web.TCPSite(runners[1], settings.bind_address, settings.metrics_port).start()
+        log_fields(
+            _log,
+            logging.INFO,
+            "listening",
+            webhook=[list(a) for a in runners[0].addresses],
+            metrics=[list(a) for a in runners[1].addresses],
+            enforcement=settings.enforcement,
+            certificate_loaded=certificate.loaded,
+            api=kube.host,
+        )
+        await stop.wait()
+        log_fields(_log, logging.INFO, "stopping")
+    finally:
+        watcher.cancel()
+        for runner in runners:
+            await runner.cleanup()
+        await api.close()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)

@@ -1,0 +1,146 @@
+"""The serving certificate: TLS 1.2+, loaded from files, reloaded when they change.
+
+A mounted Secret rotates in place (Kubernetes swaps a ``..data`` symlink), so
+the files are polled: each poll reads the resolved cert and key, and when their
+bytes differ from what is loaded, the pair is validated (both parse, the key
+matches the certificate) before it is loaded into the *same* SSLContext the
+server listens with — new handshakes present the new certificate, open
+connections keep theirs, nothing restarts. A half-rotated pair (cert written,
+key not yet) fails validation and is retried at the next poll; the old pair
+stays in service meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import ssl
+import tempfile
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from webhook.logs import log_fields
+
+RELOAD_POLL_SECONDS = 2.0
+"""How often the files are checked; a rotation is served within this long."""
+
+_log = logging.getLogger("webhook.tls")
+
+
+class CertificateInvalid(ValueError):
+    """The files do not hold a usable certificate and matching key."""
+
+
+def server_context() -> ssl.SSLContext:
+    """A server SSLContext that refuses anything older than TLS 1.2."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    return ctx
+
+
+def validate_pair(cert_pem: bytes, key_pem: bytes) -> datetime:
+    """Check that ``cert_pem`` (leaf first) and ``key_pem`` belong together;
+    return the leaf's notAfter. :class:`CertificateInvalid` otherwise."""
+    try:
+        chain = x509.load_pem_x509_certificates(cert_pem)
+    except ValueError as exc:
+        raise CertificateInvalid(f"certificate is not PEM: {exc}") from None
+    try:
+        key = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError) as exc:
+        raise CertificateInvalid(f"key is not an unencrypted PEM private key: {exc}") from None
+    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    if chain[0].public_key().public_bytes(*spki) != key.public_key().public_bytes(*spki):
+        raise CertificateInvalid("key does not match the certificate")
+    return chain[0].not_valid_after_utc
+
+
+class ServingCertificate:
+    """Owns the server's SSLContext and keeps it loaded with the files' pair."""
+
+    def __init__(
+        self,
+        cert_file: str,
+        key_file: str,
+        on_loaded: Callable[[datetime], None] = lambda _not_after: None,
+    ) -> None:
+        self.cert_file = cert_file
+        self.key_file = key_file
+        self.context = server_context()
+        self.not_after: datetime | None = None
+        self._on_loaded = on_loaded
+        self._loaded: tuple[bytes, bytes] | None = None
+        self._rejected: tuple[bytes, bytes] | None = None
+
+    @property
+    def loaded(self) -> bool:
+        """True once a valid pair serves handshakes."""
+        return self._loaded is not None
+
+    def _read(self) -> tuple[bytes, bytes] | None:
+        try:
+            # resolve() follows the ..data symlink swap of a mounted Secret.
+            cert = Path(self.cert_file).resolve().read_bytes()
+            key = Path(self.key_file).resolve().read_bytes()
+        except OSError as exc:
+            if self._rejected != (b"", b""):
+                log_fields(_log, logging.WARNING, "certificate files unreadable", error=str(exc))
+                self._rejected = (b"", b"")
+            return None
+        return cert, key
+
+    def reload_if_changed(self) -> bool:
+        """Load the files' pair if it differs from the one in service; True when loaded."""
+        pair = self._read()
+        if pair is None or pair == self._loaded or pair == self._rejected:
+            return False
+        try:
+            not_after = validate_pair(*pair)
+            self._load(pair)
+        except (CertificateInvalid, ssl.SSLError, OSError) as exc:
+            self._rejected = pair
+            log_fields(
+                _log,
+                logging.WARNING,
+                "certificate not loaded; keeping the one in service",
+                cert_file=self.cert_file,
+                error=str(exc),
+            )
+            if self._loaded is not None:
+                self._load(self._loaded)  # undo a partial load_cert_chain
+            return False
+        self._loaded, self._rejected, self.not_after = pair, None, not_after
+        self._on_loaded(not_after)
+        log_fields(
+            _log,
+            logging.INFO,
+            "certificate loaded",
+            cert_file=self.cert_file,
+            not_after=not_after.isoformat(),
+        )
+        return True
+
+    def _load(self, pair: tuple[bytes, bytes]) -> None:
+        # load_cert_chain only takes paths: hand it a private copy of the exact
+        # bytes validated, so a rotation racing this read cannot mix two pairs.
+        with tempfile.TemporaryDirectory(prefix="elb-gate-tls-") as tmp:
+            cert_path, key_path = os.path.join(tmp, "tls.crt"), os.path.join(tmp, "tls.key")
+            for target, data in ((cert_path, pair[0]), (key_path, pair[1])):
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(data)
+            self.context.load_cert_chain(cert_path, key_path)
+
+    async def watch(self, interval: float = RELOAD_POLL_SECONDS) -> None:
+        """Poll the files forever (run as a task; cancel to stop)."""
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.reload_if_changed()
+            except Exception:  # a watcher that dies silently would freeze rotation
+                log_fields(_log, logging.ERROR, "certificate reload failed", exc_info=True)

@@ -1,0 +1,27 @@
+"""How denials name a Lease's holder and its expiry, the same way in every message."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from elbgate.lease import LeaseView, Unparseable, expires_at
+from elbgate.settings import Settings
+from webhook.decision import when
+
+
+def holder_phrase(lease: LeaseView) -> str:
+    """``dashboard-1f… (user bob, pod ns/p/uid)``: the identity and who stamped it."""
+    who = f"user {lease.holder_user}" if lease.holder_user else "no holder-user stamp"
+    pod = f", pod {lease.holder_pod}" if lease.holder_pod else ""
+    return f"{lease.holder} ({who}{pod})"
+
+
+def expiry_phrase(lease: LeaseView, settings: Settings, now: datetime) -> str:
+    """``expires 2026-…Z (in 4m10s)`` on the webhook's clock (renewTime + duration + skew)."""
+    moment = expires_at(lease, settings.clock_skew_seconds, settings.lease_ttl_seconds)
+    if moment is None:
+        return "has no renewTime (treated as expired)"
+    if isinstance(moment, Unparseable):
+        return "has an unparseable renewTime (treated as held)"
+    verb = "expires" if moment > now else "expired"
+    return f"{verb} {when(moment, now)}"
