@@ -6,7 +6,6 @@ import asyncio
 import base64
 import ssl
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -95,11 +94,3 @@ class WebhookServer:
             self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(10)
 
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()

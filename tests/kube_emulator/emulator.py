@@ -120,6 +120,20 @@ class Emulator:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    @property
+    def open_watches(self) -> int:
+        """How many watch streams are being served right now."""
+        return len(self._state.watches)
+
+    @property
+    def bookmark_interval(self) -> float:
+        """Seconds between BOOKMARK events on watches that allow them."""
+        return self._state.bookmark_interval
+
+    @bookmark_interval.setter
+    def bookmark_interval(self, seconds: float) -> None:
+        self._state.bookmark_interval = seconds
+
     # -- users and client configuration --------------------------------------
 
     def _sync_tokens(self) -> None:
