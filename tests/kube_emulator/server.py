@@ -145,9 +145,8 @@ async def _inject_faults(request: web.Request, handler: Handler) -> web.StreamRe
         await asyncio.sleep(fault.delay)
     if fault.drop:
         if request.transport is not None:
-            request.transport.abort() if hasattr(request.transport, "abort") else None
-            request.transport.close()
-        raise ConnectionResetError("fault injection: connection dropped")
+            request.transport.abort()  # a reset, not a response
+        return web.Response(status=500)
     if fault.status:
         raise errors.by_code(fault.status)
     return await handler(request)
