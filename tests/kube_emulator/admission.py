@@ -75,7 +75,7 @@ class AdmissionChain:
     # -- selection -----------------------------------------------------------
 
     def _hooks(self, plural: str) -> list[Obj]:
-        configs, _ = self.store.list(by_plural(plural), None)
+        configs, _ = self.store.select(by_plural(plural), None)
         configs.sort(key=lambda c: c["metadata"]["name"])
         return [hook for c in configs for hook in c.get("webhooks") or []]
 

@@ -188,7 +188,7 @@ class Emulator:
     def list(self, resource: str, namespace: str | None = None, *,
              label_selector: str | None = None, field_selector: str | None = None) -> list[Obj]:
         rt = by_plural(resource)
-        items, _ = self.store.list(rt, namespace, parse_label_selector(label_selector),
+        items, _ = self.store.select(rt, namespace, parse_label_selector(label_selector),
                                    parse_field_selector(field_selector))
         return items
 

@@ -18,7 +18,9 @@ _EXISTS = re.compile(rf"^({_KEY})$")
 
 
 def _split_top_level(text: str) -> list[str]:
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch == "(":
             depth += 1
@@ -83,22 +85,19 @@ def label_selector_matcher(selector: Mapping[str, Any] | None) -> LabelMatcher:
     """A metav1.LabelSelector (matchLabels + matchExpressions). None or {} matches everything."""
     if not selector:
         return lambda labels: True
-    reqs: list[LabelMatcher] = []
-    for key, value in (selector.get("matchLabels") or {}).items():
-        reqs.append(lambda labels, k=key, v=value: labels.get(k) == v)
+    reqs: list[tuple[str, str, set[str]]] = [
+        (key, "In", {value}) for key, value in (selector.get("matchLabels") or {}).items()]
     for expr in selector.get("matchExpressions") or []:
-        key, op, values = expr["key"], expr["operator"], set(expr.get("values") or [])
-        if op == "In":
-            reqs.append(lambda labels, k=key, vs=values: labels.get(k) in vs)
-        elif op == "NotIn":
-            reqs.append(lambda labels, k=key, vs=values: labels.get(k) not in vs)
-        elif op == "Exists":
-            reqs.append(lambda labels, k=key: k in labels)
-        elif op == "DoesNotExist":
-            reqs.append(lambda labels, k=key: k not in labels)
-        else:
-            raise bad_request(f'"{op}" is not a valid label selector operator')
-    return lambda labels: all(req(labels) for req in reqs)
+        if expr["operator"] not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            raise bad_request(f'"{expr["operator"]}" is not a valid label selector operator')
+        reqs.append((expr["key"], expr["operator"], set(expr.get("values") or [])))
+
+    def holds(labels: Mapping[str, str], key: str, op: str, values: set[str]) -> bool:
+        if op in ("Exists", "DoesNotExist"):
+            return (key in labels) == (op == "Exists")
+        return (labels.get(key) in values) == (op == "In")
+
+    return lambda labels: all(holds(labels, *req) for req in reqs)
 
 
 FieldRequirement = tuple[str, str, str]  # (label, op, value), op in "=", "!="

@@ -50,7 +50,16 @@ class ServerState:
 
 
 STATE = web.AppKey("state", ServerState)
-WARNINGS = web.RequestKey("warnings", list)
+
+
+@dataclass
+class Warnings:
+    """The warnings collected while serving one request (sent as `Warning` headers)."""
+
+    texts: list[str] = field(default_factory=list)
+
+
+WARNINGS = web.RequestKey("warnings", Warnings)
 USER = web.RequestKey("user", User)
 
 
@@ -111,7 +120,7 @@ def parse_target(path: str) -> Target | None:
 
 @web.middleware
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    request[WARNINGS] = []
+    request[WARNINGS] = Warnings()
     try:
         response = await handler(request)
     except ApiError as err:
@@ -119,7 +128,7 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         for key, value in err.headers.items():
             response.headers[key] = value
     if not response.prepared:
-        for text in dict.fromkeys(request[WARNINGS]):
+        for text in dict.fromkeys(request[WARNINGS].texts):
             response.headers.add("Warning", _warning_header(text))
     return response
 
@@ -205,7 +214,7 @@ async def _dispatch(request: web.Request) -> web.StreamResponse:
     if method == "GET" and target.name is None:
         if target.watch_path or _flag(request, "watch"):
             return await verbs.watch()
-        return verbs.list()
+        return verbs.get_list()
     if target.name is None:
         if method == "POST" and (target.namespace or not target.rt.namespaced):
             return await verbs.create()
@@ -294,7 +303,7 @@ class Verbs:
     def _attributes(self, op: str, name: str, obj: Obj | None, old: Obj | None,
                     options: Obj) -> Attributes:
         return Attributes(op, self.rt, self.t.subresource, self.t.namespace or "", name, obj,
-                          old, self.user, self.dry_run, options, self.request[WARNINGS])
+                          old, self.user, self.dry_run, options, self.request[WARNINGS].texts)
 
     def _typed_body(self, body: Any) -> Obj:
         if not isinstance(body, dict):
@@ -326,9 +335,9 @@ class Verbs:
                 raise errors.bad_request(f"field label not supported: {label}")
         return labels, fields
 
-    def list(self) -> web.Response:
+    def get_list(self) -> web.Response:
         labels, fields = self._selectors()
-        items, rv = self.store.list(self.rt, self.t.namespace, labels, fields)
+        items, rv = self.store.select(self.rt, self.t.namespace, labels, fields)
         meta: Obj = {"resourceVersion": rv}
         token = self.request.query.get("continue")
         if token:
@@ -395,14 +404,14 @@ class Verbs:
             while (remaining := deadline - loop.time()) > 0:
                 wait = min(remaining, self.state.bookmark_interval) if bookmarks else remaining
                 try:
-                    event = await asyncio.wait_for(queue.get(), wait)
+                    item = await asyncio.wait_for(queue.get(), wait)
                 except TimeoutError:
                     if bookmarks and deadline - loop.time() > 0:
                         await response.write(_line("BOOKMARK", self._bookmark()))
                     continue
-                if event is None:
+                if item is None:
                     break
-                await self._send(response, event, labels, fields)
+                await self._send(response, item, labels, fields)
             await response.write_eof()
         except (ConnectionResetError, asyncio.CancelledError):
             pass
@@ -529,7 +538,7 @@ class Verbs:
     async def delete_collection(self) -> web.Response:
         options = self._delete_options(await self._body())
         labels, fields = self._selectors()
-        items, rv = self.store.list(self.rt, self.t.namespace, labels, fields)
+        items, rv = self.store.select(self.rt, self.t.namespace, labels, fields)
         deleted = []
         for item in items:
             try:

@@ -86,7 +86,7 @@ class Store:
         except errors.ApiError:
             return None
 
-    def list(
+    def select(
         self,
         rt: ResourceType,
         namespace: str | None,
