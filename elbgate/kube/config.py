@@ -107,8 +107,11 @@ class KubeConfig:
             raise KubeConfigError(
                 f"cannot load kubeconfig {where}: {exc}; set KUBECONFIG or --kubeconfig"
             ) from None
+        # Recent kubernetes clients store the token as api_key["BearerToken"] ("Bearer x");
+        # older releases used api_key["authorization"]. Accept both.
         auth = (
             conf.api_key.get("authorization", "")
+            or conf.api_key.get("BearerToken", "")
             or conf.get_api_key_with_prefix("authorization")
             or ""
         )
