@@ -1,0 +1,71 @@
+"""``python -m controller``: settings from the environment, API access from KUBECONFIG or
+the in-cluster service account; SIGTERM/SIGINT shut down cleanly (leadership released)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+
+from controller import logs
+from controller.main import LeaderTiming, serve
+from elbgate.kube.config import KubeConfig, KubeConfigError
+from elbgate.settings import Settings, SettingsError
+
+logger = logging.getLogger("elbgate.controller")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m controller",
+        description="elb-gate controller (settings come from ELB_GATE_* / BLAST_* env).",
+    )
+    parser.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG or in-cluster")
+    parser.add_argument(
+        "--leader-lease-seconds",
+        type=float,
+        default=15.0,
+        help="leader Lease duration (client-go default 15)",
+    )
+    parser.add_argument(
+        "--leader-renew-seconds", type=float, default=5.0, help="leader renew period (default 5)"
+    )
+    return parser.parse_args(argv)
+
+
+async def _main(settings: Settings, config: KubeConfig, timing: LeaderTiming) -> None:
+    task = asyncio.create_task(serve(settings, config, timing))
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        settings = Settings.from_env(os.environ)
+    except SettingsError as exc:
+        print(f"elb-gate controller: {exc}", file=sys.stderr)
+        return 2
+    logs.configure(settings.log_format)
+    if not 0 < args.leader_renew_seconds < args.leader_lease_seconds:
+        logs.log(logger, logging.ERROR, "need 0 < --leader-renew-seconds < --leader-lease-seconds")
+        return 2
+    try:
+        config = KubeConfig.load(args.kubeconfig)
+    except KubeConfigError as exc:
+        logs.log(logger, logging.ERROR, "no API configuration", detail=str(exc))
+        return 2
+    timing = LeaderTiming(args.leader_lease_seconds, args.leader_renew_seconds)
+    asyncio.run(_main(settings, config, timing))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,299 @@
+"""observe → plan → **apply**: the writes, each a CAS on the version the plan saw.
+
+* a 409 means someone else changed the object: re-observe (the watch brings the new
+  version; the namespace is queued again), never retry blindly or overwrite;
+* a 404 means it is already gone: nothing to do;
+* nothing is written unless this replica may act (leader, inside its renew deadline);
+* an Event is recorded only after the write it describes succeeded, so a repeated plan
+  (cache not yet caught up) never duplicates Events; a failed Event is logged, not fatal.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+from controller import cache as kinds
+from controller import events
+from controller.actions import (
+    Action,
+    DeleteOrphan,
+    MarkOrphan,
+    ReleaseLease,
+    UnmarkOrphan,
+    WriteLiveness,
+)
+from controller.cache import Cache
+from controller.logs import log
+from controller.metrics import ControllerMetrics
+from elbgate.census import JobRef
+from elbgate.kube.api import (
+    CONFIGMAPS,
+    EVENTS,
+    JOBS,
+    LEASES,
+    ApiError,
+    ApiUnavailable,
+    KubeApi,
+    path,
+)
+from elbgate.lease import format_microtime
+from elbgate.names import (
+    HOLDER_POD_ANNOTATION,
+    HOLDER_USER_ANNOTATION,
+    LIVENESS_CONFIGMAP,
+    ORPHANED_SINCE_ANNOTATION,
+)
+
+logger = logging.getLogger("elbgate.controller.apply")
+
+MANAGED_BY = {"app.kubernetes.io/managed-by": "elb-gate-controller"}
+
+
+class Outcome(Enum):
+    DONE = "done"
+    CONFLICT = "conflict"
+    GONE = "gone"
+    FAILED = "failed"
+    NOT_LEADER = "not_leader"
+
+
+class Applier:
+    """Carries out plan actions against the API."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        cache: Cache,
+        metrics: ControllerMetrics,
+        instance: str,
+        may_act: Callable[[], bool],
+        clock: Callable[[], datetime],
+    ) -> None:
+        self.api = api
+        self.cache = cache
+        self.metrics = metrics
+        self.instance = instance
+        self.may_act = may_act
+        self.clock = clock
+
+    async def apply(self, action: Action) -> Outcome:
+        """Apply one action; never raises for API trouble (the outcome says what happened)."""
+        if not self.may_act():
+            return Outcome.NOT_LEADER
+        try:
+            match action:
+                case ReleaseLease():
+                    await self._release(action)
+                case MarkOrphan():
+                    await self._mark(action)
+                case UnmarkOrphan():
+                    await self._unmark(action)
+                case DeleteOrphan():
+                    await self._delete(action)
+                case WriteLiveness():
+                    await self._write_liveness(action)
+        except ApiError as exc:
+            if exc.conflict:
+                log(
+                    logger,
+                    logging.INFO,
+                    "conflict: object changed since observed; re-observing",
+                    action=type(action).__name__,
+                    detail=exc.message,
+                )
+                return Outcome.CONFLICT
+            if exc.not_found:
+                log(
+                    logger,
+                    logging.INFO,
+                    "object already gone",
+                    action=type(action).__name__,
+                    detail=exc.message,
+                )
+                return Outcome.GONE
+            self._api_error(action)
+            log(
+                logger,
+                logging.WARNING,
+                "write refused",
+                action=type(action).__name__,
+                code=exc.code,
+                reason=exc.reason,
+                detail=exc.message,
+            )
+            return Outcome.FAILED
+        except ApiUnavailable as exc:
+            self._api_error(action)
+            log(
+                logger,
+                logging.WARNING,
+                "write got no answer",
+                action=type(action).__name__,
+                detail=str(exc),
+            )
+            return Outcome.FAILED
+        return Outcome.DONE
+
+    def _api_error(self, action: Action) -> None:
+        verb, resource = _VERB_RESOURCE[type(action)]
+        self.metrics.record_api_error(verb, resource)
+
+    # -- the writes ------------------------------------------------------------
+
+    async def _release(self, a: ReleaseLease) -> None:
+        patch = {
+            "metadata": {
+                "resourceVersion": a.resource_version,
+                "annotations": {HOLDER_USER_ANNOTATION: None, HOLDER_POD_ANNOTATION: None},
+            },
+            "spec": {"holderIdentity": None},
+        }
+        result = await self.api.merge_patch(path(LEASES, a.namespace, a.name), patch)
+        self.cache.write_through(kinds.LEASES, a.namespace, a.resource_version, result)
+        self.metrics.record_reclaim(a.namespace, a.reason)
+        log(
+            logger,
+            logging.WARNING,
+            "submit Lease reclaimed",
+            namespace=a.namespace,
+            name=a.name,
+            holder=a.holder,
+            reason=a.reason,
+            detail=a.message,
+        )
+        reason = (
+            events.LEASE_EXPIRED_RECLAIMED
+            if a.reason == "expired"
+            else events.LEASE_HOLDER_GONE_RECLAIMED
+        )
+        meta = result.get("metadata") or {}
+        ref = events.involved(
+            "coordination.k8s.io/v1", "Lease", a.namespace, a.name, str(meta.get("uid") or "")
+        )
+        await self._event(ref, reason, a.message, "Warning")
+
+    async def _patch_job_mark(self, job: JobRef, value: str | None) -> dict[str, Any]:
+        patch = {
+            "metadata": {
+                "resourceVersion": job.resource_version,
+                "annotations": {ORPHANED_SINCE_ANNOTATION: value},
+            }
+        }
+        result = await self.api.merge_patch(path(JOBS, job.namespace, job.name), patch)
+        self.cache.write_through(kinds.JOBS, job.namespace, job.resource_version, result)
+        return result
+
+    async def _mark(self, a: MarkOrphan) -> None:
+        await self._patch_job_mark(a.job, format_microtime(a.since))
+        log(
+            logger,
+            logging.WARNING,
+            "orphaned finalizer marked",
+            namespace=a.job.namespace,
+            name=a.job.name,
+            job_id=a.job.job_id,
+            detail=a.message,
+        )
+        await self._event(_job_ref(a.job), events.ORPHANED_FINALIZER, a.message, "Warning")
+
+    async def _unmark(self, a: UnmarkOrphan) -> None:
+        await self._patch_job_mark(a.job, None)
+        log(
+            logger,
+            logging.INFO,
+            "orphan mark removed",
+            namespace=a.job.namespace,
+            name=a.job.name,
+            job_id=a.job.job_id,
+            detail=a.message,
+        )
+
+    async def _delete(self, a: DeleteOrphan) -> None:
+        job = a.job
+        await self.api.delete(
+            path(JOBS, job.namespace, job.name),
+            resource_version=job.resource_version,
+            uid=job.uid,
+            propagation="Background",
+        )
+        self.cache.forget_job(job.namespace, job.name, job.resource_version)
+        self.metrics.record_orphan_deleted(job.namespace)
+        log(
+            logger,
+            logging.WARNING,
+            "orphaned finalizer deleted",
+            namespace=job.namespace,
+            name=job.name,
+            job_id=job.job_id,
+            uid=job.uid,
+            detail=a.message,
+        )
+        await self._event(_job_ref(job), events.ORPHANED_FINALIZER_DELETED, a.message, "Warning")
+
+    async def _write_liveness(self, a: WriteLiveness) -> None:
+        data = dict(a.data)
+        if a.resource_version:
+            patch = {"metadata": {"resourceVersion": a.resource_version}, "data": data}
+            result = await self.api.merge_patch(
+                path(CONFIGMAPS, a.namespace, LIVENESS_CONFIGMAP), patch
+            )
+        else:
+            body = {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {
+                    "name": LIVENESS_CONFIGMAP,
+                    "namespace": a.namespace,
+                    "labels": dict(MANAGED_BY),
+                },
+                "data": data,
+            }
+            # 409 AlreadyExists: another writer made it; the watch will tell us its version.
+            result = await self.api.create(path(CONFIGMAPS, a.namespace), body)
+        self.cache.write_through(kinds.CONFIGMAPS, a.namespace, a.resource_version, result)
+        level = logging.DEBUG if a.why == "heartbeat" else logging.INFO
+        log(
+            logger,
+            level,
+            "liveness written",
+            namespace=a.namespace,
+            why=a.why,
+            in_use=data.get("inUse"),
+            active_job_ids=data.get("activeJobIds"),
+            lease_holder=data.get("leaseHolder"),
+        )
+
+    async def _event(
+        self, ref: dict[str, str], reason: str, message: str, event_type: events.EventType
+    ) -> None:
+        body = events.event_body(ref, reason, message, event_type, self.instance, self.clock())
+        try:
+            await self.api.create(path(EVENTS, ref["namespace"]), body)
+        except (ApiError, ApiUnavailable) as exc:
+            self.metrics.record_api_error("create", "events")
+            log(
+                logger,
+                logging.WARNING,
+                "could not record Event",
+                reason=reason,
+                namespace=ref["namespace"],
+                name=ref["name"],
+                detail=str(exc),
+            )
+
+
+def _job_ref(job: JobRef) -> dict[str, str]:
+    return events.involved("batch/v1", "Job", job.namespace, job.name, job.uid)
+
+
+_VERB_RESOURCE: dict[type, tuple[str, str]] = {
+    ReleaseLease: ("patch", "leases"),
+    MarkOrphan: ("patch", "jobs"),
+    UnmarkOrphan: ("patch", "jobs"),
+    DeleteOrphan: ("delete", "jobs"),
+    WriteLiveness: ("patch", "configmaps"),
+}

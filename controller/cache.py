@@ -1,0 +1,196 @@
+"""The lean per-namespace cache the watches feed and the reconciler reads.
+
+Only the few fields the planners need are kept, as the shared library's own frozen views
+(:class:`elbgate.census.JobRef`, :class:`elbgate.lease.LeaseView`), never whole objects:
+memory is benchmarked. A finished Job is dropped at once (nothing the controller does
+depends on it) unless it still carries the orphaned-since mark, which must be removed.
+
+A namespace is *synced* only while every one of its watched kinds has completed its
+initial LIST and its watch is up; the reconciler never plans on anything less.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from elbgate.census import JobRef, is_terminal
+from elbgate.lease import LeaseView
+
+JOBS = "jobs"
+LEASES = "leases"
+CONFIGMAPS = "configmaps"
+KINDS: tuple[str, ...] = (JOBS, LEASES, CONFIGMAPS)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigMapRecord:
+    """The liveness ConfigMap as last seen: its resourceVersion and ``data``."""
+
+    name: str
+    resource_version: str
+    data: Mapping[str, str]
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any]) -> ConfigMapRecord:
+        meta = obj.get("metadata") or {}
+        data = obj.get("data") or {}
+        return cls(
+            name=str(meta.get("name") or ""),
+            resource_version=str(meta.get("resourceVersion") or ""),
+            data={str(k): str(v) for k, v in data.items()} if isinstance(data, Mapping) else {},
+        )
+
+
+@dataclass(slots=True)
+class NamespaceCache:
+    """What one namespace looks like, as far as the controller cares."""
+
+    unfinished: dict[str, JobRef] = field(default_factory=dict)
+    """Non-terminal watched Jobs, by name."""
+    finished_marked: dict[str, JobRef] = field(default_factory=dict)
+    """Terminal Jobs that still carry ``elb-gate.io/orphaned-since`` (to be un-marked)."""
+    lease: LeaseView | None = None
+    liveness: ConfigMapRecord | None = None
+    synced: set[str] = field(default_factory=set)
+    """Kinds whose LIST completed and whose watch has not failed since."""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """An immutable copy of one namespace's cache, handed to the pure planners."""
+
+    namespace: str
+    lease: LeaseView | None
+    unfinished: tuple[JobRef, ...]
+    finished_marked: tuple[JobRef, ...]
+    liveness: ConfigMapRecord | None
+
+
+class Cache:
+    """Per-namespace records for Jobs, the submit Lease and the liveness ConfigMap.
+
+    Not thread-safe: it lives on the controller's event loop. ``on_change(namespace)``
+    is called after every change a reconcile should look at.
+    """
+
+    def __init__(
+        self, namespaces: Iterable[str], on_change: Callable[[str], None] | None = None
+    ) -> None:
+        self._ns: dict[str, NamespaceCache] = {ns: NamespaceCache() for ns in namespaces}
+        self._on_change = on_change or (lambda _ns: None)
+
+    @property
+    def namespaces(self) -> tuple[str, ...]:
+        return tuple(self._ns)
+
+    # -- feeding (the informers) ---------------------------------------------
+
+    def replace(self, kind: str, namespace: str, items: Iterable[Mapping[str, Any]]) -> None:
+        """Install the result of a LIST and mark ``kind`` synced in ``namespace``."""
+        entry = self._ns[namespace]
+        if kind == JOBS:
+            entry.unfinished.clear()
+            entry.finished_marked.clear()
+            for obj in items:
+                self._put_job(entry, obj)
+        elif kind == LEASES:
+            entry.lease = None
+            for obj in items:
+                entry.lease = LeaseView.from_dict(obj)
+        elif kind == CONFIGMAPS:
+            entry.liveness = None
+            for obj in items:
+                entry.liveness = ConfigMapRecord.from_dict(obj)
+        else:
+            raise ValueError(f"unknown kind {kind!r}")
+        entry.synced.add(kind)
+        self._on_change(namespace)
+
+    def apply(self, kind: str, namespace: str, event_type: str, obj: Mapping[str, Any]) -> None:
+        """One watch event (``ADDED``/``MODIFIED``/``DELETED``): the hot path."""
+        entry = self._ns[namespace]
+        deleted = event_type == "DELETED"
+        if kind == JOBS:
+            if deleted:
+                name = (obj.get("metadata") or {}).get("name")
+                entry.unfinished.pop(name, None)  # type: ignore[arg-type]
+                entry.finished_marked.pop(name, None)  # type: ignore[arg-type]
+            else:
+                self._put_job(entry, obj)
+        elif kind == LEASES:
+            entry.lease = None if deleted else LeaseView.from_dict(obj)
+        elif kind == CONFIGMAPS:
+            entry.liveness = None if deleted else ConfigMapRecord.from_dict(obj)
+        else:
+            raise ValueError(f"unknown kind {kind!r}")
+        self._on_change(namespace)
+
+    @staticmethod
+    def _put_job(entry: NamespaceCache, obj: Mapping[str, Any]) -> None:
+        ref = JobRef.from_dict(obj)
+        if is_terminal(obj):
+            entry.unfinished.pop(ref.name, None)
+            if ref.orphaned_since:
+                entry.finished_marked[ref.name] = ref
+            else:
+                entry.finished_marked.pop(ref.name, None)
+        else:
+            entry.finished_marked.pop(ref.name, None)
+            entry.unfinished[ref.name] = ref
+
+    def write_through(
+        self, kind: str, namespace: str, expected_rv: str, obj: Mapping[str, Any] | None
+    ) -> None:
+        """Record the result of our own write (``None``: deleted) — but only if the cache
+        still holds the version we wrote against. If the watch already delivered that
+        write, or anything newer, the cache is at least as fresh and is left alone."""
+        entry = self._ns[namespace]
+        name = str(((obj or {}).get("metadata") or {}).get("name") or "")
+        current: Any
+        if kind == JOBS:
+            current = entry.unfinished.get(name) or entry.finished_marked.get(name)
+        elif kind == LEASES:
+            current = entry.lease
+        else:
+            current = entry.liveness
+        current_rv = current.resource_version if current is not None else ""
+        if current_rv != expected_rv:
+            return
+        if obj is not None:
+            self.apply(kind, namespace, "MODIFIED", obj)
+
+    def forget_job(self, namespace: str, name: str, expected_rv: str) -> None:
+        """Drop a Job we just deleted, if the cache still holds the version we deleted."""
+        entry = self._ns[namespace]
+        ref = entry.unfinished.get(name) or entry.finished_marked.get(name)
+        if ref is not None and ref.resource_version == expected_rv:
+            entry.unfinished.pop(name, None)
+            entry.finished_marked.pop(name, None)
+            self._on_change(namespace)
+
+    def mark_unsynced(self, kind: str, namespace: str) -> None:
+        """The watch of ``kind`` failed: stop trusting ``namespace`` until it relists."""
+        self._ns[namespace].synced.discard(kind)
+
+    # -- reading (the reconciler) --------------------------------------------
+
+    def synced(self, namespace: str) -> bool:
+        return self._ns[namespace].synced.issuperset(KINDS)
+
+    def all_synced(self) -> bool:
+        return all(self.synced(ns) for ns in self._ns)
+
+    def snapshot(self, namespace: str) -> Snapshot:
+        entry = self._ns[namespace]
+        return Snapshot(
+            namespace=namespace,
+            lease=entry.lease,
+            unfinished=tuple(entry.unfinished.values()),
+            finished_marked=tuple(entry.finished_marked.values()),
+            liveness=entry.liveness,
+        )
+
+    def job_count(self) -> int:
+        return sum(len(e.unfinished) + len(e.finished_marked) for e in self._ns.values())

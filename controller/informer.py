@@ -1,0 +1,172 @@
+"""LIST + WATCH loops that keep the cache current, one per (kind, namespace).
+
+* LIST (paged) → :meth:`Cache.replace` → synced; then WATCH from the list's
+  resourceVersion, each event through :meth:`Cache.apply` (the hot path).
+* a watch that ends normally (server timeout) is resumed from the last resourceVersion;
+* a 410 Gone, a dropped connection or an API error marks the kind unsynced in that
+  namespace (so it is not reconciled on stale data) and relists, with backoff on errors.
+* nothing here raises: an unexpected error is logged and treated like a failed watch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from controller.cache import Cache
+from controller.logs import log
+from controller.metrics import ControllerMetrics
+from elbgate.kube.api import ApiError, ApiUnavailable, KubeApi
+
+logger = logging.getLogger("elbgate.controller.informer")
+
+PAGE_SIZE = 500
+
+
+@dataclass(frozen=True, slots=True)
+class WatchSpec:
+    """What to list and watch for one kind in one namespace."""
+
+    kind: str
+    """Cache kind (``jobs``, ``leases``, ``configmaps``)."""
+    namespace: str
+    url_path: str
+    label_selector: str | None = None
+    field_selector: str | None = None
+
+
+class Informer:
+    """Keeps one :class:`WatchSpec` mirrored in the cache until cancelled."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        cache: Cache,
+        spec: WatchSpec,
+        metrics: ControllerMetrics,
+        *,
+        watch_timeout_seconds: int = 300,
+        backoff_initial: float = 0.2,
+        backoff_max: float = 5.0,
+        on_synced: Callable[[str, str], None] | None = None,
+    ) -> None:
+        self.api = api
+        self.cache = cache
+        self.spec = spec
+        self.metrics = metrics
+        self.watch_timeout_seconds = watch_timeout_seconds
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self._on_synced = on_synced or (lambda _k, _ns: None)
+        self.resource_version = ""
+
+    def _fields(self) -> dict[str, Any]:
+        return {"resource": self.spec.kind, "namespace": self.spec.namespace}
+
+    async def run(self) -> None:
+        """List and watch forever (until cancelled)."""
+        delay = self.backoff_initial
+        while True:
+            try:
+                await self._list()
+                delay = self.backoff_initial
+                await self._watch_until_broken()
+                # A 410 Gone: the history we resume from is gone; relist at once.
+                self.cache.mark_unsynced(self.spec.kind, self.spec.namespace)
+                self.metrics.record_watch_restart(self.spec.kind)
+                continue
+            except asyncio.CancelledError:
+                raise
+            except (ApiError, ApiUnavailable) as exc:
+                self.metrics.record_api_error("watch", self.spec.kind)
+                log(
+                    logger,
+                    logging.WARNING,
+                    "list/watch failed; relisting after backoff",
+                    detail=str(exc),
+                    backoff_seconds=round(delay, 2),
+                    **self._fields(),
+                )
+            except Exception:
+                log(
+                    logger,
+                    logging.ERROR,
+                    "list/watch crashed; relisting after backoff",
+                    exc_info=True,
+                    **self._fields(),
+                )
+            self.cache.mark_unsynced(self.spec.kind, self.spec.namespace)
+            self.metrics.record_watch_restart(self.spec.kind)
+            await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+            delay = min(self.backoff_max, delay * 2)
+
+    async def _list(self) -> None:
+        items: list[dict[str, Any]] = []
+        cont = ""
+        while True:
+            query = {"limit": str(PAGE_SIZE)}
+            if self.spec.label_selector:
+                query["labelSelector"] = self.spec.label_selector
+            if self.spec.field_selector:
+                query["fieldSelector"] = self.spec.field_selector
+            if cont:
+                query["continue"] = cont
+            body = await self.api.request("GET", self.spec.url_path, query=query, deadline=30)
+            page = body.get("items")
+            if isinstance(page, list):
+                items.extend(page)
+            meta = body.get("metadata") or {}
+            cont = str(meta.get("continue") or "")
+            if not cont:
+                self.resource_version = str(meta.get("resourceVersion") or "")
+                break
+        self.cache.replace(self.spec.kind, self.spec.namespace, items)
+        log(
+            logger,
+            logging.DEBUG,
+            "listed",
+            count=len(items),
+            rv=self.resource_version,
+            **self._fields(),
+        )
+        self._on_synced(self.spec.kind, self.spec.namespace)
+
+    async def _watch_until_broken(self) -> None:
+        """Watch, resuming after normal ends; return on 410 Gone (caller relists);
+        raise on any other failure."""
+        while True:
+            try:
+                async for event in self.api.watch(
+                    self.spec.url_path,
+                    resource_version=self.resource_version,
+                    label_selector=self.spec.label_selector,
+                    field_selector=self.spec.field_selector,
+                    timeout_seconds=self.watch_timeout_seconds,
+                ):
+                    self.handle_event(event)
+            except ApiError as exc:
+                if exc.gone:
+                    log(
+                        logger,
+                        logging.INFO,
+                        "watch expired (410 Gone); relisting",
+                        **self._fields(),
+                    )
+                    return
+                raise
+
+    def handle_event(self, event: dict[str, Any]) -> None:
+        """One decoded watch event; BOOKMARKs only advance the resourceVersion."""
+        kind = event.get("type")
+        obj = event.get("object")
+        if not isinstance(obj, dict):
+            return
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        if kind in ("ADDED", "MODIFIED", "DELETED"):
+            self.cache.apply(self.spec.kind, self.spec.namespace, kind, obj)
+        if rv:
+            self.resource_version = str(rv)

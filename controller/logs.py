@@ -1,0 +1,68 @@
+"""Structured logs: one JSON object per line (``ELB_GATE_LOG_FORMAT=json``) or plain text.
+
+Callers pass fields as keywords through :func:`log`, so every record about an object
+carries the same keys (``namespace``, ``name``, ``reason`` ...) and can be filtered.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+import orjson
+
+_FIELDS = "elb_fields"
+
+
+class JsonFormatter(logging.Formatter):
+    """``{"ts", "level", "logger", "msg", **fields}`` on one line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        out.update(getattr(record, _FIELDS, None) or {})
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return orjson.dumps(out, default=str).decode()
+
+
+class TextFormatter(logging.Formatter):
+    """Human-readable: ``time level logger msg key=value ...``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = getattr(record, _FIELDS, None) or {}
+        line = (
+            f"{self.formatTime(record)} {record.levelname:<7} {record.name} {record.getMessage()}"
+        )
+        if fields:
+            line += " " + " ".join(f"{k}={v}" for k, v in fields.items())
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+def configure(log_format: str, stream: TextIO | None = None, level: int = logging.INFO) -> None:
+    """Install one handler on the root logger (idempotent: replaces earlier handlers)."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    # aiohttp's access log would print one unstructured line per scrape.
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+def log(
+    logger: logging.Logger, level: int, msg: str, *, exc_info: bool = False, **fields: Any
+) -> None:
+    """Log ``msg`` with structured ``fields`` (rendered as JSON keys or key=value)."""
+    if logger.isEnabledFor(level):
+        logger.log(level, msg, extra={_FIELDS: fields}, exc_info=exc_info)

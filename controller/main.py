@@ -1,0 +1,173 @@
+"""Wiring: build the cache, informers, leader elector, reconciler and HTTP server from
+the settings, run them until cancelled, and shut down cleanly (releasing leadership)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from aiohttp import web
+
+from controller import cache as kinds
+from controller.apply import Applier
+from controller.cache import Cache
+from controller.http import Health, create_app
+from controller.informer import Informer, WatchSpec
+from controller.leader import LeaderElector
+from controller.logs import log
+from controller.metrics import ControllerMetrics
+from controller.reconciler import Reconciler
+from elbgate.kube.api import CONFIGMAPS, JOBS, LEASES, KubeApi, path
+from elbgate.kube.config import KubeConfig
+from elbgate.names import LIVENESS_CONFIGMAP, SEARCH_APPS, lease_name
+from elbgate.settings import Settings
+
+logger = logging.getLogger("elbgate.controller")
+
+
+@dataclass(frozen=True)
+class LeaderTiming:
+    """Leader-election timing (client-go defaults: 15 s Lease, renewed every 5 s)."""
+
+    lease_seconds: float = 15.0
+    renew_seconds: float = 5.0
+
+
+def identity(settings: Settings) -> str:
+    """This process's leader identity: pod name (or hostname) + a fresh uuid, so even two
+    processes given the same pod name never both believe they hold the Lease."""
+    return f"{settings.pod_name or socket.gethostname()}_{uuid.uuid4().hex}"
+
+
+def job_selector(settings: Settings) -> str:
+    """``app in (...)``: the census's apps plus the configured liveness apps."""
+    apps = sorted(set(SEARCH_APPS) | set(settings.liveness_apps))
+    return f"app in ({','.join(apps)})"
+
+
+def watch_specs(settings: Settings) -> list[WatchSpec]:
+    """The three watches of each gated namespace."""
+    out: list[WatchSpec] = []
+    for ns in settings.namespaces:
+        out.append(WatchSpec(kinds.JOBS, ns, path(JOBS, ns), label_selector=job_selector(settings)))
+        out.append(
+            WatchSpec(
+                kinds.LEASES, ns, path(LEASES, ns), field_selector=f"metadata.name={lease_name(ns)}"
+            )
+        )
+        out.append(
+            WatchSpec(
+                kinds.CONFIGMAPS,
+                ns,
+                path(CONFIGMAPS, ns),
+                field_selector=f"metadata.name={LIVENESS_CONFIGMAP}",
+            )
+        )
+    return out
+
+
+class Controller:
+    """Everything one controller process runs."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        api: KubeApi,
+        *,
+        timing: LeaderTiming | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        watch_timeout_seconds: int = 300,
+    ) -> None:
+        self.settings = settings
+        self.api = api
+        self.identity = identity(settings)
+        self.metrics = ControllerMetrics()
+        timing = timing or LeaderTiming()
+        self.cache = Cache(settings.namespaces, on_change=self._changed)
+        self.leader = LeaderElector(
+            api,
+            settings.pod_namespace,
+            settings.leader_lease_name,
+            self.identity,
+            self.metrics,
+            lease_seconds=timing.lease_seconds,
+            renew_seconds=timing.renew_seconds,
+            on_started=self._leading,
+            on_stopped=self._not_leading,
+        )
+        self.applier = Applier(
+            api, self.cache, self.metrics, self.identity, self.leader.may_act, clock
+        )
+        self.reconciler = Reconciler(
+            settings, self.cache, api, self.applier, self.metrics, self.leader.may_act, clock
+        )
+        self.informers = [
+            Informer(
+                api, self.cache, spec, self.metrics, watch_timeout_seconds=watch_timeout_seconds
+            )
+            for spec in watch_specs(settings)
+        ]
+        self.health = Health(
+            ready=self.cache.all_synced,
+            liveness=lambda: self.reconciler.liveness_json(self.leader.may_act()),
+            metrics=self.metrics.render,
+        )
+        self.metrics_port = 0
+
+    def _changed(self, namespace: str) -> None:
+        self.reconciler.mark_dirty(namespace)
+
+    def _leading(self) -> None:
+        self.reconciler.mark_all_dirty()
+
+    def _not_leading(self) -> None:
+        self.reconciler.cancel_inflight()
+
+    async def run(self) -> None:
+        """Serve, watch, elect and reconcile until cancelled."""
+        runner = web.AppRunner(create_app(self.health), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, self.settings.bind_address, self.settings.metrics_port)
+        await site.start()
+        self.metrics_port = runner.addresses[0][1]
+        log(
+            logger,
+            logging.INFO,
+            "metrics server listening",
+            port=self.metrics_port,
+            address=self.settings.bind_address,
+        )
+        log(
+            logger,
+            logging.INFO,
+            "controller starting",
+            identity=self.identity,
+            namespaces=list(self.settings.namespaces),
+            resync_seconds=self.settings.resync_seconds,
+            orphan_policy=self.settings.orphan_policy,
+        )
+        self.metrics.set_leader(False)
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for informer in self.informers:
+                    tg.create_task(informer.run())
+                tg.create_task(self.reconciler.run())
+                tg.create_task(self.leader.run())
+        finally:
+            self.reconciler.cancel_inflight()
+            await asyncio.shield(self.leader.release())
+            await runner.cleanup()
+            log(logger, logging.INFO, "controller stopped", identity=self.identity)
+
+
+async def serve(settings: Settings, config: KubeConfig, timing: LeaderTiming) -> None:
+    """Run a controller against ``config`` until cancelled (SIGTERM/SIGINT)."""
+    async with KubeApi(
+        config, timeout=max(5.0, settings.api_timeout_seconds), user_agent="elb-gate-controller"
+    ) as api:
+        await Controller(settings, api, timing=timing).run()

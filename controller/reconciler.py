@@ -1,0 +1,214 @@
+"""**observe** → plan → apply, per namespace, on cache changes and on a periodic resync.
+
+Level-based: every reconcile re-derives everything from the cache (plus one pod GET when a
+Lease's stamped holder pod must be checked), so a missed event is repaired by the next
+resync. A namespace whose cache is not synced is skipped. Only the leader applies; every
+replica plans, so ``/liveness`` and the gauges are served by both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+from controller.apply import Applier, Outcome
+from controller.cache import Cache
+from controller.liveness import LivenessView
+from controller.logs import log
+from controller.metrics import ControllerMetrics
+from controller.plan import Plan, make_plan
+from controller.reclaim import PodSeen, holder_pod_to_check
+from elbgate.kube.api import PODS, ApiError, ApiUnavailable, KubeApi, path
+from elbgate.settings import Settings
+
+logger = logging.getLogger("elbgate.controller.reconciler")
+
+DEBOUNCE_SECONDS = 0.05
+"""Coalesce a burst of watch events (a LIST's worth, a search's Jobs) into one reconcile."""
+REQUEUE_AFTER_CONFLICT = 0.5
+
+
+class Reconciler:
+    """Runs reconciles; holds the latest plan outcome of each namespace for readers."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        cache: Cache,
+        api: KubeApi,
+        applier: Applier,
+        metrics: ControllerMetrics,
+        may_act: Callable[[], bool],
+        clock: Callable[[], datetime],
+    ) -> None:
+        self.settings = settings
+        self.cache = cache
+        self.api = api
+        self.applier = applier
+        self.metrics = metrics
+        self.may_act = may_act
+        self.clock = clock
+        self.views: dict[str, LivenessView] = {}
+        self.last_plans: dict[str, Plan] = {}
+        self._last_seen_active: dict[str, datetime] = {}
+        self._dirty: set[str] = set()
+        self._wake = asyncio.Event()
+        self._inflight: asyncio.Task[None] | None = None
+
+    # -- triggers ------------------------------------------------------------
+
+    def mark_dirty(self, namespace: str) -> None:
+        """Queue ``namespace`` for a reconcile (called for every cache change)."""
+        self._dirty.add(namespace)
+        self._wake.set()
+
+    def mark_all_dirty(self) -> None:
+        for ns in self.cache.namespaces:
+            self._dirty.add(ns)
+        self._wake.set()
+
+    def cancel_inflight(self) -> None:
+        """Leadership lost: abandon the writes in progress at once."""
+        if self._inflight is not None and not self._inflight.done():
+            self._inflight.cancel()
+
+    # -- the loop --------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Reconcile dirty namespaces as they come, and all of them every resync."""
+        next_resync = time.monotonic() + self.settings.resync_seconds
+        while True:
+            timeout = max(0.0, next_resync - time.monotonic())
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+                await asyncio.sleep(DEBOUNCE_SECONDS)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            if time.monotonic() >= next_resync:
+                self._dirty.update(self.cache.namespaces)
+                next_resync = time.monotonic() + self.settings.resync_seconds
+            batch, self._dirty = sorted(self._dirty), set()
+            for ns in batch:
+                await self.reconcile(ns)
+
+    async def reconcile(self, namespace: str) -> Plan | None:
+        """One namespace: observe, plan, publish, and (leader only) apply."""
+        started = time.perf_counter()
+        ok = True
+        try:
+            return await self._reconcile(namespace)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            ok = False
+            log(
+                logger,
+                logging.ERROR,
+                "reconcile failed; the next event or resync retries",
+                namespace=namespace,
+                exc_info=True,
+            )
+            return None
+        finally:
+            self.metrics.record_reconcile(time.perf_counter() - started, ok)
+
+    async def _reconcile(self, namespace: str) -> Plan | None:
+        if not self.cache.synced(namespace):
+            log(logger, logging.DEBUG, "cache not synced; not reconciling", namespace=namespace)
+            return None
+        snap = self.cache.snapshot(namespace)
+        pods: dict[str, PodSeen] = {}
+        stamp = holder_pod_to_check(snap.lease, self.clock(), self.settings)
+        if stamp is not None and snap.lease is not None:
+            pods[snap.lease.holder_pod] = await self.observe_pod(*stamp)
+            # The world moved on while we waited: plan on the fresh cache. The pod lookup
+            # only applies to the Lease version it was made for (keyed by its stamp).
+            if not self.cache.synced(namespace):
+                return None
+            snap = self.cache.snapshot(namespace)
+        now = self.clock()
+        plan = make_plan(snap, pods, self._last_seen_active.get(namespace), now, self.settings)
+        self._publish(plan, now)
+        if plan.actions and self.may_act():
+            await self._apply(plan)
+        return plan
+
+    async def observe_pod(self, namespace: str, name: str, uid: str) -> PodSeen:
+        """GET the holder's pod: ``absent`` only on a 404; any error is ``unknown``."""
+        try:
+            pod = await self.api.get(path(PODS, namespace, name))
+        except ApiError as exc:
+            if exc.not_found:
+                return PodSeen("absent")
+            self.metrics.record_api_error("get", "pods")
+            return PodSeen("unknown", detail=str(exc))
+        except ApiUnavailable as exc:
+            self.metrics.record_api_error("get", "pods")
+            return PodSeen("unknown", detail=str(exc))
+        return PodSeen("present", uid=str((pod.get("metadata") or {}).get("uid") or ""))
+
+    def _publish(self, plan: Plan, now: datetime) -> None:
+        view = plan.liveness
+        if view.in_use:
+            self._last_seen_active[plan.namespace] = now
+        self.views[plan.namespace] = view
+        self.last_plans[plan.namespace] = plan
+        self.metrics.set_namespace_state(
+            plan.namespace,
+            active_searches=plan.census.count,
+            ceiling=self.settings.max_run_concurrency,
+            orphans=len(plan.census.orphans),
+            lease_expired=plan.lease_expired,
+            in_use=view.in_use,
+            idle_seconds=view.idle_seconds(),
+            computed_at=now.timestamp(),
+        )
+
+    async def _apply(self, plan: Plan) -> None:
+        task = asyncio.create_task(self._apply_all(plan))
+        self._inflight = task
+        try:
+            await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # we are being shut down, not just losing leadership
+            log(
+                logger,
+                logging.WARNING,
+                "writes abandoned: leadership lost",
+                namespace=plan.namespace,
+            )
+        finally:
+            self._inflight = None
+
+    async def _apply_all(self, plan: Plan) -> None:
+        for action in plan.actions:
+            outcome = await self.applier.apply(action)
+            if outcome is Outcome.NOT_LEADER:
+                return
+            if outcome in (Outcome.CONFLICT, Outcome.FAILED):
+                # Re-observe: the watch brings the new version; look again shortly even if
+                # it does not (e.g. the write failed without anything changing).
+                asyncio.get_running_loop().call_later(
+                    REQUEUE_AFTER_CONFLICT, self.mark_dirty, plan.namespace
+                )
+
+    def liveness_json(self, leading: bool) -> dict[str, object]:
+        """``GET /liveness``: every gated namespace; unsynced ones are *unknown*."""
+        out: dict[str, object] = {}
+        for ns in self.cache.namespaces:
+            view = self.views.get(ns)
+            if not self.cache.synced(ns) or view is None:
+                out[ns] = {
+                    "state": "unknown",
+                    "inUse": None,
+                    "why": "cache not synced (initial list pending or watch down)",
+                }
+            else:
+                out[ns] = {"state": "in_use" if view.in_use else "idle", **view.as_json()}
+        return {"leader": leading, "resyncSeconds": self.settings.resync_seconds, "namespaces": out}

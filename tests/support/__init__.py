@@ -1,0 +1,1 @@
+"""Reusable test support: processes and helpers shared by several test suites."""
