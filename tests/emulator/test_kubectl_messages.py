@@ -106,3 +106,13 @@ def test_an_unknown_token_prints_you_must_be_logged_in(emu: Emulator, tmp_path: 
     result = kubectl(emu, "alice", "--kubeconfig", str(tmp_path / "kubeconfig"),
                      "get", "leases")
     assert "error: You must be logged in to the server (Unauthorized)" in result.stderr
+
+
+def test_typed_create_subcommands_sending_protobuf_are_understood(emu: Emulator) -> None:
+    assert kubectl(emu, "alice", "create", "namespace", "elb-system").returncode == 0
+    result = kubectl(emu, "alice", "create", "configmap", "settings", "-n", "elb-system",
+                     "--from-literal=BLAST_MAX_RUN_CONCURRENCY=3")
+    assert result.returncode == 0, result.stderr
+    stored = emu.get("configmaps", "elb-system", "settings")
+    assert stored["data"] == {"BLAST_MAX_RUN_CONCURRENCY": "3"}
+    assert emu.get("namespaces", None, "elb-system")["status"] == {"phase": "Active"}

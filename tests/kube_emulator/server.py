@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from . import discovery, errors
+from . import discovery, errors, protobuf
 from .admission import AdmissionChain, Attributes
 from .defaults import apply_defaults
 from .errors import ApiError
@@ -282,6 +282,8 @@ class Verbs:
         if not raw.strip():
             return None
         media = self.request.content_type
+        if media == protobuf.MEDIA_TYPE:
+            return protobuf.decode(raw)
         if self.request.method != "PATCH" and media not in (*BODY_TYPES, "application/octet-stream"):
             raise errors.unsupported_media_type(BODY_TYPES)
         try:
