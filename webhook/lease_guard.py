@@ -56,10 +56,14 @@ def decide(
     if request.operation not in ("CREATE", "UPDATE"):
         return admit("not_gated")
     if request.new is None:
-        return refuse(400, "malformed", f"Lease {request.ref}: the request carries no object")
+        return refuse(
+            400, "malformed", f"Lease guard: the request for Lease {request.ref} carries no object"
+        )
     if request.operation == "UPDATE" and request.old is None:
         return refuse(
-            400, "malformed", f"Lease {request.ref}: the UPDATE carries no oldObject to judge"
+            400,
+            "malformed",
+            f"Lease guard: the UPDATE of Lease {request.ref} carries no oldObject to judge",
         )
     if not request.new.held:
         return _release(request, settings, now, ids)
