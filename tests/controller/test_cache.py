@@ -1,0 +1,108 @@
+"""The lean cache: what each watch event leaves behind, and when a namespace is synced."""
+
+from __future__ import annotations
+
+from controller.cache import CONFIGMAPS, JOBS, LEASES, Cache
+from tests.controller.builders import NS, ago, job_doc, lease_doc
+
+
+def synced_cache(changes: list[str] | None = None) -> Cache:
+    cache = Cache([NS], on_change=(changes.append if changes is not None else None))
+    for kind in (JOBS, LEASES, CONFIGMAPS):
+        cache.replace(kind, NS, [])
+    return cache
+
+
+def test_a_namespace_is_synced_only_after_every_kind_has_listed() -> None:
+    cache = Cache([NS])
+    cache.replace(JOBS, NS, [])
+    cache.replace(LEASES, NS, [])
+    assert not cache.synced(NS) and not cache.all_synced()
+    cache.replace(CONFIGMAPS, NS, [])
+    assert cache.synced(NS) and cache.all_synced()
+
+
+def test_a_failed_watch_unsyncs_the_namespace_until_it_relists() -> None:
+    cache = synced_cache()
+    cache.mark_unsynced(LEASES, NS)
+    assert not cache.synced(NS)
+    cache.replace(LEASES, NS, [lease_doc()])
+    assert cache.synced(NS)
+
+
+def test_unfinished_jobs_are_kept_as_refs_and_finished_ones_dropped() -> None:
+    cache = synced_cache()
+    cache.apply(JOBS, NS, "ADDED", job_doc("b1", app="blast"))
+    cache.apply(JOBS, NS, "ADDED", job_doc("f1"))
+    assert {j.name for j in cache.snapshot(NS).unfinished} == {"b1", "f1"}
+    cache.apply(JOBS, NS, "MODIFIED", job_doc("b1", app="blast", finished=True))
+    snap = cache.snapshot(NS)
+    assert [j.name for j in snap.unfinished] == ["f1"]
+    assert snap.finished_marked == ()
+
+
+def test_a_finished_job_that_still_carries_the_orphan_mark_is_kept_to_be_unmarked() -> None:
+    cache = synced_cache()
+    cache.apply(JOBS, NS, "MODIFIED", job_doc("f1", finished=True, orphaned_since=ago(5)))
+    assert [j.name for j in cache.snapshot(NS).finished_marked] == ["f1"]
+    cache.apply(JOBS, NS, "MODIFIED", job_doc("f1", finished=True))
+    assert cache.snapshot(NS).finished_marked == ()
+
+
+def test_a_deleted_job_is_forgotten() -> None:
+    cache = synced_cache()
+    cache.apply(JOBS, NS, "ADDED", job_doc("f1"))
+    cache.apply(JOBS, NS, "DELETED", job_doc("f1"))
+    assert cache.snapshot(NS).unfinished == ()
+    assert cache.job_count() == 0
+
+
+def test_the_lease_and_the_liveness_configmap_follow_their_events() -> None:
+    cache = synced_cache()
+    cache.apply(LEASES, NS, "ADDED", lease_doc(rv="5"))
+    cm = {
+        "metadata": {"name": "elb-blast-liveness", "resourceVersion": "6"},
+        "data": {"inUse": "true"},
+    }
+    cache.apply(CONFIGMAPS, NS, "ADDED", cm)
+    snap = cache.snapshot(NS)
+    assert snap.lease is not None and snap.lease.resource_version == "5"
+    assert snap.liveness is not None and snap.liveness.data == {"inUse": "true"}
+    cache.apply(LEASES, NS, "DELETED", lease_doc(rv="7"))
+    assert cache.snapshot(NS).lease is None
+
+
+def test_every_change_queues_the_namespace() -> None:
+    changes: list[str] = []
+    cache = synced_cache(changes)
+    changes.clear()
+    cache.apply(JOBS, NS, "ADDED", job_doc("f1"))
+    cache.apply(LEASES, NS, "MODIFIED", lease_doc())
+    assert changes == [NS, NS]
+
+
+def test_a_relist_replaces_everything_seen_before() -> None:
+    cache = synced_cache()
+    cache.apply(JOBS, NS, "ADDED", job_doc("gone-while-disconnected"))
+    cache.replace(JOBS, NS, [job_doc("still-here")])
+    assert [j.name for j in cache.snapshot(NS).unfinished] == ["still-here"]
+
+
+def test_write_through_applies_only_over_the_version_it_was_written_against() -> None:
+    cache = synced_cache()
+    cache.apply(JOBS, NS, "ADDED", job_doc("f1", rv="10"))
+    cache.write_through(JOBS, NS, "10", job_doc("f1", rv="11", orphaned_since=ago(1)))
+    assert cache.snapshot(NS).unfinished[0].resource_version == "11"
+    # The watch already brought something newer: our older result must not win.
+    cache.apply(JOBS, NS, "MODIFIED", job_doc("f1", rv="13"))
+    cache.write_through(JOBS, NS, "11", job_doc("f1", rv="12"))
+    assert cache.snapshot(NS).unfinished[0].resource_version == "13"
+
+
+def test_forget_job_drops_only_the_version_that_was_deleted() -> None:
+    cache = synced_cache()
+    cache.apply(JOBS, NS, "ADDED", job_doc("f1", rv="10"))
+    cache.forget_job(NS, "f1", "9")
+    assert cache.job_count() == 1
+    cache.forget_job(NS, "f1", "10")
+    assert cache.job_count() == 0
