@@ -1,0 +1,349 @@
+"""The handlers with a fake API: what each request costs, fail-closed reads, warn mode, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+from prometheus_client import CollectorRegistry
+
+from elbgate.kube.api import ApiError, ApiUnavailable
+from elbgate.names import SEARCH_JOB_SELECTOR, UNFINISHED_JOB_FIELD_SELECTOR
+from elbgate.settings import Settings
+from tests.webhook.builders import NOW, admission, job, job_object, lease, user
+from webhook.admission import Admission
+from webhook.app import Runtime, create_app, create_ops_app
+from webhook.metrics import WebhookMetrics
+from webhook.readiness import ApiReachability
+from webhook.review import AdmissionRequest
+from webhook.tls import ServingCertificate
+
+HOLDER = "dashboard-0b3f9a0e8a9d4f6c9f1e2d3c4b5a6978"
+
+
+class FakeApi:
+    """Answers the census LIST and the Lease GET from memory, recording every call."""
+
+    def __init__(
+        self,
+        jobs: list[dict[str, Any]] | None = None,
+        lease_obj: dict[str, Any] | None = None,
+        fail: dict[str, Exception] | None = None,
+        require_concurrency: bool = False,
+    ) -> None:
+        self.jobs = jobs or []
+        self.lease = lease_obj
+        self.fail = fail or {}
+        self.calls: list[tuple[str, str, dict[str, Any]]] = []
+        self._require_concurrency = require_concurrency
+        self._in_flight = 0
+        self._both = asyncio.Event()
+
+    async def _enter(self, verb: str, path: str, kw: dict[str, Any]) -> None:
+        self.calls.append((verb, path, kw))
+        if self._require_concurrency:
+            # Sequential reads would wait here forever: both must be in flight at once.
+            self._in_flight += 1
+            if self._in_flight == 2:
+                self._both.set()
+            await asyncio.wait_for(self._both.wait(), 10)
+        if verb in self.fail:
+            raise self.fail[verb]
+
+    async def list_objects(self, path: str, **kw: Any) -> dict[str, Any]:
+        await self._enter("list", path, kw)
+        return {"items": self.jobs}
+
+    async def get_or_none(self, path: str, **kw: Any) -> dict[str, Any] | None:
+        await self._enter("get", path, kw)
+        return self.lease
+
+    async def get(self, path: str, **kw: Any) -> dict[str, Any]:
+        await self._enter("probe", path, kw)
+        return {"major": "1"}
+
+
+def make(api: FakeApi, **settings: Any) -> Admission:
+    return Admission(
+        Settings(**settings), api, WebhookMetrics(CollectorRegistry()), clock=lambda: NOW
+    )  # type: ignore[arg-type]
+
+
+def sample(admission: Admission, name: str, **labels: str) -> float:
+    return admission.metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def alice_holds() -> dict[str, Any]:
+    return lease(HOLDER, holder_user="alice")
+
+
+# -- what a request costs ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        admission("UPDATE", job_object("blast", "a", "j"), job_object("blast", "a", "j")),
+        admission("DELETE", None, job_object("finalizer", "a")),
+        admission("CREATE", job_object("other")),
+    ],
+    ids=["a Job controller UPDATE", "a DELETE", "a Job that is not a search Job"],
+)
+async def test_a_non_gated_job_request_costs_no_api_call(request_: AdmissionRequest) -> None:
+    api = FakeApi()
+    response = await make(api).validate_job(request_)
+    assert response.allowed and api.calls == []
+
+
+async def test_leases_never_cost_an_api_call() -> None:
+    api = FakeApi()
+    handlers = make(api)
+    other = lease(HOLDER, name="kube-scheduler")
+    submit = lease(HOLDER, holder_user="alice")
+    for request_ in (
+        admission("UPDATE", other, other, resource="leases"),
+        admission("UPDATE", submit, submit, resource="leases"),
+    ):
+        assert (await handlers.mutate_lease(request_)).allowed
+        assert (await handlers.validate_lease(request_)).allowed
+    assert api.calls == []
+
+
+async def test_a_blast_job_of_an_active_search_reads_only_the_census() -> None:
+    api = FakeApi(jobs=[job("blast", "a").build()])
+    response = await make(api, api_timeout_seconds=0.75).validate_job(
+        admission("CREATE", job_object("blast", "a"), who=user("system:serviceaccount:x:y"))
+    )
+    assert response.allowed
+    assert [c[0] for c in api.calls] == ["list"]
+    _, path, kw = api.calls[0]
+    assert path == "/apis/batch/v1/namespaces/default/jobs"
+    assert kw == {
+        "label_selector": SEARCH_JOB_SELECTOR,
+        "field_selector": UNFINISHED_JOB_FIELD_SELECTOR,
+        "deadline": 0.75,
+    }
+
+
+async def test_the_first_job_of_a_search_reads_the_lease_after_the_census() -> None:
+    api = FakeApi(lease_obj=alice_holds())
+    response = await make(api).validate_job(admission("CREATE", job_object("submit", "new")))
+    assert response.allowed
+    assert [c[0] for c in api.calls] == ["list", "get"]
+    assert api.calls[1][1].endswith("/leases/elb-blast-submit-default")
+
+
+async def test_a_finalizer_reads_census_and_lease_concurrently() -> None:
+    api = FakeApi(lease_obj=alice_holds(), require_concurrency=True)
+    response = await make(api).validate_job(admission("CREATE", job_object("finalizer", "a")))
+    assert response.allowed, response.message
+    assert sorted(c[0] for c in api.calls) == ["get", "list"]
+
+
+# -- fail-closed ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("failing", "error", "says"),
+    [
+        (
+            "list",
+            ApiUnavailable("GET /apis/batch/v1/...: no answer within 1.5s"),
+            ("LIST search Jobs in namespace default", "no answer within 1.5s"),
+        ),
+        (
+            "get",
+            ApiError(500, "InternalError", "Internal error occurred: etcd"),
+            ("GET Lease default/elb-blast-submit-default", "API answered 500 InternalError"),
+        ),
+        (
+            "get",
+            ApiError(403, "Forbidden", "leases is forbidden"),
+            ("GET Lease default/elb-blast-submit-default", "403 Forbidden"),
+        ),
+    ],
+    ids=["a LIST timeout", "a Lease GET 500", "a Lease GET refused by RBAC"],
+)
+async def test_a_failed_read_is_a_503_denial_never_an_admit(
+    failing: str, error: Exception, says: tuple[str, ...]
+) -> None:
+    api = FakeApi(lease_obj=alice_holds(), fail={failing: error})
+    handlers = make(api)
+    response = await handlers.validate_job(admission("CREATE", job_object("finalizer", "a")))
+    assert not response.allowed
+    assert (response.code, response.reason) == (503, "ServiceUnavailable")
+    assert "could not verify Gate A/B" in response.message and "fail-closed" in response.message
+    for phrase in says:
+        assert phrase in response.message
+    verb = "list" if failing == "list" else "get"
+    resource = "jobs" if failing == "list" else "leases"
+    assert (
+        sample(
+            handlers, "elb_gate_api_errors_total", component="webhook", verb=verb, resource=resource
+        )
+        == 1
+    )
+
+
+async def test_in_warn_mode_an_unverified_request_is_admitted_with_a_warning() -> None:
+    api = FakeApi(fail={"list": ApiUnavailable("down")})
+    handlers = make(api, enforcement="warn")
+    response = await handlers.validate_job(admission("CREATE", job_object("finalizer", "a")))
+    # Warn mode never blocks (staged rollout), but it says so and counts the would-deny.
+    assert response.allowed and any("could not verify" in w for w in response.warnings)
+    assert (
+        sample(
+            handlers,
+            "elb_gate_would_deny_total",
+            webhook="search-admission.elb-gate.io",
+            reason="unverified",
+        )
+        == 1
+    )
+
+
+# -- warn mode, dry run, metrics -------------------------------------------------------------
+
+
+async def test_warn_mode_admits_with_the_denial_text_and_counts_it() -> None:
+    api = FakeApi(jobs=[job("blast", i).build() for i in "abc"], lease_obj=alice_holds())
+    handlers = make(api, enforcement="warn")
+    response = await handlers.validate_job(admission("CREATE", job_object("submit", "d")))
+    assert response.allowed
+    joined = " ".join(response.warnings)
+    assert "Gate B: 3/3 searches" in joined and "retry when one of a, b, c completes" in joined
+    assert all(len(w) <= 120 for w in response.warnings)
+    assert (
+        sample(
+            handlers,
+            "elb_gate_admission_requests_total",
+            webhook="search-admission.elb-gate.io",
+            operation="CREATE",
+            decision="warned",
+            reason="ceiling",
+        )
+        == 1
+    )
+    assert (
+        sample(
+            handlers,
+            "elb_gate_would_deny_total",
+            webhook="search-admission.elb-gate.io",
+            reason="ceiling",
+        )
+        == 1
+    )
+
+
+async def test_warn_mode_never_relaxes_the_lease_guard() -> None:
+    handlers = make(FakeApi(), enforcement="warn")
+    live = lease(HOLDER, holder_user="alice", renewed_ago=10)
+    new = lease("openapi-6a1c0e6b5f8f4b83a1d2c3e4f5a6b7c8", holder_user="bob")
+    response = await handlers.validate_lease(
+        admission("UPDATE", new, live, who=user("bob"), resource="leases")
+    )
+    assert not response.allowed and response.code == 409 and response.reason == "Conflict"
+
+
+async def test_a_dry_run_gets_the_same_decision() -> None:
+    api = FakeApi(jobs=[job("blast", i).build() for i in "abc"], lease_obj=alice_holds())
+    handlers = make(api)
+    real = await handlers.validate_job(admission("CREATE", job_object("submit", "d")))
+    dry = await handlers.validate_job(admission("CREATE", job_object("submit", "d"), dry_run=True))
+    assert (dry.allowed, dry.code, dry.message) == (real.allowed, real.code, real.message)
+
+
+async def test_every_answer_is_counted_timed_and_the_census_exported() -> None:
+    api = FakeApi(jobs=[job("blast", "a").build()], lease_obj=alice_holds())
+    handlers = make(api)
+    await handlers.validate_job(admission("CREATE", job_object("submit", "d")))
+    await handlers.validate_job(admission("CREATE", job_object("submit", "e"), who=user("bob")))
+    webhook = "search-admission.elb-gate.io"
+    assert (
+        sample(
+            handlers,
+            "elb_gate_admission_requests_total",
+            webhook=webhook,
+            operation="CREATE",
+            decision="allowed",
+            reason="ok",
+        )
+        == 1
+    )
+    assert (
+        sample(
+            handlers,
+            "elb_gate_admission_requests_total",
+            webhook=webhook,
+            operation="CREATE",
+            decision="denied",
+            reason="not_holder",
+        )
+        == 1
+    )
+    assert sample(handlers, "elb_gate_admission_duration_seconds_count", webhook=webhook) == 2
+    assert sample(handlers, "elb_gate_admission_in_flight", webhook=webhook) == 0
+    assert sample(handlers, "elb_gate_active_searches", namespace="default") == 1
+    assert sample(handlers, "elb_gate_search_ceiling", namespace="default") == 3
+
+
+async def test_one_structured_log_line_per_decision(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="webhook.admission")
+    await make(FakeApi(lease_obj=alice_holds())).validate_job(
+        admission("CREATE", job_object("finalizer", "a"), who=user("bob"))
+    )
+    [record] = [r for r in caplog.records if r.name == "webhook.admission"]
+    fields = record.fields  # type: ignore[attr-defined]
+    assert {
+        k: fields[k]
+        for k in ("uid", "namespace", "name", "operation", "user", "decision", "reason")
+    } == {
+        "uid": "uid-1",
+        "namespace": "default",
+        "name": "finalizer-a",
+        "operation": "CREATE",
+        "user": "bob",
+        "decision": "denied",
+        "reason": "not_holder",
+    }
+    assert fields["duration_ms"] >= 0
+
+
+# -- the applications ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def runtime(tmp_path: Any) -> Runtime:
+    api = FakeApi(lease_obj=alice_holds())
+    handlers = make(api)
+    certificate = ServingCertificate(str(tmp_path / "missing.crt"), str(tmp_path / "missing.key"))
+    return Runtime(handlers, certificate, ApiReachability(api, 1.0))  # type: ignore[arg-type]
+
+
+async def test_metrics_are_served_in_prometheus_text(aiohttp_client: Any, runtime: Runtime) -> None:
+    ops: TestClient = await aiohttp_client(create_ops_app(runtime))
+    await runtime.admission.validate_job(admission("CREATE", job_object("finalizer", "a")))
+    resp = await ops.get("/metrics")
+    text = await resp.text()
+    assert resp.status == 200
+    assert 'elb_gate_admission_requests_total{decision="allowed"' in text
+    assert "elb_gate_certificate_expiry_timestamp_seconds" in text
+
+
+async def test_not_ready_until_the_certificate_is_loaded(
+    aiohttp_client: Any, runtime: Runtime
+) -> None:
+    ops: TestClient = await aiohttp_client(create_ops_app(runtime))
+    resp = await ops.get("/readyz")
+    body = await resp.json()
+    assert resp.status == 503 and "serving certificate not loaded" in body["problems"][0]
+    assert (await ops.get("/healthz")).status == 200
+
+
+async def test_admission_paths_are_served(aiohttp_client: Any, runtime: Runtime) -> None:
+    app: TestClient = await aiohttp_client(create_app(runtime))
+    for path in ("/validate/jobs", "/mutate/leases", "/validate/leases"):
+        resp = await app.post(path, json={"kind": "AdmissionReview"})
+        assert resp.status == 400, path
