@@ -284,3 +284,18 @@ def test_service_account_users_carry_pod_extra() -> None:
         "extra": {"authentication.kubernetes.io/pod-name": ["p"],
                   "authentication.kubernetes.io/pod-uid": ["u"]},
     }
+
+
+async def test_an_aiohttp_client_with_a_bearer_token_gets_the_same_statuses(
+        emu: Emulator) -> None:
+    import ssl
+
+    import aiohttp
+
+    ctx = ssl.create_default_context(cafile=emu.ca_file)
+    headers = {"Authorization": f"Bearer {emu.token('alice')}"}
+    async with aiohttp.ClientSession(headers=headers) as session:
+        async with session.post(emu.url + LEASES, json=_lease("aio"), ssl=ctx) as resp:
+            assert resp.status == 201
+        async with session.post(emu.url + LEASES, json=_lease("aio"), ssl=ctx) as resp:
+            assert (resp.status, (await resp.json())["reason"]) == (409, "AlreadyExists")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from tests.emulator.rest import watch_lines
 from tests.emulator.waiting import wait_for
 from tests.kube_emulator import Emulator
@@ -114,3 +116,25 @@ def test_stopping_the_emulator_ends_open_watches(emulator: Emulator) -> None:
     emulator.stop()
     reader.join(10)
     assert not reader.is_alive()
+
+
+def test_the_official_clients_watch_raises_410_once_history_is_gone(emulator: Emulator) -> None:
+    from kubernetes import client as k8s
+    from kubernetes import watch
+    from kubernetes.client.rest import ApiException
+
+    rv = _cm(emulator, "a")["metadata"]["resourceVersion"]
+    config = k8s.Configuration()
+    config.host, config.ssl_ca_cert = emulator.url, emulator.ca_file
+    config.api_key = {"authorization": f"Bearer {emulator.token()}"}
+    api = k8s.CoreV1Api(k8s.ApiClient(config))
+    names = [e["object"].metadata.name for e in watch.Watch().stream(
+        api.list_namespaced_config_map, "default", resource_version="0", timeout_seconds=1)]
+    assert names == ["a"]
+    _cm(emulator, "b")
+    emulator.compact()
+    with pytest.raises(ApiException) as exc:
+        for _ in watch.Watch().stream(api.list_namespaced_config_map, "default",
+                                      resource_version=rv, timeout_seconds=1):
+            pass
+    assert exc.value.status == 410
