@@ -67,7 +67,7 @@ def warning_lines(text: str) -> list[str]:
 
 
 def when(moment: datetime, now: datetime) -> str:
-    """``2026-01-02T03:04:05Z (in 4m10s)`` — an absolute time and its distance from now."""
+    """``2026-01-02T03:04:05Z (in 4m10s)``; an absolute time and its distance from now."""
     stamp = moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     delta = (moment - now).total_seconds()
     return f"{stamp} ({'in ' + span(delta) if delta >= 0 else span(-delta) + ' ago'})"
@@ -90,7 +90,7 @@ def unverified(subject: str, failure: str) -> Decision:
     return refuse(
         503,
         "unverified",
-        f"elb-gate could not verify {subject}: {failure}; refusing (fail-closed) — retry in a "
-        "moment; if it persists, check that the elb-gate webhook can reach the API server",
+        f"elb-gate could not verify {subject} ({failure}), so it refuses (fail-closed). Retry "
+        "in a moment; if it persists, check that the elb-gate webhook can reach the API server.",
         failure=failure,
     )

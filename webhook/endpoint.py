@@ -95,7 +95,7 @@ def admission_endpoint(handler: Handler, max_bytes: int) -> Endpoint:
             response = errored(
                 500,
                 f"elb-gate internal error ({exc.__class__.__name__}) while judging this request; "
-                f"refusing — see the webhook log for uid {admission.uid}",
+                f"refusing; see the webhook log for uid {admission.uid}",
             )
         return web.Response(
             body=orjson.dumps(response.complete(admission.uid).to_review()),

@@ -88,8 +88,8 @@ def _delete(request: LeaseRequest, settings: Settings, now: datetime) -> Decisio
             409,
             "delete_live",
             f"Lease guard: Lease {request.ref} is held by {holder_phrase(old)} and "
-            f"{expiry_phrase(old, settings, now)}; a live submit Lease is never deleted — its "
-            "holder releases it by clearing spec.holderIdentity",
+            f"{expiry_phrase(old, settings, now)}; a live submit Lease is never deleted. Its "
+            "holder releases it by clearing spec.holderIdentity; it may be deleted once expired.",
             holder=old.holder,
         )
     return admit("ok")
@@ -116,7 +116,7 @@ def _release(
         "release_not_holder",
         f"Lease guard: Lease {request.ref} is held by {holder_phrase(old)} and "
         f"{expiry_phrase(old, settings, now)}; user {user} is not its holder and may not "
-        "release it — only its holder (or the elb-gate controller) can, or anyone once it expires",
+        "release it. Only its holder or the elb-gate controller can, or anyone once it expires.",
         holder=old.holder,
     )
 
@@ -137,7 +137,7 @@ def _hold(
             f"Lease guard: Lease {request.ref} spec.leaseDurationSeconds {duration} is outside "
             f"{lo}..{hi} (ELB_GATE_LEASE_MIN_DURATION_SECONDS.."
             "ELB_GATE_LEASE_MAX_DURATION_SECONDS); "
-            f"use BLAST_SUBMIT_LEASE_TTL_SECONDS ({settings.lease_ttl_seconds})",
+            f"use BLAST_SUBMIT_LEASE_TTL_SECONDS ({settings.lease_ttl_seconds}).",
         )
     stamps = expected_stamps(old, new.holder, requester)
     if (new.holder_user, new.holder_pod) != (stamps.user, stamps.pod):
@@ -147,7 +147,7 @@ def _hold(
             f"Lease guard: the write to Lease {request.ref} carries holder-user "
             f"{new.holder_user!r}, holder-pod {new.holder_pod!r} where elb-gate stamps "
             f"{stamps.user!r}, {stamps.pod!r}: the lease-stamp.elb-gate.io mutating webhook did "
-            "not run or was overridden; check MutatingWebhookConfiguration elb-gate",
+            "not run or was overridden. Fix: check MutatingWebhookConfiguration elb-gate.",
         )
     if old is not None and old.holder == new.holder:
         match = holds(old, requester, ids)
@@ -159,8 +159,8 @@ def _hold(
             409,
             "not_holder",
             f"Lease guard: Lease {request.ref} is held by {holder_phrase(old)} and "
-            f"{expiry_phrase(old, settings, now)}; user {user} may not renew it — only its holder "
-            "can; take it over under your own holderIdentity once it expires",
+            f"{expiry_phrase(old, settings, now)}; user {user} may not renew it. Only its holder "
+            "can; take it over under your own holderIdentity once it expires.",
             holder=old.holder,
         )
     reserved = reserving_submitter(new.holder, requester, ids)
@@ -170,8 +170,8 @@ def _hold(
             "prefix_reserved",
             f"Lease guard: holderIdentity {new.holder} carries the holderPrefix "
             f"{reserved.holder_prefix!r} of submitter `{reserved.name}`, and user {user} is not "
-            f"one of its users; use your own holder prefix, or map user {user} to submitter "
-            f"`{reserved.name}` in {IDENTITIES_VAR}",
+            f"one of its users. Fix: use your own holder prefix, or map user {user} to submitter "
+            f"`{reserved.name}` in {IDENTITIES_VAR}.",
         )
     if old is not None and old.held:
         if not _expired(old, settings, now):
@@ -180,7 +180,7 @@ def _hold(
                 "takeover_live",
                 f"Lease guard: Lease {request.ref} is held by {holder_phrase(old)} and "
                 f"{expiry_phrase(old, settings, now)} on elb-gate's clock; {new.holder} "
-                f"(user {user}) cannot take it over before then — wait for its release or expiry",
+                f"(user {user}) cannot take it over before then. Wait for its release or expiry.",
                 holder=old.holder,
             )
         return admit("taken_over", holder=new.holder, previous=old.holder)

@@ -25,7 +25,7 @@ from typing import Any
 
 from elbgate.census import Census, census
 from elbgate.identities import SubmitterIdentities
-from elbgate.lease import LeaseView, is_expired
+from elbgate.lease import LeaseView, holder_source, is_expired
 from elbgate.names import APP_LABEL, FINALIZER_APP, JOB_ID_LABEL, SEARCH_APPS, lease_name
 from elbgate.settings import Settings
 from webhook.decision import Decision, admit, refuse
@@ -167,8 +167,8 @@ def decide(
         return refuse(
             422,
             "missing_job_id",
-            f"Gate B: {job.ref} has no elb-job-id label; a finalizer must carry the elb-job-id "
-            "of its search — set metadata.labels.elb-job-id (elastic-blast submit does)",
+            f"Search admission: {job.ref} has no elb-job-id label. A finalizer must carry the "
+            "elb-job-id of its search: set metadata.labels.elb-job-id (elastic-blast submit does)",
         )
     if observed.jobs is None:
         raise ValueError("decide() needs the census LIST for a gated Job (see reads_needed)")
@@ -193,8 +193,8 @@ def decide(
             429,
             "ceiling",
             f"Gate B: {seen.count}/{settings.max_run_concurrency} searches already active in "
-            f"namespace {job.namespace} ({ids}); {job.ref} would open another — retry when one "
-            f"of {ids} completes",
+            f"namespace {job.namespace} ({ids}), so {job.ref} cannot open another. Retry when one "
+            f"of {ids} completes.",
             **facts,
         )
     return admit("ok", **facts)
@@ -215,7 +215,7 @@ def _gate_a(
             403,
             "no_lease",
             f"Gate A: Lease {job.lease_ref} does not exist, so user {user} does not hold it; "
-            f"{job.ref} was refused — {acquire}",
+            f"{job.ref} refused. Fix: {acquire}.",
         )
     lease = LeaseView.from_dict(lease_obj)
     if not lease.held:
@@ -223,7 +223,7 @@ def _gate_a(
             403,
             "no_lease",
             f"Gate A: Lease {job.lease_ref} is not held by anyone, so user {user} does not hold "
-            f"it; {job.ref} was refused — {acquire}",
+            f"it; {job.ref} refused. Fix: {acquire}.",
         )
     expiry = expiry_phrase(lease, settings, now)
     if is_expired(lease, now, settings.clock_skew_seconds, settings.lease_ttl_seconds):
@@ -231,7 +231,7 @@ def _gate_a(
             403,
             "lease_expired",
             f"Gate A: Lease {job.lease_ref} held by {holder_phrase(lease)} {expiry} on elb-gate's "
-            f"clock; {job.ref} was refused — renew or re-acquire the Lease before creating Jobs",
+            f"clock; {job.ref} refused. Fix: renew or re-acquire the Lease before creating Jobs.",
             holder=lease.holder,
         )
     if holds(lease, job.requester, identities).matched:
@@ -240,8 +240,8 @@ def _gate_a(
         403,
         "not_holder",
         f"Gate A: user {user} does not hold Lease {job.lease_ref}: it is held by "
-        f"{holder_phrase(lease)} and {expiry}; {job.ref} was refused — "
-        f"{acquire}, or {_mapping_hint(lease, user, identities)}",
+        f"{holder_phrase(lease)} and {expiry}; {job.ref} refused. Fix: "
+        f"{acquire}, or {_mapping_hint(lease, user, identities)}.",
         holder=lease.holder,
         holder_user=lease.holder_user,
     )
@@ -256,7 +256,9 @@ def _mapping_hint(lease: LeaseView, user: str, identities: SubmitterIdentities) 
             f"`{sub.name}` in {IDENTITIES_VAR}"
         )
     other = lease.holder_user or "the holder's user"
+    source = holder_source(lease.holder)
+    prefix = f"holderPrefix {source}-" if source else f"a holderPrefix of {lease.holder}"
     return (
-        f"if {user} and {other} are one submit path, map both to one submitter (with the "
-        f"holderPrefix of {lease.holder}) in {IDENTITIES_VAR}"
+        f"if {user} and {other} are one submit path, map both to one submitter "
+        f"({prefix}) in {IDENTITIES_VAR}"
     )

@@ -1,1 +1,1 @@
-"""Reusable test support: processes and helpers shared by several test suites."""
+"""Test support shared by the webhook, demo and reliability suites (never imported by product code)."""

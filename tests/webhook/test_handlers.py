@@ -213,7 +213,7 @@ async def test_warn_mode_admits_with_the_denial_text_and_counts_it() -> None:
     response = await handlers.validate_job(admission("CREATE", job_object("submit", "d")))
     assert response.allowed
     joined = " ".join(response.warnings)
-    assert "Gate B: 3/3 searches" in joined and "retry when one of a, b, c completes" in joined
+    assert "Gate B: 3/3 searches" in joined and "Retry when one of a, b, c completes" in joined
     assert all(len(w) <= 120 for w in response.warnings)
     assert (
         sample(

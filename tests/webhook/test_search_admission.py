@@ -181,7 +181,7 @@ CASES: dict[str, Case] = {
         allowed=False,
         reason="ceiling",
         code=429,
-        says=("Gate B", "3/3 searches", "(a, b, c)", "retry when one of a, b, c completes"),
+        says=("Gate B", "3/3 searches", "(a, b, c)", "Retry when one of a, b, c completes"),
     ),
     "a finalizer of a new search at the ceiling is refused by Gate B": Case(
         create("finalizer", "d"),
