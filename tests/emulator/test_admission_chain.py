@@ -275,3 +275,25 @@ def test_dry_run_is_refused_by_a_webhook_with_side_effects(
     reply = call(emulator, "POST", f"{LEASES}?dryRun=All", {"metadata": {"name": "x"}})
     assert (reply.status, reply.body["message"]) == (
         400, 'admission webhook "lease-guard.elb-gate.io" does not support dry run')
+
+
+def test_a_url_client_config_is_called_directly(emulator: Emulator, hook: WebhookServer) -> None:
+    hook.decide = deny("by url")
+    emulator.create({"apiVersion": "admissionregistration.k8s.io/v1",
+                     "kind": "ValidatingWebhookConfiguration", "metadata": {"name": "by-url"},
+                     "webhooks": [{"name": "url.elb-gate.io", "sideEffects": "None",
+                                   "admissionReviewVersions": ["v1"], "rules": [LEASE_RULE],
+                                   "clientConfig": {
+                                       "url": f"https://127.0.0.1:{hook.port}/check",
+                                       "caBundle": hook.ca_bundle}}]})
+    reply = call(emulator, "POST", LEASES, {"metadata": {"name": "x"}})
+    assert reply.body["message"] == 'admission webhook "url.elb-gate.io" denied the request: by url'
+
+
+def test_webhook_configurations_get_the_apiservers_defaults(emulator: Emulator) -> None:
+    register(emulator, None)
+    hook = emulator.get("validatingwebhookconfigurations", None,
+                        "lease-guard.elb-gate.io-config")["webhooks"][0]
+    assert (hook["failurePolicy"], hook["timeoutSeconds"], hook["matchPolicy"]) == (
+        "Fail", 10, "Equivalent")
+    assert hook["clientConfig"]["service"]["port"] == 443 and hook["rules"][0]["scope"] == "*"

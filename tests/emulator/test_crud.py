@@ -299,3 +299,16 @@ async def test_an_aiohttp_client_with_a_bearer_token_gets_the_same_statuses(
             assert resp.status == 201
         async with session.post(emu.url + LEASES, json=_lease("aio"), ssl=ctx) as resp:
             assert (resp.status, (await resp.json())["reason"]) == (409, "AlreadyExists")
+
+
+def test_plain_http_can_be_served_alongside_https() -> None:
+    import json
+    import urllib.request
+
+    with Emulator(http_port=0) as emu:
+        assert emu.http_url and emu.http_url.startswith("http://127.0.0.1:")
+        req = urllib.request.Request(f"{emu.http_url}/api/v1/namespaces",
+                                     headers={"Authorization": f"Bearer {emu.token()}"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            names = [n["metadata"]["name"] for n in json.load(resp)["items"]]
+    assert names == ["default", "kube-system"]

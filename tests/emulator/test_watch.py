@@ -22,7 +22,7 @@ def test_without_a_resource_version_watch_starts_with_the_current_state(
         emulator: Emulator) -> None:
     _cm(emulator, "a")
     _cm(emulator, "b")
-    events = watch_lines(emulator, f"{CMS}?watch=true&timeoutSeconds=1")
+    events = watch_lines(emulator, f"{CMS}?watch=true&timeoutSeconds=5", limit=2)
     assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
         ("ADDED", "a"), ("ADDED", "b")]
     assert events[0]["object"]["kind"] == "ConfigMap"
@@ -33,7 +33,8 @@ def test_watch_from_a_resource_version_replays_later_events(emulator: Emulator) 
     emulator.patch("configmaps", "default", "a", lambda o: o["data"].update(k="w"))
     _cm(emulator, "b")
     emulator.delete("configmaps", "default", "a")
-    events = watch_lines(emulator, f"{CMS}?watch=1&resourceVersion={rv}&timeoutSeconds=1")
+    events = watch_lines(emulator, f"{CMS}?watch=1&resourceVersion={rv}&timeoutSeconds=5",
+                         limit=3)
     assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
         ("MODIFIED", "a"), ("ADDED", "b"), ("DELETED", "a")]
     rvs = [int(e["object"]["metadata"]["resourceVersion"]) for e in events]
@@ -75,7 +76,7 @@ def test_label_selector_transitions_become_added_and_deleted(emulator: Emulator)
     _cm(emulator, "y", {"app": "web"})
     events = watch_lines(
         emulator, f"{CMS}?watch=true&resourceVersion={rv}&labelSelector=app%3Dblast"
-        "&timeoutSeconds=1")
+        "&timeoutSeconds=5", limit=3)
     assert [e["type"] for e in events] == ["ADDED", "DELETED", "ADDED"]
 
 
@@ -83,7 +84,7 @@ def test_field_selector_on_name_filters_a_watch(emulator: Emulator) -> None:
     _cm(emulator, "a")
     _cm(emulator, "b")
     events = watch_lines(emulator, f"{CMS}?watch=true&fieldSelector=metadata.name%3Db"
-                                   "&timeoutSeconds=1")
+                                   "&timeoutSeconds=5", limit=1)
     assert [e["object"]["metadata"]["name"] for e in events] == ["b"]
 
 
@@ -107,6 +108,10 @@ def test_send_initial_events_ends_with_an_initial_events_end_bookmark(
     assert annotations == {"k8s.io/initial-events-end": "true"}
 
 
+def test_timeout_seconds_ends_the_stream(emulator: Emulator) -> None:
+    assert watch_lines(emulator, f"{CMS}?watch=true&resourceVersion=1&timeoutSeconds=1") == []
+
+
 def test_stopping_the_emulator_ends_open_watches(emulator: Emulator) -> None:
     result: list[dict] = []
     reader = threading.Thread(target=lambda: result.extend(
@@ -128,9 +133,10 @@ def test_the_official_clients_watch_raises_410_once_history_is_gone(emulator: Em
     config.host, config.ssl_ca_cert = emulator.url, emulator.ca_file
     config.api_key = {"authorization": f"Bearer {emulator.token()}"}
     api = k8s.CoreV1Api(k8s.ApiClient(config))
-    names = [e["object"].metadata.name for e in watch.Watch().stream(
-        api.list_namespaced_config_map, "default", resource_version="0", timeout_seconds=1)]
-    assert names == ["a"]
+    for event in watch.Watch().stream(api.list_namespaced_config_map, "default",
+                                      resource_version="0", timeout_seconds=5):
+        assert event["object"].metadata.name == "a"
+        break
     _cm(emulator, "b")
     emulator.compact()
     with pytest.raises(ApiException) as exc:

@@ -49,7 +49,7 @@ class WebhookServer:
         self.echo_wrong_uid = False
         self.ca = trustme.CA()
         self.hostname = f"{service[1]}.{service[0]}.svc"
-        self._cert = self.ca.issue_cert(self.hostname)
+        self._cert = self.ca.issue_cert(self.hostname, "127.0.0.1")
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None

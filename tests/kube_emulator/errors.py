@@ -110,12 +110,10 @@ def unauthorized() -> ApiError:
     return ApiError(401, "Unauthorized", "Unauthorized")
 
 
-def method_not_allowed(verb: str, rt: ResourceType) -> ApiError:
-    details = _details(rt, "")
-    return ApiError(
-        405, "MethodNotAllowed", "the server does not allow this method on the requested resource",
-        details,
-    )
+def method_not_allowed(rt: ResourceType) -> ApiError:
+    return ApiError(405, "MethodNotAllowed",
+                    "the server does not allow this method on the requested resource",
+                    _details(rt, ""))
 
 
 def unsupported_media_type(accepted: list[str]) -> ApiError:

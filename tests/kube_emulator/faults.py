@@ -48,11 +48,14 @@ class Faults:
         self._lock = threading.Lock()
         self._faults: list[Fault] = []
 
-    def add(self, method: str | None = "GET", resource: str | None = "leases",
+    def add(self, method: str | None = None, resource: str | None = None,
             namespace: str | None = None, name: str | None = None, status: int | None = 500,
             delay: float = 0.0, drop: bool = False, count: int | None = 1,
             watch: bool | None = None) -> Fault:
-        """Add a fault; the first matching fault (in insertion order) fires."""
+        """Add a fault; None matches anything. The first matching fault (in insertion order)
+        fires: after `delay` seconds it drops the connection, or answers `status` with a Status
+        body (429 with Retry-After), or (status None) lets the request through.
+        """
         fault = Fault(self, method, resource, namespace, name, status, delay, drop, count, watch)
         with self._lock:
             self._faults.append(fault)

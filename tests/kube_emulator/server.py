@@ -228,7 +228,7 @@ async def _dispatch(request: web.Request) -> web.StreamResponse:
         return await verbs.patch()
     elif method == "DELETE" and not target.subresource:
         return await verbs.delete()
-    raise errors.method_not_allowed(method, target.rt)
+    raise errors.method_not_allowed(target.rt)
 
 
 def _discovery(path: str, state: ServerState) -> Any | None:
@@ -394,7 +394,8 @@ class Verbs:
             return response
         self.state.watches.add(queue)
         bookmarks = _flag(self.request, "allowWatchBookmarks")
-        timeout = float(query.get("timeoutSeconds") or 1800)
+        # 0 or absent: the apiserver picks a long random timeout (MinRequestTimeout..2x).
+        timeout = float(query.get("timeoutSeconds") or 0) or 1800.0
         deadline = loop.time() + timeout
         try:
             await response.prepare(self.request)

@@ -46,9 +46,10 @@ class User:
         uid: str = "",
         token: str | None = None,
     ) -> User:
-        """A bound service-account token user; its kubeconfig user name is `NS:NAME`...
+        """A bound service-account token user (`system:serviceaccount:NS:NAME`).
 
-        ...actually `name` here: the helper API refers to it by the SA name (e.g. "openapi").
+        Helpers refer to it by the SA name (`emu.kubeconfig("openapi")`); `pod`/`pod_uid`
+        become the `authentication.kubernetes.io/pod-*` extra of a bound token.
         """
         extra: dict[str, list[str]] = {}
         if pod:
