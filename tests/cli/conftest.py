@@ -1,0 +1,150 @@
+"""Run the real `elb-gate` CLI (a subprocess) against the API emulator."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.kube_emulator import Emulator
+
+NS = "default"
+LEASE = "elb-blast-submit-default"
+ROOT = Path(__file__).resolve().parents[2]
+
+SMALL = {
+    "BLAST_SUBMIT_LEASE_TTL_SECONDS": "15",
+    "BLAST_LEASE_CLOCK_SKEW_SECONDS": "1",
+    "BLAST_SUBMIT_SLOT_WAIT_MAX_SECONDS": "60",
+    "BLAST_CAPACITY_WAIT_MAX_SECONDS": "60",
+}
+"""TTL 15 s (exec timeout 13 s), deadlines long enough never to fire by accident."""
+
+RECORDER = """\
+import os, sys, time
+log, tag, go = sys.argv[1], sys.argv[2], sys.argv[3]
+def note(what):
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.write(fd, f"{what} {tag} {os.getpid()}\\n".encode())
+    os.close(fd)
+note("start")
+end = time.monotonic() + 120
+while not os.path.exists(go) and time.monotonic() < end:
+    time.sleep(0.02)
+note("end")
+sys.exit(int(os.environ.get("EXIT_WITH", "0")))
+"""
+"""COMMAND for the tests: appends `start`/`end` lines (O_APPEND, so two writers
+interleave whole lines) and holds until the `go` file exists ("-" = at once)."""
+
+
+def wait_until(condition: Callable[[], bool], what: str, deadline: float = 60.0) -> None:
+    end = time.monotonic() + deadline
+    while not condition():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@dataclass
+class CliRun:
+    """One `elb-gate` process; stderr goes to a file so a test can watch it."""
+
+    proc: subprocess.Popen[bytes]
+    err_path: Path
+    out_path: Path
+    code: int | None = field(default=None)
+
+    @property
+    def stderr(self) -> str:
+        return self.err_path.read_text()
+
+    @property
+    def stdout(self) -> str:
+        return self.out_path.read_text()
+
+    def wait_for_stderr(self, text: str, deadline: float = 60.0) -> None:
+        wait_until(
+            lambda: text in self.stderr or self.proc.poll() is not None, repr(text), deadline
+        )
+        assert text in self.stderr, self.stderr
+
+    def wait(self, deadline: float = 90.0) -> int:
+        self.code = self.proc.wait(timeout=deadline)
+        return self.code
+
+
+@dataclass
+class Cli:
+    """Starts `python -m elbgate.cli` as `user` with the small settings."""
+
+    emu: Emulator
+    tmp: Path
+    runs: list[CliRun] = field(default_factory=list)
+
+    def env(self, user: str = "alice", **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("BLAST_", "ELB_GATE_"))}
+        env.pop("KUBERNETES_SERVICE_HOST", None)
+        return {**env, **SMALL, "KUBECONFIG": self.emu.kubeconfig(user), **extra}
+
+    def start(self, *args: str, user: str = "alice", **env: str) -> CliRun:
+        n = len(self.runs)
+        err, out = self.tmp / f"cli-{n}.err", self.tmp / f"cli-{n}.out"
+        with err.open("wb") as err_f, out.open("wb") as out_f:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "elbgate.cli", *args],
+                stdout=out_f,
+                stderr=err_f,
+                env=self.env(user, **env),
+                cwd=ROOT,
+            )
+        run = CliRun(proc, err, out)
+        self.runs.append(run)
+        return run
+
+    def run(self, *args: str, user: str = "alice", **env: str) -> CliRun:
+        run = self.start(*args, user=user, **env)
+        run.wait()
+        return run
+
+    def recorder(self, tag: str, go: str = "-") -> list[str]:
+        """COMMAND argv: record start/end of `tag`, hold until `go` exists."""
+        script = self.tmp / "record.py"
+        script.write_text(RECORDER)
+        go_path = "-" if go == "-" else str(self.tmp / go)
+        if go == "-":
+            go_path = str(script)  # exists already: end at once
+        return [sys.executable, str(script), str(self.log), tag, go_path]
+
+    @property
+    def log(self) -> Path:
+        return self.tmp / "commands.log"
+
+    def log_lines(self) -> list[str]:
+        return self.log.read_text().splitlines() if self.log.exists() else []
+
+    def release_go(self, go: str) -> None:
+        (self.tmp / go).write_text("go")
+
+
+@pytest.fixture
+def cli(emulator: Emulator, tmp_path: Path) -> Iterator[Cli]:
+    runner = Cli(emulator, tmp_path)
+    try:
+        yield runner
+    finally:
+        for run in runner.runs:
+            if run.proc.poll() is None:
+                run.proc.kill()
+                run.proc.wait()
+
+
+def holder_of(emu: Emulator) -> str:
+    found = emu.find("leases", NS, LEASE)
+    return "" if found is None else str(found["spec"].get("holderIdentity") or "")
