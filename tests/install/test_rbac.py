@@ -1,0 +1,222 @@
+"""RBAC grants exactly the API calls the code makes: nothing missing (a call
+would fail with 403 in production only) and nothing more (least privilege).
+
+The calls are found by reading the source (AST) of webhook/ and controller/:
+every call through ``elbgate.kube.api`` (``api.get(path(LEASES, ns, name))``,
+``api.merge_patch(...)``, ``api.delete(...)``, the shared reads in
+``elbgate.kube.reads``, and the controller's watches declared as ``WatchSpec``).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from elbgate.names import LIVENESS_CONFIGMAP
+from elbgate.settings import Settings
+from tests.install.rendering import REPO, Obj, one, select
+
+Grant = tuple[str, str]  # (resource, verb)
+
+METHOD_VERBS = {
+    "get": "get",
+    "get_or_none": "get",
+    "list_objects": "list",
+    "create": "create",
+    "replace": "update",
+    "merge_patch": "patch",
+    "json_patch": "patch",
+    "delete": "delete",
+    "watch": "watch",
+}
+HTTP_VERBS = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+KINDS = {
+    "LEASES": "leases",
+    "JOBS": "jobs",
+    "PODS": "pods",
+    "CONFIGMAPS": "configmaps",
+    "EVENTS": "events",
+}
+SHARED_READS = {
+    "list_unfinished_search_jobs": {("jobs", "list")},
+    "get_submit_lease": {("leases", "get")},
+}
+LEADER_MODULES = {"leader.py"}
+"""Calls made on the controller's own leader Lease (namespace elb-system)."""
+
+# The table the manifests must match, per component and scope. Built from the
+# contract and narrowed to what the code does; test_the_table_is_what_the_code_calls
+# keeps it honest.
+EXPECTED: dict[tuple[str, str], set[Grant]] = {
+    ("webhook", "gated"): {("leases", "get"), ("jobs", "list")},
+    ("controller", "gated"): {
+        ("leases", "list"),
+        ("leases", "watch"),
+        ("leases", "patch"),
+        ("jobs", "list"),
+        ("jobs", "watch"),
+        ("jobs", "patch"),
+        ("jobs", "delete"),
+        ("pods", "get"),
+        ("events", "create"),
+        ("configmaps", "create"),
+        ("configmaps", "list"),
+        ("configmaps", "watch"),
+        ("configmaps", "patch"),
+    },
+    ("controller", "leader"): {("leases", "get"), ("leases", "create"), ("leases", "update")},
+}
+
+
+# --- reading the code ----------------------------------------------------------------
+
+
+def _path_call(node: ast.AST) -> tuple[str, bool] | None:
+    """``path(KIND, ns[, name])`` → (resource, names one object)."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "path"
+        and node.args
+        and isinstance(node.args[0], ast.Name)
+        and node.args[0].id in KINDS
+    ):
+        named = len(node.args) >= 3 or any(k.arg == "name" for k in node.keywords)
+        return KINDS[node.args[0].id], named
+    return None
+
+
+def _target_key(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return f"{node.value.id}.{node.attr}"
+    return None
+
+
+class Unresolved(Exception):
+    pass
+
+
+def calls_in(source: Path) -> Iterator[Grant]:
+    """Every (resource, verb) one module asks of the API server."""
+    tree = ast.parse(source.read_text())
+    assigned: dict[str, tuple[str, bool]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and (found := _path_call(node.value)):
+            for target in node.targets:
+                if key := _target_key(target):
+                    assigned[key] = found
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in SHARED_READS:
+            yield from SHARED_READS[func.id]
+        if isinstance(func, ast.Name) and func.id == "WatchSpec":
+            for arg in node.args:
+                if found := _path_call(arg):
+                    yield (found[0], "list")
+                    yield (found[0], "watch")
+        receiver = func.value if isinstance(func, ast.Attribute) else None
+        if receiver is None or not (_target_key(receiver) or "").endswith("api"):
+            continue
+        method = func.attr  # type: ignore[union-attr]
+        args = list(node.args)
+        if method == "request":
+            http, url = args[0], args[1]
+            assert isinstance(http, ast.Constant), ast.unparse(node)
+            verb = HTTP_VERBS[str(http.value)]
+        elif method in METHOD_VERBS:
+            verb, url = METHOD_VERBS[method], args[0]
+        else:
+            continue
+        if isinstance(url, ast.Constant) and str(url.value).startswith("/version"):
+            continue  # non-resource URL, readable by every authenticated user
+        if isinstance(url, ast.Attribute) and url.attr == "url_path":
+            continue  # the informer: what it lists/watches is declared by WatchSpec
+        found = _path_call(url) or assigned.get(_target_key(url) or "")
+        if found is None:
+            raise Unresolved(f"{source}: cannot tell what {ast.unparse(node)} calls")
+        resource, named = found
+        if verb == "get" and not named:
+            verb = "list"
+        yield resource, verb
+
+
+def used_by_code() -> dict[tuple[str, str], set[Grant]]:
+    used: dict[tuple[str, str], set[Grant]] = {}
+    for component in ("webhook", "controller"):
+        for module in sorted((REPO / component).glob("*.py")):
+            scope = "leader" if module.name in LEADER_MODULES else "gated"
+            used.setdefault((component, scope), set()).update(calls_in(module))
+    return used
+
+
+# --- reading the manifests ------------------------------------------------------------
+
+
+def granted(rules: list[Obj]) -> set[Grant]:
+    out = set()
+    for rule in rules:
+        assert "*" not in rule["verbs"] and "*" not in rule["resources"], rule
+        out |= {(r, v) for r in rule["resources"] for v in rule["verbs"]}
+    return out
+
+
+def test_the_table_is_what_the_code_calls() -> None:
+    assert used_by_code() == EXPECTED
+
+
+@pytest.mark.parametrize("component", ["webhook", "controller"])
+def test_the_gated_namespace_role_grants_exactly_the_table(
+    rendered: dict[str, list[Obj]], component: str
+) -> None:
+    role = one(rendered["base"], "ClusterRole", f"elb-gate-{component}")
+    assert granted(role["rules"]) == EXPECTED[(component, "gated")]
+
+
+def test_the_leader_role_grants_exactly_the_table_on_the_leader_lease_only(
+    rendered: dict[str, list[Obj]],
+) -> None:
+    role = one(rendered["base"], "Role", "elb-gate-controller-leader")
+    named = [r for r in role["rules"] if "resourceNames" in r]
+    assert role["metadata"]["namespace"] == "elb-system"
+    assert granted(role["rules"]) == EXPECTED[("controller", "leader")]
+    assert all(r["resourceNames"] == [Settings().leader_lease_name] for r in named)
+    assert {v for r in role["rules"] if "resourceNames" not in r for v in r["verbs"]} == {"create"}
+
+
+def test_configmap_access_is_limited_to_the_liveness_configmap_except_create(
+    rendered: dict[str, list[Obj]],
+) -> None:
+    role = one(rendered["base"], "ClusterRole", "elb-gate-controller")
+    rules = [r for r in role["rules"] if r["resources"] == ["configmaps"]]
+    unnamed = [v for r in rules if "resourceNames" not in r for v in r["verbs"]]
+    named = [r["resourceNames"] for r in rules if "resourceNames" in r]
+    assert unnamed == ["create"] and named == [[LIVENESS_CONFIGMAP]]
+    # list/watch limited by name only qualify with this field selector: the informer sends it.
+    assert (
+        'field_selector=f"metadata.name={LIVENESS_CONFIGMAP}"'
+        in (REPO / "controller" / "main.py").read_text()
+    )
+
+
+def test_roles_are_bound_per_namespace_and_never_cluster_wide(
+    rendered: dict[str, list[Obj]],
+) -> None:
+    for target, objects in rendered.items():
+        assert not select(objects, "ClusterRoleBinding"), target
+        for rb in select(objects, "RoleBinding"):
+            (subject,) = rb["subjects"]
+            assert rb["roleRef"]["name"] != "cluster-admin"
+            assert subject["namespace"] == "elb-system"
+            assert subject["name"] == rb["roleRef"]["name"].removesuffix("-leader")
+
+
+def test_the_webhook_can_write_nothing() -> None:
+    writes = {"create", "update", "patch", "delete", "deletecollection"}
+    assert not {v for _r, v in EXPECTED[("webhook", "gated")]} & writes
