@@ -318,3 +318,15 @@ def test_the_schema_check_catches_a_misspelt_field_and_a_wrong_type() -> None:
     }
     found = schemas.errors(broken, OLDEST_SUPPORTED)
     assert any("replicas" in p for p in found) and any("imagee" in p for p in found)
+
+
+@pytest.mark.parametrize("component", COMPONENTS)
+def test_both_deployments_have_a_small_writable_tmp_under_the_read_only_root(
+    rendered: dict[str, list[Obj]], component: str
+) -> None:
+    # The webhook's certificate reload hands ssl a private copy via tempfile.
+    pod = _deployment(rendered["base"], component)["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes[mounts["/tmp"]]["emptyDir"]["sizeLimit"]
