@@ -203,7 +203,7 @@ class LeaderElector:
         """Give the Lease up (shutdown), so another replica need not wait for expiry."""
         if not self.leading:
             return
-        self._stop("shutting down")
+        self._stop("shutting down (releasing the Lease)")
         try:
             obj = await self.api.get_or_none(self._url, deadline=2.0)
             if obj is None or (obj.get("spec") or {}).get("holderIdentity") != self.identity:

@@ -1,0 +1,138 @@
+"""Leader election against the emulator: one leader, takeover, and stepping down at once."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import pytest
+
+from controller.leader import LeaderElector
+from controller.metrics import ControllerMetrics
+from elbgate.kube.api import KubeApi
+from tests.controller.conftest import eventually
+from tests.kube_emulator import Emulator
+
+LEASE_NS, LEASE = "elb-system", "elb-gate-controller"
+
+
+class Replica:
+    """One elector plus a record of its leadership changes."""
+
+    def __init__(self, api: KubeApi, name: str, lease_seconds: float = 2.0) -> None:
+        self.starts = 0
+        self.stops = 0
+        self.elector = LeaderElector(
+            api,
+            LEASE_NS,
+            LEASE,
+            name,
+            ControllerMetrics(),
+            lease_seconds=lease_seconds,
+            renew_seconds=0.25,
+            on_started=self._started,
+            on_stopped=self._stopped,
+        )
+        self.task: asyncio.Task[None] | None = None
+
+    def _started(self) -> None:
+        self.starts += 1
+
+    def _stopped(self) -> None:
+        self.stops += 1
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self.elector.run())
+
+    async def crash(self) -> None:
+        """Stop without releasing (the process died)."""
+        assert self.task is not None
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+
+@pytest.fixture
+async def replicas(controller_api: KubeApi) -> AsyncIterator[tuple[Replica, Replica]]:
+    a, b = Replica(controller_api, "replica-a"), Replica(controller_api, "replica-b")
+    a.start()
+    b.start()
+    try:
+        yield a, b
+    finally:
+        await a.crash()
+        await b.crash()
+
+
+async def test_exactly_one_of_two_replicas_leads(replicas: tuple[Replica, Replica]) -> None:
+    a, b = replicas
+    await eventually(lambda: a.elector.may_act() or b.elector.may_act(), "a leader")
+    for _ in range(8):  # several renew periods: never both
+        assert not (a.elector.may_act() and b.elector.may_act())
+        await asyncio.sleep(0.25)
+    assert a.starts + b.starts == 1
+
+
+async def test_when_the_leader_dies_the_other_takes_over_after_the_lease_runs_out(
+    replicas: tuple[Replica, Replica], emulator: Emulator
+) -> None:
+    a, b = replicas
+    leader = await eventually(
+        lambda: a if a.elector.may_act() else b if b.elector.may_act() else None, "a leader"
+    )
+    other = b if leader is a else a
+    await leader.crash()
+    await eventually(other.elector.may_act, "the other replica leads", within=15)
+    lease = emulator.get("leases", LEASE_NS, LEASE)
+    assert lease["spec"]["holderIdentity"] == other.elector.identity
+    assert lease["spec"]["leaseTransitions"] >= 1
+
+
+async def test_a_released_lease_is_taken_over_without_waiting_for_expiry(
+    controller_api: KubeApi, emulator: Emulator
+) -> None:
+    # A 60 s Lease: the follower could only win this quickly if the leader released it.
+    a = Replica(controller_api, "replica-a", lease_seconds=60)
+    b = Replica(controller_api, "replica-b", lease_seconds=60)
+    a.start()
+    await eventually(a.elector.may_act, "a leads")
+    b.start()
+    try:
+        await a.elector.release()
+        await a.crash()
+        assert a.stops == 1 and not a.elector.may_act()
+        await eventually(b.elector.may_act, "b leads after a released", within=10)
+    finally:
+        await b.crash()
+
+
+async def test_a_leader_steps_down_at_once_when_another_holder_appears(
+    replicas: tuple[Replica, Replica], emulator: Emulator
+) -> None:
+    a, b = replicas
+    leader = await eventually(
+        lambda: a if a.elector.may_act() else b if b.elector.may_act() else None, "a leader"
+    )
+    lease = emulator.get("leases", LEASE_NS, LEASE)
+    lease["spec"]["holderIdentity"] = "intruder"
+    lease["spec"]["leaseDurationSeconds"] = 60
+    emulator.update(lease)
+    await eventually(lambda: leader.stops == 1, "the leader stepped down")
+    assert not a.elector.may_act() and not b.elector.may_act()
+
+
+async def test_a_leader_that_cannot_renew_stops_acting_at_its_deadline(
+    replicas: tuple[Replica, Replica], emulator: Emulator
+) -> None:
+    a, b = replicas
+    leader = await eventually(
+        lambda: a if a.elector.may_act() else b if b.elector.may_act() else None, "a leader"
+    )
+    fault = emulator.faults.add(method="PUT", resource="leases", status=500, count=None)
+    try:
+        await eventually(lambda: leader.stops == 1, "the leader stopped acting", within=10)
+        assert not leader.elector.may_act()
+        assert fault.hits >= 1
+    finally:
+        fault.remove()
