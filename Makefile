@@ -5,6 +5,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
+OVERLAY ?= manifests/overlays/generated
+IMAGE ?= elb-gate:0.1.0
 
 .DEFAULT_GOAL := help
 
@@ -42,7 +44,22 @@ certs: $(STAMP) ## Generate CA + serving certificate and the caBundle overlay (g
 bench: $(STAMP) ## Benchmarks: print ratios against the floor, write bench/results.json
 	$(BIN)/python -m bench $(ARGS)
 
+soak: $(STAMP) ## Long randomized reliability runs (>= 1,000 schedules); writes tests/reliability/RESULTS.md
+	$(BIN)/python -m tests.reliability.soak $(ARGS)
+
+fuzz: $(STAMP) ## Coverage-guided fuzzing of the admission decoding and decisions (atheris)
+	$(BIN)/pip install -q atheris
+	$(BIN)/python -m tests.reliability.fuzz $(ARGS)
+
+deploy: ## Apply an overlay to the current cluster (OVERLAY=..., default: the `make certs` one) and wait
+	kubectl apply -k $(OVERLAY)
+	kubectl -n elb-system rollout status deployment/elb-gate-webhook --timeout=180s
+	kubectl -n elb-system rollout status deployment/elb-gate-controller --timeout=180s
+
+image: ## Build the one container image both components run from (IMAGE=...)
+	docker build -t $(IMAGE) .
+
 clean: ## Remove the virtualenv and generated files
 	rm -rf $(VENV) .run .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help venv tools lint test run emulator certs bench clean
+.PHONY: help venv tools lint test run emulator certs bench soak fuzz deploy image clean
