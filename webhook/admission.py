@@ -78,23 +78,19 @@ class Admission:
 
     async def _judge_job(self, request: AdmissionRequest) -> Decision:
         job = JobRequest.from_admission(request)
+        now = self.clock()
         reads = search_admission.reads_needed(job)
         try:
-            observed = await self._observe(job, reads)
+            observed = await self._observe(job, reads, now)
         except ReadFailed as exc:
             return unverified(f"Gate A/B for {job.ref}", str(exc))
-        decision = search_admission.decide(
-            job, observed, self.settings, self.clock(), self.identities
-        )
-        if observed.jobs is not None and "active" in decision.details:
+        if observed.census is not None:
             self.metrics.record_census(
-                job.namespace,
-                len(decision.details["active"]),
-                self.settings.max_run_concurrency,
+                job.namespace, observed.census.count, self.settings.max_run_concurrency
             )
-        return decision
+        return search_admission.decide(job, observed, self.settings, now, self.identities)
 
-    async def _observe(self, job: JobRequest, reads: Reads) -> Observed:
+    async def _observe(self, job: JobRequest, reads: Reads, now: datetime) -> Observed:
         if reads is Reads.NONE:
             return Observed()
         if reads is Reads.JOBS_AND_LEASE:
@@ -110,11 +106,13 @@ class Admission:
             if failures:
                 raise ReadFailed("; ".join(str(f) for f in failures))
             jobs, lease = results
-            return Observed(jobs=jobs, lease=lease)
-        jobs = await self._list_jobs(job.namespace)
-        if search_admission.lease_needed(job, jobs, self.settings, self.clock()):
-            return Observed(jobs=jobs, lease=await self._get_lease(job.namespace))
-        return Observed(jobs=jobs, lease=NOT_READ)
+            return Observed(search_admission.survey(job, jobs, self.settings, now), lease)
+        seen = search_admission.survey(
+            job, await self._list_jobs(job.namespace), self.settings, now
+        )
+        if search_admission.lease_needed(job, seen):
+            return Observed(seen, await self._get_lease(job.namespace))
+        return Observed(seen, NOT_READ)
 
     async def _list_jobs(self, namespace: str) -> list[dict[str, Any]]:
         return await self._read(

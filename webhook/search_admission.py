@@ -11,8 +11,8 @@ DESIGN.md "Gate B — search admission":
 * UPDATE is judged only when it adds a gated ``app`` or changes ``elb-job-id``;
   DELETE is never gated. Neither costs an API call.
 
-The handler asks :func:`reads_needed` what to read, reads it, and calls
-:func:`decide` with what it saw.
+The handler asks :func:`reads_needed` what to read, reads it, takes the census
+with :func:`survey`, and calls :func:`decide` with what it saw.
 """
 
 from __future__ import annotations
@@ -103,10 +103,10 @@ NOT_READ: Any = _NotRead()
 
 @dataclass(frozen=True, slots=True)
 class Observed:
-    """What the handler read: the unfinished search Jobs and the submit Lease
-    (``None`` = it does not exist, :data:`NOT_READ` = not asked for)."""
+    """What the handler read: the census of the search Jobs (see :func:`survey`) and
+    the submit Lease (``None`` = it does not exist, :data:`NOT_READ` = not asked for)."""
 
-    jobs: Sequence[Mapping[str, Any]] | None = None
+    census: Census | None = None
     lease: Mapping[str, Any] | None = NOT_READ
 
 
@@ -130,9 +130,10 @@ def reads_needed(job: JobRequest) -> Reads:
     return Reads.JOBS_AND_LEASE if job.app == FINALIZER_APP else Reads.JOBS
 
 
-def _census(
+def survey(
     job: JobRequest, jobs: Sequence[Mapping[str, Any]], settings: Settings, now: datetime
 ) -> Census:
+    """The census of ``jobs`` (the LIST) as it bears on ``job``."""
     # An UPDATE's own Job is already stored under its old labels: it must not
     # count against the search it is being moved into or out of.
     if job.operation == "UPDATE":
@@ -144,13 +145,9 @@ def _joins_active(job: JobRequest, seen: Census) -> bool:
     return bool(job.job_id) and seen.is_active(job.job_id)
 
 
-def lease_needed(
-    job: JobRequest, jobs: Sequence[Mapping[str, Any]], settings: Settings, now: datetime
-) -> bool:
+def lease_needed(job: JobRequest, seen: Census) -> bool:
     """After the census LIST: does ``job`` still need Gate A (and so the Lease)?"""
-    if job.app == FINALIZER_APP:
-        return True
-    return not _joins_active(job, _census(job, jobs, settings, now))
+    return job.app == FINALIZER_APP or not _joins_active(job, seen)
 
 
 def decide(
@@ -170,9 +167,9 @@ def decide(
             f"Search admission: {job.ref} has no elb-job-id label. A finalizer must carry the "
             "elb-job-id of its search: set metadata.labels.elb-job-id (elastic-blast submit does)",
         )
-    if observed.jobs is None:
-        raise ValueError("decide() needs the census LIST for a gated Job (see reads_needed)")
-    seen = _census(job, observed.jobs, settings, now)
+    seen = observed.census
+    if seen is None:
+        raise ValueError("decide() needs the census for a gated Job (see reads_needed)")
     joins = _joins_active(job, seen)
     facts: dict[str, Any] = {
         "job_id": job.job_id,

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from elbgate.identities import SubmitterIdentities
+from elbgate.settings import Settings
 from tests.webhook.builders import NOW, SETTINGS, admission, job, job_object, lease, user
-from webhook.decision import WARNING_WIDTH
+from webhook.decision import WARNING_WIDTH, Decision
 from webhook.review import AdmissionRequest, UserInfo
 from webhook.search_admission import (
     NOT_READ,
@@ -19,6 +20,7 @@ from webhook.search_admission import (
     decide,
     lease_needed,
     reads_needed,
+    survey,
 )
 
 HOLDER = "dashboard-0b3f9a0e8a9d4f6c9f1e2d3c4b5a6978"
@@ -129,7 +131,7 @@ def test_lease_needed_after_the_census(
     request_: AdmissionRequest, jobs: list[dict[str, Any]], needed: bool
 ) -> None:
     job_request = JobRequest.from_admission(request_)
-    assert lease_needed(job_request, jobs, SETTINGS, NOW) is needed
+    assert lease_needed(job_request, survey(job_request, jobs, SETTINGS, NOW)) is needed
 
 
 # -- decisions ----------------------------------------------------------------------------
@@ -328,13 +330,9 @@ CASES: dict[str, Case] = {
 
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_search_admission(case: Case) -> None:
-    decision = decide(
-        JobRequest.from_admission(case.request),
-        Observed(jobs=case.jobs, lease=case.lease),
-        SETTINGS,
-        NOW,
-        case.identities,
-    )
+    job_request = JobRequest.from_admission(case.request)
+    seen = None if case.jobs is None else survey(job_request, case.jobs, SETTINGS, NOW)
+    decision = decide(job_request, Observed(seen, case.lease), SETTINGS, NOW, case.identities)
     assert (decision.allowed, decision.reason, decision.code) == (
         case.allowed,
         case.reason,
@@ -346,33 +344,32 @@ def test_search_admission(case: Case) -> None:
         assert "\n" not in decision.message
 
 
+def judge(
+    request_: AdmissionRequest,
+    jobs: list[dict[str, Any]],
+    lease_obj: Any,
+    settings: Settings = SETTINGS,
+) -> Decision:
+    """Survey ``jobs`` and decide, as the handler does."""
+    job_request = JobRequest.from_admission(request_)
+    seen = survey(job_request, jobs, settings, NOW)
+    return decide(job_request, Observed(seen, lease_obj), settings, NOW)
+
+
 def test_a_denial_names_the_requested_job() -> None:
-    decision = decide(
-        JobRequest.from_admission(create("finalizer", "d", BOB)),
-        Observed(jobs=[], lease=ALICE_HOLDS),
-        SETTINGS,
-        NOW,
-    )
+    decision = judge(create("finalizer", "d", BOB), [], ALICE_HOLDS)
     assert "Job default/finalizer-d (app=finalizer, elb-job-id=d)" in decision.message
 
 
 def test_the_ceiling_comes_from_settings() -> None:
-    decision = decide(
-        JobRequest.from_admission(create("submit", "c")),
-        Observed(jobs=active("a", "b"), lease=ALICE_HOLDS),
-        SETTINGS.__class__(max_run_concurrency=2),
-        NOW,
+    decision = judge(
+        create("submit", "c"), active("a", "b"), ALICE_HOLDS, Settings(max_run_concurrency=2)
     )
     assert decision.code == 429 and "2/2 searches" in decision.message
 
 
 def test_warn_mode_carries_the_denial_as_short_warnings() -> None:
-    decision = decide(
-        JobRequest.from_admission(create("submit", "d", BOB)),
-        Observed(jobs=active("a", "b", "c"), lease=ALICE_HOLDS),
-        SETTINGS,
-        NOW,
-    )
+    decision = judge(create("submit", "d", BOB), active("a", "b", "c"), ALICE_HOLDS)
     response = decision.warning_response("search-admission.elb-gate.io")
     assert response.allowed
     assert response.warnings and all(len(w) <= WARNING_WIDTH for w in response.warnings)
