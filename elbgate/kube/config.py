@@ -9,8 +9,10 @@ from __future__ import annotations
 import os
 import ssl
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -21,22 +23,33 @@ class KubeConfigError(RuntimeError):
 
 @dataclass
 class TokenSource:
-    """A bearer token, re-read from its file so rotated projected
-    service-account tokens are picked up without a restart."""
+    """A bearer token that stays fresh without a restart: re-read from its file
+    (rotated projected service-account tokens), or re-obtained through ``reload``
+    (kubeconfig exec plugins / auth providers such as kubelogin on AKS, whose
+    tokens expire within the hour a capacity wait plus a submit can take)."""
 
     token: str = ""
     path: str = ""
+    reload: Callable[[], str] | None = None
     reread_seconds: float = 60.0
-    _read_at: float = field(default=0.0, repr=False)
+    loaded_at: float = 0.0
+    """``time.monotonic()`` of the last successful read; 0 forces a read on first use."""
 
     def current(self) -> str:
-        if self.path and time.monotonic() - self._read_at >= self.reread_seconds:
+        due = time.monotonic() - self.loaded_at >= self.reread_seconds
+        if due and (self.path or self.reload is not None):
             try:
-                self.token = Path(self.path).read_text().strip()
-                self._read_at = time.monotonic()
-            except OSError:
-                pass  # keep the last good token; the API call will say if it is refused
+                fresh = Path(self.path).read_text().strip() if self.path else self._reload()
+            except Exception:  # keep the last good token; the API call will say if it is refused
+                fresh = ""
+            if fresh:
+                self.token = fresh
+                self.loaded_at = time.monotonic()
         return self.token
+
+    def _reload(self) -> str:
+        assert self.reload is not None
+        return self.reload()
 
 
 @dataclass
@@ -91,31 +104,19 @@ class KubeConfig:
 
     @classmethod
     def from_kubeconfig(cls, path: str | None, context: str | None = None) -> KubeConfig:
-        from kubernetes import client as k8s_client
-        from kubernetes import config as k8s_config
         from kubernetes.config.config_exception import ConfigException
 
-        conf = k8s_client.Configuration()
         config_file = path.split(os.pathsep)[0] if path else None
         try:
-            k8s_config.load_kube_config(
-                config_file=config_file, context=context, client_configuration=conf
-            )
-            _, active = k8s_config.list_kube_config_contexts(config_file=config_file)
+            conf, active = _load_kubeconfig(config_file, context)
         except (ConfigException, OSError, TypeError) as exc:
             where = config_file or "~/.kube/config"
             raise KubeConfigError(
                 f"cannot load kubeconfig {where}: {exc}; set KUBECONFIG or --kubeconfig"
             ) from None
-        # Recent kubernetes clients store the token as api_key["BearerToken"] ("Bearer x");
-        # older releases used api_key["authorization"]. Accept both.
-        auth = (
-            conf.api_key.get("authorization", "")
-            or conf.api_key.get("BearerToken", "")
-            or conf.get_api_key_with_prefix("authorization")
-            or ""
-        )
-        token = auth[len("Bearer ") :] if auth.startswith("Bearer ") else auth
+        user = (active.get("context") or {}).get("user")
+        users = {u.get("name"): u.get("user") or {} for u in _kubeconfig_users(config_file)}
+        dynamic = any(k in users.get(user, {}) for k in ("exec", "auth-provider"))
         namespace = (active.get("context") or {}).get("namespace") or "default"
         return cls(
             host=conf.host.rstrip("/"),
@@ -123,6 +124,49 @@ class KubeConfig:
             cert_file=conf.cert_file,
             key_file=conf.key_file,
             verify=bool(conf.verify_ssl),
-            token=TokenSource(token=token or ""),
+            token=TokenSource(
+                token=_bearer(conf),
+                reload=(lambda: _bearer(_load_kubeconfig(config_file, context)[0]))
+                if dynamic
+                else None,
+                reread_seconds=300.0,
+                loaded_at=time.monotonic(),
+            ),
             namespace=namespace,
         )
+
+
+def _load_kubeconfig(config_file: str | None, context: str | None) -> tuple[Any, dict[str, Any]]:
+    from kubernetes import client as k8s_client
+    from kubernetes import config as k8s_config
+
+    conf = k8s_client.Configuration()
+    k8s_config.load_kube_config(config_file=config_file, context=context, client_configuration=conf)
+    contexts, active = k8s_config.list_kube_config_contexts(config_file=config_file)
+    if context:
+        active = next((c for c in contexts if c.get("name") == context), active)
+    return conf, active
+
+
+def _kubeconfig_users(config_file: str | None) -> list[dict[str, Any]]:
+    import yaml
+
+    target = Path(config_file or Path.home() / ".kube" / "config")
+    try:
+        doc = yaml.safe_load(target.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return []
+    users = doc.get("users") if isinstance(doc, dict) else None
+    return [u for u in users or [] if isinstance(u, dict)]
+
+
+def _bearer(conf: Any) -> str:
+    # Recent kubernetes clients store the token as api_key["BearerToken"] ("Bearer x");
+    # older releases used api_key["authorization"]. Accept both.
+    auth = (
+        conf.api_key.get("authorization", "")
+        or conf.api_key.get("BearerToken", "")
+        or conf.get_api_key_with_prefix("authorization")
+        or ""
+    )
+    return str(auth[len("Bearer ") :] if auth.startswith("Bearer ") else auth)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -185,3 +186,69 @@ def test_a_missing_kubeconfig_names_what_to_fix(tmp_path: Path) -> None:
 
     with pytest.raises(KubeConfigError, match="set KUBECONFIG or --kubeconfig"):
         KubeConfig.from_kubeconfig(str(tmp_path / "nope"))
+
+
+def test_an_exec_plugin_token_is_obtained_again_when_due(tmp_path: Path) -> None:
+    # AKS kubeconfigs get tokens from kubelogin (an exec plugin); they expire
+    # within the hour a capacity wait plus a submit can take.
+    current = tmp_path / "current-token"
+    current.write_text("tok-1")
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text(
+        "import json, pathlib\n"
+        "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1beta1',"
+        " 'kind': 'ExecCredential',"
+        f" 'status': {{'token': pathlib.Path({str(current)!r}).read_text()}}}}))\n"
+    )
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        orjson.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "aks",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:6443"}}],
+                "contexts": [
+                    {"name": "aks", "context": {"cluster": "c", "user": "u", "namespace": "blast"}}
+                ],
+                "users": [
+                    {
+                        "name": "u",
+                        "user": {
+                            "exec": {
+                                "apiVersion": "client.authentication.k8s.io/v1beta1",
+                                "command": sys.executable,
+                                "args": [str(plugin)],
+                            }
+                        },
+                    }
+                ],
+            }
+        ).decode()
+    )
+    config = KubeConfig.from_kubeconfig(str(kubeconfig))
+    assert config.namespace == "blast"
+    assert config.token.current() == "tok-1"
+    current.write_text("tok-2")
+    assert config.token.current() == "tok-1"  # not due yet
+    config.token.loaded_at = 0.0
+    assert config.token.current() == "tok-2"
+
+
+def test_a_static_kubeconfig_token_is_never_reloaded(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        orjson.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "x",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:6443"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "users": [{"name": "u", "user": {"token": "static"}}],
+            }
+        ).decode()
+    )
+    config = KubeConfig.from_kubeconfig(str(kubeconfig))
+    assert config.token.reload is None
+    assert (config.token.current(), config.namespace) == ("static", "default")
