@@ -165,7 +165,7 @@ def decide(
             422,
             "missing_job_id",
             f"Search admission: {job.ref} has no elb-job-id label. A finalizer must carry the "
-            "elb-job-id of its search: set metadata.labels.elb-job-id (elastic-blast submit does)",
+            "elb-job-id of its search: set metadata.labels.elb-job-id (elastic-blast submit does).",
         )
     seen = observed.census
     if seen is None:

@@ -171,7 +171,7 @@ CASES: dict[str, Case] = {
             f"{B} (user bob) cannot take it over",
         ),
     ),
-    "a takeover by a clock-ahead client is refused while live on the webhook's clock": Case(
+    "a clock-ahead takeover that bypassed the mutating stamp is refused": Case(
         "UPDATE",
         with_holder(
             ALICE_HOLDS_A,
@@ -186,7 +186,7 @@ CASES: dict[str, Case] = {
         reason="stamp_mismatch",
         code=403,
     ),
-    "a clock-ahead takeover, stamped as the chain does, is a 409": Case(
+    "a takeover by a clock-ahead client is refused with 409 while live on the webhook's clock": Case(
         "UPDATE",
         with_holder(ALICE_HOLDS_A, B, renewTime=format_microtime(NOW + timedelta(minutes=20))),
         ALICE_HOLDS_A,
