@@ -102,6 +102,15 @@ class LeaderElector:
                     identity=self.identity,
                     detail=str(exc),
                 )
+            except Exception:  # malformed Lease etc.: never let the elector die
+                ok = False
+                log(
+                    logger,
+                    logging.ERROR,
+                    "leader election error",
+                    identity=self.identity,
+                    exc_info=True,
+                )
             if ok:
                 self._renewed(started)
             elif self.leading and not self.may_act():
