@@ -7,6 +7,9 @@ separate metrics port. Both read the same :class:`Runtime`.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import orjson
@@ -62,11 +65,24 @@ async def metrics(request: web.Request) -> web.Response:
     )
 
 
+async def _resources(app: web.Application) -> AsyncIterator[None]:
+    """Open the API session and watch the certificate files while the app runs."""
+    runtime = app[RUNTIME]
+    await runtime.admission.api.open()
+    watcher = asyncio.create_task(runtime.certificate.watch(), name="certificate-watch")
+    yield
+    watcher.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await watcher
+    await runtime.admission.api.close()
+
+
 def create_app(runtime: Runtime) -> web.Application:
-    """The HTTPS admission application."""
+    """The HTTPS admission application (owns the API session and the certificate watch)."""
     max_bytes = runtime.admission.settings.max_request_bytes
     app = web.Application(client_max_size=max_bytes + 1)
     app[RUNTIME] = runtime
+    app.cleanup_ctx.append(_resources)
     admission = runtime.admission
     app.router.add_post(JOBS_PATH, admission_endpoint(admission.validate_job, max_bytes))
     app.router.add_post(LEASE_MUTATE_PATH, admission_endpoint(admission.mutate_lease, max_bytes))

@@ -38,9 +38,8 @@ async def serve(
         settings.tls_key_file,
         on_loaded=lambda not_after: metrics.record_certificate_expiry(not_after.timestamp()),
     )
-    certificate.reload_if_changed()
+    certificate.reload_if_changed()  # before listening, so the first handshake has it
     api = KubeApi(kube, timeout=settings.api_timeout_seconds, user_agent="elb-gate-webhook")
-    await api.open()
     reachability = ApiReachability(api, settings.api_timeout_seconds)
     admission = Admission(
         settings, api, metrics, identities, on_api_answer=reachability.note_answer
@@ -50,7 +49,6 @@ async def serve(
         web.AppRunner(create_app(runtime), access_log=None, shutdown_timeout=10.0),
         web.AppRunner(create_ops_app(runtime), access_log=None, shutdown_timeout=2.0),
     ]
-    watcher = asyncio.create_task(certificate.watch(), name="certificate-watch")
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -77,9 +75,7 @@ async def serve(
         await stop.wait()
         log_fields(_log, logging.INFO, "stopping")
     finally:
-        watcher.cancel()
-        for runner in runners:
+        for runner in runners:  # admission first: it finishes in-flight reviews, then closes
             await runner.cleanup()
-        await api.close()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)

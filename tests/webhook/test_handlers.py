@@ -64,6 +64,12 @@ class FakeApi:
         await self._enter("probe", path, kw)
         return {"major": "1"}
 
+    async def open(self) -> None:
+        self.opened = True
+
+    async def close(self) -> None:
+        self.closed = True
+
 
 def make(api: FakeApi, **settings: Any) -> Admission:
     return Admission(
@@ -342,8 +348,13 @@ async def test_not_ready_until_the_certificate_is_loaded(
     assert (await ops.get("/healthz")).status == 200
 
 
-async def test_admission_paths_are_served(aiohttp_client: Any, runtime: Runtime) -> None:
+async def test_admission_paths_are_served_and_the_app_owns_the_api_session(
+    aiohttp_client: Any, runtime: Runtime
+) -> None:
     app: TestClient = await aiohttp_client(create_app(runtime))
+    assert runtime.admission.api.opened  # type: ignore[attr-defined]
     for path in ("/validate/jobs", "/mutate/leases", "/validate/leases"):
         resp = await app.post(path, json={"kind": "AdmissionReview"})
         assert resp.status == 400, path
+    await app.close()
+    assert runtime.admission.api.closed  # type: ignore[attr-defined]
