@@ -60,19 +60,23 @@ class Admission:
 
     async def validate_job(self, request: AdmissionRequest) -> AdmissionResponse:
         """``/validate/jobs``: Gate A + Gate B on search Jobs."""
-        return await self._answer(SEARCH_ADMISSION, request, self._judge_job(request), warn=True)
+        return await self._answer(SEARCH_ADMISSION, request, self._judge_job, warn=True)
 
     async def mutate_lease(self, request: AdmissionRequest) -> AdmissionResponse:
         """``/mutate/leases``: stamp holder-user/holder-pod and the webhook's clock."""
-        decision = lease_stamp.decide(LeaseRequest.from_admission(request), self.clock())
-        return await self._answer(LEASE_STAMP, request, _ready(decision), warn=False)
+        return await self._answer(LEASE_STAMP, request, self._stamp_lease, warn=False)
 
     async def validate_lease(self, request: AdmissionRequest) -> AdmissionResponse:
-        """``/validate/leases``: the Lease guard (always enforcing)."""
-        decision = lease_guard.decide(
+        """``/validate/leases``: the Lease guard (always enforcing, see docs/denials.md)."""
+        return await self._answer(LEASE_GUARD, request, self._guard_lease, warn=False)
+
+    async def _stamp_lease(self, request: AdmissionRequest) -> Decision:
+        return lease_stamp.decide(LeaseRequest.from_admission(request), self.clock())
+
+    async def _guard_lease(self, request: AdmissionRequest) -> Decision:
+        return lease_guard.decide(
             LeaseRequest.from_admission(request), self.settings, self.clock(), self.identities
         )
-        return await self._answer(LEASE_GUARD, request, _ready(decision), warn=False)
 
     # -- search admission reads ----------------------------------------------
 
@@ -154,16 +158,16 @@ class Admission:
         self,
         webhook: str,
         request: AdmissionRequest,
-        deciding: Awaitable[Decision],
+        judge: Callable[[AdmissionRequest], Awaitable[Decision]],
         *,
         warn: bool,
     ) -> AdmissionResponse:
-        """Await the decision, turn it into a response (warn mode where it applies),
+        """Decide, turn the decision into a response (warn mode where it applies),
         then count, time and log it."""
         started = time.perf_counter()
         with self.metrics.in_flight(webhook):
             try:
-                decision = await deciding
+                decision = await judge(request)
             except Exception:
                 self._record(webhook, request, "errored", "internal", started, 500, "")
                 raise
@@ -217,7 +221,3 @@ class Admission:
         if details:
             fields["details"] = dict(details)
         log_fields(_log, logging.INFO, "admission", **fields)
-
-
-async def _ready(decision: Decision) -> Decision:
-    return decision

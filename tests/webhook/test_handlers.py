@@ -358,3 +358,30 @@ async def test_admission_paths_are_served_and_the_app_owns_the_api_session(
         assert resp.status == 400, path
     await app.close()
     assert runtime.admission.api.closed  # type: ignore[attr-defined]
+
+
+async def test_a_policy_that_raises_is_counted_as_errored_and_left_to_the_http_layer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from webhook import lease_guard
+
+    def broken(*_args: Any, **_kw: Any) -> Any:
+        raise KeyError("spec")
+
+    monkeypatch.setattr(lease_guard, "decide", broken)
+    handlers = make(FakeApi())
+    submit = lease(HOLDER, holder_user="alice")
+    with pytest.raises(KeyError):
+        await handlers.validate_lease(admission("UPDATE", submit, submit, resource="leases"))
+    assert (
+        sample(
+            handlers,
+            "elb_gate_admission_requests_total",
+            webhook="lease-guard.elb-gate.io",
+            operation="UPDATE",
+            decision="errored",
+            reason="internal",
+        )
+        == 1
+    )
+    assert sample(handlers, "elb_gate_admission_in_flight", webhook="lease-guard.elb-gate.io") == 0
