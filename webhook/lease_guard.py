@@ -35,9 +35,7 @@ from webhook.decision import Decision, admit, refuse
 from webhook.lease_request import LeaseRequest
 from webhook.lease_stamp import expected_stamps
 from webhook.requester import holds, reserving_submitter
-from webhook.wording import expiry_phrase, holder_phrase
-
-IDENTITIES_VAR = "ELB_GATE_SUBMITTER_IDENTITIES_FILE"
+from webhook.wording import IDENTITIES_VAR, expiry_phrase, holder_phrase
 
 
 def decide(

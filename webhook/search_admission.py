@@ -31,9 +31,7 @@ from elbgate.settings import Settings
 from webhook.decision import Decision, admit, refuse
 from webhook.requester import Requester, holds
 from webhook.review import AdmissionRequest
-from webhook.wording import expiry_phrase, holder_phrase
-
-IDENTITIES_VAR = "ELB_GATE_SUBMITTER_IDENTITIES_FILE"
+from webhook.wording import IDENTITIES_VAR, expiry_phrase, holder_phrase
 
 
 def _labels(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:

@@ -8,6 +8,9 @@ from elbgate.lease import LeaseView, Unparseable, expires_at
 from elbgate.settings import Settings
 from webhook.decision import when
 
+IDENTITIES_VAR = "ELB_GATE_SUBMITTER_IDENTITIES_FILE"
+"""Where operators map users to submitters; denials name it so the fix is a copy-paste."""
+
 
 def holder_phrase(lease: LeaseView) -> str:
     """``dashboard-1f… (user bob, pod ns/p/uid)``: the identity and who stamped it."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from elbgate.lease import format_microtime
 from elbgate.names import HOLDER_USER_ANNOTATION
 from tests.kube_emulator import Emulator
+from tests.kube_emulator.fixtures import kubectl
 from tests.webhook.lease_clients import KubectlLeaseClient, Outcome, RawHttpLeaseClient
 
 pytestmark = pytest.mark.kubectl
@@ -36,8 +38,6 @@ def expire(emu: Emulator, ns: str) -> None:
     """Age the stored Lease past TTL + skew, as if its holder died an hour ago."""
 
     def age(obj: dict[str, Any]) -> None:
-        from datetime import UTC, datetime, timedelta
-
         obj["spec"]["renewTime"] = format_microtime(datetime.now(UTC) - timedelta(hours=1))
 
     emu.patch("leases", ns, f"elb-blast-submit-{ns}", age)
@@ -106,8 +106,6 @@ def test_a_release_by_another_user_is_refused_as_busy(emu: Emulator, ns: str) ->
 
 
 def test_deleting_a_live_lease_is_refused(emu: Emulator, ns: str) -> None:
-    from tests.kube_emulator.fixtures import kubectl
-
     assert RawHttpLeaseClient(emu, "alice", ns, OPENAPI).acquire() == "acquired"
     result = kubectl(emu, "alice", "-n", ns, "delete", "lease", f"elb-blast-submit-{ns}")
     assert result.returncode == 1
