@@ -2,8 +2,10 @@
 
 Only the few fields the planners need are kept, as the shared library's own frozen views
 (:class:`elbgate.census.JobRef`, :class:`elbgate.lease.LeaseView`), never whole objects:
-memory is benchmarked. A finished Job is dropped at once (nothing the controller does
-depends on it) unless it still carries the orphaned-since mark, which must be removed.
+memory is benchmarked. A finished Job is dropped at once unless it still carries the
+orphaned-since mark, which must be removed; of a finished ``submit``/``blast`` Job only
+its name and ``elb-job-id`` are kept, because a finalizer whose batch work is done is
+*finishing* (merging results), not an orphan to delete (see :mod:`elbgate.census`).
 
 A namespace is *synced* only while every one of its watched kinds has completed its
 initial LIST and its watch is up; the reconciler never plans on anything less.
@@ -17,6 +19,7 @@ from typing import Any
 
 from elbgate.census import JobRef, is_terminal
 from elbgate.lease import LeaseView
+from elbgate.names import COMPANION_APPS
 
 JOBS = "jobs"
 LEASES = "leases"
@@ -51,6 +54,8 @@ class NamespaceCache:
     """Non-terminal watched Jobs, by name."""
     finished_marked: dict[str, JobRef] = field(default_factory=dict)
     """Terminal Jobs that still carry ``elb-gate.io/orphaned-since`` (to be un-marked)."""
+    finished_batch: dict[str, str] = field(default_factory=dict)
+    """Terminal ``submit``/``blast`` Jobs: name → ``elb-job-id`` (their search had batch work)."""
     lease: LeaseView | None = None
     liveness: ConfigMapRecord | None = None
     synced: set[str] = field(default_factory=set)
@@ -66,6 +71,8 @@ class Snapshot:
     unfinished: tuple[JobRef, ...]
     finished_marked: tuple[JobRef, ...]
     liveness: ConfigMapRecord | None
+    batch_work_ids: frozenset[str] = frozenset()
+    """Searches whose batch Jobs have finished (their finalizers are finishing, not orphans)."""
 
 
 class Cache:
@@ -93,6 +100,7 @@ class Cache:
         if kind == JOBS:
             entry.unfinished.clear()
             entry.finished_marked.clear()
+            entry.finished_batch.clear()
             for obj in items:
                 self._put_job(entry, obj)
         elif kind == LEASES:
@@ -117,6 +125,7 @@ class Cache:
                 name = (obj.get("metadata") or {}).get("name")
                 entry.unfinished.pop(name, None)  # type: ignore[arg-type]
                 entry.finished_marked.pop(name, None)  # type: ignore[arg-type]
+                entry.finished_batch.pop(name, None)  # type: ignore[arg-type]
             else:
                 self._put_job(entry, obj)
         elif kind == LEASES:
@@ -132,6 +141,8 @@ class Cache:
         ref = JobRef.from_dict(obj)
         if is_terminal(obj):
             entry.unfinished.pop(ref.name, None)
+            if ref.app in COMPANION_APPS and ref.job_id:
+                entry.finished_batch[ref.name] = ref.job_id
             if ref.orphaned_since:
                 entry.finished_marked[ref.name] = ref
             else:
@@ -190,6 +201,7 @@ class Cache:
             unfinished=tuple(entry.unfinished.values()),
             finished_marked=tuple(entry.finished_marked.values()),
             liveness=entry.liveness,
+            batch_work_ids=frozenset(entry.finished_batch.values()),
         )
 
     def job_count(self) -> int:

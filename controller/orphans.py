@@ -1,8 +1,10 @@
 """Orphaned finalizers: flag, warn, and (policy ``delete``) delete after a further grace.
 
 An orphan is what the shared census calls one (non-terminal finalizer, no live companion,
-older than the finalizer grace). The mark ``elb-gate.io/orphaned-since`` is the clock of
-the delete grace, so it survives controller restarts and leader changes. Pure.
+older than the finalizer grace, and no batch work ever seen for its search: a finalizer
+whose batch Jobs finished is *finishing* — merging results — and is never deleted).
+The mark ``elb-gate.io/orphaned-since`` is the clock of the delete grace, so it
+survives controller restarts and leader changes. Pure.
 """
 
 from __future__ import annotations
@@ -44,8 +46,8 @@ def plan_orphans(
                     job=job,
                     since=now,
                     message=(
-                        f"{_describe(job)} is orphaned: not finished, no unfinished "
-                        f"submit/blast Job for its search, and older than the {grace}s "
+                        f"{_describe(job)} is orphaned: not finished, no submit/blast Job "
+                        f"ever seen for its search, and older than the {grace}s "
                         f"finalizer grace; it holds no search slot; {then}"
                     ),
                 )

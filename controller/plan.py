@@ -64,7 +64,10 @@ def make_plan(
 ) -> Plan:
     """Plan one namespace. ``pods`` maps a Lease's ``holder-pod`` stamp to its lookup."""
     found = census(
-        (census_document(j) for j in snap.unfinished), now, settings.finalizer_grace_seconds
+        (census_document(j) for j in snap.unfinished),
+        now,
+        settings.finalizer_grace_seconds,
+        batch_work_ids=snap.batch_work_ids,
     )
     actions: list[Action] = []
     lease = snap.lease

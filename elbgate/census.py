@@ -13,12 +13,23 @@ Rules (DESIGN.md, "Census"):
   or its age is unknown.
 * a non-terminal search Job with no ``elb-job-id`` counts as its own search
   (keyed ``<app>/<name>``): unknown work is never counted as no work.
-* a non-terminal finalizer that is not live is an *orphan*: it holds no slot.
+* a non-terminal finalizer that is not live holds no slot. It is *finishing*
+  when its search had batch work (a terminal ``submit``/``blast`` Job) — the
+  batch is done and the finalizer is merging results: never garbage-collected,
+  and still "in use" for auto-stop — and an *orphan* when its batch work never
+  appeared (only orphans are garbage-collected).
+
+  DESIGN.md calls every non-live finalizer an orphan; taken literally, the
+  controller would delete a finalizer still merging results once its last batch
+  Job had been done for the delete grace, losing the search's output. Telling
+  the two apart needs the terminal Jobs: callers that LIST with
+  ``status.successful=0`` (the webhook) see fewer finishing finalizers, which
+  changes nothing they decide, since neither kind holds a slot.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -26,6 +37,7 @@ from typing import Any
 from elbgate.lease import Unparseable, parse_microtime
 from elbgate.names import (
     APP_LABEL,
+    COMPANION_APPS,
     FINALIZER_APP,
     JOB_ID_LABEL,
     ORPHANED_SINCE_ANNOTATION,
@@ -105,7 +117,9 @@ class Census:
     active: tuple[ActiveSearch, ...]
     """Sorted by key."""
     orphans: tuple[JobRef, ...]
-    """Non-terminal finalizers with no live reason to exist; they hold no slot."""
+    """Non-live finalizers whose batch work never appeared; they hold no slot."""
+    finishing: tuple[JobRef, ...] = field(default=())
+    """Non-live finalizers whose batch work is done (merging results); no slot, never GC'd."""
     unfinished: tuple[JobRef, ...] = field(default=())
     """Every non-terminal search Job seen (liveness, `elb-gate census`)."""
 
@@ -122,16 +136,27 @@ class Census:
 
 
 def census(
-    jobs: Iterable[Mapping[str, Any]], now: datetime, finalizer_grace_seconds: float
+    jobs: Iterable[Mapping[str, Any]],
+    now: datetime,
+    finalizer_grace_seconds: float,
+    batch_work_ids: Collection[str] = frozenset(),
 ) -> Census:
     """Count the active searches among ``jobs`` (raw Job dicts; terminal and
-    non-search Jobs may be included and are skipped)."""
+    non-search Jobs may be included). ``batch_work_ids`` names searches known to
+    have had batch work whose Jobs are not in ``jobs`` (the controller's cache
+    keeps ids, not finished Jobs)."""
     finalizers: dict[str, list[JobRef]] = {}
     companions: dict[str, list[JobRef]] = {}
+    had_batch_work = set(batch_work_ids)
     unfinished: list[JobRef] = []
     for job in jobs:
         labels = (job.get("metadata") or {}).get("labels") or {}
-        if labels.get(APP_LABEL) not in SEARCH_APPS or is_terminal(job):
+        app = labels.get(APP_LABEL)
+        if app not in SEARCH_APPS:
+            continue
+        if is_terminal(job):
+            if app in COMPANION_APPS and labels.get(JOB_ID_LABEL):
+                had_batch_work.add(str(labels[JOB_ID_LABEL]))
             continue
         ref = JobRef.from_dict(job)
         unfinished.append(ref)
@@ -146,23 +171,23 @@ def census(
         active[key] = ActiveSearch(key, refs_all, f"unfinished batch work: {names}")
 
     orphans: list[JobRef] = []
+    finishing: list[JobRef] = []
     for key, refs in finalizers.items():
         if key in active:
             continue
         live = [r for r in refs if _young_or_unknown(r, now, finalizer_grace_seconds)]
         if live:
             age = live[0].age_seconds(now)
-            why = (
-                "age unknown"
-                if age is None
-                else f"{int(age)}s old < {int(finalizer_grace_seconds)}s grace"
-            )
+            grace = int(finalizer_grace_seconds)
+            why = "age unknown" if age is None else f"{int(age)}s old < {grace}s grace"
             active[key] = ActiveSearch(key, tuple(refs), f"finalizer {live[0].name} live ({why})")
-        orphans.extend(r for r in refs if r not in live)
+        idle = [r for r in refs if r not in live]
+        (finishing if key in had_batch_work else orphans).extend(idle)
 
     return Census(
         active=tuple(active[k] for k in sorted(active)),
         orphans=tuple(sorted(orphans, key=lambda r: r.name)),
+        finishing=tuple(sorted(finishing, key=lambda r: r.name)),
         unfinished=tuple(unfinished),
     )
 

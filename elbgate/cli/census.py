@@ -41,7 +41,7 @@ def run(args: argparse.Namespace, command: list[str]) -> int:
     conn = connect(args, settings)
     with conn.kube() as kube:
         now = datetime.now(UTC)
-        seen = read_census(kube, conn.namespace, settings, now)
+        seen = read_census(kube, conn.namespace, settings, now, exact_orphans=True)
         lease = read_lease(kube, conn.namespace)
     report = census_report(conn.namespace, seen, lease, settings, now)
     print(json.dumps(report, indent=2) if args.output == "json" else render_table(report))
@@ -85,6 +85,7 @@ def census_report(
         "active": seen.count,
         "searches": searches,
         "orphans": orphans,
+        "finishing": [{"name": j.name, "id": j.job_id or None} for j in seen.finishing],
         "lease": summary,
         "verdict": verdict(seen.count, ceiling, summary),
     }
@@ -141,6 +142,12 @@ def render_table(report: dict[str, Any]) -> str:
             for o in report["orphans"]
         ]
         lines += _columns(rows)
+    if report["finishing"]:
+        lines.append("")
+        lines.append(
+            "finishing (batch work done, merging; no slot, never collected): "
+            + ", ".join(f["name"] for f in report["finishing"])
+        )
     return "\n".join(lines)
 
 

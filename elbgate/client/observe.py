@@ -10,18 +10,27 @@ from elbgate.census import Census, census
 from elbgate.client.errors import CoordinationError
 from elbgate.client.sync_kube import SyncKube
 from elbgate.kube.api import ApiError, ApiUnavailable
-from elbgate.kube.reads import get_submit_lease, list_unfinished_search_jobs
+from elbgate.kube.reads import get_submit_lease, list_search_jobs, list_unfinished_search_jobs
 from elbgate.names import lease_name
 from elbgate.settings import Settings
 
 
 def read_census(
-    kube: SyncKube, namespace: str, settings: Settings, now: datetime | None = None
+    kube: SyncKube,
+    namespace: str,
+    settings: Settings,
+    now: datetime | None = None,
+    *,
+    exact_orphans: bool = False,
 ) -> Census:
-    """One uncached LIST of the namespace's unfinished search Jobs, counted by
-    :func:`elbgate.census.census`. Raises :class:`CoordinationError` on failure."""
+    """One uncached LIST of the namespace's search Jobs, counted by
+    :func:`elbgate.census.census`. By default only the unfinished ones, as the
+    webhook reads them (the count is the same); ``exact_orphans`` also reads the
+    finished ones, so a finalizer merging after its batch work is not listed as
+    an orphan. Raises :class:`CoordinationError` on failure."""
+    lister = list_search_jobs if exact_orphans else list_unfinished_search_jobs
     try:
-        jobs = kube.run(lambda api: list_unfinished_search_jobs(api, namespace))
+        jobs = kube.run(lambda api: lister(api, namespace))
     except (ApiError, ApiUnavailable) as exc:
         raise CoordinationError("list jobs", namespace, exc, kube.config.host) from exc
     return census(jobs, now or datetime.now(UTC), settings.finalizer_grace_seconds)

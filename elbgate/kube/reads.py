@@ -28,6 +28,19 @@ async def list_unfinished_search_jobs(
     return items if isinstance(items, list) else []
 
 
+async def list_search_jobs(
+    api: KubeApi, namespace: str, deadline: float | None = None
+) -> list[dict[str, Any]]:
+    """Every search Job, finished ones included: what tells a finalizer that is
+    merging after its batch work (finishing) from one whose batch work never
+    appeared (orphan). For operator views; admission needs only the unfinished."""
+    body = await api.list_objects(
+        path(JOBS, namespace), label_selector=SEARCH_JOB_SELECTOR, deadline=deadline
+    )
+    items = body.get("items")
+    return items if isinstance(items, list) else []
+
+
 async def get_submit_lease(
     api: KubeApi, namespace: str, deadline: float | None = None
 ) -> dict[str, Any] | None:

@@ -140,3 +140,26 @@ def test_an_unreachable_api_names_the_server_and_what_to_check(
     err = capsys.readouterr().err
     assert f"the Kubernetes API at {dead} did not answer" in err
     assert "kubeconfig context points at it" in err
+
+
+def test_census_tells_a_finalizer_merging_results_from_an_orphan(
+    as_alice: Emulator, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Grace 0: every lone finalizer is past it. Only the one whose batch work never
+    # appeared is an orphan; the one whose blast Job succeeded is merging results.
+    monkeypatch.setenv("BLAST_FINALIZER_GRACE_SECONDS", "0")
+    as_alice.create(search_job("merging", app="finalizer"))
+    as_alice.create(search_job("merging"))
+    complete(as_alice, "blast-merging")
+    as_alice.create(search_job("lost", app="finalizer"))
+    assert main(["census", "-o", "json"]) == exit_codes.OK
+    report = json.loads(capsys.readouterr().out)
+    assert [o["name"] for o in report["orphans"]] == ["finalizer-lost"]
+    assert report["finishing"] == [{"name": "finalizer-merging", "id": "merging"}]
+    assert report["active"] == 0
+    assert main(["census"]) == exit_codes.OK
+    table = capsys.readouterr().out
+    assert "1 orphaned finalizer(s)" in table
+    assert (
+        "finishing (batch work done, merging; no slot, never collected): finalizer-merging" in table
+    )

@@ -120,16 +120,23 @@ def snapshot(
     liveness_rv: str = "90",
     namespace: str = NS,
 ) -> Snapshot:
-    """What the cache would hold after seeing ``jobs`` (finished ones kept only if marked)."""
+    """What the cache would hold after seeing ``jobs`` (finished ones kept only if marked;
+    of finished batch Jobs only their search ids)."""
     unfinished: list[JobRef] = []
     finished_marked: list[JobRef] = []
+    batch_work: set[str] = set()
     for doc in jobs:
         ref = JobRef.from_dict(doc)
         if not is_terminal(doc):
             unfinished.append(ref)
-        elif ref.orphaned_since:
+            continue
+        if ref.orphaned_since:
             finished_marked.append(ref)
+        if ref.app in ("submit", "blast") and ref.job_id:
+            batch_work.add(ref.job_id)
     record = None
     if liveness is not None:
         record = ConfigMapRecord("elb-blast-liveness", liveness_rv, dict(liveness))
-    return Snapshot(namespace, lease, tuple(unfinished), tuple(finished_marked), record)
+    return Snapshot(
+        namespace, lease, tuple(unfinished), tuple(finished_marked), record, frozenset(batch_work)
+    )

@@ -106,3 +106,22 @@ def test_forget_job_drops_only_the_version_that_was_deleted() -> None:
     assert cache.job_count() == 1
     cache.forget_job(NS, "f1", "10")
     assert cache.job_count() == 0
+
+
+def test_finished_batch_work_is_remembered_by_search_id_until_its_job_is_deleted() -> None:
+    # A finalizer whose batch Jobs finished is merging results, not orphaned: the cache
+    # must remember that batch work existed even though it drops finished Jobs.
+    from controller.cache import JOBS, Cache
+    from tests.controller.builders import NS, job_doc
+
+    cache = Cache([NS])
+    cache.replace(JOBS, NS, [job_doc("blast-1", app="blast", job_id="s1", finished=True)])
+    assert cache.snapshot(NS).batch_work_ids == {"s1"}
+    assert cache.snapshot(NS).unfinished == ()
+    cache.apply(JOBS, NS, "ADDED", job_doc("blast-2", app="blast", job_id="s1", finished=True))
+    cache.apply(JOBS, NS, "DELETED", job_doc("blast-1", app="blast", job_id="s1", finished=True))
+    assert cache.snapshot(NS).batch_work_ids == {"s1"}  # blast-2 still shows it
+    cache.apply(JOBS, NS, "DELETED", job_doc("blast-2", app="blast", job_id="s1", finished=True))
+    assert cache.snapshot(NS).batch_work_ids == frozenset()
+    cache.apply(JOBS, NS, "MODIFIED", job_doc("fin-1", app="finalizer", job_id="s2", finished=True))
+    assert cache.snapshot(NS).batch_work_ids == frozenset()  # a finalizer is not batch work

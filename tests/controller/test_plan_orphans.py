@@ -44,6 +44,21 @@ CASES = [
     ),
     Case("a finished finalizer is not an orphan", [fin(finished=True)], []),
     Case(
+        "a finalizer merging after its batch work finished is never marked",
+        [fin(age=100_000), blast(finished=True)],
+        [],
+    ),
+    Case(
+        "a marked finalizer whose finished batch work is seen is un-marked, not deleted",
+        [fin(orphaned_since=ago(100_000)), blast(finished=True)],
+        [("Unmark", "fin-1")],
+    ),
+    Case(
+        "finished batch work of another search does not save an orphan",
+        [fin(job_id="s1"), blast(job_id="s2", finished=True)],
+        [("Mark", "fin-1")],
+    ),
+    Case(
         "an orphan that regains a companion is un-marked",
         [fin(orphaned_since=ago(100)), job_doc("submit-1", app="submit")],
         [("Unmark", "fin-1")],

@@ -106,8 +106,20 @@ CASES = [
         ["finalizer-a"],
     ),
     (
-        "a finalizer whose companions all completed and which is old is an orphan",
+        "a finalizer whose batch work is done holds no slot and is no orphan (it is merging)",
         [job("finalizer", "a").aged(GRACE + 5), job("blast", "a").complete()],
+        [],
+        [],
+    ),
+    (
+        "a finalizer whose batch work failed for good holds no slot and is no orphan",
+        [job("finalizer", "a").aged(GRACE + 5), job("submit", "a").failed_condition()],
+        [],
+        [],
+    ),
+    (
+        "another search's finished batch work does not save an orphan",
+        [job("finalizer", "a").aged(GRACE + 5), job("blast", "b").complete()],
         [],
         ["finalizer-a"],
     ),
@@ -187,3 +199,19 @@ def test_is_active_answers_for_one_id() -> None:
     result = census([job("blast", "a").build()], NOW, GRACE)
     assert result.is_active("a")
     assert not result.is_active("b")
+
+
+def test_a_finalizer_merging_after_its_batch_work_is_finishing_not_orphaned() -> None:
+    jobs = [job("finalizer", "a").aged(GRACE * 20).build(), job("blast", "a").complete().build()]
+    result = census(jobs, NOW, GRACE)
+    assert [r.name for r in result.finishing] == ["finalizer-a"]
+    assert result.orphans == ()
+    assert result.count == 0
+
+
+def test_batch_work_known_only_by_id_makes_a_finalizer_finishing() -> None:
+    # The controller's cache keeps the ids of finished batch work, not the Jobs.
+    lone = [job("finalizer", "a").aged(GRACE + 1).build()]
+    assert [r.name for r in census(lone, NOW, GRACE).orphans] == ["finalizer-a"]
+    result = census(lone, NOW, GRACE, batch_work_ids={"a"})
+    assert ([r.name for r in result.finishing], result.orphans) == (["finalizer-a"], ())
