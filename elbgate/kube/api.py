@@ -254,21 +254,41 @@ class KubeApi:
             ) as resp:
                 if resp.status != 200:
                     _decode(resp.status, await resp.read(), "WATCH", url_path)
-                async for line in resp.content:
-                    if not line.strip():
-                        continue
-                    event = orjson.loads(line)
-                    if event.get("type") == "ERROR":
-                        st = event.get("object") or {}
-                        raise ApiError(
-                            int(st.get("code") or 500),
-                            str(st.get("reason") or ""),
-                            str(st.get("message") or "watch error"),
-                            st,
-                        )
-                    yield event
+                # Lines are split here, not by aiohttp's readline, which refuses
+                # lines over its buffer limit: one large Job (objects reach 1.5 MB)
+                # would otherwise break every watch of its namespace.
+                pending = b""
+                async for chunk in resp.content.iter_any():
+                    pending += chunk
+                    if b"\n" not in chunk:
+                        continue  # mid-object: do not rescan a growing buffer
+                    *lines, pending = pending.split(b"\n")
+                    for line in lines:
+                        if line.strip():
+                            yield _watch_event(line)
+                if pending.strip():
+                    yield _watch_event(pending)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise ApiUnavailable(f"WATCH {url_path}: {exc.__class__.__name__}: {exc}") from None
+
+
+def _watch_event(line: bytes) -> Json:
+    """One watch line; an ERROR event (e.g. 410 Gone) raises :class:`ApiError`."""
+    try:
+        event = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        raise ApiUnavailable("WATCH: a line of the stream is not JSON") from None
+    if not isinstance(event, dict):
+        raise ApiUnavailable("WATCH: an event is not a JSON object")
+    if event.get("type") == "ERROR":
+        st = event.get("object") or {}
+        raise ApiError(
+            int(st.get("code") or 500),
+            str(st.get("reason") or ""),
+            str(st.get("message") or "watch error"),
+            st,
+        )
+    return event
 
 
 def _decode(status: int, raw: bytes, method: str, url_path: str) -> Json:

@@ -60,6 +60,12 @@ async def jobs_list(request: web.Request) -> web.StreamResponse:
                 b'{"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired","message":"too old resource version: 1 (9)"}}\n'
             )
             return resp
+        if request.query["resourceVersion"] == "big":
+            # A Job near the apiserver's 1.5 MB object limit, in one watch line.
+            big = {"metadata": {"name": "huge"}, "spec": {"blob": "x" * 1_400_000}}
+            await resp.write(orjson.dumps({"type": "ADDED", "object": big}) + b"\n")
+            await resp.write(b'{"type":"ADDED","object":{"metadata":{"name":"after"}}}\n')
+            return resp
         for n in range(2):
             await resp.write(
                 orjson.dumps({"type": "ADDED", "object": {"metadata": {"name": f"j{n}"}}}) + b"\n"
@@ -252,3 +258,9 @@ def test_a_static_kubeconfig_token_is_never_reloaded(tmp_path: Path) -> None:
     config = KubeConfig.from_kubeconfig(str(kubeconfig))
     assert config.token.reload is None
     assert (config.token.current(), config.namespace) == ("static", "default")
+
+
+async def test_a_watch_event_as_large_as_any_object_is_read_whole(api: KubeApi) -> None:
+    events = [e async for e in api.watch(path(JOBS, "ns"), resource_version="big")]
+    assert [e["object"]["metadata"]["name"] for e in events] == ["huge", "after"]
+    assert len(events[0]["object"]["spec"]["blob"]) == 1_400_000
