@@ -1,0 +1,137 @@
+"""``make bench`` / ``python -m bench``: measure, print the table, write bench/results.json."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from bench.child_processes import remove, scratch_dir
+from bench.figures import all_figures
+from bench.load import LoadPlan
+from bench.machine import load_average, machine_info
+from bench.report import Results, format_table, write_results
+from bench.scenarios import BenchConfig, describe_layout, run
+
+RESULTS = Path(__file__).resolve().parent / "results.json"
+
+
+def _counts(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x.strip())
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="tiny counts (proves the harness)")
+    parser.add_argument("--jobs", type=_counts, help="Job counts, e.g. 0,30,300,3000")
+    parser.add_argument("--repeats", type=int, help="runs per figure (default 3)")
+    parser.add_argument("--requests", type=int, help="measured requests per saturation pass")
+    parser.add_argument(
+        "--profile-at", type=_counts, default=(), help="py-spy the webhook at these Job counts"
+    )
+    parser.add_argument("--no-fast", action="store_true", help="skip the fast-path workloads")
+    parser.add_argument("--no-controller", action="store_true", help="skip controller_bench")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="results file")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch directory (logs)")
+    return parser.parse_args(argv)
+
+
+def config_from(args: argparse.Namespace) -> BenchConfig:
+    base = BenchConfig.quick() if args.quick else BenchConfig()
+    sat = base.saturation
+    if args.requests:
+        sat = LoadPlan(sat.concurrency, args.requests, sat.warmup, sat.max_seconds)
+    return BenchConfig(
+        job_counts=args.jobs or base.job_counts,
+        repeats=args.repeats or base.repeats,
+        latency=base.latency,
+        saturation=sat,
+        profile_at=args.profile_at,
+        profile_seconds=base.profile_seconds,
+        fast_paths=not args.no_fast,
+    )
+
+
+def controller_results(progress: Any) -> dict[str, Any] | None:
+    """``bench.controller_bench.run()`` (the controller developer's), if it exists."""
+    if importlib.util.find_spec("bench.controller_bench") is None:
+        progress("bench/controller_bench.py does not exist (yet): controller figures skipped")
+        return None
+    progress("controller (bench.controller_bench.run)")
+    from bench import controller_bench
+
+    result: dict[str, Any] = controller_bench.run()
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    config = config_from(args)
+
+    def progress(message: str) -> None:
+        print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+    machine = machine_info()
+    workdir = scratch_dir()
+    try:
+        harness = run(config, workdir, progress)
+    except Exception:
+        progress(f"failed; logs kept in {workdir}")
+        raise
+    series = harness.series
+    notes = list(series.notes)
+    controller = None
+    if not args.no_controller:
+        try:
+            controller = controller_results(progress)
+        except Exception:  # one broken part must not lose the webhook's numbers
+            notes.append("controller_bench failed:\n" + traceback.format_exc(limit=3))
+    machine["load_average_at_end"] = list(load_average())
+    figures = all_figures(series, config.job_counts, harness.fast_workloads, controller)
+    results = Results(
+        figures=figures,
+        machine=machine,
+        settings={
+            "job_counts": list(config.job_counts),
+            "repeats": config.repeats,
+            "latency_pass": config.latency.__dict__ if hasattr(config.latency, "__dict__") else {},
+            "layout": describe_layout(harness),
+        },
+        raw={
+            "series": {k: v for k, v in series.values.items()},
+            "outcomes": {k: dict(v) for k, v in series.outcomes.items()},
+            "profiles": series.profiles,
+            "controller": controller,
+        },
+        notes=notes,
+    )
+    print(format_table(figures, title=_title(machine, config)))
+    for note in notes:
+        print(f"note: {note}")
+    for name, text in series.profiles.items():
+        print(f"\nprofile of the webhook, {name}:\n{text}")
+    write_results(args.out, results)
+    missed = [f.key for f in figures if f.met is False]
+    print(f"\n{len(figures)} figures, {len(missed)} targets missed; written to {args.out}")
+    if args.keep:
+        print(f"scratch directory kept: {workdir}")
+    else:
+        remove(workdir)
+    return 0
+
+
+def _title(machine: dict[str, Any], config: BenchConfig) -> str:
+    load = machine.get("load_average_at_start") or [float("nan")]
+    return (
+        f"elb-gate benchmarks — {machine['cpu_model']}, {machine['cores']} cores, "
+        f"Python {machine['python']}, load {load[0]:.2f}; median of {config.repeats} runs "
+        "[min..max]; ratio = value / baseline, per run"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

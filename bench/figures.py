@@ -1,0 +1,210 @@
+"""From per-run series to the rows of the table: each figure with its baseline,
+ratio and target (the targets are the issue's, docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bench.report import Figure, Target, paired
+from bench.scenarios import WEBHOOK_TIMEOUT_SECONDS, FastWorkload, Series
+from bench.stats import spread
+
+OVERHEAD_RATIO = 1.3
+P99_MS = {30: 10.0, 300: 40.0}
+TIMEOUT_SHARE = 0.25
+SEARCH_RATE_AT_30 = 600.0
+FAST_PATH_RATIO = 0.7
+STAMP_P50_MS = 0.5
+
+
+def _sum(*series: Sequence[float]) -> list[float]:
+    """Element-wise sum of per-run series (runs of one repeat are paired by index)."""
+    n = min((len(s) for s in series), default=0)
+    return [sum(s[i] for s in series) for i in range(n)]
+
+
+def _minus(a: Sequence[float], b: Sequence[float]) -> list[float]:
+    return [x - y for x, y in zip(a, b, strict=False)]
+
+
+def _inverse_us(cpu_us: Sequence[float]) -> list[float]:
+    return [1e6 / x if x > 0 else math.nan for x in cpu_us]
+
+
+def floor_figures(s: Series, job_counts: Sequence[int]) -> list[Figure]:
+    """The floor itself: the no-op handler, and the bare API round trip at each N."""
+    out = [
+        paired("floor.noop.p50", "no-op handler p50", s.get("noop.search.p50_ms"), "ms"),
+        paired("floor.noop.p99", "no-op handler p99", s.get("noop.search.p99_ms"), "ms"),
+        paired("floor.noop.cpu", "no-op handler CPU/request", s.get("noop.search.cpu_us"), "us"),
+        paired(
+            "floor.noop.per_core",
+            "no-op handler requests/s on one core",
+            s.get("noop.search.per_cpu_second"),
+            "/s",
+        ),
+    ]
+    for n in job_counts:
+        api_p50, api_p99 = s.get(f"api.n{n}.p50_ms"), s.get(f"api.n{n}.p99_ms")
+        out += [
+            paired(f"floor.api.n{n}.p50", f"API LIST+GET p50, {n} Jobs", api_p50, "ms"),
+            paired(f"floor.api.n{n}.p99", f"API LIST+GET p99, {n} Jobs", api_p99, "ms"),
+            paired(
+                f"floor.api.n{n}.cpu",
+                f"API LIST+GET client CPU, {n} Jobs",
+                s.get(f"api.n{n}.cpu_us"),
+                "us",
+            ),
+        ]
+    return out
+
+
+def search_figures(s: Series, n: int) -> list[Figure]:
+    """Search admission (Gate A + Gate B, uncached) at ``n`` Jobs against its floor."""
+    hook, api, noop = f"hook.n{n}", f"api.n{n}", f"noop.n{n}"
+    floor_p50 = _sum(s.get(f"{noop}.p50_ms"), s.get(f"{api}.p50_ms"))
+    floor_p99 = _sum(s.get(f"{noop}.p99_ms"), s.get(f"{api}.p99_ms"))
+    floor_cpu = _sum(s.get("noop.search.cpu_us"), s.get(f"{api}.cpu_us"))
+    p99_target = P99_MS.get(n)
+    if n >= 3000:
+        p99_target = WEBHOOK_TIMEOUT_SECONDS * 1000 * TIMEOUT_SHARE
+    util = spread(s.get(f"{hook}.utilisation")).median
+    emu = spread(s.get(f"{hook}.emulator_utilisation")).median
+    return [
+        paired(
+            f"search.n{n}.p50",
+            f"search admission p50, {n} Jobs",
+            s.get(f"{hook}.p50_ms"),
+            "ms",
+            floor_p50,
+            "no-op + API",
+            Target(OVERHEAD_RATIO, on="ratio"),
+        ),
+        paired(
+            f"search.n{n}.p99",
+            f"search admission p99, {n} Jobs",
+            s.get(f"{hook}.p99_ms"),
+            "ms",
+            floor_p99,
+            "no-op + API",
+            Target(p99_target) if p99_target else None,
+        ),
+        paired(
+            f"search.n{n}.cpu",
+            f"search admission CPU/admission, {n} Jobs",
+            s.get(f"{hook}.cpu_us"),
+            "us",
+            floor_cpu,
+            "no-op + API client",
+        ),
+        paired(
+            f"search.n{n}.per_core",
+            f"search admissions/s on one core, {n} Jobs",
+            s.get(f"{hook}.per_cpu_second"),
+            "/s",
+            _inverse_us(floor_cpu),
+            "floor",
+            Target(SEARCH_RATE_AT_30, at_most=False) if n == 30 else None,
+            note="admissions per CPU-second of the webhook (= the rate of one saturated core)",
+        ),
+        paired(
+            f"search.n{n}.rate",
+            f"  measured admissions/s at c=16 (webhook {util:.0%} busy, emulator {emu:.0%})",
+            s.get(f"{hook}.rate"),
+            "/s",
+            note="wall-clock rate; below the per-core figure when the emulator's core is the limit",
+        ),
+    ]
+
+
+def fast_figures(s: Series, w: FastWorkload) -> list[Figure]:
+    """A request answered with no API call, against the no-op given the same bytes."""
+    noop = f"noop.{w.key}"
+    fast = w.key.startswith("fast.")
+    stamp = w.key == "lease.stamp"
+    out = [
+        paired(
+            f"{w.key}.p50",
+            f"{w.label} p50",
+            s.get(f"{w.key}.p50_ms"),
+            "ms",
+            s.get(f"{noop}.p50_ms"),
+            "no-op",
+        ),
+    ]
+    if stamp:
+        out.append(
+            paired(
+                f"{w.key}.p50_over_noop",
+                "  Lease stamp p50 minus no-op p50 (its own time)",
+                _minus(s.get(f"{w.key}.p50_ms"), s.get(f"{noop}.p50_ms")),
+                "ms",
+                target=Target(STAMP_P50_MS),
+                note="the round trip's floor (client, TLS, HTTP) is the no-op's; the stamp's "
+                "own cost is the difference",
+            )
+        )
+    out += [
+        paired(
+            f"{w.key}.p99",
+            f"{w.label} p99",
+            s.get(f"{w.key}.p99_ms"),
+            "ms",
+            s.get(f"{noop}.p99_ms"),
+            "no-op",
+        ),
+        paired(
+            f"{w.key}.per_core",
+            f"{w.label} requests/s on one core",
+            s.get(f"{w.key}.per_cpu_second"),
+            "/s",
+            s.get(f"{noop}.per_cpu_second"),
+            "no-op",
+            Target(FAST_PATH_RATIO, on="ratio", at_most=False) if fast else None,
+        ),
+    ]
+    return out
+
+
+def controller_figures(result: Mapping[str, Any]) -> list[Figure]:
+    """Rows for what ``bench.controller_bench.run()`` returned: every figure it gives a
+    target for, plus the rest of its numbers as information."""
+    targets: Mapping[str, float] = result.get("targets") or {}
+    units = {"_mb": "MB", "_us": "us", "_ms": "ms"}
+    out = []
+    for key, value in result.items():
+        if key in ("targets", "within_targets", "jobs", "events_measured"):
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        unit = next((u for suffix, u in units.items() if suffix in key), "")
+        limit = targets.get(key)
+        out.append(
+            paired(
+                f"controller.{key}",
+                f"controller: {key.replace('_', ' ')}",
+                [float(value)],
+                unit,
+                target=Target(float(limit)) if limit is not None else None,
+            )
+        )
+    return out
+
+
+def all_figures(
+    s: Series,
+    job_counts: Sequence[int],
+    fast: Sequence[FastWorkload],
+    controller: Mapping[str, Any] | None,
+) -> list[Figure]:
+    """Every row, in the order printed."""
+    out = floor_figures(s, job_counts)
+    for n in job_counts:
+        out += search_figures(s, n)
+    for w in fast:
+        out += fast_figures(s, w)
+    if controller:
+        out += controller_figures(controller)
+    return out

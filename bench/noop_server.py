@@ -1,0 +1,75 @@
+"""The floor for an admission answer: a no-op AdmissionReview handler.
+
+``python -m bench.noop_server --cert C --key K --port P`` serves ``POST /{any}``
+over TLS with the webhook's own server set-up (``webhook.tls.ServingCertificate``
+for the TLS 1.2+ context, ``web.AppRunner`` without access log, ``TCPSite``),
+reads and decodes the body, and answers ``allowed: true`` with the request's
+uid. Everything the webhook does beyond this is its policy cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+
+import orjson
+from aiohttp import web
+
+from webhook.tls import ServingCertificate
+
+MAX_BYTES = 8 * 1024 * 1024
+"""The webhook's default ELB_GATE_MAX_REQUEST_BYTES."""
+
+
+async def allow(request: web.Request) -> web.Response:
+    """Decode the AdmissionReview and allow it (uid echoed, as any webhook must)."""
+    review = orjson.loads(await request.read())
+    uid = review["request"]["uid"]
+    body = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": {"uid": uid, "allowed": True},
+    }
+    return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+
+def create_app() -> web.Application:
+    app = web.Application(client_max_size=MAX_BYTES + 1)
+    app.router.add_post("/{path:.*}", allow)
+    return app
+
+
+async def serve(cert: str, key: str, port: int) -> None:
+    certificate = ServingCertificate(cert, key)
+    if not certificate.reload_if_changed():
+        raise SystemExit(f"no usable certificate in {cert} / {key}")
+    runner = web.AppRunner(create_app(), access_log=None, shutdown_timeout=10.0)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port, ssl_context=certificate.context).start()
+    print(f"ready {runner.addresses[0][1]}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.noop_server")
+    parser.add_argument("--cert", required=True)
+    parser.add_argument("--key", required=True)
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--cpu", type=int, default=None, help="pin this process to one CPU")
+    args = parser.parse_args(argv)
+    if args.cpu is not None:
+        os.sched_setaffinity(0, {args.cpu})
+    asyncio.run(serve(args.cert, args.key, args.port))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

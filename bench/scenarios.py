@@ -1,0 +1,325 @@
+"""The measurements: what is sent where, in what order, and paired with which floor.
+
+Layout on a 2-core machine: the webhook and the no-op floor server (never
+loaded at the same time) and the bare-API client run on CPU 0; the load
+generator (this process) and the API emulator run on CPU 1. Each measured
+figure is taken ``repeats`` times, and each run is paired with a floor run made
+moments before it, so a ratio compares two things measured under the same
+machine noise.
+
+Per workload, two passes: a *latency* pass (one request at a time, so p50/p99
+are service times, not queueing) and a *saturation* pass (``concurrency``
+requests in flight), over which the server's CPU is read from /proc — CPU per
+request, and requests per CPU-second: the rate one fully used core sustains.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, cast
+
+from bench import reviews
+from bench.child_processes import EmulatorProcess, NoopServer, run_api_floor
+from bench.load import LoadPlan, Measured, Webhook, post_reviews
+from bench.processes import CpuMeter, can_pin, pin
+from bench.profiling import fold, start_recording
+from bench.stats import latency
+from tests.kube_emulator import Emulator
+from tests.support.certs import WEBHOOK_HOST
+from tests.support.webhook_process import WEBHOOK_USER, WebhookProcess
+
+NAMESPACE = "bench"
+HOLDER = "alice"
+"""The user that holds the submit Lease and creates the finalizer."""
+WEBHOOK_TIMEOUT_SECONDS = 5.0
+"""``timeoutSeconds`` of the configured webhooks (manifests/base/admission-webhooks.yaml)."""
+SERVER_CPU, CLIENT_CPU = 0, 1
+
+JOBS_PATH, LEASE_MUTATE, LEASE_VALIDATE = "/validate/jobs", "/mutate/leases", "/validate/leases"
+
+
+@dataclass(frozen=True, slots=True)
+class BenchConfig:
+    """Sizes and counts of one benchmark run."""
+
+    job_counts: tuple[int, ...] = (0, 30, 300, 3000)
+    repeats: int = 3
+    latency: LoadPlan = LoadPlan(concurrency=1, requests=300, warmup=30, max_seconds=4.0)
+    saturation: LoadPlan = LoadPlan(concurrency=16, requests=2000, warmup=100, max_seconds=3.0)
+    profile_at: tuple[int, ...] = ()
+    """Job counts at which the webhook is profiled (py-spy) during an extra saturation pass."""
+    profile_seconds: float = 5.0
+    fast_paths: bool = True
+
+    @classmethod
+    def quick(cls) -> BenchConfig:
+        """Tiny counts: proves the harness end to end in seconds (numbers meaningless)."""
+        return cls(
+            job_counts=(0, 3),
+            repeats=1,
+            latency=LoadPlan(1, 10, 2, 2.0),
+            saturation=LoadPlan(2, 20, 2, 2.0),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class FastWorkload:
+    """An admission request answered without an API call."""
+
+    key: str
+    label: str
+    path: str
+    body: bytes
+    expect: str
+
+
+@dataclass
+class Series:
+    """Per-run values of every measured quantity, by name (``hook.n30.p50_ms``)."""
+
+    values: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    outcomes: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+    notes: list[str] = field(default_factory=list)
+    profiles: dict[str, str] = field(default_factory=dict)
+
+    def add(self, name: str, value: float) -> None:
+        self.values[name].append(value)
+
+    def get(self, name: str) -> list[float]:
+        return list(self.values.get(name, []))
+
+    def check(self, name: str, m: Measured, expect: Callable[[str], bool]) -> None:
+        """Keep the outcomes; note any answer the workload should not have had (a
+        benchmark of errors or denials would measure the wrong path)."""
+        self.outcomes[name].update(m.outcomes)
+        wrong = {k: v for k, v in m.outcomes.items() if not expect(k)}
+        if wrong:
+            self.notes.append(f"{name}: unexpected outcomes {wrong}")
+
+
+def _latency_into(series: Series, prefix: str, m: Measured) -> None:
+    lat = latency(m.latencies_ns)
+    series.add(f"{prefix}.p50_ms", lat.p50_ms)
+    series.add(f"{prefix}.p99_ms", lat.p99_ms)
+
+
+def _saturation_into(series: Series, prefix: str, m: Measured, server: str) -> None:
+    cpu = m.cpu_seconds.get(server, math.nan)
+    series.add(f"{prefix}.cpu_us", cpu / m.count * 1e6 if m.count else math.nan)
+    series.add(f"{prefix}.per_cpu_second", m.count / cpu if cpu > 0 else math.nan)
+    series.add(f"{prefix}.rate", m.count / m.wall_seconds if m.wall_seconds else math.nan)
+    series.add(f"{prefix}.utilisation", cpu / m.wall_seconds if m.wall_seconds else math.nan)
+    for other, used in m.cpu_seconds.items():
+        if other != server and m.wall_seconds:
+            series.add(f"{prefix}.{other}_utilisation", used / m.wall_seconds)
+
+
+class Harness:
+    """The processes under measurement, and the passes run against them."""
+
+    def __init__(self, config: BenchConfig, workdir: Path) -> None:
+        self.config = config
+        self.workdir = workdir
+        self.pinned = (os.cpu_count() or 1) >= 2 and can_pin({SERVER_CPU, CLIENT_CPU})
+        self.server_cpu = SERVER_CPU if self.pinned else None
+        self.client_cpu = CLIENT_CPU if self.pinned else None
+        self.emulator = EmulatorProcess(workdir, self.client_cpu)
+        self.webhook: WebhookProcess | None = None
+        self.noop: NoopServer | None = None
+        self.series = Series()
+        self.fast_workloads: list[FastWorkload] = []
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def start(self) -> None:
+        if self.client_cpu is not None:
+            pin(0, {self.client_cpu})
+        self.emulator.start()
+        self.emulator.grow(NAMESPACE, 0, HOLDER)
+        # WebhookProcess reads only .users and .kubeconfig() when it does not register
+        # the configurations (AdmissionReviews go straight to its port here).
+        hook = WebhookProcess(cast(Emulator, self.emulator), register=False)
+        self.webhook = hook.start()
+        assert hook.process is not None
+        if self.server_cpu is not None:
+            pin(hook.process.pid, {self.server_cpu})
+        cert = hook.certificate
+        self.noop = NoopServer(cert.cert_file, cert.key_file, self.server_cpu).start()
+
+    def stop(self) -> None:
+        if self.noop is not None:
+            self.noop.stop()
+        if self.webhook is not None:
+            self.webhook.stop()
+        self.emulator.stop()
+
+    @property
+    def hook_pid(self) -> int:
+        assert self.webhook is not None and self.webhook.process is not None
+        return self.webhook.process.pid
+
+    def _targets(self) -> tuple[Webhook, Webhook]:
+        assert self.webhook is not None and self.noop is not None
+        tls = self.webhook.client_context()
+        return (
+            Webhook(self.webhook.url, tls, WEBHOOK_HOST),
+            Webhook(self.noop.url, tls, WEBHOOK_HOST),
+        )
+
+    # -- passes ------------------------------------------------------------------
+
+    async def _saturate(self, target: Webhook, path: str, body: bytes, server_pid: int) -> Measured:
+        names = ("server", "emulator", "load_generator")
+        meter = CpuMeter((server_pid, self.emulator.pid, os.getpid()))
+
+        def stop(m: Measured) -> None:
+            used, _ = meter.stop()
+            m.cpu_seconds.update(zip(names, used, strict=True))
+
+        return await post_reviews(target, path, body, self.config.saturation, meter.start, stop)
+
+    async def _pair(
+        self, prefix: str, target: Webhook, path: str, body: bytes, pid: int, expect: str
+    ) -> None:
+        """Latency pass then saturation pass of one workload on one server."""
+        s = self.series
+        m = await post_reviews(target, path, body, self.config.latency)
+        s.check(prefix, m, lambda o: o == expect)
+        _latency_into(s, prefix, m)
+        m = await self._saturate(target, path, body, pid)
+        s.check(prefix, m, lambda o: o == expect)
+        _saturation_into(s, prefix, m, "server")
+
+    async def fast_paths(self) -> None:
+        """Requests answered with no API call, each next to the no-op handler given
+        the same bytes; plus the no-op's cost for the search-admission body."""
+        assert self.noop is not None
+        hook, noop = self._targets()
+        now = datetime.now(UTC)
+        search = reviews.new_search_finalizer(NAMESPACE, HOLDER)
+        workloads = [
+            FastWorkload(
+                "fast.job_update",
+                "fast path: Job UPDATE adding no gated label",
+                JOBS_PATH,
+                reviews.job_controller_update(NAMESPACE),
+                "allowed",
+            ),
+            FastWorkload(
+                "fast.other_lease",
+                "fast path: Lease not elb-blast-submit-*",
+                LEASE_VALIDATE,
+                reviews.other_lease_update(NAMESPACE),
+                "allowed",
+            ),
+            FastWorkload(
+                "lease.stamp",
+                "Lease stamp (holder renews, full PUT)",
+                LEASE_MUTATE,
+                reviews.submit_lease_renew(NAMESPACE, HOLDER, now, stamped=False),
+                "allowed+patch",
+            ),
+            FastWorkload(
+                "lease.guard",
+                "Lease guard (holder renews)",
+                LEASE_VALIDATE,
+                reviews.submit_lease_renew(NAMESPACE, HOLDER, now, stamped=True),
+                "allowed",
+            ),
+        ]
+        for _ in range(self.config.repeats):
+            await self._pair("noop.search", noop, JOBS_PATH, search, self.noop.pid, "allowed")
+            if not self.config.fast_paths:
+                continue
+            for w in workloads:
+                await self._pair(f"noop.{w.key}", noop, w.path, w.body, self.noop.pid, "allowed")
+                await self._pair(w.key, hook, w.path, w.body, self.hook_pid, w.expect)
+        self.fast_workloads = workloads
+
+    async def search_admission(self, jobs: int) -> None:
+        """Search admission at ``jobs`` Jobs in the namespace, each run paired with the
+        bare API round trip (LIST + GET, same client) and the no-op handler."""
+        assert self.noop is not None
+        hook, noop = self._targets()
+        have = await asyncio.to_thread(self.emulator.grow, NAMESPACE, jobs, HOLDER)
+        if have != jobs:
+            self.series.notes.append(f"asked for {jobs} Jobs, the emulator holds {have}")
+        body = reviews.new_search_finalizer(NAMESPACE, HOLDER)
+        s, n = self.series, f"n{jobs}"
+        plans = [self.config.latency, self.config.saturation]
+        for _ in range(self.config.repeats):
+            floor = await asyncio.to_thread(
+                run_api_floor,
+                self.emulator.kubeconfig(WEBHOOK_USER),
+                NAMESPACE,
+                plans,
+                self.server_cpu,
+            )
+            expect_floor: Callable[[str], bool] = lambda o: o.endswith("lease=yes")  # noqa: E731
+            for m in floor:
+                s.check(f"api.{n}", m, expect_floor)
+            _latency_into(s, f"api.{n}", floor[0])
+            _saturation_into(s, f"api.{n}", floor[1], "api_floor")
+            m = await post_reviews(noop, JOBS_PATH, body, self.config.latency)
+            _latency_into(s, f"noop.{n}", m)
+            await self._pair(f"hook.{n}", hook, JOBS_PATH, body, self.hook_pid, "allowed")
+        if jobs in self.config.profile_at:
+            await self.profile(f"search at {jobs} Jobs", hook, JOBS_PATH, body)
+
+    async def profile(self, name: str, target: Webhook, path: str, body: bytes) -> None:
+        """py-spy the webhook through one saturation pass; keep the folded summary."""
+        out = self.workdir / f"profile-{len(self.series.profiles)}.txt"
+        try:
+            recorder = start_recording(self.hook_pid, self.config.profile_seconds, out)
+        except RuntimeError as exc:
+            self.series.notes.append(f"profile {name}: {exc}")
+            return
+        plan = self.config.saturation
+        longer = LoadPlan(plan.concurrency, 10**9, 0, self.config.profile_seconds + 0.5)
+        await asyncio.sleep(0.3)  # py-spy attaches
+        await post_reviews(target, path, body, longer)
+        _, err = await asyncio.to_thread(recorder.communicate)
+        if not out.exists():
+            self.series.notes.append(f"profile {name}: py-spy failed: {err.decode()[-500:]}")
+            return
+        self.series.profiles[name] = fold(out.read_text().splitlines()).as_text()
+
+
+def run(config: BenchConfig, workdir: Path, progress: Callable[[str], None]) -> Harness:
+    """Start everything, run every pass, stop everything; the harness holds the series."""
+    harness = Harness(config, workdir)
+    started = time.perf_counter()
+
+    async def passes() -> None:
+        progress("fast paths and the no-op floor")
+        await harness.fast_paths()
+        for jobs in config.job_counts:
+            progress(f"search admission at {jobs} Jobs")
+            await harness.search_admission(jobs)
+
+    try:
+        progress("starting the emulator, the webhook and the no-op server")
+        harness.start()
+        asyncio.run(passes())
+    finally:
+        harness.stop()
+    progress(f"measured in {time.perf_counter() - started:.0f}s")
+    return harness
+
+
+def describe_layout(harness: Harness) -> dict[str, Any]:
+    """Where each process ran (for results.json)."""
+    return {
+        "pinned": harness.pinned,
+        "webhook_and_noop_cpu": harness.server_cpu,
+        "load_generator_and_emulator_cpu": harness.client_cpu,
+        "emulator": "bench.emulator_host (own process)",
+    }
