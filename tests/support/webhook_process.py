@@ -25,7 +25,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -80,8 +80,12 @@ class WebhookProcess:
         *,
         workdir: Path | None = None,
         register: bool = True,
+        namespaces: Iterable[str] = (),
     ) -> None:
+        """``env`` adds to/overrides the process environment; ``namespaces`` are
+        created if needed and labelled gated when the process is registered."""
         self.emu = emu
+        self.namespaces = tuple(namespaces)
         self.extra_env = dict(env or {})
         self._own_dir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="elb-gate-webhook-"))
@@ -140,6 +144,8 @@ class WebhookProcess:
                     ) from None
         if self._register:
             self.register()
+            for namespace in self.namespaces:
+                self.gate_namespace(namespace)
         return self
 
     def _ready(self) -> bool:
@@ -194,7 +200,8 @@ class WebhookProcess:
             else:
                 doc["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
                 self.emu.update(doc)
-            self._registered.append((resource, name))
+            if (resource, name) not in self._registered:
+                self._registered.append((resource, name))
 
     def unregister(self) -> None:
         """Remove the configurations and the Service mapping (the emulator admits freely again)."""
