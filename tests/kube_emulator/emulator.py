@@ -88,7 +88,7 @@ class Emulator:
     async def _serve(self) -> None:
         self.loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        runner = web.AppRunner(create_app(self._state), access_log=None)
+        runner = web.AppRunner(create_app(self._state), access_log=None, shutdown_timeout=0.5)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", self._port,
                           ssl_context=self.certs.server_context()).start()

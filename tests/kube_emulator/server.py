@@ -6,6 +6,7 @@ import asyncio
 import base64
 import copy
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ from .selectors import LabelMatcher, parse_field_selector, parse_label_selector
 from .store import Event, Store, selected
 from .users import User
 
+log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 OPEN_PATHS = {"/healthz", "/livez", "/readyz"}
 BODY_TYPES = ["application/json", "application/yaml"]
@@ -127,6 +129,11 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         response = _json(err.status(), err.code)
         for key, value in err.headers.items():
             response.headers[key] = value
+    except (web.HTTPException, asyncio.CancelledError, ConnectionError):
+        raise
+    except Exception as exc:  # an emulator bug still answers like the apiserver would
+        log.exception("emulator error on %s %s", request.method, request.path)
+        response = _json(errors.internal(repr(exc)).status(), 500)
     if not response.prepared:
         for text in dict.fromkeys(request[WARNINGS].texts):
             response.headers.add("Warning", _warning_header(text))
