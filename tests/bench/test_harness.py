@@ -1,0 +1,276 @@
+"""The benchmark harness: its statistics, table and results on synthetic data, and one
+tiny end-to-end run proving it measures the real processes. No timed assertions."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import orjson
+import pytest
+
+from bench.figures import all_figures, controller_figures
+from bench.load import outcome_of
+from bench.namespace_jobs import planned_jobs
+from bench.profiling import fold, package_of
+from bench.report import Results, Target, format_table, markdown_table, paired
+from bench.reviews import (
+    job_controller_update,
+    new_search_finalizer,
+    other_lease_update,
+    submit_lease_renew,
+)
+from bench.scenarios import FastWorkload, Series
+from bench.stats import latency, percentile, ratio, spread
+from tests.protocol.builders import NOW
+from tests.support.webhook_process import REPO
+from webhook.review import AdmissionRequest
+
+# -- statistics -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("values", "q", "expected"),
+    [
+        ([1, 2, 3, 4], 50, 2.5),
+        ([5], 99, 5),
+        (list(range(1, 101)), 99, 99.01),
+        (list(range(1, 101)), 0, 1),
+        (list(range(1, 101)), 100, 100),
+        ([3, 1, 2], 50, 2),
+    ],
+)
+def test_percentile_interpolates_between_closest_ranks(
+    values: list[float], q: float, expected: float
+) -> None:
+    assert percentile(values, q) == pytest.approx(expected)
+
+
+def test_percentile_of_nothing_is_not_a_number() -> None:
+    assert math.isnan(percentile([], 50))
+
+
+def test_latency_summary_is_in_milliseconds() -> None:
+    summary = latency([1_000_000, 2_000_000, 3_000_000, 4_000_000])
+    assert (summary.count, summary.p50_ms, summary.max_ms) == (4, 2.5, 4.0)
+    assert summary.mean_ms == pytest.approx(2.5)
+
+
+def test_spread_reports_median_and_range_and_ignores_missing_runs() -> None:
+    s = spread([3.0, math.nan, 1.0, 2.0])
+    assert (s.median, s.low, s.high, s.runs) == (2.0, 1.0, 3.0, 3)
+    assert s.relative == pytest.approx(1.0)
+
+
+def test_ratio_against_a_missing_baseline_is_not_a_number() -> None:
+    assert ratio(3.0, 2.0) == 1.5
+    assert math.isnan(ratio(3.0, 0.0))
+    assert math.isnan(ratio(3.0, math.nan))
+
+
+# -- figures, table, results ------------------------------------------------------------
+
+
+def test_ratio_is_taken_per_paired_run_then_the_median() -> None:
+    fig = paired("x", "x", [10.0, 20.0, 30.0], "ms", [10.0, 10.0, 10.0], "floor")
+    assert fig.ratio is not None and fig.ratio.median == 2.0
+    assert (fig.ratio.low, fig.ratio.high) == (1.0, 3.0)
+
+
+@pytest.mark.parametrize(
+    ("target", "value", "baseline", "met"),
+    [
+        (Target(1.3, on="ratio"), 12.0, 10.0, True),
+        (Target(1.3, on="ratio"), 14.0, 10.0, False),
+        (Target(10.0), 9.0, None, True),
+        (Target(600.0, at_most=False), 599.0, None, False),
+        (Target(0.7, on="ratio", at_most=False), 8.0, 10.0, True),
+        (Target(0.7, on="ratio"), 8.0, None, None),
+    ],
+)
+def test_targets_judge_the_value_or_the_ratio(
+    target: Target, value: float, baseline: float | None, met: bool | None
+) -> None:
+    fig = paired("x", "x", [value], "ms", [baseline] if baseline else None, "b", target)
+    assert fig.met is met
+
+
+def test_table_shows_value_baseline_ratio_target_and_a_miss() -> None:
+    figs = [
+        paired("a", "search p50", [13.0, 14.0], "ms", [10.0, 10.0], "floor", Target(1.3, "ratio")),
+        paired("b", "rate", [700.0], "/s", target=Target(600.0, at_most=False)),
+    ]
+    text = format_table(figs, title="t")
+    lines = text.splitlines()
+    assert lines[0] == "t"
+    assert lines[1].split() == ["figure", "value", "baseline", "ratio", "target", "met?"]
+    search = next(line for line in lines if line.startswith("search p50"))
+    assert "13.5 ms [13.0..14.0]" in search
+    assert "1.35x" in search and "<= 1.3x" in search and search.endswith("NO")
+    assert next(line for line in lines if line.startswith("rate")).endswith("yes")
+    assert markdown_table(figs).count("\n") == 3
+
+
+def test_results_document_has_no_nan_and_lists_the_missed_targets() -> None:
+    figs = [
+        paired("a", "a", [math.nan], "ms"),
+        paired("b", "b", [5.0], "ms", target=Target(1.0)),
+    ]
+    doc = Results(figures=figs, machine={"cores": 2}).document()
+    assert doc["figures"]["a"]["value"]["median"] is None
+    assert doc["targets_missed"] == ["b"]
+    orjson.dumps(doc)  # serialisable as is
+
+
+def _synthetic_series() -> Series:
+    s = Series()
+    for run in range(3):
+        s.add("noop.search.p50_ms", 0.5)
+        s.add("noop.search.p99_ms", 1.0)
+        s.add("noop.search.cpu_us", 300.0)
+        s.add("noop.search.per_cpu_second", 3333.0)
+        s.add("noop.n30.p50_ms", 0.5)
+        s.add("noop.n30.p99_ms", 1.0)
+        s.add("api.n30.p50_ms", 1.5)
+        s.add("api.n30.p99_ms", 3.0)
+        s.add("api.n30.cpu_us", 700.0)
+        s.add("hook.n30.p50_ms", 2.4 + run * 0.1)
+        s.add("hook.n30.p99_ms", 5.0)
+        s.add("hook.n30.cpu_us", 1200.0)
+        s.add("hook.n30.per_cpu_second", 833.0)
+        s.add("hook.n30.rate", 500.0)
+        s.add("hook.n30.utilisation", 0.6)
+        s.add("fast.job_update.per_cpu_second", 2000.0)
+        s.add("noop.fast.job_update.per_cpu_second", 2500.0)
+        s.add("lease.stamp.p50_ms", 0.8)
+        s.add("noop.lease.stamp.p50_ms", 0.5)
+    return s
+
+
+def test_search_figures_compare_with_noop_plus_api_at_the_same_job_count() -> None:
+    fast = [
+        FastWorkload("fast.job_update", "job update", "/validate/jobs", b"", "allowed"),
+        FastWorkload("lease.stamp", "stamp", "/mutate/leases", b"", "allowed+patch"),
+    ]
+    figs = {f.key: f for f in all_figures(_synthetic_series(), [30], fast, None)}
+    p50 = figs["search.n30.p50"]
+    assert p50.baseline is not None and p50.baseline.median == 2.0
+    assert p50.ratio is not None and p50.ratio.median == pytest.approx(1.25)
+    assert p50.met is True
+    assert figs["search.n30.p99"].met is True  # 5 ms <= 10 ms at 30 Jobs
+    assert figs["search.n30.per_core"].met is True  # 833/s >= 600/s
+    assert figs["search.n30.cpu"].ratio is not None
+    assert figs["search.n30.cpu"].ratio.median == pytest.approx(1.2)
+    assert figs["fast.job_update.per_core"].met is True  # 0.8x >= 0.7x
+    assert figs["lease.stamp.p50_over_noop"].value.median == pytest.approx(0.3)
+    assert figs["lease.stamp.p50_over_noop"].met is True
+
+
+def test_controller_figures_take_their_targets_from_what_run_returned() -> None:
+    result = {
+        "jobs": 1000,
+        "cache_mb_per_1000_jobs": 2.1,
+        "event_cpu_us": 30.0,
+        "resync_cpu_ms": 12.0,
+        "steady_state_writes": 0,
+        "targets": {"cache_mb_per_1000_jobs": 3.0, "event_cpu_us": 25.0, "resync_cpu_ms": 100.0},
+        "within_targets": {"cache_mb_per_1000_jobs": True},
+    }
+    figs = {f.key: f for f in controller_figures(result)}
+    assert set(figs) == {
+        "controller.cache_mb_per_1000_jobs",
+        "controller.event_cpu_us",
+        "controller.resync_cpu_ms",
+        "controller.steady_state_writes",
+    }
+    assert figs["controller.cache_mb_per_1000_jobs"].unit == "MB"
+    assert figs["controller.event_cpu_us"].met is False
+    assert figs["controller.resync_cpu_ms"].met is True
+
+
+# -- workload ---------------------------------------------------------------------------
+
+
+def test_the_job_mix_grows_by_prefix_and_is_mostly_finished() -> None:
+    big = planned_jobs(3000)
+    assert planned_jobs(300) == big[:300]
+    states = Counter(j.state for j in big)
+    assert states["running"] == 4
+    assert states["failed"] == 150
+    assert {j.app for j in big} == {"submit", "blast", "finalizer"}
+    running_ids = {j.job_id for j in planned_jobs(30) if j.state == "running"}
+    assert len(running_ids) == 2  # two active searches: a new one is under the ceiling of 3
+
+
+@pytest.mark.parametrize(
+    ("body", "operation", "resource"),
+    [
+        (new_search_finalizer("bench", "alice"), "CREATE", "jobs"),
+        (job_controller_update("bench"), "UPDATE", "jobs"),
+        (other_lease_update("bench"), "UPDATE", "leases"),
+        (submit_lease_renew("bench", "alice", NOW, stamped=True), "UPDATE", "leases"),
+    ],
+)
+def test_review_bodies_are_admission_reviews_the_webhook_parses(
+    body: bytes, operation: str, resource: str
+) -> None:
+    req = AdmissionRequest.from_review(orjson.loads(body))
+    assert (req.operation, req.resource, req.namespace) == (operation, resource, "bench")
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "outcome"),
+    [
+        (200, b'{"response": {"allowed": true}}', "allowed"),
+        (200, b'{"response": {"allowed": true, "patch": "W10="}}', "allowed+patch"),
+        (200, b'{"response": {"allowed": false}}', "denied"),
+        (200, b"not json", "unparseable"),
+        (503, b"", "http-503"),
+    ],
+)
+def test_answers_are_classified(status: int, body: bytes, outcome: str) -> None:
+    assert outcome_of(status, body) == outcome
+
+
+def test_profile_folds_collapsed_stacks_into_self_and_inclusive_time() -> None:
+    raw = [
+        "run (asyncio/base_events.py:1);_judge (/work/main/webhook/admission.py:80);"
+        "census (/work/main/elbgate/census.py:120) 30",
+        "run (asyncio/base_events.py:1);select (/usr/lib/python3.11/selectors.py:5) 70",
+    ]
+    prof = fold(raw)
+    assert prof.samples == 100
+    assert prof.self_by_package["elbgate"] == 30
+    assert prof.inclusive_by_function["run (asyncio/base_events.py)"] == 100
+    assert "census" in prof.as_text()
+    assert package_of("/x/.venv/lib/python3.11/site-packages/aiohttp/web.py") == "aiohttp"
+
+
+# -- end to end -------------------------------------------------------------------------
+
+
+def test_a_tiny_run_measures_the_real_webhook_and_writes_results(tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    args = ["--quick", "--jobs", "3", "--no-controller", "--out", str(out)]
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "search admission p50, 3 Jobs" in done.stdout
+    doc = orjson.loads(out.read_bytes())
+    assert doc["machine"]["cores"] >= 1 and doc["machine"]["python"]
+    p50 = doc["figures"]["search.n3.p50"]
+    assert p50["value"]["median"] > 0 and p50["baseline"]["median"] > 0
+    outcomes = doc["raw"]["outcomes"]
+    assert set(outcomes["hook.n3"]) == {"allowed"}
+    assert set(outcomes["lease.stamp"]) == {"allowed+patch"}
+    assert all(k.endswith("lease=yes") for k in outcomes["api.n3"])
+    assert not doc["notes"]
