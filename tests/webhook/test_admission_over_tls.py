@@ -123,16 +123,21 @@ def test_a_server_side_dry_run_gets_the_same_answer_and_writes_nothing(
     assert result.returncode == 1 and DENIED + "Gate A" in result.stderr
 
 
-def test_a_namespace_listed_at_start_is_gated(emu: Emulator, hook: WebhookProcess) -> None:
+def test_a_namespace_listed_at_start_is_gated_and_sigterm_stops_cleanly(
+    emu: Emulator, hook: WebhookProcess
+) -> None:
     emu.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "listed"}})
-    with WebhookProcess(emu, namespaces=["listed", "created-by-start"]) as process:
+    process = WebhookProcess(emu, namespaces=["listed", "created-by-start"]).start()
+    try:
         for name in ("listed", "created-by-start"):
             labels = emu.get("namespaces", None, name)["metadata"]["labels"]
             assert labels["elb-gate.io/gated"] == "true"
         result = create(emu, "bob", finalizer_job("listed", new_job_id()))
         assert result.returncode == 1 and DENIED + "Gate A" in result.stderr
-    assert process.process is None  # stopped
-    hook.register()  # the module's process serves the later tests again
+    finally:
+        code = process.stop()
+        hook.register()  # the module's process serves the later tests again
+    assert code == 0  # SIGTERM: in-flight reviews finished, clean exit
 
 
 def test_ungated_namespaces_are_not_judged(emu: Emulator, hook: WebhookProcess) -> None:

@@ -80,11 +80,6 @@ def test_tls_older_than_1_2_is_refused(proc: WebhookProcess) -> None:
         ctx.wrap_socket(raw, server_hostname=WEBHOOK_HOST)
 
 
-def test_the_process_stops_cleanly_on_sigterm(emu: Emulator) -> None:
-    process = WebhookProcess(emu, register=False).start()
-    assert process.stop() == 0
-
-
 # -- the reloader, in process ---------------------------------------------------------------
 
 
