@@ -1,0 +1,181 @@
+"""The closing summary: what happened, in numbers, and whether every expectation held."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from elbgate.settings import Settings
+from tests.demo.jobs import short
+from tests.demo.scenario import Report
+
+REQUESTS_METRIC = "elb_gate_admission_requests"
+"""``elb_gate_admission_requests_total`` as the parser names the counter family."""
+GATE_OF_REASON = {
+    "no_lease": "Gate A",
+    "not_holder": "Gate A",
+    "lease_expired": "Gate A",
+    "ceiling": "Gate B",
+    "unverified": "fail-closed",
+    "missing_job_id": "Job shape",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One expectation of ``--once``."""
+
+    what: str
+    ok: bool
+    detail: str
+
+
+def admission_counts(metrics_text: str) -> Counter[tuple[str, str, str]]:
+    """``(webhook, decision, reason) -> reviews`` from one replica's /metrics text."""
+    counts: Counter[tuple[str, str, str]] = Counter()
+    for family in text_string_to_metric_families(metrics_text):
+        if family.name != REQUESTS_METRIC:
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_total"):
+                key = (
+                    sample.labels.get("webhook", ""),
+                    sample.labels.get("decision", ""),
+                    sample.labels.get("reason", ""),
+                )
+                counts[key] += int(sample.value)
+    return counts
+
+
+def denials_by_reason(counts: Counter[tuple[str, str, str]]) -> Counter[str]:
+    """``reason (gate) -> denials`` over every webhook."""
+    out: Counter[str] = Counter()
+    for (webhook, decision, reason), n in counts.items():
+        if decision == "denied" and n:
+            gate = (
+                GATE_OF_REASON.get(reason, "Lease guard")
+                if webhook.startswith("search-admission")
+                else "Lease guard"
+            )
+            out[f"{reason} ({gate})"] += n
+    return out
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} s"
+
+
+def summarize(
+    report: Report, metrics: dict[str, str], settings: Settings
+) -> tuple[list[str], list[Check]]:
+    """The summary lines and the checks behind ``--once``'s exit status.
+    ``metrics`` holds each webhook replica's final /metrics text."""
+    seen = report.seen
+    ceiling = settings.max_run_concurrency
+    lines: list[str] = []
+
+    ran = [o for o in report.burst if o.exit_code == 0 and o.job_id in seen.finished]
+    by_path = Counter(o.path for o in ran)
+    of_path = Counter(o.path for o in report.burst)
+    paths = ", ".join(f"{p} {by_path[p]}/{of_path[p]}" for p in sorted(of_path))
+    lines.append(f"searches run:         {len(ran)} of {len(report.burst)} ({paths}); "
+                 f"the Lease changed hands {seen.lease_handovers} times")  # fmt: skip
+    lines.append(f"peak concurrency:     {seen.peak} (ceiling {ceiling}), by elbgate.census "
+                 f"after each of {seen.writes} committed writes")  # fmt: skip
+
+    per_replica = {name: admission_counts(text) for name, text in metrics.items()}
+    total: Counter[tuple[str, str, str]] = Counter()
+    for counts in per_replica.values():
+        total.update(counts)
+    denials = denials_by_reason(total)
+    shown = ", ".join(f"{reason}={n}" for reason, n in sorted(denials.items())) or "none"
+    lines.append(f"denials by reason:    {shown}")
+    waits_lease = sum(o.lease_waits for o in report.burst)
+    waits_full = sum(o.capacity_waits for o in report.burst)
+    lines.append(f"waiting:              submitters found the Lease busy {waits_lease} times and "
+                 f"the namespace full {waits_full} times (waits, not errors)")  # fmt: skip
+
+    rogue = report.rogue
+    lines.append(f"non-compliant:        exit {rogue.exit_code}, denied at its first Job; "
+                 f"Jobs left with its elb-job-id: {report.rogue_jobs_left}")  # fmt: skip
+
+    reclaim = next((r for r in seen.reclaims if r.holder == report.doomed_holder), None)
+    if reclaim is not None and report.pod_deleted_at is not None:
+        since_renew = reclaim.at - report.doomed_acquired_at if report.doomed_acquired_at else None
+        lines.append(
+            f"dead-holder reclaim:  {reclaim.at - report.pod_deleted_at:.1f} s after its pod was "
+            f"deleted ({reclaim.reason}; {_seconds(since_renew)} after its last renewal, grace "
+            f"{settings.reclaim_grace_seconds} s, resync {settings.resync_seconds:g} s; "
+            f"TTL expiry would have taken "
+            f"{settings.lease_ttl_seconds + settings.clock_skew_seconds} s)"
+        )
+    else:
+        lines.append("dead-holder reclaim:  not seen")
+
+    orphan_name = f"elb-finalizer-{short(report.orphan.job_id)}"
+    created = seen.created.get(orphan_name)
+    flagged = seen.orphans_flagged.get(orphan_name)
+    deleted = seen.orphans_deleted.get(orphan_name)
+    if created is not None and flagged is not None and deleted is not None:
+        orphan_from = created + settings.finalizer_grace_seconds
+        lines.append(
+            f"orphan GC:            flagged {max(0.0, flagged - orphan_from):.1f} s after it "
+            f"became an orphan ({settings.finalizer_grace_seconds} s finalizer grace), deleted "
+            f"{deleted - flagged:.1f} s after flagging (policy {settings.orphan_policy}, "
+            f"{settings.orphan_delete_after_seconds} s)"
+        )
+    else:
+        lines.append(f"orphan GC:            created {_seconds(created)}, flagged "
+                     f"{_seconds(flagged)}, deleted {_seconds(deleted)}")  # fmt: skip
+
+    served = {name: sum(c.values()) for name, c in per_replica.items()}
+    lines.append(
+        f"webhook replicas:     A answered {served.get('A', 0)} reviews until the failover at "
+        f"{_seconds(report.failover_at)}, B answered {served.get('B', 0)}"
+    )
+    changes = " -> ".join(f"{'in use' if u else 'idle'} at {t:.1f} s" for t, u in seen.liveness)
+    lines.append(f"liveness:             {changes or 'no ConfigMap seen'}")
+
+    checks = [
+        Check(
+            "all 10 searches ran",
+            len(ran) == len(report.burst) == 10,
+            f"{len(ran)} of {len(report.burst)} submitted and finished",
+        ),
+        Check(
+            "peak concurrency within the ceiling",
+            0 < seen.peak <= ceiling and not report.observer_errors,
+            f"peak {seen.peak}, ceiling {ceiling}, observer errors {len(report.observer_errors)}",
+        ),
+        Check(
+            "the non-compliant submitter was denied and left nothing",
+            rogue.exit_code not in (None, 0)
+            and "Gate A" in rogue.denial
+            and report.rogue_jobs_left == 0
+            and rogue.job_id not in seen.opened,
+            f"exit {rogue.exit_code}, Jobs left {report.rogue_jobs_left}",
+        ),
+        Check(
+            "the dead holder was reclaimed by the controller",
+            reclaim is not None and reclaim.reason == "dead_holder",
+            reclaim.message if reclaim is not None else "no reclaim of its Lease seen",
+        ),
+        Check(
+            "the orphaned finalizer was deleted",
+            deleted is not None,
+            f"{orphan_name} deleted at {_seconds(deleted)}",
+        ),
+        Check(
+            "liveness ended idle",
+            seen.in_use is False and any(u for _, u in seen.liveness),
+            changes or "no liveness ConfigMap seen",
+        ),
+        Check(
+            "replica B answered after the failover",
+            report.failover_at is not None and served.get("B", 0) > 0,
+            f"B answered {served.get('B', 0)} reviews",
+        ),
+    ]
+    return lines, checks

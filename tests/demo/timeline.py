@@ -1,0 +1,51 @@
+"""The live timeline: one line per event, stamped with seconds since the demo began."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import TextIO
+
+KIND_WIDTH = 9
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One printed event."""
+
+    at: float
+    """Seconds since the timeline started."""
+    kind: str
+    text: str
+
+
+class Timeline:
+    """Thread-safe: the observer (emulator thread), submitters and the scenario all
+    write here, and each line is printed whole."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stdout
+        self.start = time.monotonic()
+        self.entries: list[Entry] = []
+        self._lock = threading.Lock()
+
+    def elapsed(self) -> float:
+        """Seconds since the timeline started."""
+        return time.monotonic() - self.start
+
+    def emit(self, kind: str, text: str) -> Entry:
+        """Print ``text`` as a ``kind`` event now, and keep it."""
+        with self._lock:
+            entry = Entry(self.elapsed(), kind, text)
+            self.entries.append(entry)
+            self.stream.write(f"{entry.at:6.1f}s  {kind:<{KIND_WIDTH}} {text}\n")
+            self.stream.flush()
+            return entry
+
+    def say(self, text: str = "") -> None:
+        """Print a line that is not an event (headings, the summary)."""
+        with self._lock:
+            self.stream.write(text + "\n")
+            self.stream.flush()
