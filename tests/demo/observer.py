@@ -71,6 +71,8 @@ class Observations:
     liveness: list[tuple[float, bool]] = field(default_factory=list)
     """(when, inUse) at every change of the liveness ConfigMap's inUse."""
     writes: int = 0
+    job_writes: int = 0
+    """Job writes, each followed by a census of the live Jobs."""
 
     @property
     def in_use(self) -> bool | None:
@@ -143,6 +145,7 @@ class Observer:
 
     def _on_job(self, kind: str, job: dict[str, Any]) -> None:
         seen, now = self.seen, self.timeline.elapsed()
+        seen.job_writes += 1
         meta = job["metadata"]
         labels = meta.get("labels") or {}
         app, job_id = str(labels.get(APP_LABEL) or ""), str(labels.get(JOB_ID_LABEL) or "")

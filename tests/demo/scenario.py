@@ -89,6 +89,8 @@ class Scenario:
             )
             label = f"openapi-{n}"
             self.processes.append(ProcessSubmitter(cluster, label, self._search(label), timeline))
+        # Built before the burst: it loads the API client library in this process.
+        self.doomed = DoomedSubmitter(cluster, timeline, self.stop)
         orphan = ProcessSubmitter(
             cluster, "openapi-6", self._search("openapi-6"), timeline, batch_work=False
         )
@@ -106,7 +108,6 @@ class Scenario:
 
         bad = rogue(cluster, self._search("rogue"), timeline)
         self.processes.append(bad)
-        self.doomed = DoomedSubmitter(cluster, timeline, self.stop)
         pod_deleted_at: float | None = None
         failover_at: float | None = None
         rogue_started = doomed_started = False
@@ -146,10 +147,10 @@ class Scenario:
                 timeline.emit("pod", f"pod {NAMESPACE}/{DOOMED_POD} deleted while it holds the "
                               "Lease: its submitter is gone, nothing renews or releases")  # fmt: skip
             if failover_at is None and len(self.observer.seen.opened) >= FAILOVER_AFTER_OPENED:
-                timeline.emit("failover", "Service elb-system/elb-gate-webhook now points at "
-                              "replica B; replica A is stopped (SIGTERM)")  # fmt: skip
-                cluster.fail_over("B")
                 failover_at = timeline.elapsed()
+                cluster.fail_over("B")
+                timeline.emit("failover", "Service elb-system/elb-gate-webhook re-pointed at "
+                              "replica B, then replica A stopped (SIGTERM, drained)")  # fmt: skip
             if finished(self.observer.seen):
                 break
             self.observer.wait_for(lambda _seen: False, 0.1)

@@ -82,8 +82,8 @@ def summarize(
     paths = ", ".join(f"{p} {by_path[p]}/{of_path[p]}" for p in sorted(of_path))
     lines.append(f"searches run:         {len(ran)} of {len(report.burst)} ({paths}); "
                  f"the Lease changed hands {seen.lease_handovers} times")  # fmt: skip
-    lines.append(f"peak concurrency:     {seen.peak} (ceiling {ceiling}), by elbgate.census "
-                 f"after each of {seen.writes} committed writes")  # fmt: skip
+    lines.append(f"peak concurrency:     {seen.peak} (ceiling {ceiling}), elbgate.census on the "
+                 f"live Jobs after each of {seen.job_writes} Job writes")  # fmt: skip
 
     per_replica = {name: admission_counts(text) for name, text in metrics.items()}
     total: Counter[tuple[str, str, str]] = Counter()
@@ -119,12 +119,11 @@ def summarize(
     flagged = seen.orphans_flagged.get(orphan_name)
     deleted = seen.orphans_deleted.get(orphan_name)
     if created is not None and flagged is not None and deleted is not None:
-        orphan_from = created + settings.finalizer_grace_seconds
         lines.append(
-            f"orphan GC:            flagged {max(0.0, flagged - orphan_from):.1f} s after it "
-            f"became an orphan ({settings.finalizer_grace_seconds} s finalizer grace), deleted "
-            f"{deleted - flagged:.1f} s after flagging (policy {settings.orphan_policy}, "
-            f"{settings.orphan_delete_after_seconds} s)"
+            f"orphan GC:            flagged {flagged - created:.1f} s after its creation "
+            f"({settings.finalizer_grace_seconds} s finalizer grace; creationTimestamp has 1 s "
+            f"resolution), deleted {deleted - flagged:.1f} s after flagging (policy "
+            f"{settings.orphan_policy}, {settings.orphan_delete_after_seconds} s)"
         )
     else:
         lines.append(f"orphan GC:            created {_seconds(created)}, flagged "

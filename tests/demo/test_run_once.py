@@ -1,0 +1,179 @@
+"""``make run ARGS=--once`` as a newcomer runs it: ``python -m tests.demo --once`` in a
+subprocess, judged by its summary, its exit status and what it leaves behind."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+RUN_DEADLINE_SECONDS = 400
+"""Generous: the demo takes about a minute, much longer on a busy shared machine."""
+
+pytestmark = pytest.mark.kubectl
+
+
+@dataclass(frozen=True)
+class Run:
+    code: int
+    output: str
+    tmp: Path
+
+
+def demo_env(tmp: Path) -> dict[str, str]:
+    """The caller's environment with temporary files under ``tmp`` (to check cleanup)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ELB_GATE_", "BLAST_"))}
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    return {**env, "TMPDIR": str(tmp), "PYTHONUNBUFFERED": "1"}
+
+
+def processes_using(path: Path) -> list[int]:
+    """Pids of live processes whose environment mentions ``path`` (the demo's children
+    all carry it: TMPDIR, KUBECONFIG, certificate paths)."""
+    needle = str(path).encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes():
+                pids.append(int(entry.name))
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+    return pids
+
+
+def wait_until_gone(path: Path, deadline: float = 60.0) -> list[int]:
+    """Wait for every process using ``path`` to exit; returns those still alive."""
+    end = time.monotonic() + deadline
+    while (left := processes_using(path)) and time.monotonic() < end:
+        time.sleep(0.2)
+    return left
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    tmp = tmp_path_factory.mktemp("demo-once")
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.demo", "--once"],
+        cwd=REPO,
+        env=demo_env(tmp),
+        capture_output=True,
+        text=True,
+        timeout=RUN_DEADLINE_SECONDS,
+        check=False,
+    )
+    return Run(done.returncode, done.stdout + done.stderr, tmp)
+
+
+def summary_value(run: Run, key: str) -> str:
+    match = re.search(rf"^\s+{re.escape(key)}:\s+(.*)$", run.output, re.MULTILINE)
+    assert match, f"no {key!r} line in the summary:\n{run.output[-6000:]}"
+    return match.group(1)
+
+
+def test_the_demo_exits_0_with_every_expectation_held(run: Run) -> None:
+    assert run.code == 0, run.output[-6000:]
+    held = re.fullmatch(r"(\d+) of (\d+) held", summary_value(run, "expectations"))
+    assert held and held.group(1) == held.group(2), run.output[-3000:]
+    assert "[FAILED]" not in run.output
+
+
+def test_all_ten_searches_ran_through_both_submit_paths(run: Run) -> None:
+    line = summary_value(run, "searches run")
+    assert line.startswith("10 of 10 (dashboard 5/5, openapi 5/5)"), line
+
+
+def test_peak_concurrency_stayed_within_the_ceiling_of_three(run: Run) -> None:
+    match = re.match(r"(\d+) \(ceiling (\d+)\)", summary_value(run, "peak concurrency"))
+    assert match, run.output[-3000:]
+    peak, ceiling = int(match.group(1)), int(match.group(2))
+    assert ceiling == 3
+    assert 1 <= peak <= ceiling
+
+
+def test_the_non_compliant_submitter_was_denied_by_gate_a_and_left_nothing(run: Run) -> None:
+    denials = summary_value(run, "denials by reason")
+    gate_a = re.findall(r"(no_lease|not_holder|lease_expired) \(Gate A\)=(\d+)", denials)
+    assert gate_a and sum(int(n) for _, n in gate_a) >= 1, denials
+    assert summary_value(run, "non-compliant").endswith("Jobs left with its elb-job-id: 0")
+    # The timeline shows what kubectl printed, word for word.
+    assert re.search(
+        r"DENIED\s+rogue \(no Lease\): Error from server \(Forbidden\): error when creating "
+        r'"STDIN": admission webhook "search-admission\.elb-gate\.io" denied the request: '
+        r"Gate A: ",
+        run.output,
+    ), run.output[-6000:]
+
+
+def test_the_dead_holder_was_reclaimed_and_the_orphan_garbage_collected(run: Run) -> None:
+    reclaim = summary_value(run, "dead-holder reclaim")
+    assert re.match(r"\d+\.\d s after its pod was deleted \(dead_holder;", reclaim), reclaim
+    orphan = summary_value(run, "orphan GC")
+    assert re.match(
+        r"flagged \d+\.\d s after its creation .* deleted \d+\.\d s after flagging \(policy "
+        r"delete",
+        orphan,
+    ), orphan
+    assert re.search(r"\bgc\s+controller \(OrphanedFinalizerDeleted\)", run.output)
+
+
+def test_liveness_ended_idle_and_replica_b_served_after_the_failover(run: Run) -> None:
+    liveness = summary_value(run, "liveness")
+    assert re.search(r"in use at [\d.]+ s -> idle at [\d.]+ s$", liveness), liveness
+    served = re.search(r"B answered (\d+)", summary_value(run, "webhook replicas"))
+    assert served and int(served.group(1)) > 0
+
+
+def test_nothing_is_left_behind_after_the_run(run: Run) -> None:
+    assert list(run.tmp.glob("elb-gate-demo-*")) == []
+    assert wait_until_gone(run.tmp) == []
+
+
+@pytest.fixture
+def interrupted(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], list[str]]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.demo"],
+        cwd=REPO,
+        env=demo_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
+    reader.start()
+    try:
+        yield proc, lines
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+        reader.join(10)
+
+
+def test_ctrl_c_mid_scenario_stops_every_process_and_removes_the_temporary_files(
+    interrupted: tuple[subprocess.Popen[str], list[str]], tmp_path: Path
+) -> None:
+    proc, lines = interrupted
+    end = time.monotonic() + RUN_DEADLINE_SECONDS
+    while not any(" burst " in line for line in lines) and proc.poll() is None:
+        assert time.monotonic() < end, "".join(lines)
+        time.sleep(0.1)
+    assert processes_using(tmp_path), "the demo's processes should be running by now"
+    time.sleep(1.0)  # let the burst get going: submitters hold and wait for the Lease
+    proc.send_signal(signal.SIGINT)  # what Ctrl-C delivers
+    code = proc.wait(120)
+    assert code == 130, "".join(lines)[-4000:]
+    assert list(tmp_path.glob("elb-gate-demo-*")) == []
+    assert wait_until_gone(tmp_path) == []
