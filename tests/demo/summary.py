@@ -103,12 +103,11 @@ def summarize(
 
     reclaim = next((r for r in seen.reclaims if r.holder == report.doomed_holder), None)
     if reclaim is not None and report.pod_deleted_at is not None:
-        since_renew = reclaim.at - report.doomed_acquired_at if report.doomed_acquired_at else None
         lines.append(
             f"dead-holder reclaim:  {reclaim.at - report.pod_deleted_at:.1f} s after its pod was "
-            f"deleted ({reclaim.reason}; {_seconds(since_renew)} after its last renewal, grace "
-            f"{settings.reclaim_grace_seconds} s, resync {settings.resync_seconds:g} s; "
-            f"TTL expiry would have taken "
+            f"deleted ({reclaim.reason}; the controller acts once the Lease is unrenewed for "
+            f"{settings.reclaim_grace_seconds} s, checking every {settings.resync_seconds:g} s; "
+            f"waiting for expiry would have taken "
             f"{settings.lease_ttl_seconds + settings.clock_skew_seconds} s)"
         )
     else:
