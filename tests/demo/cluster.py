@@ -244,8 +244,3 @@ def _in_parallel(starts: list[Callable[[], object]]) -> None:
         thread.join()
     if errors:
         raise errors[0]
-
-
-def kubeconfig_summary(cluster: Cluster) -> dict[str, Any]:
-    """Kubeconfig paths by user, for the closing instructions."""
-    return {name: cluster.emu.kubeconfig(name) for name in cluster.emu.users}
