@@ -71,6 +71,30 @@ class AdmissionChain:
     def __init__(self, store: Store, services: Services) -> None:
         self.store = store
         self.services = services
+        # Like the apiserver's per-webhook client: pooled keep-alive connections and
+        # one TLS context per caBundle, not a new handshake for every call.
+        self._session: aiohttp.ClientSession | None = None
+        self._contexts: dict[str, ssl.SSLContext] = {}
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession()
+        return self._session
+
+    def _context(self, ca_bundle: str) -> ssl.SSLContext:
+        ctx = self._contexts.get(ca_bundle)
+        if ctx is None:
+            ctx = ssl.create_default_context(
+                cadata=base64.b64decode(ca_bundle).decode() if ca_bundle else None
+            )
+            self._contexts[ca_bundle] = ctx
+        return ctx
+
+    async def close(self) -> None:
+        """Close pooled webhook connections (on server shutdown)."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     # -- selection -----------------------------------------------------------
 
@@ -202,13 +226,11 @@ class AdmissionChain:
             host, dial = parts.hostname or "", parts.netloc
             sep = "&" if parts.query else "?"
             url = shown = f"{config.get('url')}{sep}timeout={timeout}s"
-        ctx = ssl.create_default_context()
-        if config.get("caBundle"):
-            ctx = ssl.create_default_context(cadata=base64.b64decode(config["caBundle"]).decode())
+        ctx = self._context(config.get("caBundle") or "")
         review = {"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1",
                   "request": request}
         try:
-            async with aiohttp.ClientSession() as session, session.post(
+            async with self._client().post(
                 url, json=review, ssl=ctx, server_hostname=host,
                 timeout=aiohttp.ClientTimeout(total=timeout),
                 headers={"Accept": "application/json, */*"},

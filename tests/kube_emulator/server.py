@@ -191,7 +191,11 @@ def create_app(state: ServerState) -> web.Application:
         for queue in list(state.watches):
             queue.put_nowait(None)
 
+    async def close_webhook_clients(app: web.Application) -> None:
+        await state.admission.close()
+
     app.on_shutdown.append(end_watches)
+    app.on_cleanup.append(close_webhook_clients)
     return app
 
 
