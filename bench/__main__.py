@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import sys
 import time
@@ -45,13 +46,12 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
     sat = base.saturation
     if args.requests:
         sat = LoadPlan(sat.concurrency, args.requests, sat.warmup, sat.max_seconds)
-    return BenchConfig(
+    return dataclasses.replace(
+        base,
         job_counts=args.jobs or base.job_counts,
         repeats=args.repeats or base.repeats,
-        latency=base.latency,
         saturation=sat,
         profile_at=args.profile_at,
-        profile_seconds=base.profile_seconds,
         fast_paths=not args.no_fast,
     )
 
@@ -98,7 +98,11 @@ def main(argv: list[str] | None = None) -> int:
         settings={
             "job_counts": list(config.job_counts),
             "repeats": config.repeats,
-            "latency_pass": config.latency.__dict__ if hasattr(config.latency, "__dict__") else {},
+            "passes": {
+                name: dataclasses.asdict(getattr(config, name))
+                for name in ("latency", "saturation", "latency_large", "saturation_large")
+            },
+            "large_from_jobs": config.large,
             "layout": describe_layout(harness),
         },
         raw={

@@ -39,21 +39,23 @@ def start_recording(
     return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
+PROJECT = ("webhook", "elbgate", "controller", "bench")
+
+
 def package_of(file: str) -> str:
-    """A coarse owner for a source file: ``webhook``, ``elbgate``, ``aiohttp``, ``ssl`` …"""
+    """A coarse owner for a source file: ``webhook``, ``elbgate``, ``aiohttp``,
+    ``asyncio``, ``ssl`` … (py-spy already shortens most paths to ``pkg/mod.py``)."""
     path = file.replace("\\", "/")
     for mark in ("/site-packages/", "/lib/python3"):
         if mark in path:
-            rest = path.split(mark, 1)[1]
+            path = path.split(mark, 1)[1]
             if mark == "/lib/python3":
-                rest = rest.split("/", 1)[1] if "/" in rest else rest
-            head = rest.split("/", 1)[0]
-            return "stdlib:" + head.removesuffix(".py") if mark == "/lib/python3" else head
+                path = path.split("/", 1)[1] if "/" in path else path
     parts = [p for p in path.split("/") if p]
-    for owner in ("webhook", "elbgate", "controller", "bench", "tests"):
+    for owner in PROJECT:
         if owner in parts:
             return owner
-    return parts[-1] if parts else "?"
+    return parts[0].removesuffix(".py") if parts else "?"
 
 
 @dataclass
@@ -63,6 +65,8 @@ class Profile:
     samples: int = 0
     self_by_function: Counter[str] = field(default_factory=Counter)
     inclusive_by_function: Counter[str] = field(default_factory=Counter)
+    inclusive_in_project: Counter[str] = field(default_factory=Counter)
+    """Inclusive time of elb-gate's own functions only (where the policy cost shows)."""
     self_by_package: Counter[str] = field(default_factory=Counter)
 
     def top(self, counter: Counter[str], n: int = 12) -> list[tuple[str, float]]:
@@ -75,7 +79,7 @@ class Profile:
         for title, counter in (
             ("self time by package", self.self_by_package),
             ("self time by function", self.self_by_function),
-            ("inclusive time by function", self.inclusive_by_function),
+            ("inclusive time, elb-gate's own functions", self.inclusive_in_project),
         ):
             lines.append(f"  {title}:")
             lines += [f"    {share:6.1%}  {name}" for name, share in self.top(counter, n)]
@@ -107,8 +111,10 @@ def fold(lines: Iterable[str]) -> Profile:
         leaf_name, leaf_file = names[-1]
         prof.self_by_function[leaf_name] += count
         prof.self_by_package[package_of(leaf_file)] += count
-        for name in {n for n, _ in names}:
+        for name, file in set(names):
             prof.inclusive_by_function[name] += count
+            if package_of(file) in PROJECT:
+                prof.inclusive_in_project[name] += count
     return prof
 
 

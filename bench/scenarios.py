@@ -52,8 +52,14 @@ class BenchConfig:
 
     job_counts: tuple[int, ...] = (0, 30, 300, 3000)
     repeats: int = 3
-    latency: LoadPlan = LoadPlan(concurrency=1, requests=300, warmup=30, max_seconds=4.0)
-    saturation: LoadPlan = LoadPlan(concurrency=16, requests=2000, warmup=100, max_seconds=3.0)
+    latency: LoadPlan = LoadPlan(concurrency=1, requests=200, warmup=20, max_seconds=2.5)
+    saturation: LoadPlan = LoadPlan(concurrency=16, requests=1500, warmup=50, max_seconds=2.0)
+    large: int = 1000
+    """From this many Jobs on, one admission takes ~100 ms of the emulator's time: the
+    passes below keep the run short and keep the emulator's queue under the webhook's
+    1.5 s API deadline (16 in flight would make it fail closed: a benchmark of 503s)."""
+    latency_large: LoadPlan = LoadPlan(concurrency=1, requests=60, warmup=5, max_seconds=4.0)
+    saturation_large: LoadPlan = LoadPlan(concurrency=4, requests=300, warmup=8, max_seconds=3.0)
     profile_at: tuple[int, ...] = ()
     """Job counts at which the webhook is profiled (py-spy) during an extra saturation pass."""
     profile_seconds: float = 5.0
@@ -67,7 +73,15 @@ class BenchConfig:
             repeats=1,
             latency=LoadPlan(1, 10, 2, 2.0),
             saturation=LoadPlan(2, 20, 2, 2.0),
+            latency_large=LoadPlan(1, 10, 2, 2.0),
+            saturation_large=LoadPlan(2, 20, 2, 2.0),
         )
+
+    def plans_for(self, jobs: int) -> tuple[LoadPlan, LoadPlan]:
+        """(latency pass, saturation pass) at ``jobs`` Jobs in the namespace."""
+        if jobs >= self.large:
+            return self.latency_large, self.saturation_large
+        return self.latency, self.saturation
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +190,9 @@ class Harness:
 
     # -- passes ------------------------------------------------------------------
 
-    async def _saturate(self, target: Webhook, path: str, body: bytes, server_pid: int) -> Measured:
+    async def _saturate(
+        self, target: Webhook, path: str, body: bytes, server_pid: int, plan: LoadPlan
+    ) -> Measured:
         names = ("server", "emulator", "load_generator")
         meter = CpuMeter((server_pid, self.emulator.pid, os.getpid()))
 
@@ -184,17 +200,25 @@ class Harness:
             used, _ = meter.stop()
             m.cpu_seconds.update(zip(names, used, strict=True))
 
-        return await post_reviews(target, path, body, self.config.saturation, meter.start, stop)
+        return await post_reviews(target, path, body, plan, meter.start, stop)
 
     async def _pair(
-        self, prefix: str, target: Webhook, path: str, body: bytes, pid: int, expect: str
+        self,
+        prefix: str,
+        target: Webhook,
+        path: str,
+        body: bytes,
+        pid: int,
+        expect: str,
+        jobs: int = 0,
     ) -> None:
         """Latency pass then saturation pass of one workload on one server."""
         s = self.series
-        m = await post_reviews(target, path, body, self.config.latency)
+        latency_plan, saturation_plan = self.config.plans_for(jobs)
+        m = await post_reviews(target, path, body, latency_plan)
         s.check(prefix, m, lambda o: o == expect)
         _latency_into(s, prefix, m)
-        m = await self._saturate(target, path, body, pid)
+        m = await self._saturate(target, path, body, pid, saturation_plan)
         s.check(prefix, m, lambda o: o == expect)
         _saturation_into(s, prefix, m, "server")
 
@@ -242,7 +266,8 @@ class Harness:
             for w in workloads:
                 await self._pair(f"noop.{w.key}", noop, w.path, w.body, self.noop.pid, "allowed")
                 await self._pair(w.key, hook, w.path, w.body, self.hook_pid, w.expect)
-        self.fast_workloads = workloads
+        if self.config.fast_paths:
+            self.fast_workloads = workloads
 
     async def search_admission(self, jobs: int) -> None:
         """Search admission at ``jobs`` Jobs in the namespace, each run paired with the
@@ -254,7 +279,7 @@ class Harness:
             self.series.notes.append(f"asked for {jobs} Jobs, the emulator holds {have}")
         body = reviews.new_search_finalizer(NAMESPACE, HOLDER)
         s, n = self.series, f"n{jobs}"
-        plans = [self.config.latency, self.config.saturation]
+        plans = list(self.config.plans_for(jobs))
         for _ in range(self.config.repeats):
             floor = await asyncio.to_thread(
                 run_api_floor,
@@ -268,13 +293,15 @@ class Harness:
                 s.check(f"api.{n}", m, expect_floor)
             _latency_into(s, f"api.{n}", floor[0])
             _saturation_into(s, f"api.{n}", floor[1], "api_floor")
-            m = await post_reviews(noop, JOBS_PATH, body, self.config.latency)
+            m = await post_reviews(noop, JOBS_PATH, body, plans[0])
             _latency_into(s, f"noop.{n}", m)
-            await self._pair(f"hook.{n}", hook, JOBS_PATH, body, self.hook_pid, "allowed")
+            await self._pair(f"hook.{n}", hook, JOBS_PATH, body, self.hook_pid, "allowed", jobs)
         if jobs in self.config.profile_at:
-            await self.profile(f"search at {jobs} Jobs", hook, JOBS_PATH, body)
+            await self.profile(f"search at {jobs} Jobs", hook, JOBS_PATH, body, plans[1])
 
-    async def profile(self, name: str, target: Webhook, path: str, body: bytes) -> None:
+    async def profile(
+        self, name: str, target: Webhook, path: str, body: bytes, plan: LoadPlan
+    ) -> None:
         """py-spy the webhook through one saturation pass; keep the folded summary."""
         out = self.workdir / f"profile-{len(self.series.profiles)}.txt"
         try:
@@ -282,7 +309,6 @@ class Harness:
         except RuntimeError as exc:
             self.series.notes.append(f"profile {name}: {exc}")
             return
-        plan = self.config.saturation
         longer = LoadPlan(plan.concurrency, 10**9, 0, self.config.profile_seconds + 0.5)
         await asyncio.sleep(0.3)  # py-spy attaches
         await post_reviews(target, path, body, longer)
