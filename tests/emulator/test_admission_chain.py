@@ -297,3 +297,26 @@ def test_webhook_configurations_get_the_apiservers_defaults(emulator: Emulator) 
     assert (hook["failurePolicy"], hook["timeoutSeconds"], hook["matchPolicy"]) == (
         "Fail", 10, "Equivalent")
     assert hook["clientConfig"]["service"]["port"] == 443 and hook["rules"][0]["scope"] == "*"
+
+
+def test_a_service_with_several_endpoints_spreads_calls_over_them(
+        emulator: Emulator, hook: WebhookServer) -> None:
+    # Two replicas behind one Service, one serving certificate (one caBundle).
+    second = WebhookServer(SERVICE)
+    second.ca = hook.ca
+    second._cert = hook.ca.issue_cert(second.hostname, "127.0.0.1")
+    second.start()
+    try:
+        emulator.services[SERVICE] = [("127.0.0.1", hook.port), ("127.0.0.1", second.port)]
+        register(emulator, hook)
+        for n in range(4):
+            reply = call(emulator, "POST", LEASES, {"metadata": {"name": f"l{n}"}, "spec": {}},
+                         user="alice")
+            assert reply.status == 201
+        assert (len(hook.requests), len(second.requests)) == (2, 2)
+        emulator.services[SERVICE] = []  # no ready endpoint: like a Service with none
+        reply = call(emulator, "POST", LEASES, {"metadata": {"name": "l9"}}, user="alice")
+        assert reply.status == 500
+        assert 'failed calling webhook "lease-guard.elb-gate.io"' in reply.body["message"]
+    finally:
+        second.stop()

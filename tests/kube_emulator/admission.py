@@ -20,7 +20,11 @@ from .selectors import label_selector_matcher
 from .store import Store
 from .users import User
 
-Services = dict[tuple[str, str], tuple[str, int]]
+Endpoint = tuple[str, int]
+Services = dict[tuple[str, str], Endpoint | list[Endpoint]]
+"""Where a webhook Service points: one ``(host, port)``, or a list of them that calls
+are spread over in turn, as kube-proxy spreads a Service over its ready endpoints
+(remove an endpoint from the list as the Endpoints controller would when it dies)."""
 
 
 @dataclass
@@ -75,6 +79,17 @@ class AdmissionChain:
         # one TLS context per caBundle, not a new handshake for every call.
         self._session: aiohttp.ClientSession | None = None
         self._contexts: dict[str, ssl.SSLContext] = {}
+        self._turn: dict[tuple[str, str], int] = {}
+
+    def _endpoint(self, ref: tuple[str, str]) -> Endpoint | None:
+        target = self.services.get(ref)
+        if isinstance(target, list):
+            if not target:
+                return None
+            turn = self._turn.get(ref, 0)
+            self._turn[ref] = turn + 1
+            return target[turn % len(target)]
+        return target
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -216,7 +231,7 @@ class AdmissionChain:
             port = int(svc.get("port") or 443)
             path = svc.get("path") or ""
             shown = f"https://{host}:{port}{path}?timeout={timeout}s"
-            target = self.services.get((svc["namespace"], svc["name"]))
+            target = self._endpoint((svc["namespace"], svc["name"]))
             if target is None:
                 raise CallError(f'failed to call webhook: service "{svc["name"]}" not found')
             url = f"https://{target[0]}:{target[1]}{path}?timeout={timeout}s"

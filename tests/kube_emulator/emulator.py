@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .admission import AdmissionChain
+from .admission import AdmissionChain, Services
 from .defaults import apply_defaults
 from .faults import Faults
 from .resources import Obj, by_plural, for_object
@@ -44,7 +44,7 @@ class Emulator:
         bookmark_interval: float = 1.0,
     ) -> None:
         self.store = Store(history)
-        self.services: dict[tuple[str, str], tuple[str, int]] = {}
+        self.services: Services = {}
         self.faults = Faults()
         self.users: dict[str, User] = {"admin": User.admin()}
         for user in users:
