@@ -143,10 +143,7 @@ def census(
 ) -> Census:
     """Count the active searches among ``jobs`` (raw Job dicts; terminal and
     non-search Jobs may be included). ``batch_work_ids`` names searches known to
-    have had batch work whose Jobs are not in ``jobs`` (the controller's cache
-    keeps ids, not finished Jobs)."""
-    finalizers: dict[str, list[JobRef]] = {}
-    companions: dict[str, list[JobRef]] = {}
+    have had batch work whose Jobs are not in ``jobs``."""
     had_batch_work = set(batch_work_ids)
     unfinished: list[JobRef] = []
     for job in jobs:
@@ -158,8 +155,26 @@ def census(
             if app in COMPANION_APPS and labels.get(JOB_ID_LABEL):
                 had_batch_work.add(str(labels[JOB_ID_LABEL]))
             continue
-        ref = JobRef.from_dict(job)
-        unfinished.append(ref)
+        unfinished.append(JobRef.from_dict(job))
+    return census_of_refs(unfinished, now, finalizer_grace_seconds, had_batch_work)
+
+
+def census_of_refs(
+    unfinished: Iterable[JobRef],
+    now: datetime,
+    finalizer_grace_seconds: float,
+    batch_work_ids: Collection[str] = frozenset(),
+) -> Census:
+    """:func:`census` for callers that already hold the unfinished Jobs as
+    :class:`JobRef` (the controller's cache) and the ids of searches whose batch
+    Jobs finished. Refs of other apps are ignored."""
+    finalizers: dict[str, list[JobRef]] = {}
+    companions: dict[str, list[JobRef]] = {}
+    kept: list[JobRef] = []
+    for ref in unfinished:
+        if ref.app not in SEARCH_APPS:
+            continue
+        kept.append(ref)
         key = ref.job_id or f"{ref.app}/{ref.name}"
         bucket = finalizers if ref.app == FINALIZER_APP else companions
         bucket.setdefault(key, []).append(ref)
@@ -182,13 +197,13 @@ def census(
             why = "age unknown" if age is None else f"{int(age)}s old < {grace}s grace"
             active[key] = ActiveSearch(key, tuple(refs), f"finalizer {live[0].name} live ({why})")
         idle = [r for r in refs if r not in live]
-        (finishing if key in had_batch_work else orphans).extend(idle)
+        (finishing if key in batch_work_ids else orphans).extend(idle)
 
     return Census(
         active=tuple(active[k] for k in sorted(active)),
         orphans=tuple(sorted(orphans, key=lambda r: r.name)),
         finishing=tuple(sorted(finishing, key=lambda r: r.name)),
-        unfinished=tuple(unfinished),
+        unfinished=tuple(kept),
     )
 
 
