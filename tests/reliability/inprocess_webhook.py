@@ -1,0 +1,89 @@
+"""The webhook's own aiohttp application, served in this process over plain HTTP.
+
+For the bad-input properties and the fuzzer: the real ``create_app`` with the real
+handlers and a real API client (against the emulator), so every decision reads the
+census and the Lease exactly as in production — without a TLS handshake per example.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Mapping
+from concurrent.futures import Future
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from elbgate.identities import SubmitterIdentities
+from elbgate.kube.api import KubeApi
+from elbgate.kube.config import KubeConfig
+from elbgate.settings import Settings
+from tests.kube_emulator import Emulator
+from webhook.admission import Admission
+from webhook.app import Runtime, create_app
+from webhook.metrics import WebhookMetrics
+from webhook.readiness import ApiReachability
+from webhook.tls import ServingCertificate
+
+
+class InProcessWebhook:
+    """``create_app`` on a private event loop thread, bound to 127.0.0.1:0."""
+
+    def __init__(self, emu: Emulator, user: str, env: Mapping[str, str]) -> None:
+        self.settings = Settings.from_env(env)
+        self.config = KubeConfig.load(emu.kubeconfig(user))
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="webhook-app", daemon=True
+        )
+        self.port = 0
+        self._runner: web.AppRunner | None = None
+        self._api: KubeApi | None = None
+
+    def start(self) -> InProcessWebhook:
+        self.thread.start()
+        self._submit(self._start()).result(30)
+        return self
+
+    def stop(self) -> None:
+        self._submit(self._stop()).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+    def _submit(self, coro: Any) -> Future[Any]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    async def _start(self) -> None:
+        self._api = KubeApi(self.config, timeout=self.settings.api_timeout_seconds)
+        await self._api.open()
+        admission = Admission(
+            self.settings,
+            self._api,
+            WebhookMetrics(CollectorRegistry(auto_describe=True)),
+            SubmitterIdentities(),
+        )
+        runtime = Runtime(
+            admission,
+            ServingCertificate("/nonexistent/tls.crt", "/nonexistent/tls.key"),
+            ApiReachability(self._api, self.settings.api_timeout_seconds),
+        )
+        self._runner = web.AppRunner(create_app(runtime), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = int(self._runner.addresses[0][1])
+
+    async def _stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._api is not None:
+            await self._api.close()
+
+    def __enter__(self) -> InProcessWebhook:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
