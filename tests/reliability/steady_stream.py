@@ -1,0 +1,121 @@
+"""A steady stream of admissions (promise 5): one submitter opening search after search.
+
+Each cycle takes the Lease with elb-gate's client, checks the census, creates a
+search's Jobs, and releases. Every admission the API answered is counted by outcome,
+so a disruption's cost is a number: which writes failed, with what, and when.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+
+from elbgate.client import CoordinationError, SubmitLease, SyncKube, read_census
+from elbgate.kube.api import JOBS, ApiError, ApiUnavailable, path
+from elbgate.kube.config import KubeConfig
+from elbgate.settings import Settings
+from tests.reliability.cluster import CEILING, SHARED_ENV, Rig, job_body
+from tests.reliability.observer import SUBMITTER_ANNOTATION
+
+ALLOWED_FAILURES = ("failed calling webhook", "could not verify")
+"""What ``failurePolicy: Fail`` lets a disruption cost: the apiserver could not call the
+webhook (refused), or the webhook could not read what it needed (503, fail-closed)."""
+
+
+@dataclass
+class StreamStats:
+    attempts: int = 0
+    admitted: int = 0
+    searches: int = 0
+    failures: Counter[str] = field(default_factory=Counter)
+    unexpected: list[str] = field(default_factory=list)
+    failure_times: list[float] = field(default_factory=list)
+    success_times: list[float] = field(default_factory=list)
+
+
+class SteadyStream:
+    """A background submitter; a Holder for the observer."""
+
+    def __init__(self, rig: Rig, namespace: str) -> None:
+        self.rig = rig
+        self.namespace = namespace
+        self.user = rig.plain_user("steady")
+        self.username = self.user.username
+        self.crashed = False
+        self.stats = StreamStats()
+        self._believing = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="steady-stream", daemon=True)
+        self.settings = Settings.from_env({**SHARED_ENV, "BLAST_SUBMIT_LEASE_TTL_SECONDS": "5"})
+
+    def believes_holding(self) -> bool:
+        return self._believing
+
+    def start(self) -> SteadyStream:
+        self._thread.start()
+        return self
+
+    def stop(self) -> StreamStats:
+        self._stop.set()
+        self._thread.join(60)
+        return self.stats
+
+    def _failed(self, what: str, exc: Exception) -> None:
+        text = str(exc)
+        kind = next((k for k in ALLOWED_FAILURES if k in text), "")
+        self.stats.failures[f"{what}: {kind or exc.__class__.__name__}"] += 1
+        self.stats.failure_times.append(time.monotonic())
+        if not kind:
+            self.stats.unexpected.append(f"{what}: {text[:300]}")
+
+    def _run(self) -> None:
+        kube = SyncKube(KubeConfig.load(self.rig.emu.kubeconfig(self.user.name)), timeout=10)
+        try:
+            while not self._stop.is_set():
+                self._cycle(kube)
+                self._stop.wait(0.05)
+        finally:
+            kube.close()
+
+    def _cycle(self, kube: SyncKube) -> None:
+        lease = SubmitLease(self.namespace, settings=self.settings, kube=kube, source="steady")
+        self.stats.attempts += 1
+        try:
+            acquired = lease.acquire().acquired
+        except CoordinationError as exc:
+            self._failed("lease write", exc)
+            return
+        if not acquired:
+            return
+        self.stats.admitted += 1
+        self.stats.success_times.append(time.monotonic())
+        self._believing = True
+        try:
+            if read_census(kube, self.namespace, self.settings).count >= CEILING:
+                return
+            job_id = uuid.uuid4().hex
+            for app in ("submit", "finalizer"):
+                body = job_body(
+                    self.namespace, f"steady-{job_id[:10]}-{app}", app, job_id,
+                    {SUBMITTER_ANNOTATION: self.username},
+                )  # fmt: skip
+                self.stats.attempts += 1
+                try:
+                    kube.run(lambda api, b=body: api.create(path(JOBS, self.namespace), b))
+                except (ApiError, ApiUnavailable) as exc:
+                    self._failed("job create", exc)
+                    return
+                self.stats.admitted += 1
+                self.stats.success_times.append(time.monotonic())
+            self.stats.searches += 1
+        except CoordinationError as exc:
+            self._failed("census", exc)
+        finally:
+            self._believing = False
+            try:
+                lease.release()
+            except CoordinationError as exc:
+                self._failed("lease release", exc)
