@@ -34,6 +34,14 @@ from tests.kube_emulator import Emulator, Fault
 from tests.reliability.api_calls import http, jobs_path
 from tests.reliability.cluster import API_TIMEOUT_SECONDS, Rig, job_body
 
+WEBHOOK_NS, CONTROLLER_NS = "faults-hook", "faults-ctl"
+FAULTY_ENV = {
+    "BLAST_FINALIZER_GRACE_SECONDS": "1",
+    "ELB_GATE_ORPHAN_DELETE_AFTER_SECONDS": "1",
+    "ELB_GATE_ORPHAN_POLICY": "delete",
+}
+"""A finalizer is past its grace after 1 s, and an orphan is deleted 1 s after being
+flagged: the controller has live-looking and dead objects to tell apart at once."""
 HANG_SECONDS = API_TIMEOUT_SECONDS + 1.0
 """Past the webhook's per-call deadline, inside the configuration's 5 s timeout."""
 FAULT_KINDS: dict[str, dict[str, Any]] = {
@@ -66,7 +74,7 @@ def hold_lease(emu: Emulator, ns: str, user: str, pod_stamp: str = "", seconds: 
     if pod_stamp:
         annotations[HOLDER_POD_ANNOTATION] = pod_stamp
     existing = emu.find("leases", ns, lease_name(ns))
-    body = {
+    body: dict[str, Any] = {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
         "metadata": {"name": lease_name(ns), "namespace": ns, "annotations": annotations},
@@ -234,9 +242,9 @@ def controller_trial(
     try:
         end = time.monotonic() + storm_seconds
         while time.monotonic() < end:
-            target = dict(rng.choice(CONTROLLER_TARGETS))
+            target: dict[str, Any] = dict(rng.choice(CONTROLLER_TARGETS))
             kind = rng.choice(list(FAULT_KINDS))
-            scope = (
+            scope: dict[str, Any] = (
                 {} if target["resource"] == "leases" and rng.random() < 0.3 else {"namespace": ns}
             )
             count = rng.choice((1, 2, 5, None))

@@ -25,12 +25,13 @@ from elbgate.names import lease_name
 from tests.reliability.cluster import CEILING, SKEW_SECONDS, TTL_SECONDS, Rig
 from tests.reliability.job_completion import JobCompletion
 from tests.reliability.observer import NamespaceRecord, Observer
-from tests.reliability.submitters import Protocol, SubmitPlan, Submitter
+from tests.reliability.submitters import CrashPoint, Protocol, SubmitPlan, Submitter
 
 PROTOCOL_WEIGHTS: dict[Protocol, float] = {"client": 0.4, "raw": 0.35, "kubectl": 0.15, "cli": 0.1}
 MAX_PER_PROTOCOL: dict[Protocol, int] = {"client": 12, "raw": 12, "kubectl": 2, "cli": 1}
 """kubectl and the CLI spawn a process per step and hold the Lease for seconds: capped
 so a schedule fits the CI budget (each still appears in most schedules' mix)."""
+CRASH_POINTS: tuple[CrashPoint, ...] = ("after_acquire", "mid_jobs", "after_jobs")
 CRASH_PROBABILITY = 0.12
 MAX_CRASHES = 2
 """A crash without a pod stamp stalls the namespace for a TTL: at most two per schedule."""
@@ -63,9 +64,9 @@ class ScheduleSpec:
             protocol = rng.choices(choices, [PROTOCOL_WEIGHTS[p] for p in choices])[0]
             counts[protocol] += 1
             misbehaves = protocol in ("raw", "kubectl")
-            crash = None
+            crash: CrashPoint | None = None
             if crashes < MAX_CRASHES and rng.random() < CRASH_PROBABILITY:
-                crash = rng.choice(("after_acquire", "mid_jobs", "after_jobs"))
+                crash = rng.choice(CRASH_POINTS)
                 crashes += 1
             plans.append(
                 SubmitPlan(

@@ -12,9 +12,11 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
 
 from elbgate.client import CoordinationError, SubmitLease, SyncKube, read_census
-from elbgate.kube.api import JOBS, ApiError, ApiUnavailable, path
+from elbgate.kube.api import JOBS, ApiError, ApiUnavailable, KubeApi, path
 from elbgate.kube.config import KubeConfig
 from elbgate.settings import Settings
 from tests.reliability.cluster import CEILING, SHARED_ENV, Rig, job_body
@@ -34,6 +36,11 @@ class StreamStats:
     unexpected: list[str] = field(default_factory=list)
     failure_times: list[float] = field(default_factory=list)
     success_times: list[float] = field(default_factory=list)
+
+
+async def create_job(api: KubeApi, *, body: dict[str, Any], namespace: str) -> Any:
+    """POST one Job (what the submit path's ``kubectl create`` does)."""
+    return await api.create(path(JOBS, namespace), body)
 
 
 class SteadyStream:
@@ -104,7 +111,7 @@ class SteadyStream:
                 )  # fmt: skip
                 self.stats.attempts += 1
                 try:
-                    kube.run(lambda api, b=body: api.create(path(JOBS, self.namespace), b))
+                    kube.run(partial(create_job, body=body, namespace=self.namespace))
                 except (ApiError, ApiUnavailable) as exc:
                     self._failed("job create", exc)
                     return

@@ -12,19 +12,18 @@ import pytest
 
 from tests.kube_emulator import User
 from tests.reliability.cluster import Rig
-from tests.reliability.fault_trials import TrialResult, controller_trial, webhook_trial
+from tests.reliability.fault_trials import (
+    CONTROLLER_NS,
+    FAULTY_ENV,
+    WEBHOOK_NS,
+    TrialResult,
+    controller_trial,
+    webhook_trial,
+)
 from tests.reliability.ledger import LEDGER
 
-WEBHOOK_NS, CONTROLLER_NS = "faults-hook", "faults-ctl"
 WEBHOOK_TRIALS = 40
 CONTROLLER_TRIALS = 4
-FAULTY_ENV = {
-    "BLAST_FINALIZER_GRACE_SECONDS": "1",
-    "ELB_GATE_ORPHAN_DELETE_AFTER_SECONDS": "1",
-    "ELB_GATE_ORPHAN_POLICY": "delete",
-}
-"""A finalizer is past its grace after 1 s, and an orphan is deleted 1 s after being
-flagged: the controller has live-looking and dead objects to tell apart at once."""
 
 
 @pytest.fixture(scope="module")
