@@ -15,7 +15,7 @@ from bench.child_processes import remove, scratch_dir
 from bench.figures import all_figures
 from bench.load import LoadPlan
 from bench.machine import load_average, machine_info
-from bench.report import Results, format_table, write_results
+from bench.report import Results, format_table, markdown_table, write_results
 from bench.scenarios import BenchConfig, describe_layout, run
 
 RESULTS = Path(__file__).resolve().parent / "results.json"
@@ -37,6 +37,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-fast", action="store_true", help="skip the fast-path workloads")
     parser.add_argument("--no-controller", action="store_true", help="skip controller_bench")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results file")
+    parser.add_argument("--markdown", type=Path, help="also write the table as Markdown here")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory (logs)")
     return parser.parse_args(argv)
 
@@ -119,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, text in series.profiles.items():
         print(f"\nprofile of the webhook, {name}:\n{text}")
     write_results(args.out, results)
+    if args.markdown:
+        args.markdown.write_text(markdown_table(figures) + "\n")
     missed = [f.key for f in figures if f.met is False]
     print(f"\n{len(figures)} figures, {len(missed)} targets missed; written to {args.out}")
     if args.keep:

@@ -125,15 +125,22 @@ class EmulatorProcess:
 
 
 class NoopServer:
-    """``python -m bench.noop_server`` with the webhook's certificate, on one CPU."""
+    """``python -m bench.noop_server`` with the webhook's certificate, on one CPU (with
+    ``reads``: the no-op that first makes search admission's reads)."""
 
-    def __init__(self, cert_file: str, key_file: str, cpu: int | None) -> None:
+    def __init__(
+        self, cert_file: str, key_file: str, cpu: int | None, reads: str | None = None
+    ) -> None:
         self.cert_file, self.key_file, self.cpu = cert_file, key_file, cpu
+        self.reads = reads
+        """A kubeconfig: read the API (census LIST + Lease GET) before allowing."""
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 30.0) -> NoopServer:
         args = ["--cert", self.cert_file, "--key", self.key_file]
+        if self.reads is not None:
+            args += ["--reads", self.reads]
         if self.cpu is not None:
             args += ["--cpu", str(self.cpu)]
         self.process = subprocess.Popen(

@@ -26,12 +26,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
+import orjson
+
 from bench import reviews
 from bench.child_processes import EmulatorProcess, NoopServer, run_api_floor
 from bench.load import LoadPlan, Measured, Webhook, post_reviews
 from bench.processes import CpuMeter, can_pin, pin
 from bench.profiling import fold, start_recording
-from bench.stats import latency
+from bench.stats import latency, percentile
 from tests.kube_emulator import Emulator
 from tests.support.certs import WEBHOOK_HOST
 from tests.support.webhook_process import WEBHOOK_USER, WebhookProcess
@@ -42,6 +44,7 @@ HOLDER = "alice"
 WEBHOOK_TIMEOUT_SECONDS = 5.0
 """``timeoutSeconds`` of the configured webhooks (manifests/base/admission-webhooks.yaml)."""
 SERVER_CPU, CLIENT_CPU = 0, 1
+SEARCH_WEBHOOK = "search-admission.elb-gate.io"
 
 JOBS_PATH, LEASE_MUTATE, LEASE_VALIDATE = "/validate/jobs", "/mutate/leases", "/validate/leases"
 
@@ -148,6 +151,7 @@ class Harness:
         self.emulator = EmulatorProcess(workdir, self.client_cpu)
         self.webhook: WebhookProcess | None = None
         self.noop: NoopServer | None = None
+        self.reads_noop: NoopServer | None = None
         self.series = Series()
         self.fast_workloads: list[FastWorkload] = []
 
@@ -167,10 +171,17 @@ class Harness:
             pin(hook.process.pid, {self.server_cpu})
         cert = hook.certificate
         self.noop = NoopServer(cert.cert_file, cert.key_file, self.server_cpu).start()
+        self.reads_noop = NoopServer(
+            cert.cert_file,
+            cert.key_file,
+            self.server_cpu,
+            reads=self.emulator.kubeconfig(WEBHOOK_USER),
+        ).start()
 
     def stop(self) -> None:
-        if self.noop is not None:
-            self.noop.stop()
+        for server in (self.noop, self.reads_noop):
+            if server is not None:
+                server.stop()
         if self.webhook is not None:
             self.webhook.stop()
         self.emulator.stop()
@@ -211,6 +222,7 @@ class Harness:
         pid: int,
         expect: str,
         jobs: int = 0,
+        after_latency: Callable[[], None] = lambda: None,
     ) -> None:
         """Latency pass then saturation pass of one workload on one server."""
         s = self.series
@@ -218,6 +230,7 @@ class Harness:
         m = await post_reviews(target, path, body, latency_plan)
         s.check(prefix, m, lambda o: o == expect)
         _latency_into(s, prefix, m)
+        after_latency()
         m = await self._saturate(target, path, body, pid, saturation_plan)
         s.check(prefix, m, lambda o: o == expect)
         _saturation_into(s, prefix, m, "server")
@@ -295,9 +308,46 @@ class Harness:
             _saturation_into(s, f"api.{n}", floor[1], "api_floor")
             m = await post_reviews(noop, JOBS_PATH, body, plans[0])
             _latency_into(s, f"noop.{n}", m)
-            await self._pair(f"hook.{n}", hook, JOBS_PATH, body, self.hook_pid, "allowed", jobs)
+            assert self.reads_noop is not None
+            reads = Webhook(self.reads_noop.url, hook.tls, WEBHOOK_HOST)
+            pid = self.reads_noop.pid
+            await self._pair(f"reads.{n}", reads, JOBS_PATH, body, pid, "allowed", jobs)
+            offset = self._log_size()
+
+            def handler_time(n: str = n, offset: int = offset) -> None:
+                ms = self._handler_durations_ms(offset, SEARCH_WEBHOOK, plans[0])
+                s.add(f"hook.{n}.handler_p50_ms", percentile(ms, 50))
+
+            await self._pair(
+                f"hook.{n}", hook, JOBS_PATH, body, self.hook_pid, "allowed", jobs, handler_time
+            )
         if jobs in self.config.profile_at:
             await self.profile(f"search at {jobs} Jobs", hook, JOBS_PATH, body, plans[1])
+
+    def _log_size(self) -> int:
+        assert self.webhook is not None
+        try:
+            return self.webhook.log_file.stat().st_size
+        except OSError:
+            return 0
+
+    def _handler_durations_ms(self, offset: int, webhook: str, plan: LoadPlan) -> list[float]:
+        """``duration_ms`` of the measured requests of a latency pass (``plan``) that
+        started at log byte ``offset``: the webhook times its own handler (reads and
+        policy, no HTTP)."""
+        assert self.webhook is not None
+        with open(self.webhook.log_file, "rb") as fh:
+            fh.seek(offset)
+            lines = fh.read().splitlines()
+        out: list[float] = []
+        marker = webhook.encode()
+        for line in lines:
+            if marker in line and b"duration_ms" in line:
+                try:
+                    out.append(float(orjson.loads(line)["duration_ms"]))
+                except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                    continue
+        return out[plan.warmup :]  # the warm-up's requests come first
 
     async def profile(
         self, name: str, target: Webhook, path: str, body: bytes, plan: LoadPlan
