@@ -52,6 +52,7 @@ SKEW_SECONDS = int(SHARED_ENV["BLAST_LEASE_CLOCK_SKEW_SECONDS"])
 API_TIMEOUT_SECONDS = float(SHARED_ENV["ELB_GATE_API_TIMEOUT_SECONDS"])
 
 _serial = itertools.count(1)
+_users_lock = threading.Lock()
 
 
 class _CachedContexts:
@@ -269,9 +270,23 @@ class Rig:
 
     # -- identities ----------------------------------------------------------------------
 
+    def add_user(self, user: User) -> User:
+        """Register ``user`` with the emulator, safely while it serves.
+
+        ``Emulator.add_user`` rebuilds the token map with ``clear()`` + ``update()`` from
+        the caller's thread: a request authenticated meanwhile gets 401, and two threads
+        adding users at once crash with "dictionary changed size during iteration".
+        Schedules add users while others run, so this adds the one entry under a lock
+        (two atomic dict insertions) instead. Reported as an emulator bug.
+        """
+        with _users_lock:
+            self.emu.users[user.name] = user
+            self.emu._state.users[user.token] = user
+        return user
+
     def plain_user(self, prefix: str = "user") -> User:
         """A fresh person-like user (no pod stamp: a crash is reclaimed by TTL)."""
-        return self.emu.add_user(User.plain(f"{prefix}-{next(_serial)}", groups=["team"]))
+        return self.add_user(User.plain(f"{prefix}-{next(_serial)}", groups=["team"]))
 
     def pod_user(self, namespace: str, prefix: str = "sa") -> tuple[User, str]:
         """A fresh service account with a bound token from a Pod that exists (so the
@@ -288,7 +303,7 @@ class Rig:
         user = User.service_account(
             namespace, f"{prefix}-{n}", pod=pod["metadata"]["name"], pod_uid=pod["metadata"]["uid"]
         )
-        return self.emu.add_user(user), pod["metadata"]["name"]
+        return self.add_user(user), pod["metadata"]["name"]
 
     # -- namespaces ----------------------------------------------------------------------
 

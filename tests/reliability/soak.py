@@ -68,7 +68,9 @@ def run_schedules(args: argparse.Namespace, violations: list[str]) -> None:
                 done += results
                 runner.last_submitters.clear()
                 for r in results:
-                    violations.extend(f"schedule {r.seed}: {v}" for v in r.violations)
+                    for v in r.violations:
+                        violations.append(f"schedule {r.seed}: {v}")
+                        print(f"VIOLATION in schedule {r.seed}: {v}", flush=True)
                 print(
                     f"schedules {len(done)}/{len(seeds)}: "
                     f"{sum(r.submitters for r in done)} submitters, "

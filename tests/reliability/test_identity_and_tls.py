@@ -61,7 +61,7 @@ def rig() -> Iterator[Rig]:
         pod = started.emu.create(
             {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mallory-0", "namespace": NS}}
         )
-        started.emu.add_user(
+        started.add_user(
             User.service_account(NS, "mallory", pod="mallory-0", pod_uid=pod["metadata"]["uid"])
         )
         yield started
