@@ -11,8 +11,8 @@ import os
 import signal
 import sys
 
-from controller import logs
 from controller.main import LeaderTiming, serve
+from elbgate import logs
 from elbgate.kube.config import KubeConfig, KubeConfigError
 from elbgate.settings import Settings, SettingsError
 

@@ -27,7 +27,6 @@ from controller.actions import (
     WriteLiveness,
 )
 from controller.cache import Cache
-from controller.logs import log
 from controller.metrics import ControllerMetrics
 from elbgate.census import JobRef
 from elbgate.kube.api import (
@@ -41,6 +40,7 @@ from elbgate.kube.api import (
     path,
 )
 from elbgate.lease import format_microtime
+from elbgate.logs import log
 from elbgate.names import (
     HOLDER_POD_ANNOTATION,
     HOLDER_USER_ANNOTATION,

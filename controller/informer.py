@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.cache import Cache
-from controller.logs import log
 from controller.metrics import ControllerMetrics
 from elbgate.kube.api import ApiError, ApiUnavailable, KubeApi
+from elbgate.logs import log
 
 logger = logging.getLogger("elbgate.controller.informer")
 

@@ -20,10 +20,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from controller.logs import log
 from controller.metrics import ControllerMetrics
 from elbgate.kube.api import LEASES, ApiError, ApiUnavailable, KubeApi, path
 from elbgate.lease import format_microtime
+from elbgate.logs import log
 
 logger = logging.getLogger("elbgate.controller.leader")
 

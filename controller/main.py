@@ -19,11 +19,11 @@ from controller.cache import Cache
 from controller.http import Health, create_app
 from controller.informer import Informer, WatchSpec
 from controller.leader import LeaderElector
-from controller.logs import log
 from controller.metrics import ControllerMetrics
 from controller.reconciler import Reconciler
 from elbgate.kube.api import CONFIGMAPS, JOBS, LEASES, KubeApi, path
 from elbgate.kube.config import KubeConfig
+from elbgate.logs import log
 from elbgate.names import LIVENESS_CONFIGMAP, SEARCH_APPS, lease_name
 from elbgate.settings import Settings
 

@@ -17,11 +17,11 @@ from datetime import datetime
 from controller.apply import Applier, Outcome
 from controller.cache import Cache
 from controller.liveness import LivenessView
-from controller.logs import log
 from controller.metrics import ControllerMetrics
 from controller.plan import Plan, make_plan
 from controller.reclaim import PodSeen, holder_pod_to_check
 from elbgate.kube.api import PODS, ApiError, ApiUnavailable, KubeApi, path
+from elbgate.logs import log
 from elbgate.settings import Settings
 
 logger = logging.getLogger("elbgate.controller.reconciler")

@@ -6,10 +6,10 @@ import asyncio
 import os
 import sys
 
+from elbgate import logs
 from elbgate.identities import IdentityConfigError, SubmitterIdentities
 from elbgate.kube.config import KubeConfig, KubeConfigError
 from elbgate.settings import Settings, SettingsError
-from webhook.logs import configure_logging
 from webhook.server import serve
 
 
@@ -20,7 +20,7 @@ def main() -> int:
     except SettingsError as exc:
         print(f"elb-gate webhook: {exc}", file=sys.stderr)
         return 2
-    configure_logging(settings.log_format)
+    logs.configure(settings.log_format)
     try:
         identities = SubmitterIdentities.load(settings.submitter_identities_file)
         kube = KubeConfig.load()

@@ -19,12 +19,12 @@ from typing import Any
 from elbgate.identities import SubmitterIdentities
 from elbgate.kube.api import ApiError, ApiUnavailable, KubeApi
 from elbgate.kube.reads import get_submit_lease, list_unfinished_search_jobs
+from elbgate.logs import log
 from elbgate.names import lease_name
 from elbgate.settings import Settings
 from webhook import lease_guard, lease_stamp, search_admission
 from webhook.decision import Decision, unverified
 from webhook.lease_request import LeaseRequest
-from webhook.logs import log_fields
 from webhook.metrics import WebhookMetrics
 from webhook.review import AdmissionRequest, AdmissionResponse
 from webhook.search_admission import NOT_READ, JobRequest, Observed, Reads
@@ -220,4 +220,4 @@ class Admission:
             fields["message"] = message
         if details:
             fields["details"] = dict(details)
-        log_fields(_log, logging.INFO, "admission", **fields)
+        log(_log, logging.INFO, "admission", **fields)

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 import orjson
 from aiohttp import web
 
-from webhook.logs import log_fields
+from elbgate.logs import log
 from webhook.review import (
     STATUS_REASONS,
     AdmissionRequest,
@@ -83,7 +83,7 @@ def admission_endpoint(handler: Handler, max_bytes: int) -> Endpoint:
         try:
             response = await handler(admission)
         except Exception as exc:  # the one place that must catch everything
-            log_fields(
+            log(
                 _log,
                 logging.ERROR,
                 "handler raised; answering errored",

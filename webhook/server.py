@@ -12,10 +12,10 @@ from prometheus_client import CollectorRegistry
 from elbgate.identities import SubmitterIdentities
 from elbgate.kube.api import KubeApi
 from elbgate.kube.config import KubeConfig
+from elbgate.logs import log
 from elbgate.settings import Settings
 from webhook.admission import Admission
 from webhook.app import Runtime, create_app, create_ops_app
-from webhook.logs import log_fields
 from webhook.metrics import WebhookMetrics
 from webhook.readiness import ApiReachability
 from webhook.tls import ServingCertificate
@@ -62,7 +62,7 @@ async def serve(
             ssl_context=certificate.context,
         ).start()
         await web.TCPSite(runners[1], settings.bind_address, settings.metrics_port).start()
-        log_fields(
+        log(
             _log,
             logging.INFO,
             "listening",
@@ -73,7 +73,7 @@ async def serve(
             api=kube.host,
         )
         await stop.wait()
-        log_fields(_log, logging.INFO, "stopping")
+        log(_log, logging.INFO, "stopping")
     finally:
         for runner in runners:  # admission first: it finishes in-flight reviews, then closes
             await runner.cleanup()

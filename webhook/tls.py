@@ -24,7 +24,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from webhook.logs import log_fields
+from elbgate.logs import log
 
 RELOAD_POLL_SECONDS = 2.0
 """How often the files are checked; a rotation is served within this long."""
@@ -89,7 +89,7 @@ class ServingCertificate:
             key = Path(self.key_file).resolve().read_bytes()
         except OSError as exc:
             if self._rejected != (b"", b""):
-                log_fields(_log, logging.WARNING, "certificate files unreadable", error=str(exc))
+                log(_log, logging.WARNING, "certificate files unreadable", error=str(exc))
                 self._rejected = (b"", b"")
             return None
         return cert, key
@@ -104,7 +104,7 @@ class ServingCertificate:
             self._load(pair)
         except (CertificateInvalid, ssl.SSLError, OSError) as exc:
             self._rejected = pair
-            log_fields(
+            log(
                 _log,
                 logging.WARNING,
                 "certificate not loaded; keeping the one in service",
@@ -116,7 +116,7 @@ class ServingCertificate:
             return False
         self._loaded, self._rejected, self.not_after = pair, None, not_after
         self._on_loaded(not_after)
-        log_fields(
+        log(
             _log,
             logging.INFO,
             "certificate loaded",
@@ -143,4 +143,4 @@ class ServingCertificate:
             try:
                 self.reload_if_changed()
             except Exception:  # a watcher that dies silently would freeze rotation
-                log_fields(_log, logging.ERROR, "certificate reload failed", exc_info=True)
+                log(_log, logging.ERROR, "certificate reload failed", exc_info=True)

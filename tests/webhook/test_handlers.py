@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ from aiohttp.test_utils import TestClient
 from prometheus_client import CollectorRegistry
 
 from elbgate.kube.api import ApiError, ApiUnavailable
+from elbgate.logs import JsonFormatter
 from elbgate.names import SEARCH_JOB_SELECTOR, UNFINISHED_JOB_FIELD_SELECTOR
 from elbgate.settings import Settings
 from tests.webhook.builders import NOW, admission, job, job_object, lease, user
@@ -301,7 +303,8 @@ async def test_one_structured_log_line_per_decision(caplog: pytest.LogCaptureFix
         admission("CREATE", job_object("finalizer", "a"), who=user("bob"))
     )
     [record] = [r for r in caplog.records if r.name == "webhook.admission"]
-    fields = record.fields  # type: ignore[attr-defined]
+    fields = json.loads(JsonFormatter().format(record))  # the line production writes
+    assert (fields["level"], fields["msg"]) == ("info", "admission")
     assert {
         k: fields[k]
         for k in ("uid", "namespace", "name", "operation", "user", "decision", "reason")

@@ -1,7 +1,9 @@
-"""Structured logs: one JSON object per line (``ELB_GATE_LOG_FORMAT=json``) or plain text.
+"""Structured logs for every elb-gate process: one JSON object per line
+(``ELB_GATE_LOG_FORMAT=json``, production) or ``key=value`` text for a terminal.
 
-Callers pass fields as keywords through :func:`log`, so every record about an object
-carries the same keys (``namespace``, ``name``, ``reason`` ...) and can be filtered.
+Callers pass fields as keywords through :func:`log`, so every record about the
+same thing carries the same keys (an admission: uid, namespace, name,
+operation, user, decision, reason, duration) and can be filtered.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from typing import Any, TextIO
 import orjson
 
 _FIELDS = "elb_fields"
+"""``extra`` key under which a record carries its structured fields."""
 
 
 class JsonFormatter(logging.Formatter):
-    """``{"ts", "level", "logger", "msg", **fields}`` on one line."""
+    """``{"ts", "level", "logger", "msg", **fields}`` on one line; a traceback in ``exc``."""
 
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
@@ -28,12 +31,12 @@ class JsonFormatter(logging.Formatter):
         }
         out.update(getattr(record, _FIELDS, None) or {})
         if record.exc_info:
-            out["exception"] = self.formatException(record.exc_info)
+            out["exc"] = self.formatException(record.exc_info)
         return orjson.dumps(out, default=str).decode()
 
 
 class TextFormatter(logging.Formatter):
-    """Human-readable: ``time level logger msg key=value ...``."""
+    """``time level logger msg key=value ...`` for a person at a terminal."""
 
     def format(self, record: logging.LogRecord) -> str:
         fields = getattr(record, _FIELDS, None) or {}
@@ -56,13 +59,13 @@ def configure(log_format: str, stream: TextIO | None = None, level: int = loggin
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
-    # aiohttp's access log would print one unstructured line per scrape.
+    # aiohttp's access log would print one unstructured line per request or scrape.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
 
 def log(
     logger: logging.Logger, level: int, msg: str, *, exc_info: bool = False, **fields: Any
 ) -> None:
-    """Log ``msg`` with structured ``fields`` (rendered as JSON keys or key=value)."""
+    """Log ``msg`` with structured ``fields`` (JSON keys or key=value)."""
     if logger.isEnabledFor(level):
         logger.log(level, msg, extra={_FIELDS: fields}, exc_info=exc_info)
