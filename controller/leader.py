@@ -81,9 +81,11 @@ class LeaderElector:
         while True:
             started = self._mono()
             try:
-                ok = await asyncio.wait_for(
-                    self._try_acquire_or_renew(started), timeout=self.renew_seconds
-                )
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a
+                # cancellation that lands as the call completes, and the elector then
+                # never stops (a controller that cannot be shut down).
+                async with asyncio.timeout(self.renew_seconds):
+                    ok = await self._try_acquire_or_renew(started)
             except TimeoutError:
                 ok = False
                 log(

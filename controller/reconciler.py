@@ -83,7 +83,8 @@ class Reconciler:
         while True:
             timeout = max(0.0, next_resync - time.monotonic())
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                async with asyncio.timeout(timeout):  # not wait_for: see leader.py
+                    await self._wake.wait()
                 await asyncio.sleep(DEBOUNCE_SECONDS)
             except TimeoutError:
                 pass

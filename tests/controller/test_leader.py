@@ -136,3 +136,26 @@ async def test_a_leader_that_cannot_renew_stops_acting_at_its_deadline(
         assert fault.hits >= 1
     finally:
         fault.remove()
+
+
+async def test_an_elector_cancelled_just_as_its_renew_completes_still_stops(
+    controller_api: KubeApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The renew answer and the cancellation land in the same loop iteration. On
+    # Python 3.11, asyncio.wait_for returned the answer and dropped the
+    # cancellation here, so the elector (and the controller's shutdown) never ended.
+    replica = Replica(controller_api, "a")
+    answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+    async def renew(_started: float) -> bool:
+        return await answer
+
+    monkeypatch.setattr(replica.elector, "_try_acquire_or_renew", renew)
+    task = asyncio.create_task(replica.elector.run())
+    for _ in range(5):
+        await asyncio.sleep(0)  # let the elector reach its renew call
+    answer.set_result(False)
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=5)
+    assert task in done, "the elector ignored its cancellation"
+    assert task.cancelled()
