@@ -69,11 +69,20 @@ class WebhookMetrics:
             "notAfter of the serving certificate in use (unix seconds).",
             registry=registry,
         )
+        # Label children of the per-request series, looked up once per label set:
+        # ``.labels()`` costs a few µs per call on the fast path (docs/benchmarks.md,
+        # finding 4). The label values come from small fixed sets (three webhooks,
+        # the API's operations, the policies' reason codes); prometheus keeps one
+        # child per set anyway, so this holds nothing it does not.
+        self._answered: dict[tuple[str, str, str, str], tuple[Counter, Histogram]] = {}
+        self._in_flight_by_webhook: dict[str, Gauge] = {}
 
     @contextlib.contextmanager
     def in_flight(self, webhook: str) -> Iterator[None]:
         """Count a request as in flight while the block runs."""
-        gauge = self._in_flight.labels(webhook)
+        gauge = self._in_flight_by_webhook.get(webhook)
+        if gauge is None:
+            gauge = self._in_flight_by_webhook[webhook] = self._in_flight.labels(webhook)
         gauge.inc()
         try:
             yield
@@ -84,8 +93,14 @@ class WebhookMetrics:
         self, webhook: str, operation: str, decision: str, reason: str, seconds: float
     ) -> None:
         """One answered request: decision ∈ allowed|denied|warned|errored."""
-        self._requests.labels(webhook, operation or "-", decision, reason).inc()
-        self._duration.labels(webhook).observe(seconds)
+        key = (webhook, operation or "-", decision, reason)
+        children = self._answered.get(key)
+        if children is None:
+            children = (self._requests.labels(*key), self._duration.labels(webhook))
+            self._answered[key] = children
+        counter, histogram = children
+        counter.inc()
+        histogram.observe(seconds)
 
     def record_would_deny(self, webhook: str, reason: str) -> None:
         self._would_deny.labels(webhook, reason).inc()
