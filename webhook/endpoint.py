@@ -46,8 +46,15 @@ def status_response(code: int, message: str) -> web.Response:
 
 async def _read_capped(request: web.Request, max_bytes: int) -> bytes | None:
     """The body, or ``None`` once it exceeds ``max_bytes`` (also when chunked)."""
-    if request.content_length is not None and request.content_length > max_bytes:
-        return None
+    length = request.content_length
+    if length is not None:
+        if length > max_bytes:
+            return None
+        # Framed by Content-Length (what the apiserver sends): one read, no chunk loop.
+        try:
+            return await request.read()
+        except web.HTTPRequestEntityTooLarge:  # an app whose client_max_size is lower
+            return None
     parts: list[bytes] = []
     size = 0
     async for chunk in request.content.iter_chunked(_CHUNK):

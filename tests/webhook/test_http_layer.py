@@ -136,6 +136,37 @@ async def test_a_chunked_body_over_the_cap_is_a_413(client: TestClient) -> None:
     assert resp.status == 413
 
 
+async def test_a_chunked_review_within_the_cap_is_answered(client: TestClient) -> None:
+    body = orjson.dumps(review())
+
+    async def chunks() -> Any:
+        for start in range(0, len(body), 16):
+            yield body[start : start + 16]
+
+    resp = await client.post("/ok", data=chunks(), headers={"Content-Type": "application/json"})
+    assert resp.status == 200
+    assert (await resp.json())["response"]["uid"] == "5d7d6c1e"
+
+
+async def test_a_review_of_exactly_the_cap_is_answered(client: TestClient) -> None:
+    body = orjson.dumps(review())
+    padded = body[:-1] + b" " * (MAX - len(body)) + b"}"
+    assert len(padded) == MAX
+    status, answer, _ = await post(client, "/ok", padded)
+    assert status == 200 and answer["response"]["allowed"] is True
+
+
+async def test_a_body_over_the_apps_own_size_limit_is_still_a_status_413(
+    aiohttp_client: Any,
+) -> None:
+    app = web.Application(client_max_size=1024)
+    app.router.add_post("/ok", admission_endpoint(echo_user, MAX))
+    small_cap_client = await aiohttp_client(app)
+    body = orjson.dumps(review(padding=" " * 2048))
+    status, answer, _ = await post(small_cap_client, "/ok", body)
+    assert status == 413 and answer["kind"] == "Status"
+
+
 async def test_a_raising_handler_answers_errored_with_the_uid_and_no_trace(
     client: TestClient, caplog: pytest.LogCaptureFixture
 ) -> None:
