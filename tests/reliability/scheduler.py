@@ -113,6 +113,8 @@ class Runner:
         self.workdir = workdir
         self.observer = Observer(rig.emu)
         self.completion = JobCompletion(rig.emu).start()
+        self.events_lost = 0
+        """Reclaims whose Event never arrived (found in the controller's log instead)."""
         self.last_submitters: dict[int, list[Submitter]] = {}
         """Each seed's submitters (their traces explain a failing schedule)."""
         self._slots: Queue[str] = Queue()
@@ -228,10 +230,23 @@ class Runner:
                         f"{s.tag}: reported its search in, but {missing} are missing"
                     )
 
+    def _controller_reclaim(self, namespace: str, holder: str) -> str:
+        """Why the controller reclaimed ``holder`` (``dead_holder``/``expired``), from its
+        Event — or, when the Event was lost (the controller logs and goes on), from its
+        "submit Lease reclaimed" log line; ``none`` when it did not."""
+        if self._wait_for_event(namespace, "LeaseHolderGoneReclaimed", holder):
+            return "dead_holder"
+        for ctl in self.rig.controllers:
+            for line in ctl.logs("submit Lease reclaimed"):
+                if line.get("holder") == holder and line.get("namespace") == namespace:
+                    self.events_lost += 1
+                    return str(line.get("reason"))
+        return "none"
+
     def _wait_for_event(self, namespace: str, reason: str, text: str) -> bool:
         """Whether an Event ``reason`` naming ``text`` is (or soon is) in ``namespace``:
         the controller records it just after the write it describes."""
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 10
         while True:
             events = self.rig.emu.list("events", namespace)
             if any(e.get("reason") == reason and text in str(e.get("message")) for e in events):
@@ -252,15 +267,16 @@ class Runner:
             return "not_reclaimed"
         holder, _, how, was_live = freed[-1]
         if s.plan.pod_identity:
-            gone = self._wait_for_event(record.namespace, "LeaseHolderGoneReclaimed", holder)
-            if not gone:
+            reason = self._controller_reclaim(record.namespace, holder)
+            if reason != "dead_holder":
                 seen = [
                     (e.get("reason"), str(e.get("message"))[:100])
                     for e in self.rig.emu.list("events", record.namespace)
                 ]
                 result.violations.append(
                     f"{s.tag}: pod-stamped crashed holder {holder} freed by {how} "
-                    f"(live: {was_live}), not by the dead-holder path; events: {seen}"
+                    f"(live: {was_live}, controller: {reason}), not by the dead-holder path; "
+                    f"events: {seen}"
                 )
             return "dead_holder"
         if was_live:

@@ -84,7 +84,12 @@ def run_schedules(args: argparse.Namespace, violations: list[str]) -> None:
             runner.close()
         served = rig.admissions_served()
     totals = summarize(done, LEDGER)
-    LEDGER.record("1", replica_a_admissions=served[0], replica_b_admissions=served[1])
+    LEDGER.record(
+        "1",
+        replica_a_admissions=served[0],
+        replica_b_admissions=served[1],
+        reclaim_events_lost=runner.events_lost,
+    )
     print("promise 1:", ", ".join(f"{k}={v}" for k, v in totals.items()), flush=True)
 
 

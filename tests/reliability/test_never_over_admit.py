@@ -37,6 +37,7 @@ def results(rig: Rig, tmp_path_factory: pytest.TempPathFactory) -> list[Schedule
     finally:
         runner.close()
     summarize(done, LEDGER)
+    LEDGER.record("1", reclaim_events_lost=runner.events_lost)
     return done
 
 
