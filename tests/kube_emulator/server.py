@@ -350,7 +350,8 @@ class Verbs:
 
     def get_list(self) -> web.Response:
         labels, fields = self._selectors()
-        items, rv = self.store.select(self.rt, self.t.namespace, labels, fields)
+        # The stored objects themselves (no deep copy): this answer only serialises them.
+        items, rv = self.store.select(self.rt, self.t.namespace, labels, fields, shared=True)
         meta: Obj = {"resourceVersion": rv}
         token = self.request.query.get("continue")
         if token:
@@ -371,11 +372,11 @@ class Verbs:
             next_token = {"rv": int(meta["resourceVersion"]), "start": _position(items[-1])}
             meta["continue"] = base64.urlsafe_b64encode(_dumps(next_token).encode()).decode()
             meta["remainingItemCount"] = rest
-        for item in items:  # list items carry no kind/apiVersion, as from the apiserver
-            item.pop("kind", None)
-            item.pop("apiVersion", None)
+        # List items carry no kind/apiVersion, as from the apiserver: a shallow copy
+        # without them, never a change to the shared stored object.
+        listed = [{k: v for k, v in item.items() if k not in _TYPE_KEYS} for item in items]
         return _json({"kind": f"{self.rt.kind}List", "apiVersion": self.rt.api_version,
-                      "metadata": meta, "items": items})
+                      "metadata": meta, "items": listed})
 
     async def watch(self) -> web.StreamResponse:
         labels, fields = self._selectors()
@@ -577,6 +578,9 @@ def _prepare_for_create(rt: ResourceType, obj: Obj) -> Obj:
     elif rt.plural == "services":
         obj["status"] = {"loadBalancer": {}}
     return obj
+
+
+_TYPE_KEYS = ("kind", "apiVersion")
 
 
 def _position(obj: Obj) -> str:

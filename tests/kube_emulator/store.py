@@ -20,6 +20,7 @@ from .selectors import FieldRequirement, LabelMatcher, field_matches
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str, str, str]  # (group, plural, namespace, name)
+Scope = tuple[str, str, str]  # (group, plural, namespace): what one namespaced LIST reads
 Subscriber = Callable[[str, str, Obj], None]
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # k8s.io/apimachinery/pkg/util/rand alphabet
 
@@ -52,6 +53,11 @@ class Store:
     def __init__(self, history: int = 10_000) -> None:
         self.lock = threading.RLock()
         self._objects: dict[Key, Obj] = {}
+        # The same objects by scope, so a LIST reads its namespace only; names kept
+        # sorted per scope until the set of names changes. Stored objects are never
+        # changed in place (every write stores a new dict), so readers may share them.
+        self._scopes: dict[Scope, dict[str, Obj]] = {}
+        self._sorted_names: dict[Scope, list[str]] = {}
         self._rv = 0
         self._history: deque[Event] = deque()
         self._history_size = history
@@ -92,17 +98,37 @@ class Store:
         namespace: str | None,
         labels: LabelMatcher | None = None,
         fields: list[FieldRequirement] | None = None,
+        *,
+        shared: bool = False,
     ) -> tuple[list[Obj], str]:
-        """Matching objects sorted by namespace/name, and the list's resourceVersion."""
+        """Matching objects sorted by namespace/name, and the list's resourceVersion.
+
+        Copies, unless ``shared``: then the stored objects themselves, for a caller
+        that only serialises them and must never change them (a LIST answer)."""
         with self.lock:
             items = [
-                copy.deepcopy(obj)
-                for key, obj in sorted(self._objects.items())
-                if key[:2] == (rt.group, rt.plural)
-                and (namespace is None or key[2] == namespace)
-                and selected(rt, obj, labels, fields)
+                obj if shared else copy.deepcopy(obj)
+                for obj in self._in_order(rt, namespace)
+                if selected(rt, obj, labels, fields)
             ]
             return items, str(self._rv)
+
+    def _in_order(self, rt: ResourceType, namespace: str | None) -> list[Obj]:
+        """The stored objects of ``rt`` (in ``namespace`` unless None), by namespace/name."""
+        if namespace is not None:
+            scopes = [(rt.group, rt.plural, namespace)]
+        else:
+            scopes = sorted(s for s in self._scopes if s[:2] == (rt.group, rt.plural))
+        found: list[Obj] = []
+        for scope in scopes:
+            objects = self._scopes.get(scope)
+            if not objects:
+                continue
+            names = self._sorted_names.get(scope)
+            if names is None:
+                names = self._sorted_names[scope] = sorted(objects)
+            found.extend(objects[name] for name in names)
+        return found
 
     # -- writes --------------------------------------------------------------
 
@@ -259,10 +285,20 @@ class Store:
     def _commit(self, kind: str, rt: ResourceType, key: Key, obj: Obj, old: Obj | None) -> None:
         self._rv += 1
         obj["metadata"]["resourceVersion"] = str(self._rv)
+        scope, name = key[:3], key[3]
         if kind == "DELETED":
             self._objects.pop(key, None)
+            objects = self._scopes.get(scope)
+            if objects is not None and objects.pop(name, None) is not None:
+                self._sorted_names.pop(scope, None)
+                if not objects:
+                    del self._scopes[scope]
         else:
             self._objects[key] = obj
+            objects = self._scopes.setdefault(scope, {})
+            if name not in objects:
+                self._sorted_names.pop(scope, None)
+            objects[name] = obj
         event = Event(self._rv, kind, rt, copy.deepcopy(obj), copy.deepcopy(old) if old else None)
         self._history.append(event)
         while len(self._history) > self._history_size:
@@ -290,9 +326,7 @@ class Store:
             if since in (None, "", "0"):
                 first = [
                     Event(self._rv, "ADDED", rt, copy.deepcopy(obj), None)
-                    for key, obj in sorted(self._objects.items())
-                    if key[:2] == (rt.group, rt.plural)
-                    and (namespace is None or key[2] == namespace)
+                    for obj in self._in_order(rt, namespace)
                 ]
             else:
                 try:
