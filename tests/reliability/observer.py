@@ -63,8 +63,8 @@ class NamespaceRecord:
     """The latest expiry of each user's hold, from the Lease as stored."""
     holds_by_user: dict[str, set[str]] = field(default_factory=dict)
     """Holder identities each user has held."""
-    freed: list[tuple[str, str, str, bool]] = field(default_factory=list)
-    """(holder, user, "takeover"|"cleared", was_live) for every holder that left the Lease."""
+    freed: list[tuple[str, str, str, bool, datetime]] = field(default_factory=list)
+    """(holder, user, "takeover"|"cleared", was_live, when) for every holder that left."""
     reclaim_events: list[tuple[str, str]] = field(default_factory=list)
     """(reason, message) of the controller's Lease reclaim Events."""
     gate_a_checked: int = 0
@@ -167,7 +167,7 @@ class Observer:
             if isinstance(until, datetime):
                 record.held_until[old.holder_user] = min(until, now)
             record.freed.append(
-                (old.holder, old.holder_user, "takeover" if takeover else "cleared", live)
+                (old.holder, old.holder_user, "takeover" if takeover else "cleared", live, now)
             )
             owner = record.holders.get(old.holder_user)
             if live and takeover:

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from queue import Queue
 
@@ -261,11 +262,24 @@ class Runner:
         holds = record.holds_by_user.get(s.username, set())
         if not holds:
             return "never_held"
-        freed = [f for f in record.freed if f[1] == s.username]
+        crashed_at = s.crashed_at or datetime.min.replace(tzinfo=UTC)
+        freed = [f for f in record.freed if f[1] == s.username and f[4] >= crashed_at]
         if not freed:
-            result.violations.append(f"{s.tag}: crashed holder {sorted(holds)} never reclaimed")
+            lease = self.rig.emu.find("leases", record.namespace, lease_name(record.namespace))
+            logs = [
+                {k: v for k, v in line.items() if k not in ("ts", "logger")}
+                for ctl in self.rig.controllers
+                for line in ctl.logs()[-400:]
+                if line.get("namespace") == record.namespace and line.get("level") != "DEBUG"
+            ][-8:]
+            result.violations.append(
+                f"{s.tag} ({s.plan.protocol}, pod {s.plan.pod_identity}): crashed holder "
+                f"{sorted(holds)} not reclaimed within {RECLAIM_SECONDS:g}s of its crash at "
+                f"{crashed_at:%H:%M:%S}; Lease now {(lease or {}).get('spec')} "
+                f"{((lease or {}).get('metadata') or {}).get('annotations')}; controller: {logs}"
+            )
             return "not_reclaimed"
-        holder, _, how, was_live = freed[-1]
+        holder, _, how, was_live, _ = freed[-1]
         if s.plan.pod_identity:
             reason = self._controller_reclaim(record.namespace, holder)
             if reason != "dead_holder":

@@ -110,6 +110,7 @@ class Submitter:
         self.job_names = [f"{tag}-{i}-{app}" for i, app in enumerate(plan.apps)]
         self.created: set[str] = set()
         self.crashed = False
+        self.crashed_at: datetime | None = None
         self.outcome = "pending"
         self.error = ""
         self.denials: Counter[int] = Counter()
@@ -181,6 +182,7 @@ class Submitter:
     def _crash_now(self) -> None:
         """Die: from here on this submitter neither renews nor releases."""
         self.crashed = True
+        self.crashed_at = datetime.now(UTC)
         self._believing = False
         self._before_crash()
         if self.pod:
@@ -363,6 +365,7 @@ class Submitter:
                 return code
             if self.plan.crash is not None and (directory / "crash_point").exists():
                 self.crashed = True
+                self.crashed_at = datetime.now(UTC)
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(10)
                 pid_file = directory / "pid"
