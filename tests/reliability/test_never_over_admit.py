@@ -16,7 +16,10 @@ from tests.reliability.ledger import LEDGER
 from tests.reliability.scheduler import Runner, ScheduleResult
 from tests.reliability.schedules import CI_SEEDS, NAMESPACE_SLOTS, summarize
 
-pytestmark = pytest.mark.kubectl
+# The module fixture plays every CI schedule (>= 50) before the first test; on a
+# loaded 2-core machine that takes several minutes, so the 300 s per-test bound
+# in pyproject.toml would cut it short.
+pytestmark = [pytest.mark.kubectl, pytest.mark.timeout(1800)]
 
 
 @pytest.fixture(scope="module")
