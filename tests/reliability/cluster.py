@@ -220,8 +220,10 @@ class Rig:
             name=f"ctl-{index}",
             namespaces=self.namespaces,
             resync_seconds=self.resync_seconds,
-            leader_lease_seconds=3.0,
-            leader_renew_seconds=0.5,
+            # client-go's proportions (15/10/2), scaled down: a noisy machine must not
+            # cost the leader its Lease every few seconds.
+            leader_lease_seconds=6.0,
+            leader_renew_seconds=1.0,
             env=self.controller_env,
         )
         if index < len(self.controllers):
