@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from datetime import datetime
@@ -79,11 +80,23 @@ class Applier:
         self.instance = instance
         self.may_act = may_act
         self.clock = clock
+        self._finishing: set[asyncio.Task[Outcome]] = set()
 
     async def apply(self, action: Action) -> Outcome:
-        """Apply one action; never raises for API trouble (the outcome says what happened)."""
+        """Apply one action; never raises for API trouble (the outcome says what happened).
+
+        Only a leader starts a write; but once started, a write runs to its end — its
+        log line, metric and Event included — even if leadership is lost meanwhile and
+        the caller is cancelled: a cancelled request may still land, and a reclaim or
+        a deletion must never happen unrecorded."""
         if not self.may_act():
             return Outcome.NOT_LEADER
+        task = asyncio.ensure_future(self._apply_started(action))
+        self._finishing.add(task)  # the loop holds tasks weakly
+        task.add_done_callback(self._finishing.discard)
+        return await asyncio.shield(task)
+
+    async def _apply_started(self, action: Action) -> Outcome:
         try:
             match action:
                 case ReleaseLease():
