@@ -47,6 +47,7 @@ class Emulator:
         self.services: Services = {}
         self.faults = Faults()
         self.users: dict[str, User] = {"admin": User.admin()}
+        self._users_lock = threading.Lock()
         for user in users:
             self.users[user.name] = user
         self._own_dir = state_dir is None
@@ -141,8 +142,15 @@ class Emulator:
         self._state.users.update({u.token: u for u in self.users.values()})
 
     def add_user(self, user: User) -> User:
-        self.users[user.name] = user
-        self._sync_tokens()
+        """Add (or replace) a user while the server runs. The token map is updated
+        entry by entry, never cleared: requests being authenticated on the server's
+        thread must not see it empty (a spurious 401) or changing size mid-iteration."""
+        with self._users_lock:
+            old = self.users.get(user.name)
+            self.users[user.name] = user
+            self._state.users[user.token] = user
+            if old is not None and old.token != user.token:
+                self._state.users.pop(old.token, None)
         return user
 
     @property
