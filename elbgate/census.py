@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from elbgate.durations import format_duration
 from elbgate.lease import Unparseable, parse_microtime
 from elbgate.names import (
     APP_LABEL,
@@ -194,7 +195,11 @@ def census_of_refs(
         if live:
             age = live[0].age_seconds(now)
             grace = int(finalizer_grace_seconds)
-            why = "age unknown" if age is None else f"{int(age)}s old < {grace}s grace"
+            why = (
+                "age unknown"
+                if age is None
+                else f"{format_duration(age)} old < {format_duration(grace)} grace"
+            )
             active[key] = ActiveSearch(key, tuple(refs), f"finalizer {live[0].name} live ({why})")
         idle = [r for r in refs if r not in live]
         (finishing if key in batch_work_ids else orphans).extend(idle)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from elbgate.durations import format_distance, format_duration
 from webhook.review import STATUS_REASONS, AdmissionResponse, allowed, denied, patched
 
 WARNING_WIDTH = 120
@@ -70,19 +71,12 @@ def when(moment: datetime, now: datetime) -> str:
     """``2026-01-02T03:04:05Z (in 4m10s)``; an absolute time and its distance from now."""
     stamp = moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     delta = (moment - now).total_seconds()
-    return f"{stamp} ({'in ' + span(delta) if delta >= 0 else span(-delta) + ' ago'})"
+    return f"{stamp} ({format_distance(delta)})"
 
 
 def span(seconds: float) -> str:
-    """``1h2m3s``, ``4m10s``, ``7s``."""
-    total = int(seconds)
-    hours, rest = divmod(total, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes}m{secs}s"
-    if minutes:
-        return f"{minutes}m{secs}s"
-    return f"{secs}s"
+    """``1h2m3s``, ``4m10s``, ``7s``: :func:`elbgate.durations.format_duration`."""
+    return format_duration(seconds)
 
 
 def unverified(subject: str, failure: str) -> Decision:

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from elbgate.client.lease_ops import describe_holder
+from elbgate.durations import format_distance
 from elbgate.lease import LeaseView, Unparseable, expires_at, format_microtime, is_expired
 from elbgate.settings import Settings
 
@@ -67,7 +68,7 @@ def describe_lease(summary: dict[str, Any]) -> str:
     left = summary["expiresInSeconds"]
     if state == "expired":
         return f"Lease {name}: held by {who}, EXPIRED at {summary['expiresAt']}"
-    when = f" (in {left}s)" if left is not None else ""
+    when = f" ({format_distance(left)})" if left is not None else ""
     return f"Lease {name}: held by {who} until {summary['expiresAt']}{when}"
 
 

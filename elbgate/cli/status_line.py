@@ -11,20 +11,18 @@ from typing import TextIO
 
 from elbgate.client.slot import SlotEvent
 from elbgate.client.slot_machine import Phase
+from elbgate.durations import format_duration
 
 _WAITING = frozenset({Phase.WAITING_FOR_SUBMIT_SLOT, Phase.WAITING_FOR_CAPACITY})
 
 
 def format_elapsed(seconds: float) -> str:
-    """``0:07``, ``12:30``, ``1:02:03``."""
-    total = max(0, int(seconds))
-    hours, rest = divmod(total, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+    """``7s``, ``12m30s``, ``1h2m3s``: the one duration format (:mod:`elbgate.durations`)."""
+    return format_duration(max(0.0, seconds))
 
 
 def format_event(event: SlotEvent, elapsed: float | None = None) -> str:
-    """``elb-gate: waiting_for_capacity (waited 0:42): 3/3 active: a, b, c``."""
+    """``elb-gate: waiting_for_capacity (waited 42s): 3/3 active: a, b, c``."""
     waited = event.waited_seconds if elapsed is None else elapsed
     head = f"elb-gate: {event.phase.value}"
     if event.phase in _WAITING:

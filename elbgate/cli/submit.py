@@ -23,6 +23,7 @@ from elbgate.client.errors import (
 from elbgate.client.slot import run_slot
 from elbgate.client.slot_machine import DEFAULT_POLL_SECONDS
 from elbgate.client.submit_lease import SubmitLease
+from elbgate.durations import format_duration
 from elbgate.lease import new_holder_identity
 
 from . import exit_codes
@@ -131,7 +132,7 @@ def run(args: argparse.Namespace, command: list[str]) -> int:
                 ) as slot:
                     status.note(
                         f"elb-gate: running {shlex.join(command)} as {slot.holder} "
-                        f"(exec timeout {exec_timeout}s)"
+                        f"(exec timeout {format_duration(exec_timeout)})"
                     )
                     outcome = _run_command(command, exec_timeout, stop, received, args.kill_grace)
             except SubmitSlotTimeout as exc:
@@ -152,7 +153,10 @@ def run(args: argparse.Namespace, command: list[str]) -> int:
         lease.close()
         kube.close()
     if outcome.timed_out:
-        status.note(f"elb-gate: exec timeout: COMMAND ran past {exec_timeout}s and was stopped")
+        status.note(
+            f"elb-gate: exec timeout: COMMAND ran past {format_duration(exec_timeout)} "
+            "and was stopped"
+        )
     elif outcome.stopped_by is not None:
         name = signal.Signals(outcome.stopped_by).name
         status.note(f"elb-gate: stopped by {name}: COMMAND terminated, Lease released")

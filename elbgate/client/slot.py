@@ -44,6 +44,7 @@ from elbgate.client.slot_machine import (
     transition,
 )
 from elbgate.client.submit_lease import DEFAULT_HEARTBEAT_FRACTION, Heartbeat, SubmitLease
+from elbgate.durations import format_duration
 from elbgate.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -169,11 +170,12 @@ def _release_quietly(lease: SubmitLease) -> None:
 def _raise_for(state: SlotState, error: CoordinationError | None, waited: float) -> None:
     if state.phase is Phase.SUBMIT_SLOT_TIMEOUT:
         raise SubmitSlotTimeout(
-            f"no submit slot within the wait limit ({waited:.0f}s): {state.detail}", waited
+            f"no submit slot within the wait limit ({format_duration(waited)}): {state.detail}",
+            waited,
         )
     if state.phase is Phase.CAPACITY_TIMEOUT:
         raise CapacityTimeout(
-            f"the namespace stayed at its ceiling for the wait limit ({waited:.0f}s): "
+            f"the namespace stayed at its ceiling for the wait limit ({format_duration(waited)}): "
             f"{state.detail}",
             waited,
         )

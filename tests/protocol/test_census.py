@@ -180,7 +180,7 @@ def test_each_active_search_says_why_it_counts() -> None:
     result = census([job("blast", "a").build(), job("finalizer", "b").aged(20).build()], NOW, GRACE)
     reasons = {s.key: s.reason for s in result.active}
     assert "blast/blast-a" in reasons["a"]
-    assert reasons["b"] == "finalizer finalizer-b live (20s old < 300s grace)"
+    assert reasons["b"] == "finalizer finalizer-b live (20s old < 5m0s grace)"
 
 
 def test_orphans_carry_what_the_controller_needs_to_act_safely() -> None:
