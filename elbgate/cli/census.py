@@ -1,23 +1,30 @@
-"""``elb-gate census [-o table|json]``: the namespace's active searches, orphans,
+"""``elb-gate census [-o table|json|yaml]``: the namespace's active searches, orphans,
 ceiling and Lease holder — what the webhook would decide for a new search now.
 Uses the webhook's own census function on the webhook's own LIST."""
 
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from elbgate.census import Census
 from elbgate.client.observe import read_census, read_lease
+from elbgate.durations import format_duration
 from elbgate.lease import format_microtime
 from elbgate.names import lease_name
 from elbgate.settings import Settings
 
 from . import exit_codes
-from .connection import connect, environment, load_settings
+from .connection import (
+    add_output_flag,
+    connect,
+    environment,
+    load_settings,
+    render,
+    require_namespace,
+)
 from .lease_report import describe_lease, lease_summary
 
 HELP = "show active searches, orphans, ceiling and Lease holder"
@@ -32,7 +39,7 @@ def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> None:
         parents=parents,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    add_output_flag(parser)
     parser.set_defaults(run=run)
 
 
@@ -40,11 +47,12 @@ def run(args: argparse.Namespace, command: list[str]) -> int:
     settings = load_settings(environment())
     conn = connect(args, settings)
     with conn.kube() as kube:
+        require_namespace(kube, conn.namespace)
         now = datetime.now(UTC)
         seen = read_census(kube, conn.namespace, settings, now, exact_orphans=True)
         lease = read_lease(kube, conn.namespace)
     report = census_report(conn.namespace, seen, lease, settings, now)
-    print(json.dumps(report, indent=2) if args.output == "json" else render_table(report))
+    print(render(report, args.output, render_table))
     return exit_codes.OK
 
 
@@ -107,13 +115,7 @@ def verdict(active: int, ceiling: int, lease: dict[str, Any]) -> str:
 
 
 def _age(seconds: int | None) -> str:
-    if seconds is None:
-        return "?"
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 7200:
-        return f"{seconds // 60}m"
-    return f"{seconds // 3600}h"
+    return "?" if seconds is None else format_duration(seconds)
 
 
 def render_table(report: dict[str, Any]) -> str:

@@ -4,12 +4,17 @@ API configuration for every ``elb-gate`` command, with errors that say what to f
 from __future__ import annotations
 
 import argparse
+import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import yaml
+
+from elbgate.client.errors import CoordinationError
 from elbgate.client.sync_kube import SyncKube
+from elbgate.kube.api import ApiError, ApiUnavailable, resource_path
 from elbgate.kube.config import KubeConfig, KubeConfigError
 from elbgate.settings import Settings, SettingsError
 
@@ -75,6 +80,48 @@ def connect(args: argparse.Namespace, settings: Settings) -> Connection:
         raise CliError(exit_codes.CONFIG_ERROR, str(exc)) from None
     namespace = args.namespace or config.namespace or "default"
     return Connection(settings, config, namespace)
+
+
+OUTPUT_FORMATS = ("table", "json", "yaml")
+"""``-o`` of the reporting commands, as ``kubectl -o``: a person's table, or the
+same facts as one JSON or YAML document for a script."""
+
+
+def add_output_flag(parser: argparse.ArgumentParser) -> None:
+    """``-o/--output table|json|yaml``."""
+    parser.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default="table")
+
+
+def render(report: dict[str, Any], output: str, table: Callable[[dict[str, Any]], str]) -> str:
+    """``report`` in the format ``-o`` asked for (``table`` uses ``table``)."""
+    if output == "json":
+        return json.dumps(report, indent=2)
+    if output == "yaml":
+        return yaml.safe_dump(report, sort_keys=False, default_flow_style=False).rstrip("\n")
+    return table(report)
+
+
+def require_namespace(kube: SyncKube, namespace: str) -> None:
+    """Fail with NO_SUCH_NAMESPACE when ``namespace`` does not exist. Reading a
+    missing namespace otherwise looks exactly like an idle one (an empty LIST, an
+    absent Lease), and an operator who mistyped ``-n`` would read a verdict about
+    nothing. An identity that may not read namespaces (403) is not stopped: the
+    check is a courtesy, the commands themselves need no such grant."""
+    url = resource_path("v1", "namespaces", name=namespace)
+    try:
+        kube.run(lambda api: api.get(url))
+    except ApiError as exc:
+        if exc.not_found:
+            raise CliError(
+                exit_codes.NO_SUCH_NAMESPACE,
+                f'namespace "{namespace}" not found on {kube.config.host}; '
+                "check -n/--namespace and the kubeconfig context",
+            ) from None
+        if exc.code == 403:
+            return
+        raise CoordinationError("get namespace", namespace, exc, kube.config.host) from exc
+    except ApiUnavailable as exc:
+        raise CoordinationError("get namespace", namespace, exc, kube.config.host) from exc
 
 
 def environment() -> Mapping[str, str]:

@@ -15,6 +15,8 @@ REFUSED = 1
 """``lease release --force`` refused: the Lease is live."""
 USAGE = 2
 """Bad command line (argparse's own code)."""
+NO_SUCH_NAMESPACE = 66
+"""EX_NOINPUT: ``census``/``lease`` named a namespace that does not exist."""
 COORDINATION_ERROR = 69
 """EX_UNAVAILABLE: the Kubernetes API failed, did not answer, or refused (RBAC)."""
 SUBMIT_SLOT_TIMEOUT = 75
@@ -34,6 +36,7 @@ SIGNAL_BASE = 128
 
 TABLE: tuple[tuple[str, str], ...] = (
     ("COMMAND's code", "submit: COMMAND ran; its own exit status (success or failure)"),
+    (str(NO_SUCH_NAMESPACE), "census/lease: the namespace does not exist"),
     (str(COORDINATION_ERROR), "Kubernetes API error, no answer, or RBAC denial (fail closed)"),
     (str(SUBMIT_SLOT_TIMEOUT), "submit-slot timeout: Lease busy past the wait limit"),
     (str(CAPACITY_TIMEOUT), "capacity timeout: namespace at its ceiling past the wait limit"),

@@ -9,7 +9,6 @@ it cannot clear a holder that renewed or took over in the meantime.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from datetime import UTC, datetime
 from typing import Any
@@ -22,7 +21,15 @@ from elbgate.kube.api import LEASES, ApiError, ApiUnavailable, path
 from elbgate.names import lease_name
 
 from . import exit_codes
-from .connection import CliError, connect, environment, load_settings
+from .connection import (
+    CliError,
+    add_output_flag,
+    connect,
+    environment,
+    load_settings,
+    render,
+    require_namespace,
+)
 from .lease_report import describe_lease, force_release_verdict, lease_summary
 
 HELP = "show or reclaim the namespace's submit Lease"
@@ -40,7 +47,7 @@ def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> None:
     actions = parser.add_subparsers(dest="lease_action", metavar="{status,release}")
     actions.required = True
     status = actions.add_parser("status", help="who holds the Lease, until when", parents=parents)
-    status.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    add_output_flag(status)
     status.set_defaults(run=run_status)
     release = actions.add_parser(
         "release",
@@ -55,9 +62,10 @@ def run_status(args: argparse.Namespace, command: list[str]) -> int:
     settings = load_settings(environment())
     conn = connect(args, settings)
     with conn.kube() as kube:
+        require_namespace(kube, conn.namespace)
         lease = read_lease(kube, conn.namespace)
     summary = lease_summary(lease, lease_name(conn.namespace), settings, datetime.now(UTC))
-    print(json.dumps(summary, indent=2) if args.output == "json" else describe_lease(summary))
+    print(render(summary, args.output, describe_lease))
     return exit_codes.OK
 
 
@@ -71,6 +79,7 @@ def run_release(args: argparse.Namespace, command: list[str]) -> int:
     settings = load_settings(environment())
     conn = connect(args, settings)
     with conn.kube() as kube:
+        require_namespace(kube, conn.namespace)
         for attempt in (1, 2):  # one re-read on a conflict, as every Lease write here
             lease = read_lease(kube, conn.namespace)
             verdict = force_release_verdict(lease, settings, datetime.now(UTC))

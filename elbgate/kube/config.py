@@ -107,12 +107,17 @@ class KubeConfig:
         from kubernetes.config.config_exception import ConfigException
 
         config_file = path.split(os.pathsep)[0] if path else None
+        where = config_file or "~/.kube/config"
         try:
+            problem = _document_problem(Path(config_file or Path.home() / ".kube" / "config"))
+            if problem:
+                raise ConfigException(problem)
             conf, active = _load_kubeconfig(config_file, context)
-        except (ConfigException, OSError, TypeError) as exc:
-            where = config_file or "~/.kube/config"
+        except (ConfigException, OSError, TypeError, ValueError, KeyError, AttributeError) as exc:
+            # One line, whatever the loader tripped on: the message is what to fix.
+            reason = " ".join(str(exc).split())
             raise KubeConfigError(
-                f"cannot load kubeconfig {where}: {exc}; set KUBECONFIG or --kubeconfig"
+                f"cannot load kubeconfig {where}: {reason}; set KUBECONFIG or --kubeconfig"
             ) from None
         user = (active.get("context") or {}).get("user")
         users = {u.get("name"): u.get("user") or {} for u in _kubeconfig_users(config_file)}
@@ -146,6 +151,33 @@ def _load_kubeconfig(config_file: str | None, context: str | None) -> tuple[Any,
     if context:
         active = next((c for c in contexts if c.get("name") == context), active)
     return conf, active
+
+
+def _document_problem(target: Path) -> str | None:
+    """What makes ``target`` unusable as a kubeconfig document, in words, or ``None``
+    (a missing file is left to the loader, whose message names it). The official
+    loader lets a YAML syntax error escape as a multi-line ``yaml`` exception and
+    a document that is not a mapping as a ``TypeError`` about item assignment."""
+    import yaml
+
+    try:
+        text = target.read_text()
+    except FileNotFoundError:
+        return None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        what = getattr(exc, "problem", None) or "unparseable"
+        return f"not valid YAML{where} ({what})"
+    if doc is not None and not isinstance(doc, dict):
+        kind = {"str": "string", "list": "list"}.get(type(doc).__name__, "scalar")
+        return (
+            f"not a kubeconfig: the document is a YAML {kind}, "
+            "not a mapping with clusters, contexts and users"
+        )
+    return None
 
 
 def _kubeconfig_users(config_file: str | None) -> list[dict[str, Any]]:
