@@ -15,14 +15,18 @@ from controller.main import LeaderTiming, serve
 from elbgate import logs
 from elbgate.kube.config import KubeConfig, KubeConfigError
 from elbgate.settings import Settings, SettingsError
+from elbgate.settings_help import server_parser
 
 logger = logging.getLogger("elbgate.controller")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m controller",
-        description="elb-gate controller (settings come from ELB_GATE_* / BLAST_* env).",
+    parser = server_parser(
+        "python -m controller",
+        "elb-gate controller (leader-elected): stale-Lease GC, dead-holder reclaim, "
+        "orphaned-finalizer GC, the liveness ConfigMaps; plain-HTTP /metrics, /healthz, "
+        "/readyz and /liveness on ELB_GATE_METRICS_PORT. Settings come from the "
+        "environment (below).",
     )
     parser.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG or in-cluster")
     parser.add_argument(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import sys
@@ -10,11 +11,25 @@ from elbgate import logs
 from elbgate.identities import IdentityConfigError, SubmitterIdentities
 from elbgate.kube.config import KubeConfig, KubeConfigError
 from elbgate.settings import Settings, SettingsError
+from elbgate.settings_help import server_parser
 from webhook.server import serve
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """No flags but ``--help``: the webhook is configured by its environment."""
+    parser = server_parser(
+        "python -m webhook",
+        "elb-gate admission webhook: HTTPS AdmissionReview on ELB_GATE_WEBHOOK_PORT "
+        "(/validate/jobs, /validate/leases, /mutate/leases), plain-HTTP /metrics, "
+        "/healthz and /readyz on ELB_GATE_METRICS_PORT. API access: KUBECONFIG, else "
+        "the in-cluster service account.",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
     """Refuse an incoherent configuration with a message naming it; else serve."""
+    parse_args(argv)
     try:
         settings = Settings.from_env(os.environ)
     except SettingsError as exc:
