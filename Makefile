@@ -7,17 +7,32 @@ STAMP := $(VENV)/.installed
 ARGS ?=
 OVERLAY ?= manifests/overlays/generated
 IMAGE ?= elb-gate:0.1.0
+# Helm is built from its Go module (pinned), once, into .build/ (git-ignored):
+# no binary download, and a second `make test` finds it there.
+HELM_VERSION := v3.22.0
+HELM_K8S_MINOR := 37
+HELM := .build/helm-$(HELM_VERSION)/helm
+HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+	-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 \
+	-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$(HELM_K8S_MINOR) \
+	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 \
+	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$(HELM_K8S_MINOR)
 
 .DEFAULT_GOAL := help
 
 help: ## List every target
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | sort | awk -F'\t' '{printf "  %-12s %s\n", $$1, $$2}'
 
+# Progress is shown (pip's own lines): the first run downloads for a minute or two.
 $(STAMP): pyproject.toml
+	@echo "==> creating the virtualenv $(VENV) (first run only)"
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
-	touch $(STAMP)
+	@echo "==> upgrading pip"
+	$(BIN)/pip install --progress-bar on --upgrade pip
+	@echo "==> installing elb-gate and its test dependencies into $(VENV)"
+	$(BIN)/pip install --progress-bar on -e '.[test]'
+	@touch $(STAMP)
+	@echo "==> $(VENV) ready"
 
 venv: $(STAMP) ## Create the virtualenv and install everything
 	@true
@@ -29,8 +44,15 @@ lint: $(STAMP) ## ruff + mypy
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-test: $(STAMP) tools lint ## Lint, then the whole test suite (the README's test command)
-	$(BIN)/pytest -q $(ARGS)
+$(HELM):
+	@echo "==> building helm $(HELM_VERSION) from the Go module proxy into $(dir $(HELM)) (once; a few minutes)"
+	GOBIN=$(abspath $(dir $(HELM))) GOFLAGS=-mod=mod go install -ldflags "$(HELM_LDFLAGS)" helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+helm: $(HELM) ## Build the pinned helm into .build/ (used by the chart tests and `make manifests`)
+	@$(HELM) version --short
+
+test: $(STAMP) tools $(HELM) lint ## Lint, then the whole test suite (the README's test command)
+	ELB_GATE_HELM=$(abspath $(HELM)) $(BIN)/pytest -q $(ARGS)
 
 run: $(STAMP) ## Run the whole system on the API emulator (ARGS=--once to exit after the summary)
 	$(BIN)/python -m tests.demo $(ARGS)
@@ -62,4 +84,4 @@ image: ## Build the one container image both components run from (IMAGE=...)
 clean: ## Remove the virtualenv and generated files
 	rm -rf $(VENV) .run .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help venv tools lint test run emulator certs bench soak fuzz deploy image clean
+.PHONY: help venv tools helm lint test run emulator certs bench soak fuzz deploy image clean
