@@ -4,15 +4,24 @@ so the three can never disagree on "3".
 
 Rules (DESIGN.md, "Census"):
 
-* terminal Job: ``status.succeeded > 0``, or ``status.completionTime`` set, or a
-  ``Complete``/``Failed`` condition with status ``True``. A bare ``failed > 0`` is
-  still active (the Job controller may retry).
+* terminal Job: as the Job controller writes it (:mod:`elbgate.job_status`). For
+  ElasticBLAST's one-pod Jobs: ``status.succeeded > 0``, or ``completionTime``
+  set, or a ``Complete``/``Failed`` condition with status ``True``. A bare
+  ``failed > 0`` is still active (the Job controller may retry), and so is a
+  suspended Job (it resumes without passing a gate) and a Job whose outcome is
+  decided while its pods are still terminating.
 * a search (distinct ``elb-job-id``) is active if it has a non-terminal
-  ``app=submit``/``app=blast`` Job, or a non-terminal finalizer that is *live*:
-  a non-terminal companion exists, or it is younger than the finalizer grace,
-  or its age is unknown.
-* a non-terminal search Job with no ``elb-job-id`` counts as its own search
-  (keyed ``<app>/<name>``): unknown work is never counted as no work.
+  ``app=setup``/``app=submit``/``app=blast`` Job, or a non-terminal finalizer
+  that is *live*: such a non-terminal companion exists, or it is younger than
+  the finalizer grace, or its age is unknown.
+* a non-terminal ``setup`` Job with no ``elb-job-id`` (warm-reuse
+  ``import-queries``, cloud split) belongs to the Lease holder's submit in
+  progress: it is no search of its own and holds no slot, but what it stages
+  is staging (:attr:`Census.staging`) and it is unfinished work.
+* any other non-terminal search Job with no ``elb-job-id`` counts as its own
+  search (keyed ``<app>/<name>``): unknown work is never counted as no work.
+* the databases each active search stages and uses, and each database being
+  staged right now, by whom (:mod:`elbgate.databases`): the DB staging rule.
 * a non-terminal finalizer that is not live holds no slot. It is *finishing*
   when its search had batch work (a terminal ``submit``/``blast`` Job) — the
   batch is done and the finalizer is merging results: never garbage-collected,
@@ -34,6 +43,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from elbgate.databases import job_databases
+from elbgate.job_status import is_suspended, is_terminal, terminating_pods
 from elbgate.durations import format_duration
 from elbgate.lease import Unparseable, parse_microtime
 from elbgate.names import (
@@ -43,25 +54,18 @@ from elbgate.names import (
     JOB_ID_LABEL,
     ORPHANED_SINCE_ANNOTATION,
     SEARCH_APPS,
+    SETUP_APP,
 )
 
-
-def is_terminal(job: Mapping[str, Any]) -> bool:
-    """The terminal test the existing submit-path clients use."""
-    status = job.get("status") or {}
-    succeeded = status.get("succeeded")
-    if isinstance(succeeded, int) and succeeded > 0:
-        return True
-    if status.get("completionTime"):
-        return True
-    for cond in status.get("conditions") or ():
-        if (
-            isinstance(cond, Mapping)
-            and cond.get("type") in ("Complete", "Failed")
-            and cond.get("status") == "True"
-        ):
-            return True
-    return False
+__all__ = [
+    "ActiveSearch",
+    "Census",
+    "JobRef",
+    "Staging",
+    "census",
+    "census_of_refs",
+    "is_terminal",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +83,14 @@ class JobRef:
     """``None`` when the creation time is missing or unparseable (age unknown)."""
     orphaned_since: str
     """The controller's ``elb-gate.io/orphaned-since`` annotation, ``""`` if absent."""
+    stages: tuple[str, ...] = ()
+    """Databases this Job stages (a ``setup`` Job's ``ELB_DB``; see :mod:`elbgate.databases`)."""
+    uses: tuple[str, ...] = ()
+    """Databases this Job touches, the staged ones included (a ``blast`` Job's ``db``)."""
+    suspended: bool = False
+    """Suspended: it runs no pod now, but resumes without passing a gate, so it counts."""
+    terminating: int = 0
+    """Pods of this Job still terminating (``status.terminating``)."""
 
     @classmethod
     def from_dict(cls, job: Mapping[str, Any]) -> JobRef:
@@ -86,6 +98,7 @@ class JobRef:
         labels = meta.get("labels") or {}
         annotations = meta.get("annotations") or {}
         created = parse_microtime(meta.get("creationTimestamp"))
+        dbs = job_databases(job)
         return cls(
             name=str(meta.get("name") or ""),
             namespace=str(meta.get("namespace") or ""),
@@ -95,6 +108,10 @@ class JobRef:
             resource_version=str(meta.get("resourceVersion") or ""),
             created=None if isinstance(created, Unparseable) else created,
             orphaned_since=str(annotations.get(ORPHANED_SINCE_ANNOTATION) or ""),
+            stages=dbs.stages,
+            uses=dbs.uses,
+            suspended=is_suspended(job),
+            terminating=terminating_pods(job),
         )
 
     def age_seconds(self, now: datetime) -> float | None:
@@ -110,6 +127,35 @@ class ActiveSearch:
     jobs: tuple[JobRef, ...]
     reason: str
 
+    @property
+    def stages(self) -> tuple[str, ...]:
+        """Databases this search is staging now (its unfinished setup Jobs)."""
+        return _union(r.stages for r in self.jobs)
+
+    @property
+    def uses(self) -> tuple[str, ...]:
+        """Databases this search's unfinished Jobs stage or search; ``()`` when
+        none of them names one (seen only through submit/finalizer Jobs)."""
+        return _union(r.uses for r in self.jobs)
+
+
+@dataclass(frozen=True, slots=True)
+class Staging:
+    """One database being staged now, and by whom."""
+
+    db: str
+    key: str
+    """The staging search's ``elb-job-id``, or ``setup/<name>`` for a setup Job
+    without one (the Lease holder's submit in progress)."""
+    jobs: tuple[JobRef, ...]
+
+
+def _union(groups: Iterable[tuple[str, ...]]) -> tuple[str, ...]:
+    out: list[str] = []
+    for group in groups:
+        out.extend(db for db in group if db not in out)
+    return tuple(out)
+
 
 @dataclass(frozen=True, slots=True)
 class Census:
@@ -123,6 +169,8 @@ class Census:
     """Non-live finalizers whose batch work is done (merging results); no slot, never GC'd."""
     unfinished: tuple[JobRef, ...] = field(default=())
     """Every non-terminal search Job seen (liveness, `elb-gate census`)."""
+    staging: tuple[Staging, ...] = field(default=())
+    """Databases being staged now, sorted by database then stager."""
 
     @property
     def active_ids(self) -> tuple[str, ...]:
@@ -134,6 +182,10 @@ class Census:
 
     def is_active(self, job_id: str) -> bool:
         return any(s.key == job_id for s in self.active)
+
+    def search(self, key: str) -> ActiveSearch | None:
+        """The active search keyed ``key``, if any."""
+        return next((s for s in self.active if s.key == key), None)
 
 
 def census(
@@ -172,10 +224,16 @@ def census_of_refs(
     finalizers: dict[str, list[JobRef]] = {}
     companions: dict[str, list[JobRef]] = {}
     kept: list[JobRef] = []
+    stagers: dict[tuple[str, str], list[JobRef]] = {}
     for ref in unfinished:
         if ref.app not in SEARCH_APPS:
             continue
         kept.append(ref)
+        for db in ref.stages:
+            stager = ref.job_id or f"{ref.app}/{ref.name}"
+            stagers.setdefault((db, stager), []).append(ref)
+        if ref.app == SETUP_APP and not ref.job_id:
+            continue  # part of the Lease holder's submit in progress, not a search
         key = ref.job_id or f"{ref.app}/{ref.name}"
         bucket = finalizers if ref.app == FINALIZER_APP else companions
         bucket.setdefault(key, []).append(ref)
@@ -184,7 +242,7 @@ def census_of_refs(
     for key, refs in companions.items():
         refs_all = tuple(refs) + tuple(finalizers.get(key, ()))
         names = ", ".join(sorted(f"{r.app}/{r.name}" for r in refs))
-        active[key] = ActiveSearch(key, refs_all, f"unfinished batch work: {names}")
+        active[key] = ActiveSearch(key, refs_all, f"unfinished work: {names}")
 
     orphans: list[JobRef] = []
     finishing: list[JobRef] = []
@@ -209,6 +267,9 @@ def census_of_refs(
         orphans=tuple(sorted(orphans, key=lambda r: r.name)),
         finishing=tuple(sorted(finishing, key=lambda r: r.name)),
         unfinished=tuple(kept),
+        staging=tuple(
+            Staging(db, stager, tuple(refs)) for (db, stager), refs in sorted(stagers.items())
+        ),
     )
 
 

@@ -20,13 +20,25 @@ ORPHANED_SINCE_ANNOTATION = ANNOTATION_PREFIX + "orphaned-since"
 APP_LABEL = "app"
 JOB_ID_LABEL = "elb-job-id"
 
+DB_LABEL = "db"
+"""Set by ElasticBLAST on its batch Jobs: the BLAST database the batch searches."""
+
 FINALIZER_APP = "finalizer"
+SETUP_APP = "setup"
 SUBMIT_APP = "submit"
 BLAST_APP = "blast"
-SEARCH_APPS: tuple[str, ...] = (FINALIZER_APP, SUBMIT_APP, BLAST_APP)
-"""``app`` label values whose Jobs make up a search (counted by the census)."""
+SEARCH_APPS: tuple[str, ...] = (FINALIZER_APP, SETUP_APP, SUBMIT_APP, BLAST_APP)
+"""``app`` label values whose Jobs make up a search (gated, and read by the census).
+
+``setup`` Jobs stage the database and the queries before a cold search's batch
+work (init-ssd per node, init-pv, partitioned and sharded init: all carry the
+search's ``elb-job-id``); the warm-reuse ``import-queries`` Job and the
+cloud-split Job are ``setup`` Jobs without one."""
+WORK_APPS: frozenset[str] = frozenset({SETUP_APP, SUBMIT_APP, BLAST_APP})
+"""Jobs whose unfinished presence makes their search active (and keeps its finalizer live)."""
 COMPANION_APPS: frozenset[str] = frozenset({SUBMIT_APP, BLAST_APP})
-"""Jobs whose presence keeps a search's finalizer live."""
+"""Batch work: a finished one is the evidence that a search's batch work existed,
+which tells a finalizer that is merging results from an orphan."""
 
 SEARCH_JOB_SELECTOR = f"{APP_LABEL} in ({','.join(SEARCH_APPS)})"
 """labelSelector of the one census LIST."""
@@ -34,6 +46,14 @@ UNFINISHED_JOB_FIELD_SELECTOR = "status.successful=0"
 """fieldSelector that drops Jobs that already succeeded (most of a busy namespace)."""
 
 LIVENESS_CONFIGMAP = "elb-blast-liveness"
+DB_MEMORY_CONFIGMAP = "elb-gate-db-memory"
+"""Optional, kept by the operator in elb-gate's namespace: ``<db>: <memory>`` per line,
+the memory a search of that database needs on one node (feasibility rule)."""
+
+DB_ENV = "ELB_DB"
+"""Env of ElasticBLAST's setup and batch containers: the database they stage or search."""
+DB_PARTITION_PREFIX_ENV = "ELB_PARTITION_PREFIX"
+"""Env of the partitioned and sharded setup Jobs: the database's partition prefix."""
 
 SA_POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
 SA_POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"

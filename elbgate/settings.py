@@ -17,7 +17,14 @@ Enforcement = Literal["deny", "warn"]
 OrphanPolicy = Literal["delete", "warn"]
 
 DEFAULT_CONTROLLER_USER = "system:serviceaccount:elb-system:elb-gate-controller"
-DEFAULT_LIVENESS_APPS = ("finalizer", "submit", "blast", "elb-db-warmup", "elb-prepare-db")
+DEFAULT_LIVENESS_APPS = (
+    "finalizer",
+    "setup",
+    "submit",
+    "blast",
+    "elb-db-warmup",
+    "elb-prepare-db",
+)
 
 
 class SettingsError(ValueError):

@@ -97,6 +97,8 @@ class Admission:
     async def _observe(self, job: JobRequest, reads: Reads, now: datetime) -> Observed:
         if reads is Reads.NONE:
             return Observed()
+        if reads is Reads.LEASE:
+            return Observed(None, await self._get_lease(job.namespace))
         if reads is Reads.JOBS_AND_LEASE:
             results = await asyncio.gather(
                 self._list_jobs(job.namespace),

@@ -2,12 +2,18 @@
 
 DESIGN.md "Gate B — search admission":
 
-* a Job labelled ``app`` in (finalizer, submit, blast) whose ``elb-job-id`` is
-  not yet active opens a search: Gate A (the requester holds the Lease) and
-  Gate B (active < ceiling);
+* a Job labelled ``app`` in (setup, submit, blast, finalizer) whose
+  ``elb-job-id`` is not yet active opens a search: Gate A (the requester holds
+  the Lease) and Gate B (active < ceiling). On a cold cluster that is the first
+  ``setup`` Job, before any database download starts;
 * a Job of an already-active ``elb-job-id`` passes without Gate B and without
   Gate A — except the finalizer, which always needs Gate A;
-* a finalizer without a non-empty ``elb-job-id`` is refused (422);
+* a ``setup`` Job without ``elb-job-id`` (warm-reuse ``import-queries``, cloud
+  split) belongs to the Lease holder's submit in progress: Gate A only, and it
+  opens no search;
+* a finalizer without a non-empty ``elb-job-id`` is refused (422), and so is a
+  search Job that runs several pods (the census counts one-pod Jobs; see
+  :func:`elbgate.job_status.runs_one_pod`);
 * UPDATE is judged only when it adds a gated ``app`` or changes ``elb-job-id``;
   DELETE is never gated. Neither costs an API call.
 
@@ -19,14 +25,24 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from elbgate.capacity import NodeView
 from elbgate.census import Census, census
+from elbgate.databases import job_databases
 from elbgate.identities import SubmitterIdentities
+from elbgate.job_status import required_completions, runs_one_pod
 from elbgate.lease import LeaseView, holder_source, is_expired
-from elbgate.names import APP_LABEL, FINALIZER_APP, JOB_ID_LABEL, SEARCH_APPS, lease_name
+from elbgate.names import (
+    APP_LABEL,
+    FINALIZER_APP,
+    JOB_ID_LABEL,
+    SEARCH_APPS,
+    SETUP_APP,
+    lease_name,
+)
 from elbgate.settings import Settings
 from webhook.decision import Decision, admit, refuse
 from webhook.requester import Requester, holds
@@ -52,12 +68,22 @@ class JobRequest:
     """``None`` when there is no oldObject (CREATE, or an UPDATE that lacks it)."""
     old_job_id: str
     requester: Requester
+    one_pod: bool = True
+    """Completions unset or 1 (:func:`elbgate.job_status.runs_one_pod`)."""
+    completions: int | None = 1
+    """What a success needs: ``spec.completions`` (``None``: a work-queue Job)."""
+    stages: tuple[str, ...] = ()
+    """Databases this Job stages (see :mod:`elbgate.databases`)."""
+    uses: tuple[str, ...] = ()
+    """Databases this Job stages or searches."""
 
     @classmethod
     def from_admission(cls, req: AdmissionRequest) -> JobRequest:
         labels, old_labels = _labels(req.obj), _labels(req.old_object)
-        meta = (req.obj or {}).get("metadata") or {}
+        obj = req.obj or {}
+        meta = obj.get("metadata") or {}
         name = req.name or str(meta.get("name") or meta.get("generateName") or "")
+        dbs = job_databases(obj)
         return cls(
             operation=req.operation,
             namespace=req.namespace,
@@ -67,6 +93,10 @@ class JobRequest:
             old_app=str(old_labels.get(APP_LABEL) or "") if req.old_object is not None else None,
             old_job_id=str(old_labels.get(JOB_ID_LABEL) or ""),
             requester=Requester.from_user_info(req.user),
+            one_pod=runs_one_pod(obj),
+            completions=required_completions(obj),
+            stages=dbs.stages,
+            uses=dbs.uses,
         )
 
     @property
@@ -78,12 +108,19 @@ class JobRequest:
     def lease_ref(self) -> str:
         return f"{self.namespace}/{lease_name(self.namespace)}"
 
+    @property
+    def holder_work(self) -> bool:
+        """A setup Job without ``elb-job-id``: part of the holder's submit, no search."""
+        return self.app == SETUP_APP and not self.job_id
+
 
 class Reads(enum.Enum):
     """What the handler must read before :func:`decide` can answer."""
 
     NONE = "none"
     """Not gated, or refused on the request alone: no API call."""
+    LEASE = "lease"
+    """Only the Lease (a setup Job of the holder's submit that stages nothing)."""
     JOBS = "jobs"
     """The census LIST; the Lease only if :func:`lease_needed` says so afterwards."""
     JOBS_AND_LEASE = "jobs_and_lease"
@@ -101,11 +138,16 @@ NOT_READ: Any = _NotRead()
 
 @dataclass(frozen=True, slots=True)
 class Observed:
-    """What the handler read: the census of the search Jobs (see :func:`survey`) and
-    the submit Lease (``None`` = it does not exist, :data:`NOT_READ` = not asked for)."""
+    """What the handler read: the census of the search Jobs (see :func:`survey`),
+    the submit Lease (``None`` = it does not exist, :data:`NOT_READ` = not asked for),
+    and, when a node rule is on, the nodes and the operator's database memory needs."""
 
     census: Census | None = None
     lease: Mapping[str, Any] | None = NOT_READ
+    nodes: tuple[NodeView, ...] | None = None
+    """From the webhook's Node watch cache; ``None`` when no node rule is on."""
+    db_memory: Mapping[str, int] = field(default_factory=dict)
+    """``db`` → bytes one node needs for a search of it (operator ConfigMap)."""
 
 
 def _judged(job: JobRequest) -> bool:
@@ -121,10 +163,39 @@ def _missing_job_id(job: JobRequest) -> bool:
     return job.app == FINALIZER_APP and not job.job_id.strip()
 
 
+def _refused_on_request(job: JobRequest) -> Decision | None:
+    """Refusals that need no observation (422: the object itself is wrong)."""
+    if _missing_job_id(job):
+        return refuse(
+            422,
+            "missing_job_id",
+            f"Search admission: {job.ref} has no elb-job-id label. A finalizer must carry the "
+            "elb-job-id of its search: set metadata.labels.elb-job-id (elastic-blast submit does).",
+        )
+    if not job.one_pod:
+        wants = (
+            "a work-queue Job (parallelism without completions)"
+            if job.completions is None
+            else f"completions={job.completions}"
+        )
+        return refuse(
+            422,
+            "multi_pod_job",
+            f"Search admission: {job.ref} is {wants}. elb-gate counts a search Job as finished "
+            "once one pod succeeded (ElasticBLAST's Jobs run one pod; the census LIST skips "
+            "succeeded Jobs), so a search Job must leave spec.completions unset or 1: drop "
+            "completions/parallelism, or label the Job with an app elb-gate does not gate.",
+            completions=job.completions,
+        )
+    return None
+
+
 def reads_needed(job: JobRequest) -> Reads:
     """What to read for ``job``; :data:`Reads.NONE` costs no API call."""
-    if not _judged(job) or _missing_job_id(job):
+    if not _judged(job) or _refused_on_request(job) is not None:
         return Reads.NONE
+    if job.holder_work:
+        return Reads.JOBS_AND_LEASE if job.stages else Reads.LEASE
     return Reads.JOBS_AND_LEASE if job.app == FINALIZER_APP else Reads.JOBS
 
 
@@ -145,7 +216,7 @@ def _joins_active(job: JobRequest, seen: Census) -> bool:
 
 def lease_needed(job: JobRequest, seen: Census) -> bool:
     """After the census LIST: does ``job`` still need Gate A (and so the Lease)?"""
-    return job.app == FINALIZER_APP or not _joins_active(job, seen)
+    return job.app == FINALIZER_APP or job.holder_work or not _joins_active(job, seen)
 
 
 def decide(
@@ -158,13 +229,15 @@ def decide(
     """Admit or refuse ``job`` given what was observed."""
     if not _judged(job):
         return admit("not_gated")
-    if _missing_job_id(job):
-        return refuse(
-            422,
-            "missing_job_id",
-            f"Search admission: {job.ref} has no elb-job-id label. A finalizer must carry the "
-            "elb-job-id of its search: set metadata.labels.elb-job-id (elastic-blast submit does).",
-        )
+    refused = _refused_on_request(job)
+    if refused is not None:
+        return refused
+    if job.holder_work and not job.stages:
+        # Nothing to count: the holder's import-queries / cloud-split Job.
+        if observed.lease is NOT_READ:
+            raise ValueError("decide() needs the Lease for Gate A (see reads_needed)")
+        gate_a = _gate_a(job, observed.lease, settings, now, identities or SubmitterIdentities())
+        return gate_a or admit("holder_setup")
     seen = observed.census
     if seen is None:
         raise ValueError("decide() needs the census for a gated Job (see reads_needed)")
@@ -174,12 +247,14 @@ def decide(
         "active": list(seen.active_ids),
         "ceiling": settings.max_run_concurrency,
     }
-    if job.app == FINALIZER_APP or not joins:
+    if lease_needed(job, seen):
         if observed.lease is NOT_READ:
             raise ValueError("decide() needs the Lease for Gate A (see lease_needed)")
         gate_a = _gate_a(job, observed.lease, settings, now, identities or SubmitterIdentities())
         if gate_a is not None:
             return gate_a
+    if job.holder_work:
+        return admit("holder_setup", **facts)
     if joins:
         return admit("joins_active", **facts)
     if seen.count >= settings.max_run_concurrency:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from elbgate.census import census, is_terminal
+from elbgate.census import JobRef, census, is_terminal
+from tests.protocol import elastic_blast as elb
 from tests.protocol.builders import NOW, job
 
 GRACE = 300
@@ -215,3 +216,73 @@ def test_batch_work_known_only_by_id_makes_a_finalizer_finishing() -> None:
     assert [r.name for r in census(lone, NOW, GRACE).orphans] == ["finalizer-a"]
     result = census(lone, NOW, GRACE, batch_work_ids={"a"})
     assert ([r.name for r in result.finishing], result.orphans) == (["finalizer-a"], ())
+
+
+# -- the whole job graph: setup Jobs, databases, Job status ---------------------------------
+
+
+
+def test_a_setup_job_with_an_id_makes_its_search_active_and_keeps_its_finalizer_live() -> None:
+    seen = census(
+        [elb.init_ssd("s1", 0), job("finalizer", "s1").aged(3600).build()], NOW, GRACE
+    )
+    assert seen.active_ids == ("s1",)
+    assert "setup/init-ssd-s1-0" in seen.active[0].reason
+    assert seen.orphans == ()
+
+
+def test_a_setup_job_without_an_id_is_no_search_but_is_unfinished_work() -> None:
+    seen = census([elb.import_queries(), elb.cloud_split()], NOW, GRACE)
+    assert seen.count == 0
+    assert sorted(r.name for r in seen.unfinished) == ["cloud-split-ssd", "import-queries"]
+
+
+def test_staging_names_each_database_and_who_stages_it() -> None:
+    seen = census(
+        [elb.init_ssd("s1", 0, "core_nt"), elb.init_ssd("s1", 1, "core_nt"),
+         elb.init_pv(None, "swissprot"), elb.blast_batch("s2", 0, "16S_ribosomal_RNA")],
+        NOW,
+        GRACE,
+    )
+    assert [(s.db, s.key, len(s.jobs)) for s in seen.staging] == [
+        ("core_nt", "s1", 2),
+        ("swissprot", "setup/init-pv", 1),
+    ]
+    assert seen.search("s1") is not None and seen.search("s1").stages == ("core_nt",)  # type: ignore[union-attr]
+    assert seen.search("s2").uses == ("16S_ribosomal_RNA",)  # type: ignore[union-attr]
+    assert seen.search("s2").stages == ()  # type: ignore[union-attr]
+
+
+def test_a_search_seen_only_through_submit_and_finalizer_uses_no_known_database() -> None:
+    seen = census([elb.submit_jobs("s3"), elb.finalizer("s3")], NOW, GRACE)
+    assert seen.search("s3").uses == ()  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("status", "counts"),
+    [
+        ({"succeeded": 1, "active": 2}, True),
+        ({"succeeded": 3}, False),
+        ({"succeeded": 3, "conditions": [{"type": "SuccessCriteriaMet", "status": "True"}], "terminating": 1}, True),
+    ],
+    ids=["completions 3 with one success still counts", "all three succeeded", "decided but a pod still terminates"],
+)
+def test_a_multi_pod_job_counts_until_the_job_controller_says_it_is_done(status: dict, counts: bool) -> None:
+    body = job("blast", "m").build()
+    body["spec"] = {"completions": 3, "parallelism": 3}
+    body["status"] = status
+    assert census([body], NOW, GRACE).is_active("m") is counts
+
+
+def test_a_suspended_job_keeps_its_slot_and_says_so() -> None:
+    body = job("blast", "p").with_status(conditions=[{"type": "Suspended", "status": "True"}]).build()
+    seen = census([body], NOW, GRACE)
+    assert seen.is_active("p")
+    assert seen.active[0].jobs[0].suspended
+
+
+def test_job_refs_carry_terminating_pods_and_databases() -> None:
+    body = elb.blast_batch("s", 1, "core_nt")
+    body["status"] = {"active": 0, "terminating": 2}
+    ref = JobRef.from_dict(body)
+    assert (ref.terminating, ref.uses, ref.stages) == (2, ("core_nt",), ())

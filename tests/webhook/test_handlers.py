@@ -14,6 +14,7 @@ from elbgate.kube.api import ApiError, ApiUnavailable
 from elbgate.logs import JsonFormatter
 from elbgate.names import SEARCH_JOB_SELECTOR, UNFINISHED_JOB_FIELD_SELECTOR
 from elbgate.settings import Settings
+from tests.protocol.elastic_blast import import_queries
 from tests.webhook.builders import NOW, admission, job, job_object, lease, user
 from webhook.admission import Admission
 from webhook.app import Runtime, create_app, create_ops_app
@@ -141,6 +142,13 @@ async def test_the_first_job_of_a_search_reads_the_lease_after_the_census() -> N
     assert response.allowed
     assert [c[0] for c in api.calls] == ["list", "get"]
     assert api.calls[1][1].endswith("/leases/elb-blast-submit-default")
+
+
+async def test_import_queries_of_the_holder_reads_only_the_lease() -> None:
+    api = FakeApi(lease_obj=alice_holds())
+    response = await make(api).validate_job(admission("CREATE", import_queries()))
+    assert response.allowed
+    assert [c[0] for c in api.calls] == ["get"]
 
 
 async def test_a_finalizer_reads_census_and_lease_concurrently() -> None:

@@ -88,6 +88,12 @@ def update(
             id="a finalizer needs the census and the Lease, read together",
         ),
         pytest.param(create("submit", "a"), Reads.JOBS, id="a submit Job reads the census first"),
+        pytest.param(create("setup", "a"), Reads.JOBS, id="a setup Job of a search reads the census first"),
+        pytest.param(
+            create("setup"),
+            Reads.LEASE,
+            id="a setup Job without elb-job-id that stages nothing needs only the Lease",
+        ),
         pytest.param(create("blast", "a"), Reads.JOBS, id="a blast Job reads the census first"),
         pytest.param(
             update("blast", "b", "blast", "a"),

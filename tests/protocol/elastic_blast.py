@@ -1,0 +1,361 @@
+"""Job bodies shaped like ElasticBLAST's AKS templates, and the order submit applies them.
+
+Written from the public elastic-blast-azure templates (``src/elastic_blast/templates/``
+and ``kubernetes.py``/``azure.py``): the labels, env, volumes, resources, node
+selectors, backoff limits and TTLs those Jobs carry, with values in the ranges
+the live measurements saw. What each flow creates, in order:
+
+* cold, local SSD: ``init-ssd-<id8>-<n>`` (``app=setup``, one per node, ``ELB_DB``,
+  hostPath ``/workspace`` mounted at ``/blast/blastdb``) → batch Jobs or the
+  ``submit-jobs`` Job → ``elb-finalizer-<id8>``;
+* cold, persistent volume: ``init-pv`` (``app=setup``, PVC ``blast-dbs-pvc-rwm``) → …;
+* partitioned: ``init-pv-partitioned`` (``ELB_PARTITION_PREFIX``, no ``ELB_DB``) →
+  batch Jobs per partition → finalizer;
+* sharded: ``init-ssd-<n>`` per node, each one shard (``ELB_DB`` = shard name,
+  ``nodeSelector ordinal``) → shard batch Jobs pinned per node → finalizer;
+* warm reuse: ``import-queries`` (``app=setup``, no ``elb-job-id``) → …;
+* cloud job submission: ``submit-jobs-<id8>`` (``app=submit``), which later creates
+  the batch Jobs in-cluster under its own service account, holding no Lease;
+* prepare only: the setup Jobs alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.protocol.builders import ts
+
+IMAGE = "elbacr.azurecr.io/ncbi/elb:1.4.0"
+QS_IMAGE = "elbacr.azurecr.io/ncbi/elasticblast-query-split:0.1.4"
+RESULTS = "https://elbstorage.blob.core.windows.net/results"
+SUBMITTER_SA = "system:serviceaccount:default:default"
+"""The in-cluster submit Job runs as the namespace's default service account."""
+
+
+def _env(**values: str) -> list[dict[str, str]]:
+    return [{"name": k, "value": v} for k, v in values.items()]
+
+
+def _job(
+    name: str,
+    labels: dict[str, str],
+    pod: dict[str, Any],
+    *,
+    backoff_limit: int,
+    ttl: int | None = None,
+    deadline: int | None = None,
+    age: float = 5.0,
+    status: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "backoffLimit": backoff_limit,
+        "completions": 1,  # the API server's default when neither is set
+        "parallelism": 1,
+        "template": {"metadata": {"labels": dict(labels)}, "spec": pod},
+    }
+    if ttl is not None:
+        spec["ttlSecondsAfterFinished"] = ttl
+    if deadline is not None:
+        spec["activeDeadlineSeconds"] = deadline
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "labels": labels,
+            "creationTimestamp": ts(age),
+        },
+        "spec": spec,
+        "status": status if status is not None else {"active": 1},
+    }
+
+
+def _ids(job_id: str | None) -> dict[str, str]:
+    return {"elb-job-id": job_id} if job_id else {}
+
+
+def init_ssd(job_id: str | None, node: int, db: str = "core_nt") -> dict[str, Any]:
+    """Stages ``db`` onto node ``node``'s local SSD (job-init-local-ssd-aks)."""
+    labels = {"app": "setup", **_ids(job_id)}
+    pod = {
+        "volumes": [
+            {"name": "blastdb", "hostPath": {"path": "/workspace"}},
+            {"name": "scripts", "configMap": {"name": "elb-scripts", "defaultMode": 0o755}},
+        ],
+        "containers": [
+            {
+                "name": "get-blastdb",
+                "image": IMAGE,
+                "workingDir": "/blast/blastdb",
+                "volumeMounts": [
+                    {"name": "blastdb", "mountPath": "/blast/blastdb", "subPath": "blast"},
+                    {"name": "scripts", "mountPath": "/scripts", "readOnly": True},
+                ],
+                "env": _env(
+                    BLAST_USAGE_REPORT="false",
+                    ELB_DB=db,
+                    ELB_DB_PATH="",
+                    ELB_BLASTDB_SRC="NCBI",
+                    ELB_DB_MOL_TYPE="nucl",
+                    ELB_TAXIDLIST="",
+                    ELB_SKIP_DB_VERIFY="true",
+                    STARTUP_DELAY="30",
+                ),
+                "command": ["/scripts/init-db-download-aks.sh"],
+            },
+            {
+                "name": "import-query-batches",
+                "image": QS_IMAGE,
+                "workingDir": "/blast/queries",
+                "volumeMounts": [
+                    {"name": "blastdb", "mountPath": "/blast/queries", "subPath": "queries"}
+                ],
+                "command": ["run.sh", "-i", "None", "-o", RESULTS, "-b", "5000000", "-c", "1"],
+            },
+        ],
+        "restartPolicy": "Never",
+        "nodeSelector": {"ordinal": str(node)},
+    }
+    short = (job_id or "")[-8:]
+    name = f"init-ssd-{short}-{node}" if job_id else f"init-ssd-{node}"
+    return _job(name, labels, pod, backoff_limit=3, deadline=3600)
+
+
+def init_ssd_shard(job_id: str, node: int, prefix: str = "core_nt_shard_") -> dict[str, Any]:
+    """Stages shard ``node`` of a sharded database onto node ``node`` (job-init-ssd-shard-aks)."""
+    job = init_ssd(job_id, node, db=f"{prefix}{node:02d}")
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    container["env"] = _env(
+        BLAST_USAGE_REPORT="false",
+        ELB_SHARD_IDX=f"{node:02d}",
+        ELB_PARTITION_PREFIX=f"https://elbstorage.blob.core.windows.net/blast-db/{prefix}",
+        ELB_DB=f"{prefix}{node:02d}",
+        ELB_DB_MOL_TYPE="nucl",
+        STARTUP_DELAY="30",
+    )
+    container["command"] = ["/scripts/init-db-shard-aks.sh"]
+    return job
+
+
+def init_pv(job_id: str | None, db: str = "16S_ribosomal_RNA") -> dict[str, Any]:
+    """Stages ``db`` onto the shared ReadWriteMany volume (job-init-pv-aks)."""
+    labels = {"app": "setup", **_ids(job_id)}
+    pod = {
+        "volumes": [
+            {"name": "blastdb", "persistentVolumeClaim": {"claimName": "blast-dbs-pvc-rwm"}},
+            {"name": "scripts", "configMap": {"name": "elb-scripts", "defaultMode": 0o755}},
+        ],
+        "containers": [
+            {
+                "name": "get-blastdb",
+                "image": IMAGE,
+                "workingDir": "/blast/blastdb",
+                "volumeMounts": [{"name": "blastdb", "mountPath": "/blast/blastdb"}],
+                "env": _env(
+                    BLAST_USAGE_REPORT="false",
+                    ELB_DB=db,
+                    ELB_DB_PATH="",
+                    ELB_BLASTDB_SRC="NCBI",
+                    ELB_DB_MOL_TYPE="nucl",
+                    ELB_TAXIDLIST="",
+                    ELB_SKIP_DB_VERIFY="true",
+                ),
+                "command": ["/scripts/init-db-download-aks.sh"],
+            },
+            {"name": "import-query-batches", "image": QS_IMAGE, "command": ["run.sh"]},
+        ],
+        "restartPolicy": "Never",
+    }
+    return _job("init-pv", labels, pod, backoff_limit=9, deadline=3600)
+
+
+def init_pv_partitioned(job_id: str, prefix: str = "core_nt_part_") -> dict[str, Any]:
+    """Stages every partition of a database onto the volume (job-init-pv-partitioned-aks)."""
+    labels = {"app": "setup", "elb-job-id": job_id}
+    pod = {
+        "volumes": [
+            {"name": "blast-dbs", "persistentVolumeClaim": {"claimName": "blast-dbs-pvc-rwm"}}
+        ],
+        "initContainers": [
+            {
+                "name": "get-blastdb",
+                "image": IMAGE,
+                "env": _env(
+                    ELB_NUM_PARTITIONS="10",
+                    ELB_PARTITION_PREFIX=f"https://elbstorage.blob.core.windows.net/db/{prefix}",
+                ),
+                "command": ["/scripts/init-db-partitioned-aks.sh"],
+            }
+        ],
+        "containers": [{"name": "import-query-batches", "image": QS_IMAGE, "command": ["run.sh"]}],
+        "restartPolicy": "Never",
+    }
+    return _job("init-pv-partitioned", labels, pod, backoff_limit=3, deadline=3600)
+
+
+def import_queries() -> dict[str, Any]:
+    """Warm reuse: copies the query batches only; no ``elb-job-id`` (import_query_batches_only)."""
+    pod = {
+        "volumes": [
+            {"name": "blastdb", "persistentVolumeClaim": {"claimName": "blast-dbs-pvc-rwm"}}
+        ],
+        "containers": [
+            {
+                "name": "import-query-batches",
+                "image": QS_IMAGE,
+                "workingDir": "/blast/queries",
+                "command": ["run.sh", "-i", "None", "-o", RESULTS, "-b", "5000000", "-c", "1"],
+            }
+        ],
+        "restartPolicy": "Never",
+    }
+    return _job("import-queries", {"app": "setup"}, pod, backoff_limit=3, deadline=600)
+
+
+def cloud_split() -> dict[str, Any]:
+    """Splits the query in the cloud before a local-SSD search; no ``elb-job-id``."""
+    pod = {
+        "containers": [{"name": "import-query-batches", "image": QS_IMAGE, "command": ["run.sh"]}],
+        "restartPolicy": "Never",
+    }
+    return _job("cloud-split-ssd", {"app": "setup"}, pod, backoff_limit=3, deadline=3600)
+
+
+def submit_jobs(job_id: str, num_nodes: int = 10) -> dict[str, Any]:
+    """Cloud job submission: creates the batch Jobs in-cluster later (job-submit-jobs-aks)."""
+    labels = {"app": "submit", "elb-job-id": job_id}
+    pod = {
+        "volumes": [{"name": "workspace", "emptyDir": {}}],
+        "containers": [
+            {
+                "name": "submit-jobs",
+                "image": "elbacr.azurecr.io/ncbi/elasticblast-job-submit:4.1.0",
+                "imagePullPolicy": "Always",
+                "env": _env(
+                    ELB_RESULTS=f"{RESULTS}/{job_id}",
+                    ELB_CLUSTER_NAME="elb-cluster-02",
+                    ELB_NUM_NODES=str(num_nodes),
+                    ELB_USE_LOCAL_SSD="true",
+                    ELB_METADATA_DIR="metadata",
+                ),
+                "workingDir": "/workspace",
+            }
+        ],
+        "restartPolicy": "Never",
+    }
+    return _job(f"submit-jobs-{job_id[-8:]}", labels, pod, backoff_limit=0)
+
+
+def blast_batch(
+    job_id: str,
+    n: int,
+    db: str = "16S_ribosomal_RNA",
+    *,
+    num_cpus: int = 8,
+    mem_request: str = "4G",
+    mem_limit: str = "126Gi",
+    program: str = "blastn",
+    shard: int | None = None,
+    ttl: int = 1800,
+) -> dict[str, Any]:
+    """One batch of a search (blast-batch-job-local-ssd-aks; ``shard``: the sharded
+    variant, pinned to its node). Requests cpu = num-cpus - 2, memory ELB_MEM_REQUEST."""
+    labels = {"app": "blast", "db": db, "elb-job-id": job_id}
+    if shard is not None:
+        labels["shard"] = f"{shard:02d}"
+    pod: dict[str, Any] = {
+        "volumes": [
+            {"name": "blast-dbs", "hostPath": {"path": "/workspace", "type": "DirectoryOrCreate"}},
+            {"name": "shared-data", "emptyDir": {}},
+        ],
+        "activeDeadlineSeconds": 18000,
+        "initContainers": [
+            {"name": "import-query-batches", "image": IMAGE, "command": ["/scripts/query-download-ssd-aks.sh"]}
+        ],
+        "containers": [
+            {
+                "name": "blast",
+                "image": IMAGE,
+                "workingDir": "/blast/blastdb",
+                "resources": {
+                    "requests": {"memory": mem_request, "cpu": str(num_cpus - 2)},
+                    "limits": {"memory": mem_limit, "cpu": str(num_cpus)},
+                },
+                "volumeMounts": [
+                    {"name": "blast-dbs", "mountPath": "/blast/blastdb", "subPath": "blast"}
+                ],
+                "env": _env(
+                    BLAST_ELB_JOB_ID=job_id,
+                    BLAST_ELB_BATCH_NUM=str(n),
+                    JOB_NUM=str(n),
+                    ELB_BLAST_PROGRAM=program,
+                    ELB_DB=db,
+                    ELB_NUM_CPUS=str(num_cpus),
+                ),
+                "command": ["/scripts/blast-run-aks.sh"],
+            },
+            {"name": "results-export", "image": IMAGE, "command": ["/scripts/results-export-aks.sh"]},
+        ],
+        "restartPolicy": "OnFailure",
+    }
+    if shard is not None:
+        pod["nodeSelector"] = {"ordinal": str(shard)}
+    label = db.replace("_", "-").lower()
+    return _job(f"{program}-batch-{label}-job-{n}-{job_id[-8:]}", labels, pod, backoff_limit=3, ttl=ttl)
+
+
+def finalizer(job_id: str) -> dict[str, Any]:
+    """The search's last Job, applied by submit() (elb-finalizer-aks); no TTL, no retry."""
+    labels = {"app": "finalizer", "elb-job-id": job_id}
+    pod = {
+        "serviceAccountName": "default",
+        "containers": [
+            {
+                "name": "finalizer",
+                "image": IMAGE,
+                "env": _env(ELB_RESULTS=f"{RESULTS}/{job_id}", BLAST_ELB_JOB_ID=job_id),
+                "command": ["/scripts/elb-finalizer-aks.sh"],
+            }
+        ],
+        "restartPolicy": "Never",
+    }
+    return _job(f"elb-finalizer-{job_id[-8:]}", labels, pod, backoff_limit=0)
+
+
+def search_id(n: int) -> str:
+    """An ElasticBLAST-style ``elb-job-id`` (``job-`` + 32 hex digits)."""
+    return f"job-{n:032x}"
+
+
+def flow(kind: str, job_id: str, db: str = "16S_ribosomal_RNA", nodes: int = 3) -> list[dict[str, Any]]:
+    """The Jobs one ``elastic-blast submit`` (or ``prepare``) creates, in order."""
+    batches = [blast_batch(job_id, n, db) for n in range(nodes)]
+    if kind == "cold-local-ssd":
+        return [*(init_ssd(job_id, n, db) for n in range(nodes)), *batches, finalizer(job_id)]
+    if kind == "cold-pv":
+        return [init_pv(job_id, db), *batches, finalizer(job_id)]
+    if kind == "partitioned":
+        parts = [blast_batch(job_id, n, f"part{n:02d}") for n in range(nodes)]
+        return [init_pv_partitioned(job_id, f"{db}_part_"), *parts, finalizer(job_id)]
+    if kind == "sharded":
+        shards = [blast_batch(job_id, n, f"{db}-shard", shard=n) for n in range(nodes)]
+        return [*(init_ssd_shard(job_id, n, f"{db}_shard_") for n in range(nodes)), *shards, finalizer(job_id)]
+    if kind == "warm-reuse":
+        return [import_queries(), *batches, finalizer(job_id)]
+    if kind == "cloud-job-submission":
+        return [submit_jobs(job_id, nodes), finalizer(job_id)]
+    if kind == "prepare-only":
+        return [init_ssd(job_id, n, db) for n in range(nodes)]
+    raise ValueError(kind)
+
+
+FLOWS = (
+    "cold-local-ssd",
+    "cold-pv",
+    "partitioned",
+    "sharded",
+    "warm-reuse",
+    "cloud-job-submission",
+    "prepare-only",
+)

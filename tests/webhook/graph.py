@@ -1,0 +1,80 @@
+"""A namespace as search admission sees it: Jobs go in only when the policy admits them.
+
+Runs the pure policy the way the handler does (reads_needed → survey →
+lease_needed → decide) against the Jobs admitted so far, so a table can play a
+whole ``elastic-blast submit`` and check what was left behind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from elbgate.capacity import NodeView
+from elbgate.settings import Settings
+from tests.webhook.builders import NOW, SETTINGS, admission, lease, user
+from webhook.decision import Decision
+from webhook.review import UserInfo
+from webhook.search_admission import (
+    NOT_READ,
+    JobRequest,
+    Observed,
+    Reads,
+    decide,
+    lease_needed,
+    reads_needed,
+    survey,
+)
+
+HOLDER = "dashboard-0b3f9a0e8a9d4f6c9f1e2d3c4b5a6978"
+ALICE = user("alice")
+ALICE_HOLDS = lease(HOLDER, holder_user="alice")
+
+
+@dataclass
+class Namespace:
+    """The unfinished Jobs of one gated namespace, and the policy's inputs."""
+
+    jobs: list[dict[str, Any]] = field(default_factory=list)
+    lease: dict[str, Any] | None = field(default_factory=lambda: ALICE_HOLDS)
+    settings: Settings = SETTINGS
+    nodes: tuple[NodeView, ...] | None = None
+    db_memory: dict[str, int] = field(default_factory=dict)
+    now: datetime = NOW
+    decisions: list[tuple[str, Decision]] = field(default_factory=list)
+
+    def judge(self, body: dict[str, Any], who: UserInfo = ALICE) -> Decision:
+        """What the webhook answers to a CREATE of ``body``; admitted Jobs are kept."""
+        job = JobRequest.from_admission(admission("CREATE", body, who=who))
+        reads = reads_needed(job)
+        seen = None
+        if reads in (Reads.JOBS, Reads.JOBS_AND_LEASE):
+            seen = survey(job, self.jobs, self.settings, self.now)
+        wants_lease = reads in (Reads.LEASE, Reads.JOBS_AND_LEASE) or (
+            seen is not None and lease_needed(job, seen)
+        )
+        observed = Observed(
+            seen,
+            self.lease if wants_lease else NOT_READ,
+            nodes=self.nodes,
+            db_memory=self.db_memory,
+        )
+        decision = decide(job, observed, self.settings, self.now)
+        self.decisions.append((body["metadata"]["name"], decision))
+        if decision.allowed:
+            self.jobs.append(body)
+        return decision
+
+    def apply(self, bodies: list[dict[str, Any]], who: UserInfo = ALICE) -> list[Decision]:
+        """``kubectl apply`` of several Jobs: each is its own request."""
+        return [self.judge(body, who) for body in bodies]
+
+    def finish(self, job_id: str) -> None:
+        """Every Job of ``job_id`` completes (the LIST then no longer returns them)."""
+        self.jobs = [
+            j for j in self.jobs if (j["metadata"].get("labels") or {}).get("elb-job-id") != job_id
+        ]
+
+    def names(self) -> list[str]:
+        return [j["metadata"]["name"] for j in self.jobs]
