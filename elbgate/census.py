@@ -44,8 +44,8 @@ from datetime import datetime
 from typing import Any
 
 from elbgate.databases import job_databases
-from elbgate.job_status import is_suspended, is_terminal, terminating_pods
 from elbgate.durations import format_duration
+from elbgate.job_status import is_suspended, is_terminal, terminating_pods
 from elbgate.lease import Unparseable, parse_microtime
 from elbgate.names import (
     APP_LABEL,
