@@ -34,6 +34,7 @@ from elbgate.census import Census, census
 from elbgate.databases import job_databases
 from elbgate.identities import SubmitterIdentities
 from elbgate.job_status import required_completions, runs_one_pod
+from elbgate.label_values import job_id_problem, near_miss
 from elbgate.lease import LeaseView, holder_source, is_expired
 from elbgate.names import (
     APP_LABEL,
@@ -48,6 +49,14 @@ from webhook.decision import Decision, admit, refuse
 from webhook.requester import Requester, holds
 from webhook.review import AdmissionRequest
 from webhook.wording import IDENTITIES_VAR, expiry_phrase, holder_phrase
+
+
+def shown(value: str) -> str:
+    """``value`` with invisible and non-ASCII characters escaped (``fin\\u200balizer``),
+    so a denial shows what the label really holds."""
+    if value.isascii() and value.isprintable():
+        return value
+    return value.encode("unicode_escape").decode("ascii")
 
 
 def _labels(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -76,6 +85,8 @@ class JobRequest:
     """Databases this Job stages (see :mod:`elbgate.databases`)."""
     uses: tuple[str, ...] = ()
     """Databases this Job stages or searches."""
+    app_near_miss: str | None = None
+    """The gated ``app`` value this Job's ``app`` imitates (``Finalizer``, ``bIast``)."""
 
     @classmethod
     def from_admission(cls, req: AdmissionRequest) -> JobRequest:
@@ -84,11 +95,12 @@ class JobRequest:
         meta = obj.get("metadata") or {}
         name = req.name or str(meta.get("name") or meta.get("generateName") or "")
         dbs = job_databases(obj)
+        app = str(labels.get(APP_LABEL) or "")
         return cls(
             operation=req.operation,
             namespace=req.namespace,
             name=name,
-            app=str(labels.get(APP_LABEL) or ""),
+            app=app,
             job_id=str(labels.get(JOB_ID_LABEL) or ""),
             old_app=str(old_labels.get(APP_LABEL) or "") if req.old_object is not None else None,
             old_job_id=str(old_labels.get(JOB_ID_LABEL) or ""),
@@ -97,12 +109,14 @@ class JobRequest:
             completions=required_completions(obj),
             stages=dbs.stages,
             uses=dbs.uses,
+            app_near_miss=None if app in SEARCH_APPS or not app else near_miss(app, SEARCH_APPS),
         )
 
     @property
     def ref(self) -> str:
         """``Job ns/name (app=…, elb-job-id=…)`` as denials name it."""
-        return f"Job {self.namespace}/{self.name} (app={self.app}, elb-job-id={self.job_id or '-'})"
+        app, job_id = shown(self.app), shown(self.job_id) or "-"
+        return f"Job {self.namespace}/{self.name} (app={app}, elb-job-id={job_id})"
 
     @property
     def lease_ref(self) -> str:
@@ -151,8 +165,11 @@ class Observed:
 
 
 def _judged(job: JobRequest) -> bool:
-    """Does this request open or join a search (as opposed to a Job controller write)?"""
-    if job.operation not in ("CREATE", "UPDATE") or job.app not in SEARCH_APPS:
+    """Does this request open or join a search (as opposed to a Job controller write)?
+    A near miss of a gated ``app`` is judged (and refused) on the same terms."""
+    if job.operation not in ("CREATE", "UPDATE"):
+        return False
+    if job.app not in SEARCH_APPS and job.app_near_miss is None:
         return False
     if job.operation == "UPDATE" and job.old_app is not None:
         return job.app != job.old_app or job.job_id != job.old_job_id
@@ -163,8 +180,68 @@ def _missing_job_id(job: JobRequest) -> bool:
     return job.app == FINALIZER_APP and not job.job_id.strip()
 
 
+GATED_VALUES = ", ".join(SEARCH_APPS)
+
+
+def _near_miss_label(job: JobRequest) -> Decision | None:
+    """422 for an ``app`` that imitates a gated one, or an ``elb-job-id`` that holds
+    characters ElasticBLAST never writes; the message names the exact expected value."""
+    if job.app_near_miss is not None:
+        expected = job.app_near_miss
+        return refuse(
+            422,
+            "near_miss_label",
+            f"Search admission: {job.ref} carries app={shown(job.app)}: did you mean "
+            f"app={expected}? elb-gate gates only the exact lowercase values ({GATED_VALUES}); "
+            "a look-alike would slip past both gates, so it is refused. Fix: set "
+            f"metadata.labels.app={expected} (elastic-blast submit writes exactly that).",
+            label="app",
+            expected=expected,
+        )
+    problem = job_id_problem(job.job_id) if job.app in SEARCH_APPS and job.job_id.strip() else None
+    if problem is None:
+        return None
+    found = "; ".join(problem.found)
+    fix = (
+        f"did you mean elb-job-id={problem.suggestion}?"
+        if problem.suggestion
+        else "an elb-job-id is ASCII letters, digits, '-', '_' and '.' only."
+    )
+    return refuse(
+        422,
+        "near_miss_label",
+        f"Search admission: {job.ref} has an elb-job-id with {found}: {fix} A look-alike "
+        "id would open a search of its own next to the real one. Fix: set "
+        "metadata.labels.elb-job-id to the search's id exactly as elastic-blast submit wrote it.",
+        label="elb-job-id",
+        expected=problem.suggestion,
+    )
+
+
+def _near_miss_id(job: JobRequest, seen: Census) -> Decision | None:
+    """422 for a new id that differs from an active search's only in case or look."""
+    if not job.job_id or seen.is_active(job.job_id):
+        return None
+    twin = near_miss(job.job_id, seen.active_ids)
+    if twin is None:
+        return None
+    return refuse(
+        422,
+        "near_miss_label",
+        f"Search admission: {job.ref} differs from active search {twin} only in case or "
+        f"look-alike characters: did you mean elb-job-id={twin}? Such an id would open a "
+        "second search beside the real one. Fix: use the search's id exactly as "
+        "elastic-blast submit wrote it.",
+        label="elb-job-id",
+        expected=twin,
+    )
+
+
 def _refused_on_request(job: JobRequest) -> Decision | None:
     """Refusals that need no observation (422: the object itself is wrong)."""
+    near = _near_miss_label(job)
+    if near is not None:
+        return near
     if _missing_job_id(job):
         return refuse(
             422,
@@ -241,6 +318,9 @@ def decide(
     seen = observed.census
     if seen is None:
         raise ValueError("decide() needs the census for a gated Job (see reads_needed)")
+    twin = _near_miss_id(job, seen)
+    if twin is not None:
+        return twin
     joins = _joins_active(job, seen)
     facts: dict[str, Any] = {
         "job_id": job.job_id,

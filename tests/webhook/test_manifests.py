@@ -9,6 +9,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from elbgate.label_values import NEAR_MISS_APP_PATTERN
 from tests.support.webhook_process import MANIFEST
 from webhook.app import JOBS_PATH, LEASE_MUTATE_PATH, LEASE_VALIDATE_PATH
 
@@ -115,6 +116,13 @@ def job(labels: dict[str, str] | None) -> dict[str, Any]:
         ("CREATE", {"app": "blast"}, None, True),
         ("CREATE", {"app": "setup", "elb-job-id": "a"}, None, True),
         ("CREATE", {"app": "setup"}, None, True),
+        ("CREATE", {"app": "Finalizer", "elb-job-id": "a"}, None, True),
+        ("CREATE", {"app": "BLAST"}, None, True),
+        ("CREATE", {"app": "b1ast"}, None, True),
+        ("CREATE", {"app": "subrnit"}, None, True),
+        ("CREATE", {"app": "blaster"}, None, False),
+        ("CREATE", {"app": "web"}, None, False),
+        ("UPDATE", {"app": "Blast", "elb-job-id": "a"}, {"app": "Blast", "elb-job-id": "a"}, False),
         ("CREATE", {"app": "finalizer"}, None, True),
         ("CREATE", {"app": "janitor"}, None, False),
         ("CREATE", None, None, False),
@@ -149,6 +157,13 @@ def job(labels: dict[str, str] | None) -> dict[str, Any]:
         "creating a blast Job without id",
         "creating a setup Job (init-ssd, init-pv) of a search",
         "creating a setup Job without id (import-queries)",
+        "a capitalised finalizer is sent (refused with 422 by the handler)",
+        "an upper-case app is sent",
+        "digit one for l is sent",
+        "rn for m is sent",
+        "a longer word is not sent",
+        "an ordinary Job is not sent",
+        "the Job controller's updates of a near-miss Job are not sent",
         "creating a finalizer without id (refused with 422 by the handler)",
         "creating another app's Job is not sent",
         "creating an unlabelled Job is not sent",
@@ -195,3 +210,8 @@ def test_a_request_without_a_name_does_not_error() -> None:
         {"request": celpy.json_to_cel({"operation": "CREATE"})}
     )
     assert result is False or result == celpy.celtypes.BoolType(False)
+
+
+def test_the_job_webhook_sends_near_misses_with_the_pattern_the_policy_is_tested_against() -> None:
+    [condition] = HOOKS["search-admission.elb-gate.io"][1]["matchConditions"]
+    assert f".matches('{NEAR_MISS_APP_PATTERN}')" in condition["expression"]

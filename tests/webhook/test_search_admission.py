@@ -66,6 +66,7 @@ def update(
             id="any DELETE of a Job costs no API call",
         ),
         pytest.param(create("other"), Reads.NONE, id="a Job that is not a search Job"),
+        pytest.param(create("Blast", "a"), Reads.NONE, id="a near-miss app is refused on the request alone"),
         pytest.param(create(None), Reads.NONE, id="a Job with no labels"),
         pytest.param(
             update("blast", "a", "blast", "a"),
@@ -325,6 +326,42 @@ CASES: dict[str, Case] = {
         reason="not_holder",
         code=403,
         says=("no holder-user stamp",),
+    ),
+    "app=Finalizer is refused with 422 naming the exact value": Case(
+        create("Finalizer", "d"),
+        allowed=False,
+        reason="near_miss_label",
+        code=422,
+        says=("app=Finalizer: did you mean app=finalizer?", "set metadata.labels.app=finalizer"),
+    ),
+    "a Cyrillic look-alike of blast is refused and shown escaped": Case(
+        create("bl\u0430st", "d"),
+        allowed=False,
+        reason="near_miss_label",
+        code=422,
+        says=("app=bl\\u0430st: did you mean app=blast?",),
+    ),
+    "a zero-width space in elb-job-id is refused naming the clean id": Case(
+        create("blast", "job-0a1b\u200b"),
+        allowed=False,
+        reason="near_miss_label",
+        code=422,
+        says=("zero width space (U+200B)", "did you mean elb-job-id=job-0a1b?"),
+    ),
+    "a new id differing from an active one only in case is refused naming it": Case(
+        create("submit", "JOB-0A1B"),
+        active("job-0a1b"),
+        ALICE_HOLDS,
+        allowed=False,
+        reason="near_miss_label",
+        code=422,
+        says=("differs from active search job-0a1b", "did you mean elb-job-id=job-0a1b?"),
+    ),
+    "a Job controller UPDATE of a near-miss Job passes untouched": Case(
+        update("Blast", "a", "Blast", "a"), reason="not_gated"
+    ),
+    "an UPDATE relabelling a Job to a near miss is refused": Case(
+        update("SUBMIT", "a", "web", "a"), allowed=False, reason="near_miss_label", code=422
     ),
     "an UPDATE moving a Job to a new id does not count its own old search": Case(
         update("blast", "d", "blast", "a"),
