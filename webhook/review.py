@@ -34,7 +34,41 @@ STATUS_REASONS: dict[int, str] = {
 
 
 class MalformedReview(ValueError):
-    """The body is not an AdmissionReview v1 with a ``request.uid``: an HTTP 400."""
+    """The body is not an AdmissionReview v1 with a ``request.uid``, or one of its objects
+    is not a JSON object: an HTTP 400. ``field`` names the offending field and ``uid`` is
+    the request's uid when it could be read (both are also in the message)."""
+
+    def __init__(self, message: str, field: str = "", uid: str = "") -> None:
+        super().__init__(message)
+        self.field = field
+        self.uid = uid
+
+
+def _json_kind(value: object) -> str:
+    """How JSON would name ``value``'s type, for a message."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return type(value).__name__
+
+
+def _object_or_none(req: Mapping[str, Any], key: str, uid: str) -> Mapping[str, Any] | None:
+    """``request.<key>``: a JSON object, or absent/null (DELETE, CONNECT). Anything else is
+    malformed — never read as "no object", which would admit it unjudged."""
+    value = req.get(key)
+    if value is None or isinstance(value, Mapping):
+        return value
+    raise MalformedReview(
+        f"request.{key} must be a JSON object or null, got {_json_kind(value)} "
+        f"(request.uid {uid!r})",
+        field=f"request.{key}",
+        uid=uid,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +139,8 @@ class AdmissionRequest:
         if not isinstance(uid, str) or not uid:
             raise MalformedReview("AdmissionReview request.uid is missing or empty")
         resource = req.get("resource")
-        obj, old = req.get("object"), req.get("oldObject")
+        obj = _object_or_none(req, "object", uid)
+        old = _object_or_none(req, "oldObject", uid)
         return cls(
             uid=uid,
             operation=str(req.get("operation") or ""),
@@ -114,8 +149,8 @@ class AdmissionRequest:
             resource=str(resource.get("resource") or "") if isinstance(resource, Mapping) else "",
             sub_resource=str(req.get("subResource") or ""),
             user=UserInfo.from_dict(req.get("userInfo")),
-            obj=obj if isinstance(obj, Mapping) else None,
-            old_object=old if isinstance(old, Mapping) else None,
+            obj=obj,
+            old_object=old,
             dry_run=req.get("dryRun") is True,
         )
 
