@@ -53,6 +53,11 @@ def _job(i: int, now: datetime, rv: int) -> dict[str, Any]:
     app = "finalizer" if i % 4 == 0 else "blast"
     name = f"{app}-{search}-{i:05d}"
     uid = f"{i:08x}-1111-2222-3333-444455556666"
+    annotations = {"batch.kubernetes.io/job-tracking": ""}
+    if app == "finalizer":
+        # Steady state: the controller recorded its search's batch work at first sight
+        # (one write per finalizer in its life), so no reconcile writes it again.
+        annotations["elb-gate.io/batch-work-seen"] = f"{format_microtime(now)} blast/x"
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -64,7 +69,7 @@ def _job(i: int, now: datetime, rv: int) -> dict[str, Any]:
             "generation": 1,
             "creationTimestamp": format_microtime(now - timedelta(seconds=60 + i)),
             "labels": {"app": app, "elb-job-id": search, "batch.kubernetes.io/job-name": name},
-            "annotations": {"batch.kubernetes.io/job-tracking": ""},
+            "annotations": annotations,
         },
         "spec": {
             "parallelism": 1,

@@ -24,6 +24,10 @@ class ReleaseLease:
     reason: ReclaimReason
     message: str
     """Why, for the Event and the log: names the holder, its expiry or its pod."""
+    evidence: str = ""
+    """For ``dead_holder``: the holder-gone case (:data:`controller.holders.GONE_REASONS`)."""
+    evidence_since: datetime | None = None
+    """When the evidence (or the expiry) became true, if known: the reclaim latency's start."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +45,17 @@ class UnmarkOrphan:
 
     job: JobRef
     message: str
+
+
+@dataclass(frozen=True, slots=True)
+class RecordBatchWork:
+    """Annotate a finalizer with ``batch-work-seen`` (and drop a stale orphan mark in the
+    same CAS write): its search had batch work, so it is finishing, never an orphan."""
+
+    job: JobRef
+    since: datetime
+    seen: str
+    """``<app>/<name>`` of the batch Job that was seen."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,4 +78,4 @@ class WriteLiveness:
     """``changed``, ``created`` or ``heartbeat``."""
 
 
-Action = ReleaseLease | MarkOrphan | UnmarkOrphan | DeleteOrphan | WriteLiveness
+Action = ReleaseLease | RecordBatchWork | MarkOrphan | UnmarkOrphan | DeleteOrphan | WriteLiveness

@@ -23,10 +23,12 @@ from controller.actions import (
     Action,
     DeleteOrphan,
     MarkOrphan,
+    RecordBatchWork,
     ReleaseLease,
     UnmarkOrphan,
     WriteLiveness,
 )
+from controller.batch_work import record_value
 from controller.cache import Cache
 from controller.metrics import ControllerMetrics
 from elbgate.census import JobRef
@@ -43,6 +45,7 @@ from elbgate.kube.api import (
 from elbgate.lease import format_microtime
 from elbgate.logs import log
 from elbgate.names import (
+    BATCH_WORK_SEEN_ANNOTATION,
     HOLDER_POD_ANNOTATION,
     HOLDER_USER_ANNOTATION,
     LIVENESS_CONFIGMAP,
@@ -101,6 +104,8 @@ class Applier:
             match action:
                 case ReleaseLease():
                     await self._release(action)
+                case RecordBatchWork():
+                    await self._record(action)
                 case MarkOrphan():
                     await self._mark(action)
                 case UnmarkOrphan():
@@ -167,7 +172,13 @@ class Applier:
         }
         result = await self.api.merge_patch(path(LEASES, a.namespace, a.name), patch)
         self.cache.write_through(kinds.LEASES, a.namespace, a.resource_version, result)
-        self.metrics.record_reclaim(a.namespace, a.reason)
+        now = self.clock()
+        latency = (
+            max(0.0, (now - a.evidence_since).total_seconds())
+            if a.evidence_since is not None
+            else None
+        )
+        self.metrics.record_reclaim(a.namespace, a.reason, a.evidence, latency)
         log(
             logger,
             logging.WARNING,
@@ -176,6 +187,8 @@ class Applier:
             name=a.name,
             holder=a.holder,
             reason=a.reason,
+            evidence=a.evidence or None,
+            seconds_after_evidence=round(latency, 3) if latency is not None else None,
             detail=a.message,
         )
         reason = (
@@ -199,6 +212,27 @@ class Applier:
         result = await self.api.merge_patch(path(JOBS, job.namespace, job.name), patch)
         self.cache.write_through(kinds.JOBS, job.namespace, job.resource_version, result)
         return result
+
+    async def _record(self, a: RecordBatchWork) -> None:
+        job = a.job
+        annotations: dict[str, str | None] = {
+            BATCH_WORK_SEEN_ANNOTATION: record_value(a.since, a.seen)
+        }
+        if job.orphaned_since:
+            annotations[ORPHANED_SINCE_ANNOTATION] = None  # no longer an orphan
+        patch = {"metadata": {"resourceVersion": job.resource_version, "annotations": annotations}}
+        result = await self.api.merge_patch(path(JOBS, job.namespace, job.name), patch)
+        self.cache.write_through(kinds.JOBS, job.namespace, job.resource_version, result)
+        log(
+            logger,
+            logging.INFO,
+            "batch work recorded on finalizer",
+            namespace=job.namespace,
+            name=job.name,
+            job_id=job.job_id,
+            seen=a.seen,
+            unmarked=bool(job.orphaned_since),
+        )
 
     async def _mark(self, a: MarkOrphan) -> None:
         await self._patch_job_mark(a.job, format_microtime(a.since))
@@ -305,6 +339,7 @@ def _job_ref(job: JobRef) -> dict[str, str]:
 
 _VERB_RESOURCE: dict[type, tuple[str, str]] = {
     ReleaseLease: ("patch", "leases"),
+    RecordBatchWork: ("patch", "jobs"),
     MarkOrphan: ("patch", "jobs"),
     UnmarkOrphan: ("patch", "jobs"),
     DeleteOrphan: ("delete", "jobs"),

@@ -3,9 +3,11 @@
 Only the few fields the planners need are kept, as the shared library's own frozen views
 (:class:`elbgate.census.JobRef`, :class:`elbgate.lease.LeaseView`), never whole objects:
 memory is benchmarked. A finished Job is dropped at once unless it still carries the
-orphaned-since mark, which must be removed; of a finished ``submit``/``blast`` Job only
-its name and ``elb-job-id`` are kept, because a finalizer whose batch work is done is
-*finishing* (merging results), not an orphan to delete (see :mod:`elbgate.census`).
+orphaned-since mark, which must be removed; of a finished ``submit``/``blast``/``setup``
+Job only its name, app and ``elb-job-id`` are kept, because a finalizer whose batch work is
+done is *finishing* (merging results), not an orphan (see :mod:`elbgate.census`). That
+memory is only a bridge: the batch Jobs are TTL-deleted and a restart forgets it, so the
+reconciler records the sighting on the finalizer itself (``elb-gate.io/batch-work-seen``).
 
 A namespace is *synced* only while every one of its watched kinds has completed its
 initial LIST and its watch is up; the reconciler never plans on anything less.
@@ -19,7 +21,7 @@ from typing import Any
 
 from elbgate.census import JobRef, is_terminal
 from elbgate.lease import LeaseView
-from elbgate.names import COMPANION_APPS
+from elbgate.names import BATCH_WORK_EVIDENCE_APPS
 
 JOBS = "jobs"
 LEASES = "leases"
@@ -55,7 +57,10 @@ class NamespaceCache:
     finished_marked: dict[str, JobRef] = field(default_factory=dict)
     """Terminal Jobs that still carry ``elb-gate.io/orphaned-since`` (to be un-marked)."""
     finished_batch: dict[str, str] = field(default_factory=dict)
-    """Terminal ``submit``/``blast`` Jobs: name → ``elb-job-id`` (their search had batch work)."""
+    """Terminal batch-work Jobs (:data:`~elbgate.names.BATCH_WORK_EVIDENCE_APPS`): name →
+    ``elb-job-id`` (their search had batch work)."""
+    finished_batch_apps: dict[str, str] = field(default_factory=dict)
+    """The same Jobs: name → ``app`` (to name what was seen)."""
     lease: LeaseView | None = None
     liveness: ConfigMapRecord | None = None
     synced: set[str] = field(default_factory=set)
@@ -73,6 +78,9 @@ class Snapshot:
     liveness: ConfigMapRecord | None
     batch_work_ids: frozenset[str] = frozenset()
     """Searches whose batch Jobs have finished (their finalizers are finishing, not orphans)."""
+    batch_work: Mapping[str, str] = field(default_factory=dict)
+    """Every search with a batch-work Job in the cache, finished or not: ``elb-job-id`` →
+    ``<app>/<name>`` of one such Job (what the finalizer's record names)."""
 
 
 class Cache:
@@ -101,6 +109,7 @@ class Cache:
             entry.unfinished.clear()
             entry.finished_marked.clear()
             entry.finished_batch.clear()
+            entry.finished_batch_apps.clear()
             for obj in items:
                 self._put_job(entry, obj)
         elif kind == LEASES:
@@ -126,6 +135,7 @@ class Cache:
                 entry.unfinished.pop(name, None)  # type: ignore[arg-type]
                 entry.finished_marked.pop(name, None)  # type: ignore[arg-type]
                 entry.finished_batch.pop(name, None)  # type: ignore[arg-type]
+                entry.finished_batch_apps.pop(name, None)  # type: ignore[arg-type]
             else:
                 self._put_job(entry, obj)
         elif kind == LEASES:
@@ -141,8 +151,9 @@ class Cache:
         ref = JobRef.from_dict(obj)
         if is_terminal(obj):
             entry.unfinished.pop(ref.name, None)
-            if ref.app in COMPANION_APPS and ref.job_id:
+            if ref.app in BATCH_WORK_EVIDENCE_APPS and ref.job_id:
                 entry.finished_batch[ref.name] = ref.job_id
+                entry.finished_batch_apps[ref.name] = ref.app
             if ref.orphaned_since:
                 entry.finished_marked[ref.name] = ref
             else:
@@ -195,6 +206,12 @@ class Cache:
 
     def snapshot(self, namespace: str) -> Snapshot:
         entry = self._ns[namespace]
+        seen: dict[str, str] = {}
+        for name, job_id in sorted(entry.finished_batch.items()):
+            seen.setdefault(job_id, f"{entry.finished_batch_apps.get(name, '')}/{name}")
+        for ref in sorted(entry.unfinished.values(), key=lambda r: r.name):
+            if ref.app in BATCH_WORK_EVIDENCE_APPS and ref.job_id:
+                seen[ref.job_id] = f"{ref.app}/{ref.name}"  # a running Job names it best
         return Snapshot(
             namespace=namespace,
             lease=entry.lease,
@@ -202,6 +219,7 @@ class Cache:
             finished_marked=tuple(entry.finished_marked.values()),
             liveness=entry.liveness,
             batch_work_ids=frozenset(entry.finished_batch.values()),
+            batch_work=seen,
         )
 
     def job_count(self) -> int:

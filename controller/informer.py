@@ -13,11 +13,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from controller.cache import Cache
 from controller.metrics import ControllerMetrics
 from elbgate.kube.api import ApiError, ApiUnavailable, KubeApi
 from elbgate.logs import log
@@ -25,6 +24,17 @@ from elbgate.logs import log
 logger = logging.getLogger("elbgate.controller.informer")
 
 PAGE_SIZE = 500
+
+
+class Sink(Protocol):
+    """Where an informer puts what it lists and watches (:class:`controller.cache.Cache`,
+    or one holder pod's or node's record in :mod:`controller.holder_watch`)."""
+
+    def replace(self, kind: str, namespace: str, items: Iterable[Mapping[str, Any]]) -> None: ...
+
+    def apply(self, kind: str, namespace: str, event_type: str, obj: Mapping[str, Any]) -> None: ...
+
+    def mark_unsynced(self, kind: str, namespace: str) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +55,7 @@ class Informer:
     def __init__(
         self,
         api: KubeApi,
-        cache: Cache,
+        cache: Sink,
         spec: WatchSpec,
         metrics: ControllerMetrics,
         *,

@@ -16,6 +16,7 @@ from aiohttp import web
 from controller import cache as kinds
 from controller.apply import Applier
 from controller.cache import Cache
+from controller.holder_watch import HolderWatches
 from controller.http import Health, create_app
 from controller.informer import Informer, WatchSpec
 from controller.leader import LeaderElector
@@ -24,7 +25,7 @@ from controller.reconciler import Reconciler
 from elbgate.kube.api import CONFIGMAPS, JOBS, LEASES, KubeApi, path
 from elbgate.kube.config import KubeConfig
 from elbgate.logs import log
-from elbgate.names import LIVENESS_CONFIGMAP, SEARCH_APPS, lease_name
+from elbgate.names import BATCH_WORK_EVIDENCE_APPS, LIVENESS_CONFIGMAP, SEARCH_APPS, lease_name
 from elbgate.settings import Settings
 
 logger = logging.getLogger("elbgate.controller")
@@ -45,8 +46,9 @@ def identity(settings: Settings) -> str:
 
 
 def job_selector(settings: Settings) -> str:
-    """``app in (...)``: the census's apps plus the configured liveness apps."""
-    apps = sorted(set(SEARCH_APPS) | set(settings.liveness_apps))
+    """``app in (...)``: the census's apps, the batch-work evidence apps (a finalizer's
+    record) and the configured liveness apps."""
+    apps = sorted(set(SEARCH_APPS) | BATCH_WORK_EVIDENCE_APPS | set(settings.liveness_apps))
     return f"app in ({','.join(apps)})"
 
 
@@ -103,8 +105,18 @@ class Controller:
         self.applier = Applier(
             api, self.cache, self.metrics, self.identity, self.leader.may_act, clock
         )
+        self.holders = HolderWatches(
+            api, self.metrics, self._changed, watch_timeout_seconds=watch_timeout_seconds
+        )
         self.reconciler = Reconciler(
-            settings, self.cache, api, self.applier, self.metrics, self.leader.may_act, clock
+            settings,
+            self.cache,
+            api,
+            self.applier,
+            self.metrics,
+            self.leader.may_act,
+            clock,
+            holders=self.holders,
         )
         self.informers = [
             Informer(
@@ -160,6 +172,7 @@ class Controller:
                 tg.create_task(self.leader.run())
         finally:
             self.reconciler.cancel_inflight()
+            await asyncio.shield(self.holders.close())
             await asyncio.shield(self.leader.release())
             await runner.cleanup()
             log(logger, logging.INFO, "controller stopped", identity=self.identity)

@@ -24,6 +24,13 @@ class ControllerMetrics:
             ["namespace", "reason"],
             registry=r,
         )
+        self._reclaim_latency = Histogram(
+            "elb_gate_reclaim_after_evidence_seconds",
+            "Seconds from the evidence (holder gone, or Lease expired) to the reclaim, by case.",
+            ["evidence"],
+            buckets=(0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 60, 120, 300),
+            registry=r,
+        )
         self._lease_expired = Gauge(
             "elb_gate_lease_expired",
             "1 while the namespace's submit Lease is held but past its expiry.",
@@ -101,9 +108,14 @@ class ControllerMetrics:
 
     # -- verbs ---------------------------------------------------------------
 
-    def record_reclaim(self, namespace: str, reason: str) -> None:
-        """A submit Lease's holder was cleared; ``reason`` is ``expired`` or ``dead_holder``."""
+    def record_reclaim(
+        self, namespace: str, reason: str, evidence: str = "", seconds: float | None = None
+    ) -> None:
+        """A submit Lease's holder was cleared; ``reason`` is ``expired`` or ``dead_holder``,
+        ``evidence`` the holder-gone case, ``seconds`` the time since the evidence."""
         self._reclaimed.labels(namespace, reason).inc()
+        if seconds is not None:
+            self._reclaim_latency.labels(evidence or reason).observe(seconds)
 
     def record_orphan_deleted(self, namespace: str) -> None:
         self._orphans_deleted.labels(namespace).inc()

@@ -2,9 +2,13 @@
 
 An orphan is what the shared census calls one (non-terminal finalizer, no live companion,
 older than the finalizer grace, and no batch work ever seen for its search: a finalizer
-whose batch Jobs finished is *finishing* — merging results — and is never deleted).
-The mark ``elb-gate.io/orphaned-since`` is the clock of the delete grace, so it
-survives controller restarts and leader changes. Pure.
+whose search had batch work — recorded on it as ``elb-gate.io/batch-work-seen`` — is
+*finishing*, merging results, and is never marked or deleted).
+
+Policy ``warn`` (the default) marks, warns and counts, and leaves the deletion to an
+operator; ``delete`` also deletes an orphan once it has been marked for the delete grace.
+The mark ``elb-gate.io/orphaned-since`` is the clock of that grace, so it survives
+controller restarts and leader changes. Pure.
 """
 
 from __future__ import annotations
@@ -37,22 +41,23 @@ def plan_orphans(
         if not isinstance(since, datetime):
             # Absent, or unparseable (then restart the clock: later deletion, never earlier).
             then = (
-                f"it will be deleted after {delete_after}s unless it regains a companion"
+                f"it will be deleted after {delete_after}s unless its batch work appears"
                 if settings.orphan_policy == "delete"
-                else "policy warn: it will not be deleted"
+                else "policy warn: it will not be deleted; an operator deletes it after "
+                "checking (docs/runbook.md#elbgateorphanedfinalizers)"
             )
             actions.append(
                 MarkOrphan(
                     job=job,
                     since=now,
                     message=(
-                        f"{_describe(job)} is orphaned: not finished, no submit/blast Job "
-                        f"ever seen for its search, and older than the {grace}s "
+                        f"{_describe(job)} is orphaned: not finished, no submit/blast/setup "
+                        f"Job ever seen for its search, and older than the {grace}s "
                         f"finalizer grace; it holds no search slot; {then}"
                     ),
                 )
             )
-        elif settings.orphan_policy == "delete":
+        elif settings.orphan_policy == "delete" and not job.batch_work_seen:
             flagged = (now - since).total_seconds()
             if flagged >= delete_after:
                 actions.append(

@@ -1,22 +1,28 @@
 """observe → **plan** → apply: one namespace's desired writes, from a cache snapshot, the
-holder-pod lookup, the settings and the time. Pure and table-tested.
+holder-pod view, the settings and the time. Pure and table-tested.
 
 The census is the shared one (:func:`elbgate.census.census_of_refs`, as the cache holds
-refs), so the controller, the webhook and the CLI never disagree on what is active.
+refs), so the controller, the webhook and the CLI never disagree on what is active. A plan
+also says when to look again — the next deadline that no watch event will announce (a
+finalizer's grace, an orphan's delete grace, the Lease's expiry, a NotReady node's bound) —
+so no deadline waits for the periodic resync.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from controller.actions import Action, WriteLiveness
+from controller.actions import Action, UnmarkOrphan, WriteLiveness
+from controller.batch_work import plan_batch_work_records
 from controller.cache import Snapshot
 from controller.liveness import LivenessView, judge_liveness
 from controller.orphans import plan_orphans
 from controller.reclaim import PodSeen, is_stale, plan_reclaim
-from elbgate.census import Census, census_of_refs
+from elbgate.census import Census, JobRef, census_of_refs
+from elbgate.lease import parse_microtime
+from elbgate.names import FINALIZER_APP
 from elbgate.settings import Settings
 
 
@@ -29,6 +35,8 @@ class Plan:
     census: Census
     liveness: LivenessView
     lease_expired: bool
+    look_again_at: datetime | None = None
+    """The next deadline this plan depends on (``None``: only events and the resync)."""
 
 
 def make_plan(
@@ -38,17 +46,27 @@ def make_plan(
     now: datetime,
     settings: Settings,
 ) -> Plan:
-    """Plan one namespace. ``pods`` maps a Lease's ``holder-pod`` stamp to its lookup."""
-    found = census_of_refs(
-        snap.unfinished, now, settings.finalizer_grace_seconds, snap.batch_work_ids
-    )
+    """Plan one namespace. ``pods`` maps a Lease's ``holder-pod`` stamp to what is known
+    of that pod."""
+    records = plan_batch_work_records(snap.unfinished, snap.batch_work, now)
+    recorded = {r.job.name for r in records}
+    # The records are on their way: judge those finalizers as finishing already, so this
+    # plan never marks (or deletes) what it is about to record.
+    had_batch_work = snap.batch_work_ids | {r.job.job_id for r in records}
+    found = census_of_refs(snap.unfinished, now, settings.finalizer_grace_seconds, had_batch_work)
     actions: list[Action] = []
     lease = snap.lease
-    release = plan_reclaim(lease, pods.get(lease.holder_pod) if lease else None, now, settings)
-    if release is not None:
-        actions.append(release)
+    reclaim = plan_reclaim(lease, pods.get(lease.holder_pod) if lease else None, now, settings)
+    if reclaim.release is not None:
+        actions.append(reclaim.release)
+    actions.extend(records)
     marked = [j for j in snap.unfinished if j.orphaned_since] + list(snap.finished_marked)
-    actions.extend(plan_orphans(found, marked, now, settings))
+    actions.extend(
+        a
+        for a in plan_orphans(found, marked, now, settings)
+        # The record's write drops the mark too: one CAS write per Job and plan.
+        if not (isinstance(a, UnmarkOrphan) and a.job.name in recorded)
+    )
     previous = snap.liveness.data if snap.liveness is not None else None
     decision = judge_liveness(
         snap.namespace, lease, snap.unfinished, found, previous, last_seen_active, now, settings
@@ -62,10 +80,33 @@ def make_plan(
                 why=decision.why,
             )
         )
+    deadlines = [reclaim.look_again_at]
+    deadlines.extend(_finalizer_deadlines(snap.unfinished, settings))
+    deadlines.extend(_orphan_deadlines(found.orphans, settings))
     return Plan(
         namespace=snap.namespace,
         actions=tuple(actions),
         census=found,
         liveness=decision.view,
         lease_expired=is_stale(lease, now, settings),
+        look_again_at=min((d for d in deadlines if d is not None and d > now), default=None),
     )
+
+
+def _finalizer_deadlines(jobs: Iterable[JobRef], settings: Settings) -> list[datetime]:
+    """When each finalizer leaves its grace (it may become an orphan then)."""
+    grace = timedelta(seconds=settings.finalizer_grace_seconds)
+    return [j.created + grace for j in jobs if j.app == FINALIZER_APP and j.created is not None]
+
+
+def _orphan_deadlines(orphans: Iterable[JobRef], settings: Settings) -> list[datetime]:
+    """Under policy ``delete``: when each flagged orphan becomes due for deletion."""
+    if settings.orphan_policy != "delete":
+        return []
+    after = timedelta(seconds=settings.orphan_delete_after_seconds)
+    out = []
+    for job in orphans:
+        since = parse_microtime(job.orphaned_since) if job.orphaned_since else None
+        if isinstance(since, datetime):
+            out.append(since + after)
+    return out

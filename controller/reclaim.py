@@ -1,18 +1,19 @@
-"""Submit-Lease reclaim: a stale holder (held past expiry) or a dead holder (its pod is
-gone or was recreated). Pure; the pod lookup is an input.
+"""Submit-Lease reclaim: a stale holder (held past expiry) or a dead holder (the holder-gone
+rule of :mod:`controller.holders` says its process is gone). Pure; the pod is an input.
 
-A pod GET that failed is *unknown*, never *gone*: only a 404 or a different uid proves
-the holder's pod is dead. A Lease with an unparseable renewTime is never touched (the
-shared rule: never steal on bad data).
+A pod the controller cannot see is *unknown*, never *gone*. A Lease with an unparseable
+renewTime is never touched (the shared rule: never steal on bad data). The decision says
+when to look again (the Lease's expiry, a NotReady node's bound, the reclaim grace), so
+no deadline waits for the next resync.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Literal
+from datetime import datetime, timedelta
 
 from controller.actions import ReleaseLease
+from controller.holders import PodSeen, judge_holder
 from elbgate.lease import (
     LeaseView,
     expires_at,
@@ -22,15 +23,15 @@ from elbgate.lease import (
 )
 from elbgate.settings import Settings
 
+__all__ = ["PodSeen", "ReclaimDecision", "holder_pod_to_check", "is_stale", "plan_reclaim"]
+
 
 @dataclass(frozen=True, slots=True)
-class PodSeen:
-    """What a GET of the holder's pod said."""
+class ReclaimDecision:
+    """The release to make (if any) and when to look again (if a deadline is pending)."""
 
-    state: Literal["present", "absent", "unknown"]
-    uid: str = ""
-    detail: str = ""
-    """For ``unknown``: the error, for the log."""
+    release: ReleaseLease | None = None
+    look_again_at: datetime | None = None
 
 
 def is_stale(lease: LeaseView | None, now: datetime, settings: Settings) -> bool:
@@ -45,25 +46,22 @@ def is_stale(lease: LeaseView | None, now: datetime, settings: Settings) -> bool
 def holder_pod_to_check(
     lease: LeaseView | None, now: datetime, settings: Settings
 ) -> tuple[str, str, str] | None:
-    """``(namespace, pod, uid)`` of a held, unexpired Lease's stamped holder pod when it
-    has gone unrenewed longer than the reclaim grace; else ``None`` (nothing to look up,
-    so a healthy namespace costs no pod GET)."""
+    """``(namespace, pod, uid)`` of a held, unexpired Lease's stamped holder pod (the pod
+    the controller watches); ``None`` when there is nothing to judge."""
     if lease is None or not lease.held or is_stale(lease, now, settings):
         return None
-    stamp = parse_holder_pod(lease.holder_pod)
-    if stamp is None or not isinstance(lease.renew_time, datetime):
+    if not isinstance(lease.renew_time, datetime):
         return None
-    unrenewed = (now - lease.renew_time).total_seconds()
-    return stamp if unrenewed > settings.reclaim_grace_seconds else None
+    return parse_holder_pod(lease.holder_pod)
 
 
 def plan_reclaim(
     lease: LeaseView | None, pod: PodSeen | None, now: datetime, settings: Settings
-) -> ReleaseLease | None:
-    """The release to make, if any. ``pod`` is the lookup of :func:`holder_pod_to_check`'s
-    answer (``None`` when none was needed or made)."""
+) -> ReclaimDecision:
+    """The release to make, if any. ``pod`` is what is known of
+    :func:`holder_pod_to_check`'s pod (``None``: nothing known)."""
     if lease is None or not lease.held:
-        return None
+        return ReclaimDecision()
     if is_stale(lease, now, settings):
         when = expires_at(lease, settings.clock_skew_seconds, settings.lease_ttl_seconds)
         expiry = (
@@ -71,41 +69,50 @@ def plan_reclaim(
             if isinstance(when, datetime)
             else "never renewed"
         )
-        return ReleaseLease(
+        return ReclaimDecision(
+            ReleaseLease(
+                namespace=lease.namespace,
+                name=lease.name,
+                resource_version=lease.resource_version,
+                holder=lease.holder,
+                reason="expired",
+                message=(
+                    f"cleared holder {lease.holder!r} of Lease {lease.name}: {expiry} "
+                    f"(renewTime + leaseDurationSeconds + {settings.clock_skew_seconds}s "
+                    f"skew, controller clock)"
+                ),
+                evidence_since=when if isinstance(when, datetime) else None,
+            )
+        )
+    expiry_at = expires_at(lease, settings.clock_skew_seconds, settings.lease_ttl_seconds)
+    at_expiry = expiry_at if isinstance(expiry_at, datetime) else None
+    stamp = holder_pod_to_check(lease, now, settings)
+    renewed = lease.renew_time
+    if stamp is None or pod is None or not isinstance(renewed, datetime):
+        return ReclaimDecision(look_again_at=at_expiry)
+    verdict = judge_holder(stamp, pod, renewed, now, settings.holder_node_not_ready_seconds)
+    if verdict.gone is None:
+        return ReclaimDecision(look_again_at=_earliest(verdict.look_again_at, at_expiry))
+    grace_end = renewed + timedelta(seconds=settings.reclaim_grace_seconds)
+    if now < grace_end:
+        return ReclaimDecision(look_again_at=_earliest(grace_end, at_expiry))
+    unrenewed = int((now - renewed).total_seconds())
+    return ReclaimDecision(
+        ReleaseLease(
             namespace=lease.namespace,
             name=lease.name,
             resource_version=lease.resource_version,
             holder=lease.holder,
-            reason="expired",
+            reason="dead_holder",
             message=(
-                f"cleared holder {lease.holder!r} of Lease {lease.name}: {expiry} "
-                f"(renewTime + leaseDurationSeconds + {settings.clock_skew_seconds}s skew, "
-                f"controller clock)"
+                f"cleared holder {lease.holder!r} of Lease {lease.name}: its holder is gone "
+                f"({verdict.gone.reason}): {verdict.gone.detail}; last renewed {unrenewed}s ago"
             ),
+            evidence=verdict.gone.reason,
+            evidence_since=verdict.gone.since,
         )
-    stamp = holder_pod_to_check(lease, now, settings)
-    if stamp is None or pod is None or pod.state == "unknown":
-        return None
-    pod_ns, pod_name, uid = stamp
-    if pod.state == "present" and pod.uid == uid:
-        return None
-    why = (
-        "no longer exists"
-        if pod.state == "absent"
-        else f"was recreated (uid {pod.uid}, holder had {uid})"
     )
-    if not isinstance(lease.renew_time, datetime):  # checked above; narrows the type
-        return None
-    unrenewed = int((now - lease.renew_time).total_seconds())
-    return ReleaseLease(
-        namespace=lease.namespace,
-        name=lease.name,
-        resource_version=lease.resource_version,
-        holder=lease.holder,
-        reason="dead_holder",
-        message=(
-            f"cleared holder {lease.holder!r} of Lease {lease.name}: its pod "
-            f"{pod_ns}/{pod_name} {why}, and the Lease was last renewed {unrenewed}s ago "
-            f"(> {settings.reclaim_grace_seconds}s grace)"
-        ),
-    )
+
+
+def _earliest(*moments: datetime | None) -> datetime | None:
+    return min((m for m in moments if m is not None), default=None)

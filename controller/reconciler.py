@@ -1,9 +1,11 @@
 """**observe** → plan → apply, per namespace, on cache changes and on a periodic resync.
 
-Level-based: every reconcile re-derives everything from the cache (plus one pod GET when a
-Lease's stamped holder pod must be checked), so a missed event is repaired by the next
-resync. A namespace whose cache is not synced is skipped. Only the leader applies; every
-replica plans, so ``/liveness`` and the gauges are served by both.
+Level-based: every reconcile re-derives everything from the cache and the holder-pod
+watches (plus one pod GET to confirm a stamped pod is really gone or replaced before the
+plan may act on it), so a missed event is repaired by the next resync. A namespace whose
+cache is not synced is skipped. Only the leader applies; every replica plans, so
+``/liveness`` and the gauges are served by both. A plan's ``look_again_at`` schedules the
+namespace's next reconcile, so a deadline never waits for the resync.
 """
 
 from __future__ import annotations
@@ -13,13 +15,16 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from controller.apply import Applier, Outcome
 from controller.cache import Cache
+from controller.holder_watch import HolderWatches
+from controller.holders import PodSeen, PodView
 from controller.liveness import LivenessView
 from controller.metrics import ControllerMetrics
 from controller.plan import Plan, make_plan
-from controller.reclaim import PodSeen, holder_pod_to_check
+from controller.reclaim import holder_pod_to_check
 from elbgate.kube.api import PODS, ApiError, ApiUnavailable, KubeApi, path
 from elbgate.logs import log
 from elbgate.settings import Settings
@@ -29,6 +34,8 @@ logger = logging.getLogger("elbgate.controller.reconciler")
 DEBOUNCE_SECONDS = 0.05
 """Coalesce a burst of watch events (a LIST's worth, a search's Jobs) into one reconcile."""
 REQUEUE_AFTER_CONFLICT = 0.5
+LOOK_AGAIN_SLACK_SECONDS = 0.05
+"""Wake this long after a deadline, so the plan made then sees it passed."""
 
 
 class Reconciler:
@@ -43,8 +50,11 @@ class Reconciler:
         metrics: ControllerMetrics,
         may_act: Callable[[], bool],
         clock: Callable[[], datetime],
+        holders: HolderWatches | None = None,
     ) -> None:
         self.settings = settings
+        self.holders = holders
+        """The holder-pod watches (``None``: every pod is looked up with a GET instead)."""
         self.cache = cache
         self.api = api
         self.applier = applier
@@ -57,6 +67,7 @@ class Reconciler:
         self._dirty: set[str] = set()
         self._wake = asyncio.Event()
         self._inflight: asyncio.Task[None] | None = None
+        self._timers: dict[str, tuple[float, asyncio.TimerHandle]] = {}
 
     # -- triggers ------------------------------------------------------------
 
@@ -124,8 +135,10 @@ class Reconciler:
         snap = self.cache.snapshot(namespace)
         pods: dict[str, PodSeen] = {}
         stamp = holder_pod_to_check(snap.lease, self.clock(), self.settings)
+        if self.holders is not None:
+            self.holders.want(namespace, (stamp[0], stamp[1]) if stamp else None)
         if stamp is not None and snap.lease is not None:
-            pods[snap.lease.holder_pod] = await self.observe_pod(*stamp)
+            pods[snap.lease.holder_pod] = await self.observe_holder(*stamp)
             # The world moved on while we waited: plan on the fresh cache. The pod lookup
             # only applies to the Lease version it was made for (keyed by its stamp).
             if not self.cache.synced(namespace):
@@ -134,14 +147,30 @@ class Reconciler:
         now = self.clock()
         plan = make_plan(snap, pods, self._last_seen_active.get(namespace), now, self.settings)
         self._publish(plan, now)
+        self._look_again(namespace, plan.look_again_at, now)
         if plan.actions and self.may_act():
             await self._apply(plan)
         return plan
 
+    async def observe_holder(self, namespace: str, name: str, uid: str) -> PodSeen:
+        """What is known of the stamped holder pod: its watch's view, and — before the plan
+        may call it gone for being absent or replaced — a fresh GET, because the Lease
+        watch may have delivered a new holder's stamp before the pod watch delivered its
+        new pod."""
+        if self.holders is None:
+            return await self.observe_pod(namespace, name, uid)
+        seen = self.holders.seen(namespace, name)
+        if seen.state == "absent" or (seen.state == "present" and seen.uid != uid):
+            fresh = await self.observe_pod(namespace, name, uid)
+            if fresh.state == "present" and fresh.uid == uid:
+                return PodSeen.of(fresh.pod, seen.node) if fresh.pod else fresh
+            return fresh
+        return seen
+
     async def observe_pod(self, namespace: str, name: str, uid: str) -> PodSeen:
         """GET the holder's pod: ``absent`` only on a 404; any error is ``unknown``."""
         try:
-            pod = await self.api.get(path(PODS, namespace, name))
+            pod: dict[str, Any] = await self.api.get(path(PODS, namespace, name))
         except ApiError as exc:
             if exc.not_found:
                 return PodSeen("absent")
@@ -150,7 +179,28 @@ class Reconciler:
         except ApiUnavailable as exc:
             self.metrics.record_api_error("get", "pods")
             return PodSeen("unknown", detail=str(exc))
-        return PodSeen("present", uid=str((pod.get("metadata") or {}).get("uid") or ""))
+        return PodSeen.of(PodView.from_dict(pod))
+
+    def _look_again(self, namespace: str, when: datetime | None, now: datetime) -> None:
+        """Reconcile ``namespace`` again just after ``when`` (one timer per namespace)."""
+        current = self._timers.pop(namespace, None)
+        if when is None:
+            if current is not None:
+                current[1].cancel()
+            return
+        loop = asyncio.get_running_loop()
+        due = loop.time() + max(0.0, (when - now).total_seconds()) + LOOK_AGAIN_SLACK_SECONDS
+        if current is not None:
+            if abs(current[0] - due) < LOOK_AGAIN_SLACK_SECONDS:
+                self._timers[namespace] = current
+                return
+            current[1].cancel()
+        handle = loop.call_at(due, self._timer_fired, namespace)
+        self._timers[namespace] = (due, handle)
+
+    def _timer_fired(self, namespace: str) -> None:
+        self._timers.pop(namespace, None)
+        self.mark_dirty(namespace)
 
     def _publish(self, plan: Plan, now: datetime) -> None:
         view = plan.liveness

@@ -23,7 +23,9 @@ Rules (DESIGN.md, "Census"):
 * the databases each active search stages and uses, and each database being
   staged right now, by whom (:mod:`elbgate.databases`): the DB staging rule.
 * a non-terminal finalizer that is not live holds no slot. It is *finishing*
-  when its search had batch work (a terminal ``submit``/``blast`` Job) — the
+  when its search had batch work (a terminal ``setup``/``submit``/``blast`` Job
+  of its ``elb-job-id``, or the controller's ``elb-gate.io/batch-work-seen``
+  record on the finalizer) — the
   batch is done and the finalizer is merging results: never garbage-collected,
   and still "in use" for auto-stop — and an *orphan* when its batch work never
   appeared (only orphans are garbage-collected).
@@ -49,7 +51,8 @@ from elbgate.job_status import is_suspended, is_terminal, terminating_pods
 from elbgate.lease import Unparseable, parse_microtime
 from elbgate.names import (
     APP_LABEL,
-    COMPANION_APPS,
+    BATCH_WORK_EVIDENCE_APPS,
+    BATCH_WORK_SEEN_ANNOTATION,
     FINALIZER_APP,
     JOB_ID_LABEL,
     ORPHANED_SINCE_ANNOTATION,
@@ -91,6 +94,9 @@ class JobRef:
     """Suspended: it runs no pod now, but resumes without passing a gate, so it counts."""
     terminating: int = 0
     """Pods of this Job still terminating (``status.terminating``)."""
+    batch_work_seen: str = ""
+    """The controller's ``elb-gate.io/batch-work-seen`` annotation, ``""`` if absent: the
+    durable record that this finalizer's search had batch work (finishing, never an orphan)."""
 
     @classmethod
     def from_dict(cls, job: Mapping[str, Any]) -> JobRef:
@@ -112,6 +118,7 @@ class JobRef:
             uses=dbs.uses,
             suspended=is_suspended(job),
             terminating=terminating_pods(job),
+            batch_work_seen=str(annotations.get(BATCH_WORK_SEEN_ANNOTATION) or ""),
         )
 
     def age_seconds(self, now: datetime) -> float | None:
@@ -205,7 +212,7 @@ def census(
         if app not in SEARCH_APPS:
             continue
         if is_terminal(job):
-            if app in COMPANION_APPS and labels.get(JOB_ID_LABEL):
+            if app in BATCH_WORK_EVIDENCE_APPS and labels.get(JOB_ID_LABEL):
                 had_batch_work.add(str(labels[JOB_ID_LABEL]))
             continue
         unfinished.append(JobRef.from_dict(job))
@@ -259,8 +266,12 @@ def census_of_refs(
                 else f"{format_duration(age)} old < {format_duration(grace)} grace"
             )
             active[key] = ActiveSearch(key, tuple(refs), f"finalizer {live[0].name} live ({why})")
-        idle = [r for r in refs if r not in live]
-        (finishing if key in batch_work_ids else orphans).extend(idle)
+        for r in refs:
+            if r not in live:
+                # The durable record on the finalizer wins over what is still listed:
+                # batch Jobs are TTL-deleted while a finalizer may still be merging.
+                had = key in batch_work_ids or bool(r.batch_work_seen)
+                (finishing if had else orphans).append(r)
 
     return Census(
         active=tuple(active[k] for k in sorted(active)),

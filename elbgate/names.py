@@ -37,8 +37,8 @@ cloud-split Job are ``setup`` Jobs without one."""
 WORK_APPS: frozenset[str] = frozenset({SETUP_APP, SUBMIT_APP, BLAST_APP})
 """Jobs whose unfinished presence makes their search active (and keeps its finalizer live)."""
 COMPANION_APPS: frozenset[str] = frozenset({SUBMIT_APP, BLAST_APP})
-"""Batch work: a finished one is the evidence that a search's batch work existed,
-which tells a finalizer that is merging results from an orphan."""
+"""Batch work proper: the Jobs a finalizer waits for. What proves a search had batch work
+(finishing, not an orphan) is :data:`BATCH_WORK_EVIDENCE_APPS`."""
 
 SEARCH_JOB_SELECTOR = f"{APP_LABEL} in ({','.join(SEARCH_APPS)})"
 """labelSelector of the one census LIST."""
@@ -68,3 +68,17 @@ def lease_name(namespace: str) -> str:
 def is_submit_lease_name(name: str | None) -> bool:
     """True for Lease names elb-gate guards (others never reach the webhook)."""
     return name is not None and name.startswith(LEASE_PREFIX)
+
+BATCH_WORK_SEEN_ANNOTATION = ANNOTATION_PREFIX + "batch-work-seen"
+"""Set by the controller on a finalizer Job the first time it sees batch work of the
+finalizer's search: ``<RFC 3339 time> <app>/<Job name>``. Durable evidence that the search
+had batch work, so the finalizer is *finishing*, never an orphan, after its batch Jobs were
+TTL-deleted or the controller restarted."""
+BATCH_WORK_EVIDENCE_APPS: frozenset[str] = COMPANION_APPS | {SETUP_APP}
+"""``app`` labels whose Jobs (with the finalizer's ``elb-job-id``), finished or not, prove
+its search had batch work. ``setup`` counts: elastic-blast creates a search's setup Jobs,
+then its submit/blast Jobs, and its finalizer last, so a setup Job sharing the id shows the
+submit went past them — and setup Jobs carry no TTL, so they outlive the batch Jobs."""
+HOLDER_CONTAINER_ANNOTATION = ANNOTATION_PREFIX + "holder-container"
+"""Optional, on a submitter's Pod: the container whose process holds the submit Lease. The
+controller then judges a restart of that container alone (docs/holder-gone.md)."""

@@ -127,8 +127,9 @@ class Settings:
     )
     orphan_policy: OrphanPolicy = _setting(
         "ELB_GATE_ORPHAN_POLICY",
-        "delete",
-        "`delete` removes orphaned finalizers after the delete grace; `warn` only flags them.",
+        "warn",
+        "`warn` flags an orphaned finalizer (annotation, Warning Event, metric, alert) for an "
+        "operator to delete; `delete` also deletes it after the delete grace.",
         parse="orphan_policy",
     )
     orphan_delete_after_seconds: int = _setting(
@@ -136,8 +137,15 @@ class Settings:
     )
     reclaim_grace_seconds: int = _setting(
         "ELB_GATE_RECLAIM_GRACE_SECONDS",
-        45,
-        "A Lease whose holder pod is gone is reclaimed once unrenewed this long.",
+        0,
+        "Extra wait before a dead-holder reclaim: the Lease must also be unrenewed this long "
+        "(0: reclaim as soon as the holder is gone; docs/holder-gone.md).",
+    )
+    holder_node_not_ready_seconds: int = _setting(
+        "ELB_GATE_HOLDER_NODE_NOT_READY_SECONDS",
+        10,
+        "A holder whose pod's node has not been Ready for this long is gone "
+        "(counted from the node's Ready condition lastTransitionTime).",
     )
     resync_seconds: float = _setting(
         "ELB_GATE_RESYNC_SECONDS",

@@ -1,5 +1,5 @@
-"""Plan tables: orphaned finalizers are marked, warned about, deleted (policy delete) or
-left (policy warn), and un-marked when they stop being orphans."""
+"""Plan tables: orphaned finalizers are marked, warned about, left (policy warn, the
+default) or deleted (policy delete), and un-marked when they stop being orphans."""
 
 from __future__ import annotations
 
@@ -8,11 +8,13 @@ from typing import Any
 
 import pytest
 
-from controller.actions import DeleteOrphan, MarkOrphan, UnmarkOrphan
+from controller.actions import DeleteOrphan, MarkOrphan, RecordBatchWork, UnmarkOrphan
 from controller.plan import make_plan
 from tests.controller.builders import NOW, ago, job_doc, settings, snapshot
 
-# Defaults: finalizer grace 300 s, delete 900 s after orphaned-since, policy delete.
+# Defaults: finalizer grace 300 s, policy warn; under policy delete, delete 900 s after
+# orphaned-since.
+DELETE = {"orphan_policy": "delete"}
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,11 @@ CASES = [
     Case("a lone finalizer older than the grace is marked", [fin(age=301)], [("Mark", "fin-1")]),
     Case("a lone finalizer inside the grace is live", [fin(age=299)], []),
     Case("a finalizer of unknown age is live", [fin(age=None)], []),
-    Case("a finalizer with an unfinished companion is live", [fin(), blast()], []),
+    Case(
+        "a finalizer with an unfinished companion is live and gets its record",
+        [fin(), blast()],
+        [("Record", "fin-1")],
+    ),
     Case(
         "a companion of another search does not keep it live",
         [fin(job_id="s1"), blast(job_id="s2")],
@@ -46,12 +52,14 @@ CASES = [
     Case(
         "a finalizer merging after its batch work finished is never marked",
         [fin(age=100_000), blast(finished=True)],
-        [],
+        [("Record", "fin-1")],
+        DELETE,
     ),
     Case(
-        "a marked finalizer whose finished batch work is seen is un-marked, not deleted",
+        "a marked finalizer whose finished batch work is seen is recorded (which un-marks)",
         [fin(orphaned_since=ago(100_000)), blast(finished=True)],
-        [("Unmark", "fin-1")],
+        [("Record", "fin-1")],
+        DELETE,
     ),
     Case(
         "finished batch work of another search does not save an orphan",
@@ -59,32 +67,40 @@ CASES = [
         [("Mark", "fin-1")],
     ),
     Case(
-        "an orphan that regains a companion is un-marked",
+        "an orphan whose batch work appears late is recorded, which un-marks it",
         [fin(orphaned_since=ago(100)), job_doc("submit-1", app="submit")],
+        [("Record", "fin-1")],
+    ),
+    Case(
+        "a recorded finalizer still carrying an old mark is un-marked",
+        [fin(orphaned_since=ago(100), batch_work_seen="2026-03-01T11:00:00Z blast/b")],
         [("Unmark", "fin-1")],
+        DELETE,
     ),
     Case(
         "a marked finalizer that finished is un-marked",
         [fin(orphaned_since=ago(100), finished=True)],
         [("Unmark", "fin-1")],
     ),
-    Case("a marked orphan inside the delete grace is left", [fin(orphaned_since=ago(899))], []),
+    Case(
+        "a marked orphan inside the delete grace is left",
+        [fin(orphaned_since=ago(899))],
+        [],
+        DELETE,
+    ),
     Case(
         "a marked orphan at the delete grace is deleted",
         [fin(orphaned_since=ago(900))],
         [("Delete", "fin-1")],
+        DELETE,
     ),
+    Case("the default policy (warn) never deletes", [fin(orphaned_since=ago(100_000))], []),
+    Case("the default policy (warn) still marks", [fin()], [("Mark", "fin-1")]),
     Case(
-        "policy warn never deletes",
-        [fin(orphaned_since=ago(100_000))],
+        "policy delete never deletes a recorded finalizer, however old and lone",
+        [fin(age=100_000, batch_work_seen="2026-03-01T00:00:00Z submit/submit-jobs-1")],
         [],
-        {"orphan_policy": "warn"},
-    ),
-    Case(
-        "policy warn still marks",
-        [fin()],
-        [("Mark", "fin-1")],
-        {"orphan_policy": "warn"},
+        DELETE,
     ),
     Case(
         "an unparseable mark restarts the clock",
@@ -95,16 +111,22 @@ CASES = [
         "a shorter delete grace deletes sooner",
         [fin(orphaned_since=ago(61))],
         [("Delete", "fin-1")],
-        {"orphan_delete_after_seconds": 60},
+        {**DELETE, "orphan_delete_after_seconds": 60},
     ),
     Case(
         "two orphans of one search are each handled",
         [fin("fin-a"), fin("fin-b", orphaned_since=ago(1000))],
         [("Mark", "fin-a"), ("Delete", "fin-b")],
+        DELETE,
     ),
 ]
 
-KIND = {MarkOrphan: "Mark", UnmarkOrphan: "Unmark", DeleteOrphan: "Delete"}
+KIND = {
+    RecordBatchWork: "Record",
+    MarkOrphan: "Mark",
+    UnmarkOrphan: "Unmark",
+    DeleteOrphan: "Delete",
+}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -113,13 +135,13 @@ def test_orphan_table(case: Case) -> None:
     got = [
         (KIND[type(a)], a.job.name)
         for a in found.actions
-        if isinstance(a, MarkOrphan | UnmarkOrphan | DeleteOrphan)
+        if isinstance(a, RecordBatchWork | MarkOrphan | UnmarkOrphan | DeleteOrphan)
     ]
     assert got == case.expected
 
 
 def test_a_new_orphan_is_marked_with_the_time_it_was_found() -> None:
-    found = make_plan(snapshot(jobs=[fin()]), {}, None, NOW, settings())
+    found = make_plan(snapshot(jobs=[fin()]), {}, None, NOW, settings(**DELETE))
     (mark,) = [a for a in found.actions if isinstance(a, MarkOrphan)]
     assert mark.since == NOW
     assert "will be deleted after 900s" in mark.message
@@ -133,7 +155,8 @@ def test_the_warn_policy_says_so_in_the_warning() -> None:
 
 
 def test_a_delete_names_the_job_its_search_and_how_long_it_was_orphaned() -> None:
-    found = make_plan(snapshot(jobs=[fin(orphaned_since=ago(1000))]), {}, None, NOW, settings())
+    snap = snapshot(jobs=[fin(orphaned_since=ago(1000))])
+    found = make_plan(snap, {}, None, NOW, settings(**DELETE))
     (delete,) = [a for a in found.actions if isinstance(a, DeleteOrphan)]
     assert "fin-1" in delete.message and "elb-job-id=s1" in delete.message
     assert "1000s >= 900s" in delete.message

@@ -1,18 +1,31 @@
-"""Plan tables: stale-Lease reclaim and dead-holder reclaim."""
+"""Plan tables: stale-Lease reclaim and dead-holder reclaim (the holder-gone rule itself is
+tabled in test_holder_gone.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from controller.actions import ReleaseLease
+from controller.holders import PodSeen, PodView
 from controller.plan import make_plan
-from controller.reclaim import PodSeen, holder_pod_to_check, plan_reclaim
-from tests.controller.builders import NOW, POD_UID, STAMP, lease, settings, snapshot
+from controller.reclaim import holder_pod_to_check, plan_reclaim
+from tests.controller.builders import (
+    NOW,
+    POD_UID,
+    STAMP,
+    ago,
+    lease,
+    pod_doc,
+    running,
+    settings,
+    snapshot,
+)
 
-# Defaults: TTL 900 s, skew 30 s → expiry 930 s after renewTime; reclaim grace 45 s.
+# Defaults: TTL 900 s, skew 30 s → expiry 930 s after renewTime; no reclaim grace.
 
 
 @dataclass(frozen=True)
@@ -22,7 +35,23 @@ class Case:
     pod: PodSeen | None = None
     reason: str | None = None
     """Expected ReleaseLease reason, or None for "leave it alone"."""
+    overrides: dict[str, Any] | None = None
 
+
+ALIVE = PodSeen.of(PodView.from_dict(pod_doc()))
+RESTARTED = PodSeen.of(
+    PodView.from_dict(
+        pod_doc(
+            [
+                running(
+                    since=NOW - timedelta(seconds=2),
+                    restarts=1,
+                    last_ended=NOW - timedelta(seconds=3),
+                )
+            ]
+        )
+    )
+)
 
 CASES = [
     Case("no lease at all", None),
@@ -45,8 +74,8 @@ CASES = [
         reason="expired",
     ),
     Case(
-        "pod gone (404) and unrenewed past the grace",
-        {"renewed_ago": 60, "pod": STAMP},
+        "pod gone one second after a renewal: reclaimed at once",
+        {"renewed_ago": 1, "pod": STAMP},
         PodSeen("absent"),
         reason="dead_holder",
     ),
@@ -57,25 +86,29 @@ CASES = [
         reason="dead_holder",
     ),
     Case(
-        "pod exists with the same uid",
-        {"renewed_ago": 600, "pod": STAMP},
-        PodSeen("present", uid=POD_UID),
+        "its container restarted after the renewal",
+        {"renewed_ago": 10, "pod": STAMP},
+        RESTARTED,
+        reason="dead_holder",
     ),
+    Case("pod alive with the same uid", {"renewed_ago": 600, "pod": STAMP}, ALIVE),
     Case(
-        "a pod GET error is not gone",
+        "a pod that cannot be seen is not gone",
         {"renewed_ago": 600, "pod": STAMP},
         PodSeen("unknown", detail="500 InternalError"),
     ),
     Case(
-        "pod gone but renewed exactly at the grace boundary",
-        {"renewed_ago": 45, "pod": STAMP},
+        "an optional reclaim grace holds a reclaim back",
+        {"renewed_ago": 44, "pod": STAMP},
         PodSeen("absent"),
+        overrides={"reclaim_grace_seconds": 45},
     ),
     Case(
-        "pod gone and renewed one second past the grace",
-        {"renewed_ago": 46, "pod": STAMP},
+        "an optional reclaim grace, once passed, lets it through",
+        {"renewed_ago": 45, "pod": STAMP},
         PodSeen("absent"),
         reason="dead_holder",
+        overrides={"reclaim_grace_seconds": 45},
     ),
     Case("pod gone but no holder-pod stamp", {"renewed_ago": 600}, PodSeen("absent")),
     Case(
@@ -83,14 +116,14 @@ CASES = [
         {"renewed_ago": 600, "pod": "just-a-pod-name"},
         PodSeen("absent"),
     ),
-    Case("stamped pod but no lookup made", {"renewed_ago": 600, "pod": STAMP}, None),
+    Case("stamped pod but nothing known of it", {"renewed_ago": 600, "pod": STAMP}, None),
 ]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_reclaim_table(case: Case) -> None:
     view = lease(**case.lease) if case.lease is not None else None
-    got = plan_reclaim(view, case.pod, NOW, settings())
+    got = plan_reclaim(view, case.pod, NOW, settings(**(case.overrides or {}))).release
     if case.reason is None:
         assert got is None
     else:
@@ -104,38 +137,60 @@ def test_reclaim_table(case: Case) -> None:
         )
 
 
-def test_dead_holder_message_names_the_pod_and_the_grace() -> None:
+def test_dead_holder_message_names_the_pod_and_the_evidence() -> None:
     got = plan_reclaim(
         lease(renewed_ago=60, pod=STAMP), PodSeen("present", uid="other"), NOW, settings()
-    )
+    ).release
     assert got is not None
-    assert "blast/celery-worker-0" in got.message
-    assert "recreated" in got.message
-    assert "45s grace" in got.message
+    assert "blast/celery-worker-0" in got.message and "recreated" in got.message
+    assert "(pod_replaced)" in got.message and "last renewed 60s ago" in got.message
+    assert got.evidence == "pod_replaced"
+
+
+def test_a_reclaim_carries_when_its_evidence_began() -> None:
+    got = plan_reclaim(lease(renewed_ago=10, pod=STAMP), RESTARTED, NOW, settings()).release
+    assert got is not None and got.evidence == "container_restarted"
+    assert got.evidence_since == NOW - timedelta(seconds=3)
+    expired = plan_reclaim(lease(renewed_ago=1000), None, NOW, settings()).release
+    assert expired is not None and expired.evidence_since == ago(1000 - 930)
 
 
 def test_expired_message_names_the_holder_and_the_expiry() -> None:
-    got = plan_reclaim(lease(renewed_ago=5000), None, NOW, settings())
+    got = plan_reclaim(lease(renewed_ago=5000), None, NOW, settings()).release
     assert got is not None
     assert got.holder in got.message and "expired at" in got.message
 
 
+def test_a_live_holder_is_looked_at_again_at_its_expiry() -> None:
+    got = plan_reclaim(lease(renewed_ago=100, pod=STAMP), ALIVE, NOW, settings())
+    assert got.release is None and got.look_again_at == ago(100 - 930)
+
+
+def test_a_held_back_reclaim_is_looked_at_again_when_the_grace_ends() -> None:
+    got = plan_reclaim(
+        lease(renewed_ago=5, pod=STAMP),
+        PodSeen("absent"),
+        NOW,
+        settings(reclaim_grace_seconds=45),
+    )
+    assert got.release is None and got.look_again_at == ago(5 - 45)
+
+
 @pytest.mark.parametrize(
-    ("lease_kw", "grace", "expected"),
+    ("lease_kw", "expected"),
     [
-        ({"renewed_ago": 60, "pod": STAMP}, 45, ("blast", "celery-worker-0", POD_UID)),
-        ({"renewed_ago": 30, "pod": STAMP}, 45, None),
-        ({"renewed_ago": 30, "pod": STAMP}, 10, ("blast", "celery-worker-0", POD_UID)),
-        ({"renewed_ago": 5000, "pod": STAMP}, 45, None),  # expired: no lookup needed
-        ({"renewed_ago": 60}, 45, None),  # no stamp
-        ({"holder": "", "pod": STAMP}, 45, None),  # free
+        ({"renewed_ago": 1, "pod": STAMP}, ("blast", "celery-worker-0", POD_UID)),
+        ({"renewed_ago": 600, "pod": STAMP}, ("blast", "celery-worker-0", POD_UID)),
+        ({"renewed_ago": 5000, "pod": STAMP}, None),  # expired: reclaimed as such
+        ({"renewed_ago": 60}, None),  # no stamp
+        ({"holder": "", "pod": STAMP}, None),  # free
+        ({"renew_time": "garbage", "pod": STAMP}, None),  # never judged
     ],
 )
-def test_a_pod_lookup_is_made_only_when_it_could_change_the_outcome(
-    lease_kw: dict[str, Any], grace: int, expected: tuple[str, str, str] | None
+def test_the_watched_pod_is_the_one_a_live_stamp_names(
+    lease_kw: dict[str, Any], expected: tuple[str, str, str] | None
 ) -> None:
-    got = holder_pod_to_check(lease(**lease_kw), NOW, settings(reclaim_grace_seconds=grace))
-    assert got == expected
+    assert holder_pod_to_check(lease(**lease_kw), NOW, settings()) == expected
 
 
 def test_the_combined_plan_uses_the_pod_lookup_keyed_by_the_stamp() -> None:

@@ -39,7 +39,10 @@ KINDS = {
     "PODS": "pods",
     "CONFIGMAPS": "configmaps",
     "EVENTS": "events",
+    "NODES": "nodes",
 }
+CLUSTER_SCOPED = {"nodes"}
+"""Resources with no namespace: granted through the one ClusterRoleBinding."""
 SHARED_READS = {
     "list_unfinished_search_jobs": {("jobs", "list")},
     "get_submit_lease": {("leases", "get")},
@@ -61,6 +64,8 @@ EXPECTED: dict[tuple[str, str], set[Grant]] = {
         ("jobs", "patch"),
         ("jobs", "delete"),
         ("pods", "get"),
+        ("pods", "list"),
+        ("pods", "watch"),
         ("events", "create"),
         ("configmaps", "create"),
         ("configmaps", "list"),
@@ -68,6 +73,7 @@ EXPECTED: dict[tuple[str, str], set[Grant]] = {
         ("configmaps", "patch"),
     },
     ("controller", "leader"): {("leases", "get"), ("leases", "create"), ("leases", "update")},
+    ("controller", "cluster"): {("nodes", "list"), ("nodes", "watch")},
 }
 
 
@@ -152,7 +158,9 @@ def used_by_code() -> dict[tuple[str, str], set[Grant]]:
     for component in ("webhook", "controller"):
         for module in sorted((REPO / component).glob("*.py")):
             scope = "leader" if module.name in LEADER_MODULES else "gated"
-            used.setdefault((component, scope), set()).update(calls_in(module))
+            for resource, verb in calls_in(module):
+                where = "cluster" if resource in CLUSTER_SCOPED else scope
+                used.setdefault((component, where), set()).add((resource, verb))
     return used
 
 
@@ -205,11 +213,26 @@ def test_configmap_access_is_limited_to_the_liveness_configmap_except_create(
     )
 
 
+def test_the_node_role_grants_exactly_the_table_and_is_the_only_cluster_wide_binding(
+    rendered: dict[str, list[Obj]],
+) -> None:
+    role = one(rendered["base"], "ClusterRole", "elb-gate-controller-nodes")
+    assert granted(role["rules"]) == EXPECTED[("controller", "cluster")]
+    (binding,) = select(rendered["base"], "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == "elb-gate-controller-nodes"
+    (subject,) = binding["subjects"]
+    assert (subject["name"], subject["namespace"]) == ("elb-gate-controller", "elb-system")
+    # The node and pod watches name their one object: never a list of every Pod or Node.
+    source = (REPO / "controller" / "holder_watch.py").read_text()
+    assert source.count('field_selector=f"metadata.name={name}"') == 2
+
+
 def test_roles_are_bound_per_namespace_and_never_cluster_wide(
     rendered: dict[str, list[Obj]],
 ) -> None:
     for target, objects in rendered.items():
-        assert not select(objects, "ClusterRoleBinding"), target
+        cluster_wide = {b["roleRef"]["name"] for b in select(objects, "ClusterRoleBinding")}
+        assert cluster_wide <= {"elb-gate-controller-nodes"}, target
         for rb in select(objects, "RoleBinding"):
             (subject,) = rb["subjects"]
             assert rb["roleRef"]["name"] != "cluster-admin"

@@ -19,7 +19,7 @@ def test_defaults_match_the_existing_submit_paths() -> None:
         s.celery_hard_time_limit,
     ) == (3, 900, 30, 300, 1800, 3300, 3600)
     assert s.enforcement == "deny"
-    assert s.orphan_policy == "delete"
+    assert s.orphan_policy == "warn"  # never silently delete a finalizer (docs/runbook.md)
     assert s.effective_exec_timeout_seconds == 840
 
 
