@@ -13,7 +13,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from elbgate import quantity
+from elbgate.selectors import SelectorError, parse_selector
+
 Enforcement = Literal["deny", "warn"]
+RuleMode = Literal["deny", "warn", "off"]
+"""A search-admission rule beyond the two gates: refuse, admit with a warning, or skip.
+``deny`` still admits with a warning while ``ELB_GATE_ENFORCEMENT=warn``."""
 OrphanPolicy = Literal["delete", "warn"]
 
 DEFAULT_CONTROLLER_USER = "system:serviceaccount:elb-system:elb-gate-controller"
@@ -167,6 +173,60 @@ class Settings:
         parse="float",
         minimum=0.01,
     )
+    db_staging: RuleMode = _setting(
+        "ELB_GATE_DB_STAGING",
+        "deny",
+        "One staging per database: `deny` refuses a search that would stage a database "
+        "another active search uses (or use one being staged), 429 db_staging; `warn` or `off`.",
+        parse="rule_mode",
+    )
+    capacity: RuleMode = _setting(
+        "ELB_GATE_CAPACITY",
+        "off",
+        "Lower the ceiling to what the ready nodes hold at the search's per-pod requests "
+        "(429 capacity): `deny`, `warn` or `off`. Needs the Nodes read (docs/capacity.md).",
+        parse="rule_mode",
+    )
+    feasibility: RuleMode = _setting(
+        "ELB_GATE_FEASIBILITY",
+        "off",
+        "Refuse at once a search whose pod no ready node can ever hold (422 "
+        "db_memory_infeasible): `deny`, `warn` or `off`. Needs the Nodes read.",
+        parse="rule_mode",
+    )
+    capacity_pool_selector: str = _setting(
+        "ELB_GATE_CAPACITY_POOL_SELECTOR",
+        "",
+        "Label selector of the nodes searches run on (e.g. `agentpool=blastpool`); "
+        "empty: every node.",
+        parse="selector",
+    )
+    capacity_pod_cpu: str = _setting(
+        "ELB_GATE_CAPACITY_POD_CPU",
+        "6",
+        "CPU request of one batch pod, for a search whose first Job does not carry it "
+        "(ElasticBLAST requests num-cpus - 2).",
+        parse="cpu",
+    )
+    capacity_pod_memory: str = _setting(
+        "ELB_GATE_CAPACITY_POD_MEMORY",
+        "4G",
+        "Memory request of one batch pod, when the search's first Job does not carry it.",
+        parse="memory",
+    )
+    capacity_nodes_per_search: int = _setting(
+        "ELB_GATE_CAPACITY_NODES_PER_SEARCH",
+        0,
+        "0: every search puts one pod on every pool node (sharded/local-SSD layout), so "
+        "per-node packing bounds the ceiling; N: a search occupies N whole nodes.",
+    )
+    db_memory_configmap: str = _setting(
+        "ELB_GATE_DB_MEMORY_CONFIGMAP",
+        "elb-gate-db-memory",
+        "Optional ConfigMap in elb-gate's namespace mapping a database to the memory one "
+        "node needs to search it (`core_nt: 251.7G`); read when the feasibility rule is on.",
+        parse="str",
+    )
     webhook_port: int = _setting("ELB_GATE_WEBHOOK_PORT", 8443, "HTTPS admission port.")
     metrics_port: int = _setting("ELB_GATE_METRICS_PORT", 9090, "Plain-HTTP metrics/health port.")
     bind_address: str = _setting(
@@ -302,6 +362,27 @@ def _parse_names(raw: str, _minimum: float) -> tuple[str, ...]:
     return names
 
 
+def _parse_quantity(convert: Callable[[str], int]) -> Callable[[str, float], str]:
+    def parse(raw: str, _minimum: float) -> str:
+        try:
+            value = convert(raw)
+        except quantity.QuantityError:
+            raise ValueError("not a Kubernetes quantity (e.g. 6, 5500m, 4Gi, 251.7G)") from None
+        if value <= 0:
+            raise ValueError("must be > 0")
+        return raw
+
+    return parse
+
+
+def _parse_selector(raw: str, _minimum: float) -> str:
+    try:
+        parse_selector(raw)
+    except SelectorError as exc:
+        raise ValueError(str(exc)) from None
+    return raw
+
+
 _PARSERS: dict[str, Callable[[str, float], Any]] = {
     "int": _parse_int,
     "float": _parse_float,
@@ -310,6 +391,10 @@ _PARSERS: dict[str, Callable[[str, float], Any]] = {
     "enforcement": _choice("deny", "warn"),
     "orphan_policy": _choice("delete", "warn"),
     "log_format": _choice("json", "text"),
+    "rule_mode": _choice("deny", "warn", "off"),
+    "cpu": _parse_quantity(quantity.millicores),
+    "memory": _parse_quantity(quantity.bytes_of),
+    "selector": _parse_selector,
 }
 
 

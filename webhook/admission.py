@@ -175,6 +175,8 @@ class Admission:
                 raise
         if decision.allowed:
             outcome, response = "allowed", decision.response()
+            for soft in decision.warned:  # a rule in warn mode would have refused
+                self.metrics.record_would_deny(webhook, soft.reason)
         elif warn and self.settings.enforcement == "warn":
             outcome, response = "warned", decision.warning_response(webhook)
             self.metrics.record_would_deny(webhook, decision.reason)

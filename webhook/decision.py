@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,6 +35,8 @@ class Decision:
     """JSON Patch of a mutating decision."""
     details: Mapping[str, Any] = field(default_factory=dict)
     """Structured facts for the log line (holder, active ids, ...)."""
+    warned: tuple[Decision, ...] = ()
+    """Refusals of rules set to ``warn`` that this admit carries as warnings."""
 
     @property
     def status_reason(self) -> str:
@@ -43,13 +45,27 @@ class Decision:
     def response(self) -> AdmissionResponse:
         """The AdmissionResponse this decision stands for (enforcing mode)."""
         if self.allowed:
-            return patched(self.patch) if self.patch else allowed()
+            response = patched(self.patch) if self.patch else allowed()
+            for soft in self.warned:
+                response = response.with_warnings(*soft.warning_lines_for())
+            return response
         return denied(self.code, self.status_reason, self.message)
+
+    def warning_lines_for(self, webhook: str = "search-admission.elb-gate.io") -> list[str]:
+        """This refusal as AdmissionReview warning lines (``… would deny: …``)."""
+        return warning_lines(f"{webhook} would deny: {self.message}")
+
+    def with_warned(self, *refusals: Decision) -> Decision:
+        """This admit, carrying ``refusals`` (of rules in warn mode) as warnings."""
+        return replace(self, warned=self.warned + refusals)
 
     def warning_response(self, webhook: str) -> AdmissionResponse:
         """Warn mode: admit, and carry the denial text as warnings of at most
         :data:`WARNING_WIDTH` characters each (split on words, nothing dropped)."""
-        return allowed().with_warnings(*warning_lines(f"{webhook} would deny: {self.message}"))
+        response = allowed().with_warnings(*self.warning_lines_for(webhook))
+        for soft in self.warned:
+            response = response.with_warnings(*soft.warning_lines_for(webhook))
+        return response
 
 
 def admit(reason: str = "ok", message: str = "", **details: Any) -> Decision:

@@ -32,6 +32,7 @@ from typing import Any
 from elbgate.capacity import NodeView
 from elbgate.census import Census, census
 from elbgate.databases import job_databases
+from elbgate.db_staging import staging_conflict
 from elbgate.identities import SubmitterIdentities
 from elbgate.job_status import required_completions, runs_one_pod
 from elbgate.label_values import job_id_problem, near_miss
@@ -44,7 +45,7 @@ from elbgate.names import (
     SETUP_APP,
     lease_name,
 )
-from elbgate.settings import Settings
+from elbgate.settings import RuleMode, Settings
 from webhook.decision import Decision, admit, refuse
 from webhook.requester import Requester, holds
 from webhook.review import AdmissionRequest
@@ -333,10 +334,12 @@ def decide(
         gate_a = _gate_a(job, observed.lease, settings, now, identities or SubmitterIdentities())
         if gate_a is not None:
             return gate_a
-    if job.holder_work:
-        return admit("holder_setup", **facts)
-    if joins:
-        return admit("joins_active", **facts)
+    soft = _Rules(settings)
+    if job.holder_work or joins:
+        blocked = soft.apply(settings.db_staging, _db_staging(job, seen, opens=False))
+        if blocked is not None:
+            return blocked
+        return soft.admit("holder_setup" if job.holder_work else "joins_active", **facts)
     if seen.count >= settings.max_run_concurrency:
         ids = ", ".join(seen.active_ids)
         return refuse(
@@ -347,7 +350,76 @@ def decide(
             f"of {ids} completes.",
             **facts,
         )
-    return admit("ok", **facts)
+    blocked = soft.apply(settings.db_staging, _db_staging(job, seen, opens=True))
+    if blocked is not None:
+        return blocked
+    return soft.admit("ok", **facts)
+
+
+class _Rules:
+    """The rules beyond the two gates, each ``deny``, ``warn`` or ``off``: a ``warn``
+    refusal is carried on the final admit as a warning instead of refusing."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.warned: list[Decision] = []
+
+    def apply(self, mode: RuleMode, refusal: Decision | None) -> Decision | None:
+        """The refusal to return now, if the rule refuses in ``deny`` mode."""
+        if refusal is None or mode == "off":
+            return None
+        if mode == "warn":
+            self.warned.append(refusal)
+            return None
+        return refusal
+
+    def admit(self, reason: str, **facts: Any) -> Decision:
+        return admit(reason, **facts).with_warned(*self.warned)
+
+
+def _search_key(job: JobRequest) -> str:
+    return job.job_id or f"{job.app}/{job.name}"
+
+
+def _db_staging(job: JobRequest, seen: Census, *, opens: bool) -> Decision | None:
+    """429 ``db_staging`` when this Job would stage or read a database another
+    search is staging (or stage one another search uses): see :mod:`elbgate.db_staging`."""
+    conflict = staging_conflict(_search_key(job), job.stages, job.uses, seen, opens=opens)
+    if conflict is None:
+        return None
+    dbs, others = ", ".join(conflict.dbs), ", ".join(conflict.others)
+    wait_jobs = ", ".join(conflict.staging_jobs)
+    first = conflict.others[0]
+    selector = f"app={SETUP_APP}" + ("" if first.startswith("setup/") else f",elb-job-id={first}")
+    watch = f"kubectl get jobs -n {job.namespace} -l {selector}"
+    retry = f"Retry when {wait_jobs} complete ({watch})."
+    if conflict.kind == "use_while_staged":
+        why = (
+            f"database {dbs} is being staged by {others}, so {job.ref}, which searches it, "
+            "would read a half-copied database"
+        )
+    elif conflict.kind == "staged_twice":
+        why = f"{job.ref} would stage database {dbs}, which {others} is staging already"
+    elif conflict.kind == "stage_while_used":
+        why = (
+            f"{job.ref} would stage database {dbs} while active search {others} uses it "
+            "(re-staging under a running search breaks its reads)"
+        )
+        retry = f"Retry when {others} completes (elb-gate census -n {job.namespace})."
+    else:
+        why = (
+            f"database {dbs} is being staged by {others}, and {job.ref} names no database "
+            "(no ELB_DB env, no db label), so elb-gate cannot tell it will not read that one "
+            "half-copied"
+        )
+    return refuse(
+        429,
+        "db_staging",
+        f"DB staging: {why}; one staging per database at a time. {retry}",
+        dbs=list(conflict.dbs),
+        others=list(conflict.others),
+        conflict=conflict.kind,
+    )
 
 
 def _gate_a(

@@ -32,6 +32,10 @@ ALICE = user("alice")
 ALICE_HOLDS = lease(HOLDER, holder_user="alice")
 
 
+def labels_of(job: dict[str, Any]) -> dict[str, str]:
+    return dict(job["metadata"].get("labels") or {})
+
+
 @dataclass
 class Namespace:
     """The unfinished Jobs of one gated namespace, and the policy's inputs."""
@@ -72,9 +76,11 @@ class Namespace:
 
     def finish(self, job_id: str) -> None:
         """Every Job of ``job_id`` completes (the LIST then no longer returns them)."""
-        self.jobs = [
-            j for j in self.jobs if (j["metadata"].get("labels") or {}).get("elb-job-id") != job_id
-        ]
+        self.jobs = [j for j in self.jobs if labels_of(j).get("elb-job-id") != job_id]
+
+    def finish_setup(self, job_id: str) -> None:
+        """The setup Jobs of ``job_id`` complete: its database is staged."""
+        self.jobs = [j for j in self.jobs if labels_of(j) != {"app": "setup", "elb-job-id": job_id}]
 
     def names(self) -> list[str]:
         return [j["metadata"]["name"] for j in self.jobs]

@@ -14,7 +14,7 @@ from elbgate.kube.api import ApiError, ApiUnavailable
 from elbgate.logs import JsonFormatter
 from elbgate.names import SEARCH_JOB_SELECTOR, UNFINISHED_JOB_FIELD_SELECTOR
 from elbgate.settings import Settings
-from tests.protocol.elastic_blast import import_queries
+from tests.protocol.elastic_blast import import_queries, init_ssd
 from tests.webhook.builders import NOW, admission, job, job_object, lease, user
 from webhook.admission import Admission
 from webhook.app import Runtime, create_app, create_ops_app
@@ -149,6 +149,17 @@ async def test_import_queries_of_the_holder_reads_only_the_lease() -> None:
     response = await make(api).validate_job(admission("CREATE", import_queries()))
     assert response.allowed
     assert [c[0] for c in api.calls] == ["get"]
+
+
+async def test_a_rule_in_warn_mode_admits_with_the_warning_and_counts_a_would_deny() -> None:
+    staging_job = init_ssd("job-1", 0, "core_nt")
+    api = FakeApi(jobs=[staging_job], lease_obj=alice_holds())
+    handlers = make(api, db_staging="warn")
+    response = await handlers.validate_job(admission("CREATE", init_ssd("job-2", 0, "core_nt")))
+    assert response.allowed
+    assert response.warnings and "would deny: DB staging:" in response.warnings[0]
+    labels = {"webhook": "search-admission.elb-gate.io", "reason": "db_staging"}
+    assert sample(handlers, "elb_gate_would_deny_total", **labels) == 1
 
 
 async def test_a_finalizer_reads_census_and_lease_concurrently() -> None:

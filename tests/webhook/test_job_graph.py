@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import pytest
 
+from elbgate.census import Census, census
+from elbgate.settings import Settings
 from tests.protocol import elastic_blast as elb
-from tests.webhook.builders import user
+from tests.webhook.builders import NOW, user
 from tests.webhook.graph import ALICE, Namespace
 
 BOB = user("bob")
@@ -108,3 +110,128 @@ def test_a_work_queue_search_job_is_refused_too() -> None:
     body["spec"]["parallelism"] = 4
     decision = busy(0).judge(body)
     assert decision.reason == "multi_pod_job" and "work-queue Job" in decision.message
+
+
+# -- one staging per database ---------------------------------------------------------------
+
+S1, S2, S3 = elb.search_id(1), elb.search_id(2), elb.search_id(3)
+
+
+def staging(db: str = "core_nt") -> Namespace:
+    """S1 is staging ``db`` on a cold cluster (its init-ssd Jobs run)."""
+    ns = busy(0)
+    assert all(d.allowed for d in ns.apply([elb.init_ssd(S1, n, db) for n in range(3)]))
+    return ns
+
+
+def test_a_second_cold_search_of_the_same_database_waits_for_the_staging() -> None:
+    ns = staging("core_nt")
+    before = ns.names()
+    decisions = ns.apply(elb.flow("cold-local-ssd", S2, "core_nt"))
+    assert not any(d.allowed for d in decisions) and ns.names() == before
+    first = decisions[0]
+    assert (first.code, first.reason) == (429, "db_staging")
+    for phrase in (
+        "DB staging:",
+        f"would stage database core_nt, which {S1} is staging already",
+        f"init-ssd-{S1[-8:]}-0, init-ssd-{S1[-8:]}-1, init-ssd-{S1[-8:]}-2",
+        f"kubectl get jobs -n default -l app=setup,elb-job-id={S1}",
+    ):
+        assert phrase in first.message
+
+
+def test_different_databases_stage_in_parallel() -> None:
+    ns = staging("core_nt")
+    assert all(d.allowed for d in ns.apply(elb.flow("cold-local-ssd", S2, "swissprot")))
+
+
+def test_a_warm_search_of_a_database_being_staged_is_refused_at_its_first_batch_job() -> None:
+    ns = staging("core_nt")
+    decision = ns.judge(elb.blast_batch(S2, 0, "core_nt"))
+    assert decision.reason == "db_staging"
+    assert "database core_nt is being staged by" in decision.message
+    assert "would read a half-copied database" in decision.message
+
+
+def test_a_search_naming_no_database_waits_while_any_database_is_staged() -> None:
+    ns = staging("core_nt")
+    decision = ns.judge(elb.submit_jobs(S2))
+    assert decision.reason == "db_staging" and "names no database" in decision.message
+    ns.finish_setup(S1)
+    assert ns.judge(elb.submit_jobs(S2)).allowed
+
+
+def test_staging_a_database_under_a_running_search_is_refused() -> None:
+    ns = busy(0)
+    ns.apply([elb.blast_batch(S1, 0, "core_nt"), elb.finalizer(S1)])
+    decision = ns.judge(elb.init_ssd(S2, 0, "core_nt"))  # e.g. elastic-blast prepare
+    assert decision.reason == "db_staging"
+    assert f"while active search {S1} uses it" in decision.message
+    assert f"Retry when {S1} completes" in decision.message
+
+
+def test_batch_jobs_created_in_cluster_wait_while_their_database_is_staged_by_another_search() -> None:
+    ns = busy(0)
+    assert all(d.allowed for d in ns.apply(elb.flow("cloud-job-submission", S1)))
+    assert all(d.allowed for d in ns.apply([elb.init_pv(S2, "16S_ribosomal_RNA")]))
+    decision = ns.judge(elb.blast_batch(S1, 0, "16S_ribosomal_RNA"), IN_CLUSTER)
+    assert decision.reason == "db_staging"
+    ns.finish_setup(S2)
+    assert ns.judge(elb.blast_batch(S1, 0, "16S_ribosomal_RNA"), IN_CLUSTER).reason == "joins_active"
+
+
+def test_a_search_staging_its_own_database_is_not_blocked_by_itself() -> None:
+    ns = busy(0)
+    decisions = ns.apply(elb.flow("cold-pv", S1, "16S_ribosomal_RNA"))
+    assert all(d.allowed for d in decisions)
+
+
+def test_the_rule_can_be_turned_off_or_to_warn() -> None:
+    ns = staging("core_nt")
+    ns.settings = Settings(db_staging="off")
+    assert ns.judge(elb.init_ssd(S2, 0, "core_nt")).allowed
+    ns = staging("core_nt")
+    ns.settings = Settings(db_staging="warn")
+    decision = ns.judge(elb.init_ssd(S2, 0, "core_nt"))
+    assert decision.allowed and [w.reason for w in decision.warned] == ["db_staging"]
+    response = decision.response()
+    assert response.allowed and response.warnings
+    assert response.warnings[0].startswith("search-admission.elb-gate.io would deny: DB staging:")
+
+
+def test_a_burst_of_ten_searches_over_two_databases_never_overlaps_a_staging() -> None:
+    """Ten cold searches, alternating two databases, retried until all ran: a
+    database is never staged while another search uses it, and the peak never
+    exceeds the ceiling."""
+    ns = busy(0)
+    dbs = {elb.search_id(i): ("core_nt", "swissprot")[i % 2] for i in range(10)}
+    waiting = list(dbs)
+    progress: dict[str, int] = {}
+    peak = 0
+    for _round in range(200):
+        for job_id in list(waiting):
+            decisions = ns.apply(elb.flow("cold-local-ssd", job_id, dbs[job_id]))
+            if decisions[0].allowed:
+                assert all(d.allowed for d in decisions)
+                waiting.remove(job_id)
+                progress[job_id] = 0
+        for job_id in list(progress):
+            progress[job_id] += 1
+            if progress[job_id] == 2:
+                ns.finish_setup(job_id)
+            elif progress[job_id] == 4:
+                ns.finish(job_id)
+                del progress[job_id]
+        seen = survey_of(ns)
+        peak = max(peak, seen.count)
+        assert seen.count <= ns.settings.max_run_concurrency
+        for stage in seen.staging:
+            users = [a.key for a in seen.active if a.key != stage.key and stage.db in a.uses]
+            assert users == [], (stage.db, stage.key, users)
+        if not waiting and not progress:
+            break
+    assert not waiting and not progress and peak >= 2
+
+
+def survey_of(ns: Namespace) -> Census:
+    return census(ns.jobs, NOW, ns.settings.finalizer_grace_seconds)
