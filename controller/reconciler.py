@@ -34,6 +34,9 @@ logger = logging.getLogger("elbgate.controller.reconciler")
 DEBOUNCE_SECONDS = 0.05
 """Coalesce a burst of watch events (a LIST's worth, a search's Jobs) into one reconcile."""
 REQUEUE_AFTER_CONFLICT = 0.5
+RETRY_CONFIRM_SECONDS = 1.0
+"""A holder pod the watch calls gone, whose confirming GET failed, is looked at again after
+this long (not at the resync: a reclaim follows its evidence within 15 s)."""
 LOOK_AGAIN_SLACK_SECONDS = 0.05
 """Wake this long after a deadline, so the plan made then sees it passed."""
 
@@ -138,7 +141,14 @@ class Reconciler:
         if self.holders is not None:
             self.holders.want(namespace, (stamp[0], stamp[1]) if stamp else None)
         if stamp is not None and snap.lease is not None:
-            pods[snap.lease.holder_pod] = await self.observe_holder(*stamp)
+            seen = pods[snap.lease.holder_pod] = await self.observe_holder(*stamp)
+            if seen.state == "unknown" and self.holders is not None:
+                if self.holders.seen(stamp[0], stamp[1]).state != "unknown":
+                    # The watch says gone but the GET that must confirm it failed: try
+                    # again shortly, not at the resync (the reclaim bound is 15 s).
+                    asyncio.get_running_loop().call_later(
+                        RETRY_CONFIRM_SECONDS, self.mark_dirty, namespace
+                    )
             # The world moved on while we waited: plan on the fresh cache. The pod lookup
             # only applies to the Lease version it was made for (keyed by its stamp).
             if not self.cache.synced(namespace):

@@ -49,6 +49,8 @@ class FakeApi:
         self.objects: dict[tuple[str, str, str], Obj] = {}
         """(resource, namespace, name) → object; nodes have namespace ``""``."""
         self.patches: list[tuple[str, Obj]] = []
+        self.failing_gets = 0
+        """Answer this many GETs of one object with a 503 first (an API outage)."""
         self._watchers: list[_Watcher] = []
         self._rv = 100
         self._runner: web.AppRunner | None = None
@@ -126,6 +128,9 @@ class FakeApi:
             return _json(
                 {"kind": "List", "metadata": {"resourceVersion": str(self._rv)}, "items": items}
             )
+        if request.method == "GET" and self.failing_gets > 0:
+            self.failing_gets -= 1
+            return _json({"kind": "Status", "code": 503, "reason": "ServiceUnavailable"}, 503)
         if request.method == "GET":
             obj = self.objects.get((resource, namespace, str(name)))
             if obj is None:

@@ -245,3 +245,15 @@ async def test_a_watch_that_says_gone_while_a_get_finds_the_holder_reclaims_noth
         await eventually(lambda: [r for r in fake.requests if r.path == path], "confirmed")
         await asyncio.sleep(0.3)
         assert not lease_patches(fake)
+
+
+async def test_a_failed_confirmation_is_retried_within_seconds_not_at_the_resync(
+    fake: FakeApi, api: KubeApi
+) -> None:
+    fake.put("pods", holder_pod(), "ADDED")
+    async with reconciling(api):
+        fake.failing_gets = 2  # the API answers 503 to the first two confirming GETs
+        fake.put("pods", holder_pod(), "DELETED")
+        await eventually(lambda: lease_patches(fake), "the Lease released", within=10)
+        path = f"/api/v1/namespaces/{POD_NS}/pods/{POD}"
+        assert len([r for r in fake.requests if r.path == path]) >= 3  # two failed, one 404
