@@ -51,6 +51,9 @@ $(HELM):
 helm: $(HELM) ## Build the pinned helm into .build/ (used by the chart tests and `make manifests`)
 	@$(HELM) version --short
 
+manifests: $(STAMP) $(HELM) ## Render manifests/ from charts/elb-gate (the chart is the one source; commit both)
+	ELB_GATE_HELM=$(abspath $(HELM)) $(BIN)/python -m manifests.generate
+
 test: $(STAMP) tools $(HELM) lint ## Lint, then the whole test suite (the README's test command)
 	ELB_GATE_HELM=$(abspath $(HELM)) $(BIN)/pytest -q $(ARGS)
 
@@ -84,4 +87,4 @@ image: ## Build the one container image both components run from (IMAGE=...)
 clean: ## Remove the virtualenv and generated files
 	rm -rf $(VENV) .run .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help venv tools helm lint test run emulator certs bench soak fuzz deploy image clean
+.PHONY: help venv tools helm manifests lint test run emulator certs bench soak fuzz deploy image clean

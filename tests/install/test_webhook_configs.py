@@ -15,7 +15,7 @@ from tests.install.rendering import INSTALL_TARGETS, MANIFESTS, Obj, one
 SOURCE = MANIFESTS / "base" / "admission-webhooks.yaml"
 KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
 CONTRACT = {
-    # webhook name → (configuration kind, path, resource, operations): docs/CONTRACT-INTERNAL.md
+    # webhook name → (configuration kind, path, resource, operations): docs/interfaces.md
     "search-admission.elb-gate.io": (
         "ValidatingWebhookConfiguration",
         "/validate/jobs",
@@ -60,10 +60,32 @@ def test_rendered_webhooks_are_exactly_those_of_admission_webhooks_yaml(
     rendered: dict[str, list[Obj]], target: str
 ) -> None:
     expected = _hooks(_source())
+    if target == "overlays/warn":  # warn never blocks: search admission fails open
+        kind, hook = expected["search-admission.elb-gate.io"]
+        expected["search-admission.elb-gate.io"] = (kind, {**hook, "failurePolicy": "Ignore"})
     got = {
         name: (kind, _without_ca_bundle(h)) for name, (kind, h) in _hooks(rendered[target]).items()
     }
     assert got == expected
+
+
+@pytest.mark.parametrize("target", INSTALL_TARGETS)
+def test_the_lease_guard_and_stamp_fail_closed_in_every_install_including_warn(
+    rendered: dict[str, list[Obj]], target: str
+) -> None:
+    hooks = _hooks(rendered[target])
+    assert hooks["lease-guard.elb-gate.io"][1]["failurePolicy"] == "Fail"
+    assert hooks["lease-stamp.elb-gate.io"][1]["failurePolicy"] == "Fail"
+
+
+@pytest.mark.parametrize("target", INSTALL_TARGETS)
+def test_both_configurations_opt_out_of_the_aks_admissions_enforcer(
+    rendered: dict[str, list[Obj]], target: str
+) -> None:
+    configs = [o for o in rendered[target] if o["kind"] in KINDS]
+    assert len(configs) == 2
+    for config in configs:
+        assert config["metadata"]["annotations"]["admissions.enforcer/disabled"] == "true"
 
 
 def test_the_webhooks_are_the_ones_the_contract_names() -> None:
@@ -93,9 +115,19 @@ def test_the_webhooks_call_the_service_the_base_defines(rendered: dict[str, list
 def test_only_labelled_namespaces_and_gated_objects_can_ever_be_refused() -> None:
     # Whatever the cluster needs to start (kube-system, node Leases, other
     # workloads) lives outside the gated label or fails the matchConditions, so
-    # an elb-gate outage (failurePolicy Fail) cannot block it.
+    # an elb-gate outage (failurePolicy Fail) cannot block it. kube-system and
+    # elb-system are excluded by name even if someone labels them.
     for name, (_kind, hook) in _hooks(_source()).items():
-        assert hook["namespaceSelector"] == {"matchLabels": {"elb-gate.io/gated": "true"}}, name
+        assert hook["namespaceSelector"] == {
+            "matchExpressions": [
+                {"key": "elb-gate.io/gated", "operator": "In", "values": ["true"]},
+                {
+                    "key": "kubernetes.io/metadata.name",
+                    "operator": "NotIn",
+                    "values": ["kube-system", "elb-system"],
+                },
+            ]
+        }, name
         assert hook["matchConditions"], name
         assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
         assert hook["timeoutSeconds"] <= 5

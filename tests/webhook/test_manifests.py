@@ -75,7 +75,12 @@ def test_each_webhook_is_wired_as_the_contract_says(
         "None",
     )
     assert hook["admissionReviewVersions"] == ["v1"]
-    assert hook["namespaceSelector"] == {"matchLabels": {"elb-gate.io/gated": "true"}}
+    assert hook["namespaceSelector"] == {
+        "matchExpressions": [
+            {"key": "elb-gate.io/gated", "operator": "In", "values": ["true"]},
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "elb-system"]},
+        ]
+    }
     [rule] = hook["rules"]
     assert (rule["apiGroups"], rule["resources"], rule["operations"]) == (
         [group],

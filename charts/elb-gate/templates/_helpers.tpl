@@ -1,0 +1,149 @@
+{{/*
+Names are fixed (elb-gate-*), not release-prefixed: the webhook configurations
+and ClusterRoles are cluster-wide, so one elb-gate per cluster.
+*/}}
+
+{{- define "elb-gate.namespace" -}}
+{{- .Release.Namespace -}}
+{{- end }}
+
+{{/* Labels of every object of one component: (dict "root" $ "component" "webhook"). */}}
+{{- define "elb-gate.labels" -}}
+app.kubernetes.io/name: elb-gate
+app.kubernetes.io/component: {{ .component }}
+app.kubernetes.io/part-of: elb-gate
+{{- with .root.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Objects that belong to no one component. */}}
+{{- define "elb-gate.commonLabels" -}}
+app.kubernetes.io/part-of: elb-gate
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "elb-gate.selectorLabels" -}}
+app.kubernetes.io/name: elb-gate
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/* registry/repository:tag, or registry/repository@digest. */}}
+{{- define "elb-gate.image" -}}
+{{- $repo := .Values.image.repository -}}
+{{- with .Values.image.registry }}{{ $repo = printf "%s/%s" (trimSuffix "/" .) $repo }}{{ end -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" $repo .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repo (.Values.image.tag | default .Chart.AppVersion | toString) -}}
+{{- end -}}
+{{- end }}
+
+{{- define "elb-gate.webhookService" -}}elb-gate-webhook{{- end }}
+
+{{/* The DNS names the serving certificate must carry. */}}
+{{- define "elb-gate.dnsNames" -}}
+{{- $svc := include "elb-gate.webhookService" . -}}
+{{- $ns := include "elb-gate.namespace" . -}}
+- {{ $svc }}
+- {{ $svc }}.{{ $ns }}
+- {{ $svc }}.{{ $ns }}.svc
+- {{ $svc }}.{{ $ns }}.svc.cluster.local
+{{- end }}
+
+{{/* The gated namespaces, checked: never kube-system or elb-gate's own. */}}
+{{- define "elb-gate.gatedNamespaces" -}}
+{{- $own := include "elb-gate.namespace" . -}}
+{{- if not .Values.gatedNamespaces }}{{ fail "gatedNamespaces: list at least one namespace to gate" }}{{ end -}}
+{{- range .Values.gatedNamespaces -}}
+{{- if or (eq . "kube-system") (eq . $own) -}}
+{{- fail (printf "gatedNamespaces: %q cannot be gated (kube-system and elb-gate's own namespace are always excluded)" .) -}}
+{{- end -}}
+{{- end -}}
+{{- join "," .Values.gatedNamespaces -}}
+{{- end }}
+
+{{/*
+The namespaceSelector every webhook shares. kube-system and elb-gate's own
+namespace are excluded explicitly: the webhook configurations opt out of AKS's
+Admissions Enforcer (which would otherwise rewrite this selector), so the
+exclusion it would have added is ours to make, and an outage of elb-gate can
+never block the system or elb-gate's own recovery.
+*/}}
+{{- define "elb-gate.namespaceSelector" -}}
+{{- $gated := include "elb-gate.gatedNamespaces" . -}}
+matchExpressions:
+{{- if eq .Values.gatedNamespaceSelection "list" }}
+  - key: kubernetes.io/metadata.name
+    operator: In
+    values: {{ toJson (splitList "," $gated) }}
+  # The per-namespace off switch: kubectl label namespace <ns> elb-gate.io/gated=false
+  - key: elb-gate.io/gated
+    operator: NotIn
+    values: ["false"]
+{{- else if eq .Values.gatedNamespaceSelection "label" }}
+  - key: elb-gate.io/gated
+    operator: In
+    values: ["true"]
+{{- else }}
+{{- fail "gatedNamespaceSelection: list or label" }}
+{{- end }}
+  - key: kubernetes.io/metadata.name
+    operator: NotIn
+    values: ["kube-system", {{ include "elb-gate.namespace" . | quote }}]
+{{- end }}
+
+{{/* clientConfig of one webhook: (dict "root" $ "path" "/validate/jobs"). */}}
+{{- define "elb-gate.clientConfig" -}}
+service:
+  namespace: {{ include "elb-gate.namespace" .root }}
+  name: {{ include "elb-gate.webhookService" .root }}
+  path: {{ .path }}
+  port: 443
+{{- with .caBundle }}
+caBundle: {{ . }}
+{{- end }}
+{{- end }}
+
+{{- define "elb-gate.criticalClasses" -}}
+{{- list "system-cluster-critical" "system-node-critical" | toJson -}}
+{{- end }}
+
+{{/* Pod-template annotations that roll a Deployment when its ConfigMaps change. */}}
+{{- define "elb-gate.configChecksums" -}}
+{{- if .Values.configMaps.create }}
+checksum/settings: {{ include "elb-gate.settingsData" . | sha256sum }}
+checksum/submitters: {{ include "elb-gate.submittersFile" . | sha256sum }}
+{{- end }}
+{{- end }}
+
+{{/* ELB_GATE_* / BLAST_* environment of both Deployments. */}}
+{{- define "elb-gate.settingsData" -}}
+{{- $s := .Values.settings -}}
+{{- if not (has .Values.enforcement (list "deny" "warn")) }}{{ fail "enforcement: deny or warn" }}{{ end -}}
+{{- if not (has .Values.orphanPolicy (list "delete" "warn")) }}{{ fail "orphanPolicy: delete or warn" }}{{ end -}}
+BLAST_MAX_RUN_CONCURRENCY: {{ $s.maxRunConcurrency | toString | quote }}
+BLAST_SUBMIT_LEASE_TTL_SECONDS: {{ $s.leaseTTLSeconds | toString | quote }}
+BLAST_LEASE_CLOCK_SKEW_SECONDS: {{ $s.leaseClockSkewSeconds | toString | quote }}
+BLAST_FINALIZER_GRACE_SECONDS: {{ $s.finalizerGraceSeconds | toString | quote }}
+ELB_GATE_ENFORCEMENT: {{ .Values.enforcement | quote }}
+ELB_GATE_NAMESPACES: {{ include "elb-gate.gatedNamespaces" . | quote }}
+ELB_GATE_SUBMITTER_IDENTITIES_FILE: /etc/elb-gate/identities/submitters.yaml
+ELB_GATE_CONTROLLER_USERS: {{ printf "system:serviceaccount:%s:elb-gate-controller" (include "elb-gate.namespace" .) | quote }}
+ELB_GATE_ORPHAN_POLICY: {{ .Values.orphanPolicy | quote }}
+ELB_GATE_ORPHAN_DELETE_AFTER_SECONDS: {{ .Values.orphanDeleteAfterSeconds | toString | quote }}
+ELB_GATE_RESYNC_SECONDS: {{ $s.resyncSeconds | toString | quote }}
+ELB_GATE_LOG_FORMAT: {{ $s.logFormat | quote }}
+{{- range $key, $value := $s.extra }}
+{{ $key }}: {{ $value | toString | quote }}
+{{- end }}
+{{- end }}
+
+{{- define "elb-gate.submittersFile" -}}
+{{- dict "submitters" (.Values.submitters | default list) | toYaml -}}
+{{- end }}
+
+{{/* The job label a scrape gives each component (what alerts and the dashboard select). */}}
+{{- define "elb-gate.job" -}}elb-gate-{{ . }}-metrics{{- end }}
