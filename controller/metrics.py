@@ -1,4 +1,4 @@
-"""The controller's Prometheus metrics (names fixed in docs/CONTRACT-INTERNAL.md).
+"""The controller's Prometheus metrics (names fixed in docs/interfaces.md).
 
 One explicit registry per controller (no global state, so tests can build many), and verb
 functions for callers: ``metrics.record_reclaim(namespace, "expired")``, never
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from elbgate.build_info import register_build_info
+
 COMPONENT = "controller"
 
 
@@ -18,6 +20,7 @@ class ControllerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
+        register_build_info(r, COMPONENT)
         self._reclaimed = Counter(
             "elb_gate_leases_reclaimed_total",
             "Submit Leases whose holder the controller cleared, by reason.",
@@ -96,6 +99,14 @@ class ControllerMetrics:
             ["resource"],
             registry=r,
         )
+        self._lease_expiry = Gauge(
+            "elb_gate_lease_expiry_timestamp_seconds",
+            "Unix time the held submit Lease may be taken over (renewTime + duration + skew); "
+            "present only while it is held, labelled with its holder.",
+            ["namespace", "holder"],
+            registry=r,
+        )
+        self._lease_holders: dict[str, str] = {}
         self._leader = Gauge(
             "elb_gate_leader", "1 while this replica holds the leader Lease.", registry=r
         )
@@ -154,6 +165,18 @@ class ControllerMetrics:
         self._in_use.labels(namespace).set(1 if in_use else 0)
         self._idle.labels(namespace).set(idle_seconds)
         self._liveness_updated.labels(namespace).set(computed_at)
+
+    def set_lease_holder(self, namespace: str, holder: str, expires_at: float | None) -> None:
+        """The namespace's Lease holder and when it expires; ``holder`` empty when free.
+        One series per namespace at a time: the previous holder's is removed."""
+        previous = self._lease_holders.pop(namespace, None)
+        if previous is not None and previous != holder:
+            self._lease_expiry.remove(namespace, previous)
+        if holder and expires_at is not None:
+            self._lease_expiry.labels(namespace, holder).set(expires_at)
+            self._lease_holders[namespace] = holder
+        elif previous is not None and previous == holder:
+            self._lease_expiry.remove(namespace, previous)
 
     def render(self) -> bytes:
         """The text exposition format for ``GET /metrics``."""

@@ -26,6 +26,7 @@ from controller.metrics import ControllerMetrics
 from controller.plan import Plan, make_plan
 from controller.reclaim import holder_pod_to_check
 from elbgate.kube.api import PODS, ApiError, ApiUnavailable, KubeApi, path
+from elbgate.lease import LeaseView, expires_at
 from elbgate.logs import log
 from elbgate.settings import Settings
 
@@ -158,6 +159,7 @@ class Reconciler:
         plan = make_plan(snap, pods, self._last_seen_active.get(namespace), now, self.settings)
         self._publish(plan, now)
         self._look_again(namespace, plan.look_again_at, now)
+        self._publish_lease(namespace, snap.lease)
         if plan.actions and self.may_act():
             await self._apply(plan)
         return plan
@@ -227,6 +229,20 @@ class Reconciler:
             in_use=view.in_use,
             idle_seconds=view.idle_seconds(),
             computed_at=now.timestamp(),
+        )
+
+    def _publish_lease(self, namespace: str, lease: LeaseView | None) -> None:
+        """Who holds the submit Lease and until when, for the dashboard."""
+        held = lease is not None and lease.held
+        until = (
+            expires_at(lease, self.settings.clock_skew_seconds, self.settings.lease_ttl_seconds)
+            if lease is not None and held
+            else None
+        )
+        self.metrics.set_lease_holder(
+            namespace,
+            lease.holder if lease is not None and held else "",
+            until.timestamp() if isinstance(until, datetime) else None,
         )
 
     async def _apply(self, plan: Plan) -> None:

@@ -1,4 +1,4 @@
-"""The webhook's metrics (docs/CONTRACT-INTERNAL.md), recorded through verbs.
+"""The webhook's metrics (docs/interfaces.md), recorded through verbs.
 
 Callers say what happened (``record_admission``, ``record_api_error`` …) and
 never touch metric objects; the registry is passed in, never global, so tests
@@ -12,6 +12,8 @@ from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from elbgate.build_info import register_build_info
+
 COMPONENT = "webhook"
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
@@ -21,6 +23,7 @@ class WebhookMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
+        register_build_info(registry, COMPONENT)
         self._requests = Counter(
             "elb_gate_admission_requests_total",
             "Admission requests by webhook, operation, decision and reason.",

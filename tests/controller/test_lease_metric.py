@@ -1,0 +1,55 @@
+"""elb_gate_lease_expiry_timestamp_seconds: one series per namespace while its
+submit Lease is held, labelled with the holder, gone when it is free."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+
+from controller.metrics import ControllerMetrics
+
+METRIC = "elb_gate_lease_expiry_timestamp_seconds"
+
+
+def _series(metrics: ControllerMetrics) -> dict[tuple[str, str], float]:
+    return {
+        (s.labels["namespace"], s.labels["holder"]): s.value
+        for family in metrics.registry.collect()
+        if family.name == METRIC
+        for s in family.samples
+    }
+
+
+def test_a_held_lease_is_one_series_with_its_holder_and_expiry() -> None:
+    metrics = ControllerMetrics(CollectorRegistry())
+    metrics.set_lease_holder("blast", "dashboard-1", 1_800_000_000.0)
+    metrics.set_lease_holder("default", "openapi-2", 1_800_000_100.0)
+    assert _series(metrics) == {
+        ("blast", "dashboard-1"): 1_800_000_000.0,
+        ("default", "openapi-2"): 1_800_000_100.0,
+    }
+
+
+def test_a_renewal_moves_the_expiry_and_a_takeover_replaces_the_series() -> None:
+    metrics = ControllerMetrics(CollectorRegistry())
+    metrics.set_lease_holder("blast", "dashboard-1", 100.0)
+    metrics.set_lease_holder("blast", "dashboard-1", 400.0)
+    assert _series(metrics) == {("blast", "dashboard-1"): 400.0}
+    metrics.set_lease_holder("blast", "openapi-9", 900.0)
+    assert _series(metrics) == {("blast", "openapi-9"): 900.0}
+
+
+def test_a_released_lease_leaves_no_series_and_a_second_release_is_harmless() -> None:
+    metrics = ControllerMetrics(CollectorRegistry())
+    metrics.set_lease_holder("blast", "dashboard-1", 100.0)
+    metrics.set_lease_holder("blast", "", None)
+    metrics.set_lease_holder("blast", "", None)
+    assert _series(metrics) == {}
+
+
+def test_every_replica_says_which_build_it_runs() -> None:
+    metrics = ControllerMetrics(CollectorRegistry())
+    (family,) = [f for f in metrics.registry.collect() if f.name == "elb_gate_build_info"]
+    (sample,) = family.samples
+    assert sample.value == 1
+    assert sample.labels["component"] == "controller"
+    assert sample.labels["version"] and sample.labels["python"].count(".") == 2
