@@ -67,3 +67,90 @@ def _or_zero(parse: Any, raw: object) -> int:
         return int(parse(raw))
     except quantity.QuantityError:
         return 0
+
+
+@dataclass(frozen=True, slots=True)
+class PoolCapacity:
+    """How many searches the pool's usable nodes hold at one search's pod shape."""
+
+    searches: int | None
+    """The node-derived ceiling; ``None`` when the pool has no usable node (an
+    autoscaled pool at zero: the rule abstains rather than refuse everything)."""
+    nodes: int
+    """Usable (ready, schedulable) nodes in the pool."""
+    explanation: str
+    """The arithmetic, for the denial and ``elb-gate census``."""
+
+
+def pool_capacity(
+    nodes: tuple[NodeView, ...],
+    pod_cpu_milli: int,
+    pod_memory_bytes: int,
+    nodes_per_search: int,
+) -> PoolCapacity:
+    """Searches the usable ``nodes`` hold. ``nodes_per_search == 0``: every search
+    puts one pod on every node (sharded / local-SSD layout), so the tightest node's
+    packing, min(floor(cpu / pod cpu), floor(memory / pod memory)), bounds it;
+    ``N > 0``: a search occupies N whole nodes, floor(usable nodes / N)."""
+    usable = [n for n in nodes if n.usable]
+    if not usable:
+        return PoolCapacity(None, 0, "no ready, schedulable node in the pool")
+    if nodes_per_search > 0:
+        held = len(usable) // nodes_per_search
+        return PoolCapacity(
+            held,
+            len(usable),
+            f"floor({len(usable)} ready nodes / {nodes_per_search} nodes per search) = {held}",
+        )
+
+    def per_node(node: NodeView) -> tuple[int, str]:
+        by_cpu = node.cpu_milli // pod_cpu_milli if pod_cpu_milli > 0 else None
+        by_mem = node.memory_bytes // pod_memory_bytes if pod_memory_bytes > 0 else None
+        parts, counts = [], []
+        if by_cpu is not None:
+            counts.append(by_cpu)
+            parts.append(
+                f"floor({quantity.cpu_text(node.cpu_milli)} / {quantity.cpu_text(pod_cpu_milli)}"
+                f" CPU) = {by_cpu}"
+            )
+        if by_mem is not None:
+            counts.append(by_mem)
+            parts.append(
+                f"floor({quantity.memory_text(node.memory_bytes)} / "
+                f"{quantity.memory_text(pod_memory_bytes, round_up=True)} memory) = {by_mem}"
+            )
+        return (min(counts) if counts else 1 << 30), ", ".join(parts)
+
+    tightest = min(usable, key=lambda n: (per_node(n)[0], n.name))
+    held, arithmetic = per_node(tightest)
+    return PoolCapacity(
+        held,
+        len(usable),
+        f"one pod per node on {len(usable)} ready nodes; tightest node {tightest.name}: "
+        f"{arithmetic or 'no request'}",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Infeasible:
+    """A pod no usable node can ever hold."""
+
+    need_cpu_milli: int
+    need_memory_bytes: int
+    largest: NodeView
+    """The usable node with the most allocatable memory (then CPU)."""
+
+
+def infeasible(
+    nodes: tuple[NodeView, ...], need_cpu_milli: int, need_memory_bytes: int
+) -> Infeasible | None:
+    """The pod (its requests, or a database's memory need) fits no usable node in
+    ``nodes`` (already narrowed to the pool and the pod's nodeSelector); ``None``
+    when some node fits it, or when there is no usable node to judge by."""
+    usable = [n for n in nodes if n.usable]
+    if not usable:
+        return None
+    if any(n.cpu_milli >= need_cpu_milli and n.memory_bytes >= need_memory_bytes for n in usable):
+        return None
+    largest = max(usable, key=lambda n: (n.memory_bytes, n.cpu_milli, n.name))
+    return Infeasible(need_cpu_milli, need_memory_bytes, largest)
