@@ -118,8 +118,12 @@ def fold(lines: Iterable[str]) -> Profile:
     return prof
 
 
+_CHECKOUT = str(Path(__file__).resolve().parents[1]) + "/"
+"""This checkout's root: project frames are shown relative to it."""
+
+
 def _short(file: str) -> str:
-    for mark in ("/site-packages/", "/work/main/"):
+    for mark in ("/site-packages/", _CHECKOUT):
         if mark in file:
             return file.split(mark, 1)[1]
     return file.rsplit("/lib/", 1)[-1]

@@ -31,6 +31,9 @@ from webhook.review import AdmissionRequest
 
 # -- statistics -------------------------------------------------------------------------
 
+CHECKOUT = str(Path(__file__).resolve().parents[2])
+"""Where this checkout lives: profiled frames of the project carry it."""
+
 
 @pytest.mark.parametrize(
     ("values", "q", "expected"),
@@ -237,8 +240,8 @@ def test_answers_are_classified(status: int, body: bytes, outcome: str) -> None:
 
 def test_profile_folds_collapsed_stacks_into_self_and_inclusive_time() -> None:
     raw = [
-        "run (asyncio/base_events.py:1);_judge (/work/main/webhook/admission.py:80);"
-        "census (/work/main/elbgate/census.py:120) 30",
+        f"run (asyncio/base_events.py:1);_judge ({CHECKOUT}/webhook/admission.py:80);"
+        f"census ({CHECKOUT}/elbgate/census.py:120) 30",
         "run (asyncio/base_events.py:1);select (/usr/lib/python3.11/selectors.py:5) 70",
     ]
     prof = fold(raw)
