@@ -44,7 +44,8 @@ PodKey = tuple[str, str]
 
 @dataclass(slots=True)
 class _Record:
-    """One watched object: ``synced`` once listed; ``obj`` ``None`` when it does not exist."""
+    """One watched pod or node: ``synced`` once listed; its view ``None`` when it does not
+    exist."""
 
     synced: bool = False
     pod: PodView | None = None
