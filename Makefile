@@ -17,6 +17,12 @@ HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
 	-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$(HELM_K8S_MINOR) \
 	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 \
 	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$(HELM_K8S_MINOR)
+# The Kubernetes release of the test control plane (localkube) and of the kubectl
+# the tests drive: `make test KUBE_VERSION=v1.34.4` runs the suite on another one.
+KUBE_VERSION ?= v1.37.2
+export KUBE_VERSION
+LOCALKUBE := .build/localkube-$(KUBE_VERSION)/localkube
+LOCALKUBE_SOURCES := $(wildcard localkube/*.go) localkube/go.mod localkube/go.sum localkube/build.sh
 
 .DEFAULT_GOAL := help
 
@@ -37,8 +43,17 @@ $(STAMP): pyproject.toml
 venv: $(STAMP) ## Create the virtualenv and install everything
 	@true
 
-tools: ## Install system tools the tests use (kubectl, promtool) when missing
+tools: ## Install system tools the tests use (promtool) when missing
 	@bash .ci/install-tools
+
+$(LOCALKUBE): $(LOCALKUBE_SOURCES)
+	@bash localkube/build.sh $(KUBE_VERSION) $(dir $(LOCALKUBE))
+
+localkube: $(LOCALKUBE) ## Build the test control plane and its kubectl (KUBE_VERSION=...); cached
+	@true
+
+cluster: $(STAMP) $(LOCALKUBE) ## Start a control plane and keep it up (tests reuse it: ELB_GATE_CONTROL_PLANE=.run/cluster)
+	$(BIN)/python -m testbed.cluster --dir .run/cluster $(ARGS)
 
 lint: $(STAMP) ## ruff + mypy
 	$(BIN)/ruff check .
@@ -56,6 +71,8 @@ manifests: $(STAMP) $(HELM) ## Render manifests/ from charts/elb-gate (the chart
 
 test: $(STAMP) tools $(HELM) lint ## Lint, then the whole test suite (the README's test command)
 	ELB_GATE_HELM=$(abspath $(HELM)) $(BIN)/pytest -q $(ARGS)
+test: $(STAMP) tools $(LOCALKUBE) lint ## Lint, then the whole test suite on the real control plane (the README's test command)
+	$(BIN)/pytest -q $(ARGS)
 
 run: $(STAMP) ## Run the whole system on the API emulator (ARGS=--once to exit after the summary)
 	$(BIN)/python -m tests.demo $(ARGS)
@@ -85,6 +102,6 @@ image: ## Build the one container image both components run from (IMAGE=...)
 	docker build -t $(IMAGE) .
 
 clean: ## Remove the virtualenv and generated files
-	rm -rf $(VENV) .run .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .run .build .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help venv tools helm manifests lint test run emulator certs bench soak fuzz deploy image clean
+.PHONY: help venv tools helm manifests localkube cluster lint test run emulator certs bench soak fuzz deploy image clean

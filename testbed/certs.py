@@ -1,4 +1,4 @@
-"""Serving certificates for tests, written the way a mounted Secret is (``..data`` symlink swap)."""
+"""Serving certificates for the testbed, written the way a mounted Secret is (``..data`` swap)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import trustme
 from cryptography import x509
 
 WEBHOOK_HOST = "elb-gate-webhook.elb-system.svc"
-"""What the apiserver verifies: ``<service>.<namespace>.svc``."""
+"""What the API server verifies for a Service reference: ``<service>.<namespace>.svc``."""
+LOOPBACK = "127.0.0.1"
+"""What it verifies for the ``url:`` the testbed registers (the host of the URL)."""
 
 
 class MountedCertificate:
@@ -21,9 +23,11 @@ class MountedCertificate:
     directory, exactly as the kubelet lays out a Secret volume. :meth:`rotate`
     swaps ``..data`` atomically, as the kubelet does when the Secret changes."""
 
-    def __init__(self, directory: Path, hostname: str = WEBHOOK_HOST) -> None:
+    def __init__(
+        self, directory: Path, hostnames: tuple[str, ...] = (WEBHOOK_HOST, LOOPBACK)
+    ) -> None:
         self.directory = directory
-        self.hostname = hostname
+        self.hostnames = hostnames
         self.ca = trustme.CA(organization_name="elb-gate tests")
         self.directory.mkdir(parents=True, exist_ok=True)
         self._generation = 0
@@ -53,7 +57,7 @@ class MountedCertificate:
         returns its serial."""
         self._generation += 1
         not_after = (datetime.now(UTC) + valid_for).replace(microsecond=0)
-        leaf = self.ca.issue_cert(self.hostname, not_after=not_after)
+        leaf = self.ca.issue_cert(*self.hostnames, not_after=not_after)
         generation = self.directory / f"..gen_{self._generation:04d}"
         generation.mkdir()
         (generation / "tls.crt").write_bytes(b"".join(b.bytes() for b in leaf.cert_chain_pems))

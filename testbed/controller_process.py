@@ -1,13 +1,14 @@
-"""Start a real ``python -m controller`` against the API emulator, and watch it.
+"""Start a real ``python -m controller`` against the control plane, and watch it.
 
 Shared by the controller integration tests, the demo and the reliability suites::
 
-    with ControllerProcess.start(emu, name="ctl-a", namespaces=["blast"]) as ctl:
+    with ControllerProcess.start(cp, name="ctl-a", namespaces=["blast"]) as ctl:
         ctl.wait_until(lambda: ctl.is_leader(), "ctl-a leads")
         print(ctl.get_json("/liveness"))
 
-The process authenticates as the controller's service account
-(``system:serviceaccount:elb-system:elb-gate-controller``), logs JSON lines on stderr
+The process authenticates with a token of the controller's ServiceAccount
+(``system:serviceaccount:elb-system:elb-gate-controller``) bound to a Pod named
+after it, granted exactly what ``manifests/`` grants; it logs JSON lines on stderr
 (collected in :attr:`ControllerProcess.records`), and binds its metrics port on
 127.0.0.1:0; the chosen port is read from its "metrics server listening" log line.
 """
@@ -24,32 +25,14 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
-from tests.kube_emulator import Emulator, User
+from testbed.controlplane import REPO, ControlPlane
+from testbed.install import SYSTEM_NAMESPACE, Installation
 
-CONTROLLER_NAMESPACE = "elb-system"
+CONTROLLER_NAMESPACE = SYSTEM_NAMESPACE
 CONTROLLER_SA = "elb-gate-controller"
 CONTROLLER_USER = f"system:serviceaccount:{CONTROLLER_NAMESPACE}:{CONTROLLER_SA}"
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def ensure_namespace(emu: Emulator, name: str, gated: bool = False) -> None:
-    """Create namespace ``name`` in the emulator if missing (label it gated if asked)."""
-    if emu.find("namespaces", None, name) is None:
-        meta: dict[str, Any] = {"name": name}
-        if gated:
-            meta["labels"] = {"elb-gate.io/gated": "true"}
-        emu.create({"apiVersion": "v1", "kind": "Namespace", "metadata": meta})
-
-
-def ensure_controller_user(emu: Emulator) -> str:
-    """Register the controller's service-account user; return its kubeconfig path."""
-    if CONTROLLER_SA not in emu.users:
-        emu.add_user(User.service_account(CONTROLLER_NAMESPACE, CONTROLLER_SA))
-    ensure_namespace(emu, CONTROLLER_NAMESPACE)
-    return emu.kubeconfig(CONTROLLER_SA)
 
 
 class ControllerProcess:
@@ -68,7 +51,7 @@ class ControllerProcess:
     @classmethod
     def start(
         cls,
-        emu: Emulator,
+        cp: ControlPlane,
         *,
         name: str = "controller-0",
         namespaces: Iterable[str] = ("default",),
@@ -81,9 +64,11 @@ class ControllerProcess:
         """Start a controller as ``name`` watching ``namespaces`` (created if missing) and
         wait until its metrics port is known. ``env`` adds or overrides variables."""
         namespaces = list(namespaces)
+        install = Installation.on(cp)
         for ns in namespaces:
-            ensure_namespace(emu, ns, gated=True)
-        kubeconfig = ensure_controller_user(emu)
+            install.gate(ns)
+        identity = install.identity("controller", name)
+        kubeconfig = (env or {}).get("KUBECONFIG") or identity.kubeconfig
         full_env = {
             **{k: v for k, v in os.environ.items() if not k.startswith(("ELB_GATE_", "BLAST_"))},
             "KUBECONFIG": kubeconfig,
@@ -91,7 +76,7 @@ class ControllerProcess:
             "ELB_GATE_RESYNC_SECONDS": str(resync_seconds),
             "ELB_GATE_METRICS_PORT": "0",
             "ELB_GATE_BIND_ADDRESS": "127.0.0.1",
-            "ELB_GATE_POD_NAME": name,
+            "ELB_GATE_POD_NAME": identity.pod,
             "ELB_GATE_POD_NAMESPACE": CONTROLLER_NAMESPACE,
             "ELB_GATE_LOG_FORMAT": "json",
             "PYTHONUNBUFFERED": "1",
@@ -107,7 +92,7 @@ class ControllerProcess:
                 "--leader-renew-seconds",
                 str(leader_renew_seconds),
             ],
-            cwd=REPO_ROOT,
+            cwd=REPO,
             env=full_env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,

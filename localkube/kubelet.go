@@ -1,0 +1,655 @@
+package main
+
+// The kubelet stand-in. Nodes here have no kubelet and run no containers; this
+// driver plays the kubelet's part on the API: it keeps the managed Nodes'
+// status and heartbeat Leases, and moves every Pod bound to one of them
+// through the phases a kubelet would write — Running when bound, then
+// Succeeded/Failed when its (imaginary) container exits, restarts per
+// restartPolicy, and on deletion a Terminating period bounded by the grace
+// period before the final delete. What a Pod's container does is read from
+// annotations (normally set in a Job's pod template):
+//
+//	localkube.elb-gate.io/run-seconds   seconds until the container exits (absent: runs until deleted)
+//	localkube.elb-gate.io/exit-code     its exit code (default 0)
+//	localkube.elb-gate.io/exit-codes    per attempt, for a Job's successive pods: "1,1,0"
+//	localkube.elb-gate.io/stop-seconds  seconds it takes to exit after SIGTERM (default 1)
+//	localkube.elb-gate.io/restart       change the value to crash the container once now
+//
+// and a Node's kubelet is steered by the Node annotation
+//
+//	localkube.elb-gate.io/kubelet: "not-ready"   the kubelet reports Ready=False
+//	localkube.elb-gate.io/kubelet: "stopped"     the kubelet is gone: no heartbeat, no status,
+//	                                             its Pods are left as they are
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+)
+
+const (
+	annotationPrefix   = "localkube.elb-gate.io/"
+	managedLabel       = annotationPrefix + "managed"
+	kubeletAnnotation  = annotationPrefix + "kubelet"
+	runSecondsKey      = annotationPrefix + "run-seconds"
+	exitCodeKey        = annotationPrefix + "exit-code"
+	exitCodesKey       = annotationPrefix + "exit-codes"
+	stopSecondsKey     = annotationPrefix + "stop-seconds"
+	restartKey         = annotationPrefix + "restart"
+	jobUIDLabel        = "batch.kubernetes.io/controller-uid"
+	heartbeatPeriod    = 10 * time.Second
+	nodeStatusPeriod   = 60 * time.Second
+	defaultStopSeconds = 1.0
+	kubeletVersion     = "v1.37.2"
+)
+
+// nodeSpec is a Node the control plane starts with.
+type nodeSpec struct {
+	Name   string
+	CPU    string
+	Memory string
+	Pods   string
+	Labels map[string]string
+}
+
+// parseNodeSpec reads NAME=CPU,MEMORY[,pods=N][,key=value...].
+func parseNodeSpec(s string) (nodeSpec, error) {
+	name, rest, ok := strings.Cut(s, "=")
+	parts := strings.Split(rest, ",")
+	if !ok || name == "" || len(parts) < 2 {
+		return nodeSpec{}, fmt.Errorf("node %q: want NAME=CPU,MEMORY[,pods=N][,key=value...]", s)
+	}
+	spec := nodeSpec{Name: name, CPU: parts[0], Memory: parts[1], Pods: "110", Labels: map[string]string{}}
+	for _, kv := range parts[2:] {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nodeSpec{}, fmt.Errorf("node %q: %q is not key=value", s, kv)
+		}
+		if k == "pods" {
+			spec.Pods = v
+		} else {
+			spec.Labels[k] = v
+		}
+	}
+	for _, q := range []string{spec.CPU, spec.Memory, spec.Pods} {
+		if _, err := resource.ParseQuantity(q); err != nil {
+			return nodeSpec{}, fmt.Errorf("node %q: %v", s, err)
+		}
+	}
+	return spec, nil
+}
+
+// podState is what the stand-in remembers of a Pod's imaginary container.
+type podState struct {
+	started       time.Time // when the current container instance started
+	attempt       int       // index of this Pod among its Job's Pods (exit-codes)
+	restartToken  string
+	stopRequested time.Time
+}
+
+type kubelet struct {
+	client  kubernetes.Interface
+	pods    corelisters.PodLister
+	nodes   corelisters.NodeLister
+	podQ    workqueue.TypedDelayingInterface[string]
+	nodeQ   workqueue.TypedDelayingInterface[string]
+	mu      sync.Mutex
+	state   map[types.UID]*podState
+	jobPods map[string]map[types.UID]int // Job uid -> its Pods in start order
+	nextIP  map[string]int
+}
+
+func newKubelet(client kubernetes.Interface) *kubelet {
+	return &kubelet{
+		client:  client,
+		podQ:    workqueue.NewTypedDelayingQueue[string](),
+		nodeQ:   workqueue.NewTypedDelayingQueue[string](),
+		state:   map[types.UID]*podState{},
+		jobPods: map[string]map[types.UID]int{},
+		nextIP:  map[string]int{},
+	}
+}
+
+// createNodes registers the starting Nodes (idempotent).
+func (k *kubelet) createNodes(ctx context.Context, specs []nodeSpec) error {
+	for i, spec := range specs {
+		node := &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: spec.Name,
+				Labels: map[string]string{
+					managedLabel:             "true",
+					"kubernetes.io/hostname": spec.Name,
+					"kubernetes.io/os":       "linux",
+					"kubernetes.io/arch":     "amd64",
+				},
+				Annotations: map[string]string{"localkube.elb-gate.io/index": strconv.Itoa(i)},
+			},
+		}
+		for key, value := range spec.Labels {
+			node.Labels[key] = value
+		}
+		capacity := corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse(spec.CPU),
+			corev1.ResourceMemory: resource.MustParse(spec.Memory),
+			corev1.ResourcePods:   resource.MustParse(spec.Pods),
+		}
+		node.Status.Capacity = capacity
+		node.Status.Allocatable = capacity
+		_, err := k.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating node %s: %w", spec.Name, err)
+		}
+	}
+	return nil
+}
+
+// run starts the informers and workers; it returns when ctx is done.
+func (k *kubelet) run(ctx context.Context) {
+	nodeFactory := informers.NewSharedInformerFactoryWithOptions(k.client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = managedLabel + "=true" }))
+	podFactory := informers.NewSharedInformerFactoryWithOptions(k.client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermNotEqualSelector("spec.nodeName", "").String()
+		}))
+	nodeInformer := nodeFactory.Core().V1().Nodes()
+	podInformer := podFactory.Core().V1().Pods()
+	k.nodes = nodeInformer.Lister()
+	k.pods = podInformer.Lister()
+	enqueue := func(q workqueue.TypedDelayingInterface[string]) cache.ResourceEventHandlerFuncs {
+		add := func(obj interface{}) {
+			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+				q.Add(key)
+			}
+		}
+		return cache.ResourceEventHandlerFuncs{
+			AddFunc: add, UpdateFunc: func(_, obj interface{}) { add(obj) }, DeleteFunc: add,
+		}
+	}
+	_, _ = nodeInformer.Informer().AddEventHandler(enqueue(k.nodeQ))
+	_, _ = podInformer.Informer().AddEventHandler(enqueue(k.podQ))
+	nodeFactory.Start(ctx.Done())
+	podFactory.Start(ctx.Done())
+	nodeFactory.WaitForCacheSync(ctx.Done())
+	podFactory.WaitForCacheSync(ctx.Done())
+
+	go k.worker(ctx, k.nodeQ, k.syncNode)
+	for i := 0; i < 4; i++ {
+		go k.worker(ctx, k.podQ, k.syncPod)
+	}
+	go func() {
+		ticker := time.NewTicker(heartbeatPeriod)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-ticker.C:
+				nodes, _ := k.nodes.List(labels.Everything())
+				for _, n := range nodes {
+					k.nodeQ.Add(n.Name)
+				}
+			}
+		}
+	}()
+	<-ctx.Done()
+	k.podQ.ShutDown()
+	k.nodeQ.ShutDown()
+}
+
+func (k *kubelet) worker(ctx context.Context, q workqueue.TypedDelayingInterface[string],
+	sync func(context.Context, string) (time.Duration, error)) {
+	for {
+		key, quit := q.Get()
+		if quit {
+			return
+		}
+		after, err := sync(ctx, key)
+		if err != nil {
+			if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) && ctx.Err() == nil {
+				klog.InfoS("kubelet stand-in: will retry", "key", key, "err", err)
+			}
+			after = 200 * time.Millisecond
+		}
+		if after > 0 {
+			q.AddAfter(key, after)
+		}
+		q.Done(key)
+	}
+}
+
+// -- Nodes -------------------------------------------------------------------------
+
+func (k *kubelet) syncNode(ctx context.Context, name string) (time.Duration, error) {
+	node, err := k.nodes.Get(name)
+	if apierrors.IsNotFound(err) {
+		return 0, nil
+	} else if err != nil {
+		return 0, err
+	}
+	mode := node.Annotations[kubeletAnnotation]
+	if mode == "stopped" {
+		return 0, nil
+	}
+	now := metav1.Now()
+	if err := k.renewNodeLease(ctx, node, now); err != nil {
+		return 0, err
+	}
+	ready := readyCondition(node)
+	wantReady := corev1.ConditionTrue
+	reason, message := "KubeletReady", "kubelet is posting ready status"
+	if mode == "not-ready" {
+		wantReady = corev1.ConditionFalse
+		reason, message = "KubeletNotReady", "container runtime is down"
+	}
+	stale := ready == nil || now.Sub(ready.LastHeartbeatTime.Time) >= nodeStatusPeriod
+	if ready != nil && ready.Status == wantReady && ready.Reason == reason && !stale &&
+		len(node.Status.Addresses) > 0 {
+		return 0, nil
+	}
+	updated := node.DeepCopy()
+	transition := now
+	if ready != nil && ready.Status == wantReady {
+		transition = ready.LastTransitionTime
+	}
+	conditions := []corev1.NodeCondition{
+		{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientMemory"},
+		{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasNoDiskPressure"},
+		{Type: corev1.NodePIDPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientPID"},
+	}
+	for i := range conditions {
+		conditions[i].LastHeartbeatTime = now
+		conditions[i].LastTransitionTime = now
+		if old := findCondition(node, conditions[i].Type); old != nil {
+			conditions[i].LastTransitionTime = old.LastTransitionTime
+		}
+	}
+	conditions = append(conditions, corev1.NodeCondition{
+		Type: corev1.NodeReady, Status: wantReady, Reason: reason, Message: message,
+		LastHeartbeatTime: now, LastTransitionTime: transition,
+	})
+	updated.Status.Conditions = conditions
+	index, _ := strconv.Atoi(node.Annotations["localkube.elb-gate.io/index"])
+	updated.Status.Addresses = []corev1.NodeAddress{
+		{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("10.240.0.%d", 4+index)},
+		{Type: corev1.NodeHostName, Address: node.Name},
+	}
+	updated.Status.NodeInfo = corev1.NodeSystemInfo{
+		KubeletVersion: kubeletVersion, OperatingSystem: "linux", Architecture: "amd64",
+		OSImage: "localkube (no containers run here)", ContainerRuntimeVersion: "localkube://0",
+		KernelVersion: "0.0.0", MachineID: node.Name, SystemUUID: string(node.UID), BootID: string(node.UID),
+	}
+	updated.Status.DaemonEndpoints.KubeletEndpoint.Port = 10250
+	_, err = k.client.CoreV1().Nodes().UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	if err == nil && mode != "not-ready" {
+		// A node that turns Ready again lets its Pods be driven again.
+		pods, _ := k.pods.List(labels.Everything())
+		for _, pod := range pods {
+			if pod.Spec.NodeName == node.Name {
+				k.podQ.Add(pod.Namespace + "/" + pod.Name)
+			}
+		}
+	}
+	return 0, err
+}
+
+func (k *kubelet) renewNodeLease(ctx context.Context, node *corev1.Node, now metav1.Time) error {
+	leases := k.client.CoordinationV1().Leases("kube-node-lease")
+	micro := metav1.NewMicroTime(now.Time)
+	lease, err := leases.Get(ctx, node.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		lease = &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: node.Name, Namespace: "kube-node-lease",
+				OwnerReferences: []metav1.OwnerReference{{
+					APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID,
+				}},
+			},
+			Spec: coordinationv1.LeaseSpec{
+				HolderIdentity: ptr.To(node.Name), LeaseDurationSeconds: ptr.To[int32](40),
+				RenewTime: &micro,
+			},
+		}
+		_, err = leases.Create(ctx, lease, metav1.CreateOptions{})
+		return err
+	} else if err != nil {
+		return err
+	}
+	lease.Spec.RenewTime = &micro
+	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+	return err
+}
+
+func readyCondition(node *corev1.Node) *corev1.NodeCondition {
+	return findCondition(node, corev1.NodeReady)
+}
+
+func findCondition(node *corev1.Node, kind corev1.NodeConditionType) *corev1.NodeCondition {
+	for i := range node.Status.Conditions {
+		if node.Status.Conditions[i].Type == kind {
+			return &node.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// -- Pods --------------------------------------------------------------------------
+
+func (k *kubelet) syncPod(ctx context.Context, key string) (time.Duration, error) {
+	namespace, name, _ := cache.SplitMetaNamespaceKey(key)
+	pod, err := k.pods.Pods(namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		return 0, nil
+	} else if err != nil {
+		return 0, err
+	}
+	node, err := k.nodes.Get(pod.Spec.NodeName)
+	if err != nil {
+		return 0, nil // not one of ours (or gone): nobody runs it
+	}
+	if mode := node.Annotations[kubeletAnnotation]; mode == "stopped" {
+		return 0, nil
+	}
+	now := time.Now()
+	st := k.podState(pod, now)
+
+	if pod.DeletionTimestamp != nil {
+		return k.terminate(ctx, pod, st, now)
+	}
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return 0, nil
+	}
+	if pod.Status.StartTime == nil {
+		if mode := node.Annotations[kubeletAnnotation]; mode == "not-ready" {
+			return 0, nil
+		}
+		return k.start(ctx, pod, node, st, now)
+	}
+	if token := pod.Annotations[restartKey]; token != st.restartToken {
+		st.restartToken = token
+		return k.exit(ctx, pod, st, now, 137, "Error")
+	}
+	run, ok := floatAnnotation(pod, runSecondsKey)
+	if !ok {
+		return 0, nil
+	}
+	due := st.started.Add(seconds(run))
+	if now.Before(due) {
+		return due.Sub(now), nil
+	}
+	code := exitCodeFor(pod, st.attempt)
+	reason := "Completed"
+	if code != 0 {
+		reason = "Error"
+	}
+	return k.exit(ctx, pod, st, now, code, reason)
+}
+
+func (k *kubelet) podState(pod *corev1.Pod, now time.Time) *podState {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	st, ok := k.state[pod.UID]
+	if !ok {
+		st = &podState{started: now, restartToken: pod.Annotations[restartKey]}
+		if running := runningSince(pod); !running.IsZero() {
+			st.started = running // adopted after a restart of localkube itself
+		}
+		if job := pod.Labels[jobUIDLabel]; job != "" {
+			seen := k.jobPods[job]
+			if seen == nil {
+				seen = map[types.UID]int{}
+				k.jobPods[job] = seen
+			}
+			if _, ok := seen[pod.UID]; !ok {
+				seen[pod.UID] = len(seen)
+			}
+			st.attempt = seen[pod.UID]
+		}
+		k.state[pod.UID] = st
+	}
+	return st
+}
+
+// start: the containers are pulled and running, the Pod Ready.
+func (k *kubelet) start(ctx context.Context, pod *corev1.Pod, node *corev1.Node, st *podState,
+	now time.Time) (time.Duration, error) {
+	updated := pod.DeepCopy()
+	t := metav1.NewTime(now)
+	updated.Status.Phase = corev1.PodRunning
+	updated.Status.StartTime = &t
+	updated.Status.HostIP = nodeIP(node)
+	updated.Status.HostIPs = []corev1.HostIP{{IP: updated.Status.HostIP}}
+	ip := k.podIP(node)
+	updated.Status.PodIP = ip
+	updated.Status.PodIPs = []corev1.PodIP{{IP: ip}}
+	updated.Status.Conditions = podConditions(pod, t, corev1.ConditionTrue)
+	updated.Status.InitContainerStatuses = nil
+	for _, c := range pod.Spec.InitContainers {
+		updated.Status.InitContainerStatuses = append(updated.Status.InitContainerStatuses,
+			terminatedStatus(c, t, t, 0, "Completed", 0, nil))
+	}
+	updated.Status.ContainerStatuses = nil
+	for _, c := range pod.Spec.Containers {
+		updated.Status.ContainerStatuses = append(updated.Status.ContainerStatuses, corev1.ContainerStatus{
+			Name: c.Name, Image: c.Image, ImageID: "localkube://" + c.Image,
+			ContainerID: containerID(pod, c.Name, 0), Ready: true, Started: ptr.To(true),
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: t}},
+		})
+	}
+	if _, err := k.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil {
+		return 0, err
+	}
+	st.started = now
+	if run, ok := floatAnnotation(pod, runSecondsKey); ok {
+		return seconds(run), nil
+	}
+	return 0, nil
+}
+
+// exit: the container ended with code. restartPolicy decides between a
+// restart (restartCount+1, lastState) and a terminal phase.
+func (k *kubelet) exit(ctx context.Context, pod *corev1.Pod, st *podState, now time.Time, code int32,
+	reason string) (time.Duration, error) {
+	updated := pod.DeepCopy()
+	t := metav1.NewTime(now)
+	restart := pod.Spec.RestartPolicy == corev1.RestartPolicyAlways ||
+		(pod.Spec.RestartPolicy == corev1.RestartPolicyOnFailure && code != 0)
+	for i, c := range updated.Status.ContainerStatuses {
+		started := metav1.NewTime(st.started)
+		if c.State.Running != nil {
+			started = c.State.Running.StartedAt
+		}
+		term := &corev1.ContainerStateTerminated{
+			ExitCode: code, Reason: reason, StartedAt: started, FinishedAt: t, ContainerID: c.ContainerID,
+		}
+		if restart {
+			c.LastTerminationState = corev1.ContainerState{Terminated: term}
+			c.RestartCount++
+			c.ContainerID = containerID(pod, c.Name, c.RestartCount)
+			c.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: t}}
+			c.Ready = true
+		} else {
+			c.State = corev1.ContainerState{Terminated: term}
+			c.Ready = false
+			c.Started = ptr.To(false)
+		}
+		updated.Status.ContainerStatuses[i] = c
+	}
+	if !restart {
+		updated.Status.Phase = corev1.PodSucceeded
+		if code != 0 {
+			updated.Status.Phase = corev1.PodFailed
+		}
+		updated.Status.Conditions = podConditions(pod, t, corev1.ConditionFalse)
+		if updated.Status.Phase == corev1.PodFailed {
+			updated.Status.Reason = ""
+		}
+	}
+	if _, err := k.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil {
+		return 0, err
+	}
+	st.started = now
+	if restart {
+		if run, ok := floatAnnotation(pod, runSecondsKey); ok {
+			return seconds(run), nil
+		}
+	}
+	return 0, nil
+}
+
+// terminate plays a graceful deletion: SIGTERM, the container exits after
+// stop-seconds (at most the grace period), the Pod reaches a terminal phase,
+// then the kubelet removes it from the API.
+func (k *kubelet) terminate(ctx context.Context, pod *corev1.Pod, st *podState,
+	now time.Time) (time.Duration, error) {
+	if st.stopRequested.IsZero() {
+		st.stopRequested = now
+	}
+	terminal := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+	if !terminal && pod.Status.StartTime != nil {
+		stop := defaultStopSeconds
+		if v, ok := floatAnnotation(pod, stopSecondsKey); ok {
+			stop = v
+		}
+		if grace := pod.DeletionGracePeriodSeconds; grace != nil && float64(*grace) < stop {
+			stop = float64(*grace)
+		}
+		due := st.stopRequested.Add(seconds(stop))
+		if now.Before(due) {
+			return due.Sub(now), nil
+		}
+		updated := pod.DeepCopy()
+		t := metav1.NewTime(now)
+		updated.Status.Phase = corev1.PodFailed
+		updated.Status.Conditions = podConditions(pod, t, corev1.ConditionFalse)
+		for i, c := range updated.Status.ContainerStatuses {
+			started := metav1.NewTime(st.started)
+			if c.State.Running != nil {
+				started = c.State.Running.StartedAt
+			}
+			c.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+				ExitCode: 143, Reason: "Error", StartedAt: started, FinishedAt: t, ContainerID: c.ContainerID,
+			}}
+			c.Ready = false
+			c.Started = ptr.To(false)
+			updated.Status.ContainerStatuses[i] = c
+		}
+		if _, err := k.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil {
+			return 0, err
+		}
+	}
+	err := k.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: ptr.To[int64](0),
+		Preconditions:      &metav1.Preconditions{UID: ptr.To(pod.UID)},
+	})
+	if err == nil || apierrors.IsNotFound(err) {
+		k.mu.Lock()
+		delete(k.state, pod.UID)
+		k.mu.Unlock()
+		return 0, nil
+	}
+	if apierrors.IsConflict(err) {
+		return 0, nil // a finalizer (the Job controller's) still holds it; the update re-queues us
+	}
+	return 0, err
+}
+
+func (k *kubelet) podIP(node *corev1.Node) string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	index, _ := strconv.Atoi(node.Annotations["localkube.elb-gate.io/index"])
+	k.nextIP[node.Name]++
+	n := k.nextIP[node.Name]
+	return fmt.Sprintf("10.244.%d.%d", index, 2+n%250)
+}
+
+func nodeIP(node *corev1.Node) string {
+	for _, a := range node.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			return a.Address
+		}
+	}
+	return "10.240.0.4"
+}
+
+func podConditions(pod *corev1.Pod, t metav1.Time, ready corev1.ConditionStatus) []corev1.PodCondition {
+	return []corev1.PodCondition{
+		{Type: corev1.PodReadyToStartContainers, Status: ready, LastTransitionTime: t},
+		{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: t},
+		{Type: corev1.PodReady, Status: ready, LastTransitionTime: t},
+		{Type: corev1.ContainersReady, Status: ready, LastTransitionTime: t},
+		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: t},
+	}
+}
+
+func terminatedStatus(c corev1.Container, started, finished metav1.Time, code int32, reason string,
+	restarts int32, _ *corev1.Pod) corev1.ContainerStatus {
+	return corev1.ContainerStatus{
+		Name: c.Name, Image: c.Image, ImageID: "localkube://" + c.Image, RestartCount: restarts,
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+			ExitCode: code, Reason: reason, StartedAt: started, FinishedAt: finished,
+		}},
+	}
+}
+
+func containerID(pod *corev1.Pod, name string, restart int32) string {
+	return fmt.Sprintf("localkube://%s-%s-%d", pod.UID, name, restart)
+}
+
+func runningSince(pod *corev1.Pod) time.Time {
+	for _, c := range pod.Status.ContainerStatuses {
+		if c.State.Running != nil {
+			return c.State.Running.StartedAt.Time
+		}
+	}
+	return time.Time{}
+}
+
+func floatAnnotation(pod *corev1.Pod, key string) (float64, bool) {
+	raw, ok := pod.Annotations[key]
+	if !ok {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(strings.TrimSpace(raw), 64)
+	if err != nil || v < 0 {
+		return 0, false
+	}
+	return v, true
+}
+
+func exitCodeFor(pod *corev1.Pod, attempt int) int32 {
+	if raw, ok := pod.Annotations[exitCodesKey]; ok {
+		codes := strings.Split(raw, ",")
+		if attempt >= len(codes) {
+			attempt = len(codes) - 1
+		}
+		if v, err := strconv.Atoi(strings.TrimSpace(codes[attempt])); err == nil {
+			return int32(v)
+		}
+	}
+	if raw, ok := pod.Annotations[exitCodeKey]; ok {
+		if v, err := strconv.Atoi(strings.TrimSpace(raw)); err == nil {
+			return int32(v)
+		}
+	}
+	return 0
+}
+
+func seconds(v float64) time.Duration { return time.Duration(v * float64(time.Second)) }

@@ -1,0 +1,89 @@
+// Command localkube runs a real Kubernetes control plane on 127.0.0.1 for
+// elb-gate's tests, demo, soak runs and benchmarks: etcd (embedded),
+// kube-apiserver, kube-controller-manager and kube-scheduler built from the
+// official Kubernetes modules, plus a kubelet stand-in that drives fake Nodes
+// and moves Pods through their real phases. It also carries kubectl, built
+// from the same release, so the lines tests assert are the ones that release
+// prints.
+//
+//	localkube up --dir DIR [--users FILE] [--node SPEC ...]   the whole control plane
+//	localkube kubectl ARGS...                                  kubectl (also when run as "kubectl")
+//	localkube version                                          the Kubernetes release built in
+//
+// The components run as child processes of "up" (the same binary, started
+// with an internal sub-command), so each keeps the process-wide state it
+// expects: flags, metrics registries and feature gates.
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"k8s.io/component-base/cli"
+	"k8s.io/component-base/logs"
+	_ "k8s.io/component-base/logs/json/register"
+	_ "k8s.io/component-base/metrics/prometheus/clientgo"
+	_ "k8s.io/component-base/metrics/prometheus/version"
+	kubectlcmd "k8s.io/kubectl/pkg/cmd"
+	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
+	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
+	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
+
+	_ "time/tzdata"
+)
+
+func main() {
+	if filepath.Base(os.Args[0]) == "kubectl" {
+		os.Exit(runKubectl(os.Args[1:]))
+	}
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, usage)
+		os.Exit(2)
+	}
+	sub, args := os.Args[1], os.Args[2:]
+	switch sub {
+	case "up":
+		os.Exit(runUp(args))
+	case "kubectl":
+		os.Exit(runKubectl(args))
+	case "version":
+		fmt.Println(kubernetesVersion())
+	case "kube-apiserver":
+		os.Exit(runComponent(apiserver.NewAPIServerCommand(), args))
+	case "kube-controller-manager":
+		os.Exit(runComponent(controllermanager.NewControllerManagerCommand(), args))
+	case "kube-scheduler":
+		os.Exit(runComponent(scheduler.NewSchedulerCommand(), args))
+	case "-h", "--help", "help":
+		fmt.Println(usage)
+	default:
+		fmt.Fprintf(os.Stderr, "localkube: unknown command %q\n%s\n", sub, usage)
+		os.Exit(2)
+	}
+}
+
+const usage = `usage:
+  localkube up --dir DIR [--users FILE] [--node NAME=CPU,MEMORY[,k=v...]]...
+  localkube kubectl ARGS...
+  localkube version`
+
+// runKubectl is cmd/kubectl's main.
+func runKubectl(args []string) int {
+	os.Args = append([]string{"kubectl"}, args...)
+	logs.GlogSetter(kubectlcmd.GetLogVerbosity(os.Args)) // nolint:errcheck
+	command := kubectlcmd.NewDefaultKubectlCommand()
+	if err := cli.RunNoErrOutput(command); err != nil {
+		kubectlutil.CheckErr(err)
+	}
+	return 0
+}
+
+// runComponent runs a component's cobra command the way its own main does.
+func runComponent(command *cobra.Command, args []string) int {
+	command.SetArgs(args)
+	return cli.Run(command)
+}

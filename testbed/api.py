@@ -1,0 +1,285 @@
+"""A small synchronous client for the real API server, for tests and tools.
+
+Raw JSON over HTTPS (urllib3, which the official ``kubernetes`` client brings):
+the objects stay the dicts the API server sent, resource paths come from the
+server's own discovery, and errors carry the server's ``Status``.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import urllib3
+
+JsonObj = dict[str, Any]
+
+
+class ApiError(Exception):
+    """The API server answered with an error ``Status``."""
+
+    def __init__(self, status: int, body: Mapping[str, Any] | str, method: str, path: str) -> None:
+        self.status = status
+        self.body: Mapping[str, Any] = body if isinstance(body, Mapping) else {"message": body}
+        self.reason = str(self.body.get("reason") or "")
+        self.message = str(self.body.get("message") or body)
+        super().__init__(f"{method} {path}: {status} {self.reason}: {self.message}")
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Where a resource lives: ``/api/v1`` or ``/apis/<group>/<version>``, plural name."""
+
+    base: str
+    plural: str
+    kind: str
+    namespaced: bool
+
+    def path(self, namespace: str | None = None, name: str | None = None, sub: str = "") -> str:
+        parts = [self.base]
+        if self.namespaced and namespace:
+            parts.append(f"namespaces/{quote(namespace, safe='')}")
+        parts.append(self.plural)
+        if name:
+            parts.append(quote(name, safe=""))
+        if sub:
+            parts.append(sub)
+        return "/".join(parts)
+
+
+class Api:
+    """One identity's view of the API server."""
+
+    def __init__(self, server: str, ca_file: str, token: str, *, timeout: float = 60.0) -> None:
+        self.server = server.rstrip("/")
+        self.token = token
+        ctx = ssl.create_default_context(cafile=ca_file)
+        self._http = urllib3.PoolManager(
+            maxsize=8,
+            ssl_context=ctx,
+            timeout=urllib3.Timeout(connect=10, read=timeout),
+            retries=False,
+        )
+        self._resources: dict[str, Resource] | None = None
+        self._lock = threading.Lock()
+
+    # -- raw ----------------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        query: Mapping[str, Any] | None = None,
+        content_type: str = "application/json",
+        timeout: float | None = None,
+    ) -> Any:
+        """One call; the decoded JSON answer, or :class:`ApiError`."""
+        url = self.server + path
+        if query:
+            url += "?" + urlencode({k: v for k, v in query.items() if v is not None})
+        headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+            headers["Content-Type"] = content_type
+        kwargs: dict[str, Any] = {}
+        if timeout is not None:
+            kwargs["timeout"] = urllib3.Timeout(connect=10, read=timeout)
+        resp = self._http.request(method, url, body=data, headers=headers, **kwargs)
+        text = resp.data.decode("utf-8", "replace")
+        try:
+            decoded: Any = json.loads(text) if text else {}
+        except ValueError:
+            decoded = text
+        if resp.status >= 400:
+            raise ApiError(resp.status, decoded, method, path)
+        return decoded
+
+    def stream(self, path: str, query: Mapping[str, Any]) -> Iterator[JsonObj]:
+        """Watch events (decoded lines) until the server ends the stream."""
+        url = self.server + path + "?" + urlencode({**query, "watch": "1"})
+        resp = self._http.request(
+            "GET",
+            url,
+            headers={"Authorization": f"Bearer {self.token}"},
+            preload_content=False,
+            timeout=urllib3.Timeout(connect=10, read=None),
+        )
+        try:
+            if resp.status >= 400:
+                raise ApiError(resp.status, resp.read().decode(), "WATCH", path)
+            buf = b""
+            for chunk in resp.stream(65536):
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    if line.strip():
+                        yield json.loads(line)
+        finally:
+            resp.release_conn()
+
+    # -- discovery ----------------------------------------------------------------------
+
+    def resource(self, name: str) -> Resource:
+        """A resource by plural (``jobs``), lower-case kind (``job``) or ``plural.group``."""
+        with self._lock:
+            if self._resources is None:
+                self._resources = self._discover()
+        try:
+            return self._resources[name.lower()]
+        except KeyError:
+            raise KeyError(f"the API server serves no resource {name!r}") from None
+
+    def _discover(self) -> dict[str, Resource]:
+        found: dict[str, Resource] = {}
+        bases = ["/api/v1"]
+        for group in self.request("GET", "/apis").get("groups", []):
+            bases.append("/apis/" + group["preferredVersion"]["groupVersion"])
+        for base in bases:
+            group = base.split("/")[2] if base.startswith("/apis/") else ""
+            for res in self.request("GET", base).get("resources", []):
+                if "/" in res["name"]:
+                    continue
+                entry = Resource(base, res["name"], res["kind"], bool(res["namespaced"]))
+                keys = (
+                    res["name"],
+                    res["kind"].lower(),
+                    f"{res['name']}.{group}",
+                    f"{res['kind'].lower()}@{base.removeprefix('/api/').removeprefix('/apis/')}",
+                )
+                for key in keys:
+                    found.setdefault(key, entry)
+        return found
+
+    def _for(self, obj: Mapping[str, Any]) -> Resource:
+        kind = str(obj.get("kind") or "").lower()
+        api_version = str(obj.get("apiVersion") or "v1")
+        try:
+            return self.resource(f"{kind}@{api_version}")
+        except KeyError:
+            return self.resource(kind)
+
+    # -- objects ------------------------------------------------------------------------
+
+    def create(self, obj: Mapping[str, Any], namespace: str | None = None, **query: Any) -> JsonObj:
+        res = self._for(obj)
+        ns = namespace or (obj.get("metadata") or {}).get("namespace")
+        return dict(self.request("POST", res.path(ns), obj, query=query or None))
+
+    def get(self, resource: str, namespace: str | None, name: str) -> JsonObj:
+        return dict(self.request("GET", self.resource(resource).path(namespace, name)))
+
+    def find(self, resource: str, namespace: str | None, name: str) -> JsonObj | None:
+        """:meth:`get`, or ``None`` when there is no such object."""
+        try:
+            return self.get(resource, namespace, name)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def list(
+        self,
+        resource: str,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[JsonObj]:
+        body = self.request(
+            "GET",
+            self.resource(resource).path(namespace),
+            query={"labelSelector": label_selector, "fieldSelector": field_selector},
+        )
+        return list(body.get("items") or [])
+
+    def update(self, obj: Mapping[str, Any], **query: Any) -> JsonObj:
+        res = self._for(obj)
+        meta = obj.get("metadata") or {}
+        return dict(
+            self.request(
+                "PUT", res.path(meta.get("namespace"), meta["name"]), obj, query=query or None
+            )
+        )
+
+    def update_status(self, obj: Mapping[str, Any]) -> JsonObj:
+        res = self._for(obj)
+        meta = obj.get("metadata") or {}
+        return dict(
+            self.request("PUT", res.path(meta.get("namespace"), meta["name"], "status"), obj)
+        )
+
+    def patch(
+        self,
+        resource: str,
+        namespace: str | None,
+        name: str,
+        patch: Any,
+        *,
+        kind: str = "merge",
+        sub: str = "",
+    ) -> JsonObj:
+        """``kind``: merge, json or strategic."""
+        content_type = {
+            "merge": "application/merge-patch+json",
+            "json": "application/json-patch+json",
+            "strategic": "application/strategic-merge-patch+json",
+        }[kind]
+        path = self.resource(resource).path(namespace, name, sub)
+        return dict(self.request("PATCH", path, patch, content_type=content_type))
+
+    def delete(
+        self,
+        resource: str,
+        namespace: str | None,
+        name: str,
+        *,
+        grace_seconds: int | None = None,
+        propagation: str = "Background",
+        missing_ok: bool = True,
+    ) -> None:
+        body: JsonObj = {
+            "kind": "DeleteOptions",
+            "apiVersion": "v1",
+            "propagationPolicy": propagation,
+        }
+        if grace_seconds is not None:
+            body["gracePeriodSeconds"] = grace_seconds
+        try:
+            self.request("DELETE", self.resource(resource).path(namespace, name), body)
+        except ApiError as exc:
+            if not (missing_ok and exc.status == 404):
+                raise
+
+    def apply(self, obj: Mapping[str, Any]) -> JsonObj:
+        """Create, or replace what is there (keeps its resourceVersion)."""
+        meta = obj.get("metadata") or {}
+        res = self._for(obj)
+        existing = self.find(res.plural, meta.get("namespace"), meta["name"])
+        if existing is None:
+            return self.create(obj)
+        body = json.loads(json.dumps(obj))
+        body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
+        return self.update(body)
+
+
+def wait_until(
+    predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.1
+) -> Any:
+    """Poll ``predicate`` until it returns something truthy; AssertionError after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(interval)

@@ -1,0 +1,474 @@
+"""Start, reuse and stop ``localkube``: a real Kubernetes control plane on 127.0.0.1.
+
+    cp = ControlPlane.start()                 # etcd, kube-apiserver, controller-manager,
+    ns = cp.new_namespace("gate")             # scheduler, kubelet stand-in; a few seconds
+    cp.kubectl("alice", "-n", ns, "get", "jobs")
+    pod = cp.pod_identity(ns, "openapi")      # a Running Pod and a token bound to it
+    cp.stop()
+
+One control plane serves a whole test session; tests isolate themselves by
+namespace. ``ELB_GATE_CONTROL_PLANE=<dir>`` attaches to one already running
+(``make cluster``), so a developer can re-run tests without a restart.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from testbed.api import Api, ApiError, JsonObj, wait_until
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_KUBE_VERSION = "v1.37.2"
+ATTACH_ENV = "ELB_GATE_CONTROL_PLANE"
+BINARY_ENV = "LOCALKUBE"
+
+# AKS-shaped nodes: a system pool for elb-gate and the submitters, and a
+# blast pool of Standard_E16s_v5 (allocatable measured on AKS: 15740m CPU,
+# ≈120.7 GiB memory).
+SYSTEM_POOL = {
+    "agentpool": "system",
+    "kubernetes.azure.com/agentpool": "system",
+    "kubernetes.azure.com/mode": "system",
+}
+BLAST_POOL = {
+    "agentpool": "blastpool",
+    "kubernetes.azure.com/agentpool": "blastpool",
+    "node.kubernetes.io/instance-type": "Standard_E16s_v5",
+}
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """A Node the control plane starts with."""
+
+    name: str
+    cpu: str
+    memory: str
+    labels: Mapping[str, str]
+    pods: int = 110
+
+    def flag(self) -> str:
+        extra = "".join(f",{k}={v}" for k, v in sorted(self.labels.items()))
+        return f"{self.name}={self.cpu},{self.memory},pods={self.pods}{extra}"
+
+
+DEFAULT_NODES: tuple[NodeSpec, ...] = (
+    NodeSpec("aks-system-0", "3860m", "12Gi", SYSTEM_POOL, pods=250),
+    NodeSpec("aks-system-1", "3860m", "12Gi", SYSTEM_POOL, pods=250),
+    *(NodeSpec(f"aks-blastpool-{i}", "15740m", "126544352Ki", BLAST_POOL) for i in range(3)),
+)
+
+NAMED_USERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("alice", ("team",)),
+    ("bob", ()),
+    ("carol", ("team",)),
+    ("mallory", ()),
+    ("operator", ("elb-gate-operators",)),
+    ("dashboard-lease", ("dashboard",)),
+    ("dashboard-apply", ("dashboard",)),
+)
+POOL_SIZE = 400
+"""Plain users ``user-000``… handed out by :meth:`ControlPlane.plain_user` (the
+API server reads its token file once, at start)."""
+
+
+@dataclass(frozen=True)
+class PodIdentity:
+    """A Pod and a service-account token bound to it (TokenRequest), as a
+    submitter running in the cluster holds."""
+
+    namespace: str
+    service_account: str
+    pod: str
+    pod_uid: str
+    node: str
+    token: str
+    kubeconfig: str
+
+    @property
+    def username(self) -> str:
+        return f"system:serviceaccount:{self.namespace}:{self.service_account}"
+
+    @property
+    def stamp(self) -> str:
+        """What elb-gate's Lease stamp writes for this pod: ``<ns>/<pod>/<uid>``."""
+        return f"{self.namespace}/{self.pod}/{self.pod_uid}"
+
+
+def binary_path(kube_version: str | None = None) -> Path:
+    """Where ``make localkube`` puts the binary for a Kubernetes release."""
+    if os.environ.get(BINARY_ENV):
+        return Path(os.environ[BINARY_ENV])
+    version = kube_version or os.environ.get("KUBE_VERSION") or DEFAULT_KUBE_VERSION
+    return REPO / ".build" / f"localkube-{version}" / "localkube"
+
+
+def kubectl_path() -> Path:
+    """kubectl built from the same release (a link to the localkube binary)."""
+    return binary_path().parent / "kubectl"
+
+
+class ControlPlane:
+    """A running localkube."""
+
+    def __init__(
+        self, state_dir: Path, state: Mapping[str, Any], process: subprocess.Popen[bytes] | None
+    ) -> None:
+        self.state_dir = state_dir
+        self.state = dict(state)
+        self.process = process
+        self.server: str = state["server"]
+        self.ca_file: str = state["caFile"]
+        self.audit_log = Path(state["auditLog"])
+        self.kubernetes_version: str = state["kubernetesVersion"]
+        self.startup_seconds: float = float(state["startupSeconds"])
+        self.admin = self.api("admin")
+        self._apis: dict[str, Api] = {"admin": self.admin}
+        self._pool = (f"user-{i:03d}" for i in itertools.count())
+        self._pool_lock = threading.Lock()
+        self._namespaces = itertools.count(1)
+        self._run_id = uuid.uuid4().hex[:6]
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    @classmethod
+    def start(
+        cls,
+        state_dir: Path | None = None,
+        *,
+        nodes: Sequence[NodeSpec] = DEFAULT_NODES,
+        extra_users: Iterable[tuple[str, Sequence[str]]] = (),
+        timeout: float = 300.0,
+        log: Path | None = None,
+    ) -> ControlPlane:
+        """Start localkube and wait until it is ready (API, controllers, nodes)."""
+        binary = binary_path()
+        if not binary.exists():
+            raise RuntimeError(f"{binary} is missing: build it with `make localkube`")
+        state_dir = state_dir or Path(tempfile.mkdtemp(prefix="localkube-"))
+        state_dir.mkdir(parents=True, exist_ok=True)
+        users = [{"name": n, "groups": list(g)} for n, g in NAMED_USERS]
+        users += [{"name": f"user-{i:03d}", "groups": ["team"]} for i in range(POOL_SIZE)]
+        users += [{"name": n, "groups": list(g)} for n, g in extra_users]
+        users_file = state_dir / "users.json"
+        users_file.write_text(json.dumps(users))
+        args = [str(binary), "up", "--dir", str(state_dir), "--users", str(users_file)]
+        for node in nodes:
+            args += ["--node", node.flag()]
+        etcd_dir = _memory_dir()
+        if etcd_dir:
+            args += ["--etcd-dir", str(Path(etcd_dir) / f"localkube-etcd-{uuid.uuid4().hex[:8]}")]
+        out = open(log or state_dir / "localkube.log", "ab")
+        process = subprocess.Popen(
+            args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        state_file = state_dir / "state.json"
+        deadline = time.monotonic() + timeout
+        while not state_file.exists():
+            if process.poll() is not None:
+                text = (state_dir / "localkube.log").read_text(errors="replace")[-4000:]
+                raise RuntimeError(f"localkube exited ({process.returncode}):\n{text}")
+            if time.monotonic() > deadline:
+                process.kill()
+                raise RuntimeError(f"localkube not ready after {timeout:g}s; see {state_dir}")
+            time.sleep(0.1)
+        return cls(state_dir, json.loads(state_file.read_text()), process)
+
+    @classmethod
+    def attach(cls, state_dir: Path) -> ControlPlane:
+        """Use a control plane started elsewhere (``make cluster``)."""
+        state = json.loads((state_dir / "state.json").read_text())
+        return cls(state_dir, state, None)
+
+    @classmethod
+    def for_session(cls) -> ControlPlane:
+        """The one a test session uses: attached when ``ELB_GATE_CONTROL_PLANE`` names one."""
+        attached = os.environ.get(ATTACH_ENV)
+        if attached:
+            return cls.attach(Path(attached))
+        return cls.start()
+
+    def stop(self) -> None:
+        """Stop localkube (only one this object started) and remove its files."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(10)
+        shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def __enter__(self) -> ControlPlane:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- identities ---------------------------------------------------------------------
+
+    def kubeconfig(self, user: str) -> str:
+        """Kubeconfig of a plain user from the token file."""
+        return str(self.state["kubeconfigs"][user])
+
+    def token(self, user: str) -> str:
+        return str(self.state["tokens"][user])
+
+    def api(self, user: str) -> Api:
+        """A client authenticated as ``user`` (a token-file user)."""
+        cached = getattr(self, "_apis", {}).get(user)
+        if cached is not None:
+            return cached
+        api = Api(self.server, self.ca_file, self.token(user))
+        if hasattr(self, "_apis"):
+            self._apis[user] = api
+        return api
+
+    def plain_user(self) -> str:
+        """A token-file user no one else in this process has used."""
+        with self._pool_lock:
+            name = next(self._pool)
+        if name not in self.state["tokens"]:
+            raise RuntimeError(f"the token file has only {POOL_SIZE} pool users")
+        return name
+
+    def api_for_token(self, token: str) -> Api:
+        return Api(self.server, self.ca_file, token)
+
+    def pod_identity(
+        self,
+        namespace: str,
+        service_account: str,
+        *,
+        pod: str | None = None,
+        node_selector: Mapping[str, str] | None = None,
+        restart_policy: str = "Always",
+        annotations: Mapping[str, str] | None = None,
+        expiration_seconds: int = 86400,
+        image: str = "elb-openapi:4.27",
+    ) -> PodIdentity:
+        """A Running Pod of ``service_account`` and a token bound to it (the real
+        TokenRequest API), as the in-cluster submit path holds; with a kubeconfig."""
+        self.ensure_service_account(namespace, service_account)
+        name = pod or f"{service_account}-{uuid.uuid4().hex[:6]}"
+        created = self.admin.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "labels": {"app.kubernetes.io/name": service_account},
+                    "annotations": dict(annotations or {}),
+                },
+                "spec": {
+                    "serviceAccountName": service_account,
+                    "restartPolicy": restart_policy,
+                    "terminationGracePeriodSeconds": 30,
+                    "nodeSelector": dict(node_selector or SYSTEM_POOL),
+                    # Compliant with Pod Security "restricted", which elb-system enforces.
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 10001,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [
+                        {
+                            "name": "app",
+                            "image": image,
+                            "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                        }
+                    ],
+                },
+            }
+        )
+        uid = created["metadata"]["uid"]
+        running = wait_until(
+            lambda: _running(self.admin.find("pods", namespace, name)),
+            120,
+            f"pod {namespace}/{name} Running",
+        )
+        token = self.admin.request(
+            "POST",
+            self.admin.resource("serviceaccounts").path(namespace, service_account, "token"),
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {
+                    "expirationSeconds": expiration_seconds,
+                    "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid},
+                },
+            },
+        )["status"]["token"]
+        path = self.state_dir / "kubeconfigs" / f"sa-{namespace}-{name}.kubeconfig"
+        self.write_kubeconfig(path, f"{namespace}-{name}", token, namespace)
+        return PodIdentity(
+            namespace,
+            service_account,
+            name,
+            uid,
+            running["spec"].get("nodeName", ""),
+            token,
+            str(path),
+        )
+
+    def service_account_token(
+        self, namespace: str, service_account: str, expiration_seconds: int = 86400
+    ) -> str:
+        """A token for a ServiceAccount not bound to any Pod."""
+        self.ensure_service_account(namespace, service_account)
+        return str(
+            self.admin.request(
+                "POST",
+                self.admin.resource("serviceaccounts").path(namespace, service_account, "token"),
+                {
+                    "apiVersion": "authentication.k8s.io/v1",
+                    "kind": "TokenRequest",
+                    "spec": {"expirationSeconds": expiration_seconds},
+                },
+            )["status"]["token"]
+        )
+
+    def write_kubeconfig(
+        self, path: Path, user: str, token: str, namespace: str = "default"
+    ) -> str:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        doc = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "localkube",
+                    "cluster": {"server": self.server, "certificate-authority": self.ca_file},
+                }
+            ],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [
+                {
+                    "name": f"{user}@localkube",
+                    "context": {"cluster": "localkube", "user": user, "namespace": namespace},
+                }
+            ],
+            "current-context": f"{user}@localkube",
+        }
+        path.write_text(yaml.safe_dump(doc))
+        path.chmod(0o600)
+        return str(path)
+
+    def ensure_service_account(self, namespace: str, name: str) -> None:
+        self.ensure_namespace(namespace)
+        try:
+            self.admin.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ServiceAccount",
+                    "metadata": {"name": name, "namespace": namespace},
+                }
+            )
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+
+    # -- namespaces ---------------------------------------------------------------------
+
+    def new_namespace(self, prefix: str = "t", labels: Mapping[str, str] | None = None) -> str:
+        """A fresh namespace (unique in this control plane), ready for Pods."""
+        name = f"{prefix}-{self._run_id}-{next(self._namespaces)}"[:63].rstrip("-")
+        self.ensure_namespace(name, labels)
+        return name
+
+    def ensure_namespace(self, name: str, labels: Mapping[str, str] | None = None) -> None:
+        existing = self.admin.find("namespaces", None, name)
+        if existing is None:
+            self.admin.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": name, "labels": dict(labels or {})},
+                }
+            )
+        elif labels:
+            self.admin.patch("namespaces", None, name, {"metadata": {"labels": dict(labels)}})
+        # Pods need the namespace's default ServiceAccount (the controller creates it).
+        wait_until(
+            lambda: self.admin.find("serviceaccounts", name, "default"),
+            60,
+            f"ServiceAccount {name}/default",
+        )
+
+    # -- tools --------------------------------------------------------------------------
+
+    def kubectl(
+        self,
+        user: str,
+        *args: str,
+        input: str | None = None,
+        timeout: float = 60,
+        kubeconfig: str | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run the pinned kubectl as ``user`` (text mode, output captured)."""
+        config = kubeconfig or self.kubeconfig(user)
+        env = {
+            **os.environ,
+            "KUBECONFIG": config,
+            "KUBECACHEDIR": str(self.state_dir / "kubectl-cache"),
+        }
+        return subprocess.run(
+            [str(kubectl_path()), "--kubeconfig", config, *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+            check=False,
+        )
+
+    def audit_events(self) -> list[JsonObj]:
+        """What the API server's audit log holds so far (writes to Jobs and Leases)."""
+        out: list[JsonObj] = []
+        try:
+            text = self.audit_log.read_text()
+        except FileNotFoundError:
+            return out
+        for line in text.splitlines():
+            if line.strip():
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    continue  # a line being written right now
+        return out
+
+
+def _running(pod: JsonObj | None) -> JsonObj | None:
+    if pod and (pod.get("status") or {}).get("phase") == "Running":
+        return pod
+    return None
+
+
+def _memory_dir() -> str | None:
+    """A RAM-backed directory for etcd's data, when the machine has one."""
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        return str(shm)
+    return None

@@ -1,0 +1,293 @@
+"""A TLS proxy in front of the real API server that injects faults.
+
+    with FaultProxy(cp) as proxy:                       # https://127.0.0.1:PORT
+        proxy.add(method="GET", resource="jobs", status=500, count=1)
+        proxy.add(resource="leases", delay=3.0)         # slow answers
+        proxy.add(resource="jobs", drop=True)           # connection closed, no answer
+        proxy.add(resource="jobs", watch_gone=True)     # a watch gets 410 Gone
+        kubeconfig = proxy.kubeconfig(token, "webhook")  # point a component at the proxy
+
+Everything else passes through unchanged, watches streamed. Faults are matched
+in order; each fires ``count`` times (``None``: until cleared). The proxy
+counts what it forwarded, so a test can tell how many calls a component made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import ssl
+import tempfile
+import threading
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import trustme
+from aiohttp import web
+
+from testbed.controlplane import ControlPlane
+
+_PATH = re.compile(
+    r"^/(?:api/v1|apis/[^/]+/[^/]+)"
+    r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<resource>[^/]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>[^/]+))?$"
+)
+_HOP_HEADERS = {
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "content-length",
+    "host",
+    "upgrade",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "content-encoding",
+}
+
+
+@dataclass
+class Fault:
+    """What to do to matching requests. ``None`` fields match anything."""
+
+    method: str | None = None
+    resource: str | None = None
+    namespace: str | None = None
+    name: str | None = None
+    watch: bool | None = None
+    status: int | None = None
+    """Answer with this HTTP status and a Kubernetes ``Status`` body."""
+    delay: float = 0.0
+    """Seconds to wait before acting (or before forwarding, when nothing else is set)."""
+    drop: bool = False
+    """Close the connection without an answer."""
+    watch_gone: bool = False
+    """Answer a watch with an ERROR event carrying 410 Gone (resourceVersion too old)."""
+    count: int | None = 1
+    fired: int = field(default=0)
+
+    def matches(self, method: str, info: Mapping[str, Any]) -> bool:
+        if self.count is not None and self.fired >= self.count:
+            return False
+        checks = (
+            (self.method, method),
+            (self.resource, info.get("resource")),
+            (self.namespace, info.get("ns")),
+            (self.name, info.get("name")),
+            (self.watch, info.get("watch")),
+        )
+        return all(want is None or want == got for want, got in checks)
+
+
+class FaultProxy:
+    """The proxy, served from a thread of its own (usable from sync tests)."""
+
+    def __init__(self, control_plane: ControlPlane) -> None:
+        self.cp = control_plane
+        self.faults: list[Fault] = []
+        self.forwarded: Counter[tuple[str, str]] = Counter()
+        self._lock = threading.Lock()
+        self._dir = Path(tempfile.mkdtemp(prefix="elb-gate-proxy-"))
+        ca = trustme.CA()
+        cert = ca.issue_cert("127.0.0.1", "localhost")
+        self.ca_file = str(self._dir / "proxy-ca.pem")
+        ca.cert_pem.write_to_path(self.ca_file)
+        self._server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        cert.configure_cert(self._server_ctx)
+        self._upstream_ctx = ssl.create_default_context(cafile=control_plane.ca_file)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self.port = 0
+
+    # -- faults -------------------------------------------------------------------------
+
+    def add(self, **kwargs: Any) -> Fault:
+        fault = Fault(**kwargs)
+        with self._lock:
+            self.faults.append(fault)
+        return fault
+
+    def clear(self) -> None:
+        with self._lock:
+            self.faults.clear()
+
+    def _take(self, method: str, info: Mapping[str, Any]) -> Fault | None:
+        with self._lock:
+            for fault in self.faults:
+                if fault.matches(method, info):
+                    fault.fired += 1
+                    return fault
+        return None
+
+    # -- wiring -------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def kubeconfig(self, token: str, name: str) -> str:
+        """A kubeconfig that reaches the API server through this proxy."""
+        path = self._dir / f"{name}.kubeconfig"
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [
+                        {
+                            "name": "proxy",
+                            "cluster": {"server": self.url, "certificate-authority": self.ca_file},
+                        }
+                    ],
+                    "users": [{"name": name, "user": {"token": token}}],
+                    "contexts": [{"name": name, "context": {"cluster": "proxy", "user": name}}],
+                    "current-context": name,
+                }
+            )
+        )
+        return str(path)
+
+    def start(self) -> FaultProxy:
+        started = threading.Event()
+        errors: list[BaseException] = []
+
+        def serve() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            try:
+                loop.run_until_complete(self._start())
+            except BaseException as exc:  # reported to start()
+                errors.append(exc)
+                started.set()
+                return
+            started.set()
+            loop.run_forever()
+            loop.run_until_complete(self._stop())
+            loop.close()
+
+        self._thread = threading.Thread(target=serve, name="fault-proxy", daemon=True)
+        self._thread.start()
+        started.wait(30)
+        if errors:
+            raise errors[0]
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._thread is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(30)
+        self._loop = None
+
+    def __enter__(self) -> FaultProxy:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def _start(self) -> None:
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=self._upstream_ctx, limit=0),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+            auto_decompress=False,
+        )
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self._server_ctx)
+        await site.start()
+        server = site._server
+        assert isinstance(server, asyncio.Server)  # port 0: ask the socket which one
+        self.port = int(server.sockets[0].getsockname()[1])
+
+    async def _stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._session is not None:
+            await self._session.close()
+
+    # -- the proxy ----------------------------------------------------------------------
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        match = _PATH.match(request.path)
+        info: dict[str, Any] = dict(match.groupdict()) if match else {}
+        info["watch"] = request.query.get("watch") in ("1", "true")
+        fault = self._take(request.method, info)
+        if fault is not None:
+            if fault.delay:
+                await asyncio.sleep(fault.delay)
+            if fault.drop:
+                if request.transport is not None:
+                    request.transport.close()
+                raise asyncio.CancelledError  # nothing more to send
+            if fault.status is not None:
+                return _status(fault.status)
+            if fault.watch_gone and info["watch"]:
+                return _gone_watch(request)
+        return await self._forward(request, info)
+
+    async def _forward(self, request: web.Request, info: Mapping[str, Any]) -> web.StreamResponse:
+        assert self._session is not None
+        with self._lock:
+            self.forwarded[(request.method, str(info.get("resource") or request.path))] += 1
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
+        body = await request.read()
+        url = self.cp.server + request.path_qs
+        async with self._session.request(
+            request.method, url, headers=headers, data=body or None
+        ) as upstream:
+            response = web.StreamResponse(status=upstream.status)
+            for key, value in upstream.headers.items():
+                if key.lower() not in _HOP_HEADERS:
+                    response.headers[key] = value
+            if upstream.headers.get("Content-Encoding"):
+                response.headers["Content-Encoding"] = upstream.headers["Content-Encoding"]
+            await response.prepare(request)
+            async for chunk in upstream.content.iter_any():
+                await response.write(chunk)
+            await response.write_eof()
+            return response
+
+
+def _status(code: int) -> web.Response:
+    reasons = {
+        500: "InternalError",
+        503: "ServiceUnavailable",
+        504: "Timeout",
+        429: "TooManyRequests",
+        409: "Conflict",
+        410: "Expired",
+        403: "Forbidden",
+    }
+    body = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": f"injected fault: {code}",
+        "reason": reasons.get(code, "InternalError"),
+        "code": code,
+    }
+    return web.json_response(body, status=code)
+
+
+def _gone_watch(request: web.Request) -> web.Response:
+    event = {
+        "type": "ERROR",
+        "object": {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": "too old resource version: injected",
+            "reason": "Expired",
+            "code": 410,
+        },
+    }
+    return web.Response(text=json.dumps(event) + "\n", content_type="application/json")

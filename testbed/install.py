@@ -1,0 +1,200 @@
+"""Install elb-gate's own cluster objects on the control plane, from the shipped manifests.
+
+What a real install creates around the two Deployments — the ``elb-system``
+namespace, the ServiceAccounts, the ClusterRoles and their bindings, the
+RoleBindings of each gated namespace — is applied here exactly as
+``manifests/`` renders it (``kubectl kustomize``, the pinned kubectl), so the
+webhook and the controller run with exactly the permissions an operator
+grants them: a missing verb is a real 403.
+
+The processes themselves run on the host (no container runtime), each with a
+token of its ServiceAccount bound to a Pod object of its own in ``elb-system``,
+as the kubelet would project it.
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from testbed.api import JsonObj
+from testbed.controlplane import REPO, SYSTEM_POOL, ControlPlane, PodIdentity, kubectl_path
+
+SYSTEM_NAMESPACE = "elb-system"
+WEBHOOK_SA = "elb-gate-webhook"
+CONTROLLER_SA = "elb-gate-controller"
+GATED_LABEL = "elb-gate.io/gated"
+_BASE_KINDS = {
+    "Namespace",
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+}
+_lock = threading.Lock()
+
+SUBMITTER_ROLE = "elb-gate-testbed-submitter"
+SUBMITTER_RULES = [
+    {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+    },
+    {
+        "apiGroups": ["batch"],
+        "resources": ["jobs"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+    },
+    {
+        "apiGroups": [""],
+        "resources": ["pods", "configmaps", "events", "namespaces"],
+        "verbs": ["get", "list", "watch"],
+    },
+]
+"""What ElasticBLAST's submitters do in a gated namespace. The testbed grants it to
+every authenticated user there, as a cluster that does not restrict who may
+create Jobs does (see docs/security.md for the RBAC that does restrict it)."""
+
+
+def render(path: Path) -> list[JsonObj]:
+    """``kubectl kustomize <path>`` with the pinned kubectl, as documents."""
+    out = subprocess.run(
+        [str(kubectl_path()), "kustomize", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"kubectl kustomize {path}: {out.stderr.strip()}")
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def base_objects() -> list[JsonObj]:
+    """The namespace, ServiceAccounts and RBAC of ``manifests/base`` (no workloads,
+    no webhook configurations: the testbed registers those itself)."""
+    docs = render(REPO / "manifests" / "base")
+    return [
+        d
+        for d in docs
+        if d.get("kind") in _BASE_KINDS
+        and not (d["kind"] == "RoleBinding" and d["metadata"].get("namespace") == "default")
+    ]
+
+
+def gated_namespace_bindings(namespace: str) -> list[JsonObj]:
+    """The RoleBindings ``manifests/gated-namespace-bindings`` gives one gated namespace."""
+    docs = [
+        d
+        for d in yaml.safe_load_all(
+            (REPO / "manifests" / "gated-namespace-bindings" / "rolebindings.yaml").read_text()
+        )
+        if d
+    ]
+    out = []
+    for doc in docs:
+        doc = copy.deepcopy(doc)
+        doc["metadata"]["namespace"] = namespace
+        out.append(doc)
+    return out
+
+
+class Installation:
+    """elb-gate's objects on one control plane (installed once per control plane)."""
+
+    _installed: dict[str, Installation] = {}
+
+    def __init__(self, cp: ControlPlane) -> None:
+        self.cp = cp
+        self._identities: dict[str, PodIdentity] = {}
+        self._gated: set[str] = set()
+
+    @classmethod
+    def on(cls, cp: ControlPlane) -> Installation:
+        """The installation on ``cp``, applying the manifests the first time."""
+        with _lock:
+            found = cls._installed.get(cp.server)
+            if found is None:
+                found = cls(cp)
+                found.apply_base()
+                cls._installed[cp.server] = found
+            return found
+
+    def apply_base(self) -> None:
+        for doc in base_objects():
+            self.cp.admin.apply(doc)
+        self.cp.ensure_namespace(SYSTEM_NAMESPACE)
+        self.cp.admin.apply(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": SUBMITTER_ROLE},
+                "rules": SUBMITTER_RULES,
+            }
+        )
+
+    def gate(self, namespace: str, *, label: bool = True, open_to_all: bool = True) -> str:
+        """Make ``namespace`` a gated namespace: created, its RoleBindings applied,
+        labelled ``elb-gate.io/gated=true`` (unless ``label=False``), and (unless
+        ``open_to_all=False``) every authenticated user allowed to submit there."""
+        self.cp.ensure_namespace(namespace, {GATED_LABEL: "true"} if label else None)
+        if namespace not in self._gated:
+            for doc in gated_namespace_bindings(namespace):
+                self.cp.admin.apply(doc)
+            if open_to_all:
+                self.cp.admin.apply(
+                    {
+                        "apiVersion": "rbac.authorization.k8s.io/v1",
+                        "kind": "RoleBinding",
+                        "metadata": {"name": SUBMITTER_ROLE, "namespace": namespace},
+                        "roleRef": {
+                            "apiGroup": "rbac.authorization.k8s.io",
+                            "kind": "ClusterRole",
+                            "name": SUBMITTER_ROLE,
+                        },
+                        "subjects": [
+                            {
+                                "apiGroup": "rbac.authorization.k8s.io",
+                                "kind": "Group",
+                                "name": "system:authenticated",
+                            }
+                        ],
+                    }
+                )
+            self._gated.add(namespace)
+        return namespace
+
+    def identity(self, component: str, pod: str) -> PodIdentity:
+        """A token of ``component``'s ServiceAccount bound to a Pod named ``pod``."""
+        key = f"{component}/{pod}"
+        with _lock:
+            found = self._identities.get(key)
+        if found is not None:
+            return found
+        sa = {"webhook": WEBHOOK_SA, "controller": CONTROLLER_SA}[component]
+        identity = self.cp.pod_identity(SYSTEM_NAMESPACE, sa, pod=pod, node_selector=SYSTEM_POOL)
+        with _lock:
+            self._identities[key] = identity
+        return identity
+
+
+def clear_namespace_objects(
+    cp: ControlPlane, namespaces: Iterable[str], kinds: Iterable[str]
+) -> None:
+    """Delete every object of ``kinds`` in ``namespaces`` (test clean-up)."""
+    for ns in namespaces:
+        for kind in kinds:
+            for obj in cp.admin.list(kind, ns):
+                cp.admin.delete(kind, ns, obj["metadata"]["name"], grace_seconds=0)
+
+
+def object_ref(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{obj.get('kind')}/{meta.get('namespace', '')}/{meta.get('name')}"

@@ -1,0 +1,299 @@
+"""Run the real ``python -m webhook`` against the control plane, wired as a cluster wires it.
+
+    with WebhookProcess(cp) as hook:            # certs, env, free ports, /readyz, configurations
+        ns = hook.gate_namespace("team-a")       # created, RoleBindings, elb-gate.io/gated=true
+        cp.kubectl("bob", "-n", ns, "create", "-f", "-", input=finalizer_yaml)
+
+The process authenticates with a token of its ServiceAccount
+(``elb-system/elb-gate-webhook``) bound to a Pod of its own, granted exactly
+what ``manifests/`` grants. The webhook configurations registered are the
+shipped ones with ONE transformation, the only one a cluster without a
+container runtime needs: each webhook's ``clientConfig.service`` becomes
+``url: https://127.0.0.1:PORT<path>``, and ``caBundle`` is filled in (as
+``make certs`` or cert-manager's cainjector does). :func:`point_at` is that
+transformation; ``tests/install/test_webhook_configs.py`` checks nothing else
+differs.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from testbed.api import ApiError, JsonObj, wait_until
+from testbed.certs import MountedCertificate
+from testbed.controlplane import REPO, ControlPlane
+from testbed.install import Installation
+
+MANIFEST = REPO / "manifests" / "base" / "admission-webhooks.yaml"
+CONFIGURATION_KINDS = {
+    "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
+    "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
+}
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def shipped_configurations(manifest: Path = MANIFEST) -> list[JsonObj]:
+    """The webhook configurations as shipped."""
+    return [d for d in yaml.safe_load_all(manifest.read_text()) if d]
+
+
+def point_at(docs: Sequence[Mapping[str, Any]], port: int, ca_bundle: str) -> list[JsonObj]:
+    """The one transformation the testbed makes: ``clientConfig.service`` →
+    ``url: https://127.0.0.1:<port><service.path>``, with ``caBundle`` filled in."""
+    out: list[JsonObj] = []
+    for shipped in docs:
+        doc: JsonObj = copy.deepcopy(dict(shipped))
+        for hook in doc.get("webhooks") or []:
+            service = hook["clientConfig"].pop("service")
+            hook["clientConfig"]["url"] = f"https://127.0.0.1:{port}{service.get('path', '/')}"
+            hook["clientConfig"]["caBundle"] = ca_bundle
+        out.append(doc)
+    return out
+
+
+class WebhookProcess:
+    """The webhook as a child process, registered with the control plane; a context manager."""
+
+    def __init__(
+        self,
+        cp: ControlPlane,
+        env: Mapping[str, str] | None = None,
+        *,
+        workdir: Path | None = None,
+        register: bool = True,
+        namespaces: Iterable[str] = (),
+        pod: str = "elb-gate-webhook-0",
+        kubeconfig: str | None = None,
+        manifest: Path = MANIFEST,
+    ) -> None:
+        """``env`` adds to/overrides the process environment; ``namespaces`` are
+        created if needed and gated when the process is registered; ``kubeconfig``
+        replaces the ServiceAccount's (e.g. one through the fault proxy)."""
+        self.cp = cp
+        self.install = Installation.on(cp)
+        self.namespaces = tuple(namespaces)
+        self.extra_env = dict(env or {})
+        self._own_dir = workdir is None
+        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="elb-gate-webhook-"))
+        self.certificate = MountedCertificate(self.workdir / "tls")
+        self.port = 0
+        self.metrics_port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self._register = register
+        self._registered: list[tuple[str, str]] = []
+        self.log_file = self.workdir / "webhook.log"
+        self.identity = self.install.identity("webhook", pod)
+        self.kubeconfig = kubeconfig or self.identity.kubeconfig
+        self.manifest = manifest
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def env(self) -> dict[str, str]:
+        """The process environment: this repo's settings keys, never in-cluster config."""
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("ELB_GATE_", "BLAST_"))}
+        base.pop("KUBERNETES_SERVICE_HOST", None)
+        base.update(
+            {
+                "KUBECONFIG": self.kubeconfig,
+                "ELB_GATE_WEBHOOK_PORT": str(self.port),
+                "ELB_GATE_METRICS_PORT": str(self.metrics_port),
+                "ELB_GATE_BIND_ADDRESS": "127.0.0.1",
+                "ELB_GATE_TLS_CERT_FILE": self.certificate.cert_file,
+                "ELB_GATE_TLS_KEY_FILE": self.certificate.key_file,
+                "ELB_GATE_LOG_FORMAT": "json",
+                "ELB_GATE_POD_NAME": self.identity.pod,
+                "ELB_GATE_POD_NAMESPACE": self.identity.namespace,
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        base.update(self.extra_env)
+        return base
+
+    def start(self, timeout: float = 60.0) -> WebhookProcess:
+        """Start, wait for ``/readyz``, then register the configurations. Retries
+        if a chosen port was taken in between."""
+        for attempt in range(3):
+            self.port, self.metrics_port = free_port(), free_port()
+            with open(self.log_file, "ab") as log:
+                self.process = subprocess.Popen(
+                    [sys.executable, "-m", "webhook"],
+                    cwd=REPO,
+                    env=self.env(),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            try:
+                wait_until(self._ready, timeout, "the webhook's /readyz")
+                break
+            except AssertionError:
+                self._terminate()
+                if attempt == 2 or "address already in use" not in self.log():
+                    raise AssertionError(
+                        f"webhook did not become ready:\n{self.log()[-4000:]}"
+                    ) from None
+        if self._register:
+            self.register()
+            for namespace in self.namespaces:
+                self.gate_namespace(namespace)
+        return self
+
+    def _ready(self) -> bool:
+        if self.process is not None and self.process.poll() is not None:
+            return False  # exited: start() reports it (with the log)
+        try:
+            with urllib.request.urlopen(f"{self.metrics_url}/readyz", timeout=5) as resp:
+                return bool(resp.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def stop(self) -> int | None:
+        """Unregister, SIGTERM, wait; returns the exit code (0 when it stopped cleanly)."""
+        if self._register:
+            self.unregister()
+        code = self._terminate()
+        if self._own_dir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        return code
+
+    def _terminate(self) -> int | None:
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        code = self.process.returncode
+        self.process = None
+        return code
+
+    def kill(self) -> None:
+        """SIGKILL: the replica dies mid-flight (its configuration stays registered)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+    def __enter__(self) -> WebhookProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- cluster wiring ----------------------------------------------------------------
+
+    def configurations(self) -> list[JsonObj]:
+        """What this process registers: the shipped configurations pointed at it."""
+        return point_at(
+            shipped_configurations(self.manifest), self.port, self.certificate.ca_bundle
+        )
+
+    def register(self) -> None:
+        """Store both webhook configurations (replacing any left by another process)."""
+        for doc in self.configurations():
+            self.cp.admin.apply(doc)
+            key = (CONFIGURATION_KINDS[doc["kind"]], doc["metadata"]["name"])
+            if key not in self._registered:
+                self._registered.append(key)
+        self._wait_effective()
+
+    def _wait_effective(self) -> None:
+        # The API server applies a new configuration from its informer a moment
+        # after the write; wait until a Lease write in a probe namespace is
+        # stamped by THIS process (its log shows the request).
+        probe = self.gate_namespace("elb-gate-probe")
+        name = f"elb-blast-submit-{probe}"
+
+        def stamped_by_us() -> bool:
+            try:
+                self.cp.admin.delete("leases", probe, name, grace_seconds=0)
+            except ApiError:
+                pass  # a live probe Lease is refused deletion by the guard: fine
+            before = self.log().count(probe)
+            try:
+                self.cp.admin.request(
+                    "POST",
+                    self.cp.admin.resource("leases").path(probe),
+                    {
+                        "apiVersion": "coordination.k8s.io/v1",
+                        "kind": "Lease",
+                        "metadata": {"name": name, "namespace": probe},
+                        "spec": {},
+                    },
+                    query={"dryRun": "All"},
+                )
+            except ApiError:
+                pass
+            return self.log().count(probe) > before
+
+        wait_until(
+            stamped_by_us, 60, "the API server to call the newly registered webhook", interval=0.2
+        )
+
+    def unregister(self) -> None:
+        """Remove the configurations this process registered, if still its own."""
+        for resource, name in self._registered:
+            current = self.cp.admin.find(resource, None, name)
+            if current is None:
+                continue
+            urls = [h["clientConfig"].get("url", "") for h in current.get("webhooks") or []]
+            if any(f":{self.port}/" in u for u in urls):
+                self.cp.admin.delete(resource, None, name)
+        self._registered.clear()
+
+    def gate_namespace(self, namespace: str, *, label: bool = True) -> str:
+        """Create ``namespace`` if needed, with the RoleBindings a gated namespace
+        has, labelled gated; returns its name."""
+        return self.install.gate(namespace, label=label)
+
+    # -- observation -------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}"
+
+    def log(self) -> str:
+        """Everything the process wrote so far."""
+        try:
+            return self.log_file.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def metrics(self) -> str:
+        """The ``/metrics`` text."""
+        with urllib.request.urlopen(f"{self.metrics_url}/metrics", timeout=10) as resp:
+            return str(resp.read().decode())
+
+    def client_context(self) -> ssl.SSLContext:
+        """A client TLS context that trusts this process's CA (for direct HTTPS calls)."""
+        return ssl.create_default_context(cadata=self.certificate.ca_pem.decode())
+
+    def registered(self) -> list[JsonObj]:
+        """What is registered now (copies)."""
+        return [copy.deepcopy(self.cp.admin.get(r, None, n)) for r, n in self._registered]
