@@ -1,0 +1,264 @@
+"""Start a real ``python -m controller`` against the API emulator, and watch it.
+
+Shared by the controller integration tests, the demo and the reliability suites::
+
+    with ControllerProcess.start(emu, name="ctl-a", namespaces=["blast"]) as ctl:
+        ctl.wait_until(lambda: ctl.is_leader(), "ctl-a leads")
+        print(ctl.get_json("/liveness"))
+
+The process authenticates as the controller's service account
+(``system:serviceaccount:elb-system:elb-gate-controller``), logs JSON lines on stderr
+(collected in :attr:`ControllerProcess.records`), and binds its metrics port on
+127.0.0.1:0; the chosen port is read from its "metrics server listening" log line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from tests.kube_emulator import Emulator, User
+
+CONTROLLER_NAMESPACE = "elb-system"
+CONTROLLER_SA = "elb-gate-controller"
+CONTROLLER_USER = f"system:serviceaccount:{CONTROLLER_NAMESPACE}:{CONTROLLER_SA}"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def ensure_namespace(emu: Emulator, name: str, gated: bool = False) -> None:
+    """Create namespace ``name`` in the emulator if missing (label it gated if asked)."""
+    if emu.find("namespaces", None, name) is None:
+        meta: dict[str, Any] = {"name": name}
+        if gated:
+            meta["labels"] = {"elb-gate.io/gated": "true"}
+        emu.create({"apiVersion": "v1", "kind": "Namespace", "metadata": meta})
+
+
+def ensure_controller_user(emu: Emulator) -> str:
+    """Register the controller's service-account user; return its kubeconfig path."""
+    if CONTROLLER_SA not in emu.users:
+        emu.add_user(User.service_account(CONTROLLER_NAMESPACE, CONTROLLER_SA))
+    ensure_namespace(emu, CONTROLLER_NAMESPACE)
+    return emu.kubeconfig(CONTROLLER_SA)
+
+
+class ControllerProcess:
+    """One running controller process and what it has logged."""
+
+    def __init__(self, proc: subprocess.Popen[str], name: str) -> None:
+        self.proc = proc
+        self.name = name
+        self.records: list[dict[str, Any]] = []
+        self.raw_lines: list[str] = []
+        self._cond = threading.Condition()
+        self.metrics_port = 0
+        self._reader = threading.Thread(target=self._read, name=f"{name}-stderr", daemon=True)
+        self._reader.start()
+
+    @classmethod
+    def start(
+        cls,
+        emu: Emulator,
+        *,
+        name: str = "controller-0",
+        namespaces: Iterable[str] = ("default",),
+        resync_seconds: float = 1.0,
+        leader_lease_seconds: float = 4.0,
+        leader_renew_seconds: float = 1.0,
+        env: Mapping[str, str] | None = None,
+        ready_timeout: float = 30.0,
+    ) -> ControllerProcess:
+        """Start a controller as ``name`` watching ``namespaces`` (created if missing) and
+        wait until its metrics port is known. ``env`` adds or overrides variables."""
+        namespaces = list(namespaces)
+        for ns in namespaces:
+            ensure_namespace(emu, ns, gated=True)
+        kubeconfig = ensure_controller_user(emu)
+        full_env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("ELB_GATE_", "BLAST_"))},
+            "KUBECONFIG": kubeconfig,
+            "ELB_GATE_NAMESPACES": ",".join(namespaces),
+            "ELB_GATE_RESYNC_SECONDS": str(resync_seconds),
+            "ELB_GATE_METRICS_PORT": "0",
+            "ELB_GATE_BIND_ADDRESS": "127.0.0.1",
+            "ELB_GATE_POD_NAME": name,
+            "ELB_GATE_POD_NAMESPACE": CONTROLLER_NAMESPACE,
+            "ELB_GATE_LOG_FORMAT": "json",
+            "PYTHONUNBUFFERED": "1",
+            **(env or {}),
+        }
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "controller",
+                "--leader-lease-seconds",
+                str(leader_lease_seconds),
+                "--leader-renew-seconds",
+                str(leader_renew_seconds),
+            ],
+            cwd=REPO_ROOT,
+            env=full_env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        ctl = cls(proc, name)
+        try:
+            record = ctl.wait_for_log(
+                lambda r: r.get("msg") == "metrics server listening", ready_timeout
+            )
+        except Exception:
+            ctl.stop()
+            raise
+        ctl.metrics_port = int(record["port"])
+        return ctl
+
+    # -- output ----------------------------------------------------------------
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            line = line.rstrip("\n")
+            try:
+                record = json.loads(line)
+            except ValueError:
+                record = {"msg": line, "level": "raw"}
+            with self._cond:
+                self.raw_lines.append(line)
+                if isinstance(record, dict):
+                    self.records.append(record)
+                self._cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
+
+    def logs(self, msg: str | None = None) -> list[dict[str, Any]]:
+        """Records so far (those with message ``msg``, if given)."""
+        with self._cond:
+            return [r for r in self.records if msg is None or r.get("msg") == msg]
+
+    def wait_for_log(
+        self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 30.0
+    ) -> dict[str, Any]:
+        """The first record matching ``predicate``, waiting up to ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for record in self.records:
+                    if predicate(record):
+                        return record
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or (self.proc.poll() is not None and not self._reader.is_alive()):
+                    tail = "\n".join(self.raw_lines[-30:])
+                    raise TimeoutError(f"{self.name}: no matching log line; last lines:\n{tail}")
+                self._cond.wait(min(remaining, 0.5))
+
+    # -- HTTP ------------------------------------------------------------------
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}{path}"
+
+    def get(self, path: str, timeout: float = 5.0) -> tuple[int, str]:
+        """(status, body) of a GET on the metrics port."""
+        try:
+            with urllib.request.urlopen(self.url(path), timeout=timeout) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    def get_json(self, path: str) -> Any:
+        status, body = self.get(path)
+        if status != 200:
+            raise AssertionError(f"{self.name} GET {path}: {status} {body}")
+        return json.loads(body)
+
+    def metric(self, name: str, labels: Mapping[str, str] | None = None) -> float | None:
+        """The value of one sample on /metrics (``None`` when absent)."""
+        want = ",".join(f'{k}="{v}"' for k, v in sorted((labels or {}).items()))
+        _, body = self.get("/metrics")
+        for line in body.splitlines():
+            if line.startswith("#"):
+                continue
+            key, _, value = line.rpartition(" ")
+            metric, _, label_text = key.partition("{")
+            got = ",".join(sorted(label_text.rstrip("}").split(","))) if label_text else ""
+            if metric == name and got == want:
+                return float(value)
+        return None
+
+    def is_leader(self) -> bool:
+        try:
+            return self.metric("elb_gate_leader") == 1.0
+        except OSError:
+            return False
+
+    def ready(self) -> bool:
+        try:
+            return self.get("/readyz")[0] == 200
+        except OSError:
+            return False
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def wait_until(self, condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+        """Poll ``condition`` until true; fail naming ``what`` (and the log tail)."""
+        wait_until(condition, what, timeout, self)
+
+    def terminate(self, timeout: float = 15.0) -> int:
+        """SIGTERM (graceful: leadership released) and wait."""
+        if self.alive:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def kill(self) -> int:
+        """SIGKILL: the process dies holding whatever it held (the crash case)."""
+        if self.alive:
+            self.proc.kill()
+        return self.proc.wait(15)
+
+    def stop(self) -> None:
+        """Terminate, killing if it does not exit in time; always reaps the process."""
+        try:
+            self.terminate()
+        except subprocess.TimeoutExpired:
+            self.kill()
+        self._reader.join(5)
+
+    def __enter__(self) -> ControllerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def wait_until(
+    condition: Callable[[], bool],
+    what: str,
+    timeout: float = 30.0,
+    process: ControllerProcess | None = None,
+) -> None:
+    """Poll ``condition`` every 50 ms until it holds or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    tail = ""
+    if process is not None:
+        tail = "\n" + "\n".join(process.raw_lines[-30:])
+    raise AssertionError(f"timed out after {timeout}s waiting for: {what}{tail}")
