@@ -58,6 +58,9 @@ DB_PARTITION_PREFIX_ENV = "ELB_PARTITION_PREFIX"
 SA_POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
 SA_POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
 SA_USER_PREFIX = "system:serviceaccount:"
+NAMESPACE_CONTROLLER_USER = "system:serviceaccount:kube-system:namespace-controller"
+"""Who empties a namespace being deleted (kube-controller-manager's namespace
+controller, with the per-controller credentials every AKS control plane uses)."""
 
 
 def lease_name(namespace: str) -> str:

@@ -12,7 +12,10 @@ Rules (DESIGN.md "Gate A"):
 * renew (holder unchanged) only by A's user or A's submitter identity;
 * release (A → "") only by A's user/submitter, after expiry, or by a
   controller user;
-* CREATE with a holder is an acquisition; DELETE of a live Lease is refused;
+* CREATE with a holder is an acquisition; DELETE of a live Lease is refused,
+  except by the namespace controller emptying a namespace being deleted (the
+  Lease has nothing left to protect; refusing would leave the namespace
+  Terminating until the holder's TTL ran out);
 * ``leaseDurationSeconds`` within the configured bounds;
 * a holder identity carrying a submitter's ``holderPrefix`` may be taken only
   by that submitter's users (the prefix cannot be borrowed);
@@ -29,7 +32,7 @@ from datetime import datetime
 
 from elbgate.identities import SubmitterIdentities
 from elbgate.lease import LeaseView, is_expired
-from elbgate.names import is_submit_lease_name
+from elbgate.names import NAMESPACE_CONTROLLER_USER, is_submit_lease_name
 from elbgate.settings import Settings
 from webhook.decision import Decision, admit, refuse
 from webhook.lease_request import LeaseRequest
@@ -81,6 +84,8 @@ def _delete(request: LeaseRequest, settings: Settings, now: datetime) -> Decisio
             f"Lease guard: the DELETE of Lease {request.ref} carries no oldObject, so elb-gate "
             "cannot tell whether it is held; refusing (fail-closed)",
         )
+    if old.held and request.requester.username == NAMESPACE_CONTROLLER_USER:
+        return admit("namespace_deleted", holder=old.holder)
     if old.held and not _expired(old, settings, now):
         return refuse(
             409,

@@ -109,9 +109,7 @@ def test_a_jobs_pod_template_is_immutable(control_plane: ControlPlane) -> None:
     )
     # A JSON patch carries no resourceVersion: the Job controller's own status
     # writes cannot turn the answer into a 409.
-    patch = [
-        {"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "alpine"}
-    ]
+    patch = [{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "alpine"}]
     with pytest.raises(ApiError) as refused:
         control_plane.admin.patch("jobs", ns, "j", patch, kind="json")
     assert refused.value.status == 422

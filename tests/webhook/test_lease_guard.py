@@ -304,6 +304,22 @@ CASES: dict[str, Case] = {
         code=409,
         says=("never deleted", "clearing spec.holderIdentity"),
     ),
+    "the namespace controller deletes a live Lease of a namespace being deleted": Case(
+        "DELETE",
+        None,
+        ALICE_HOLDS_A,
+        user("system:serviceaccount:kube-system:namespace-controller"),
+        reason="namespace_deleted",
+    ),
+    "another service account of kube-system may not": Case(
+        "DELETE",
+        None,
+        ALICE_HOLDS_A,
+        user("system:serviceaccount:kube-system:generic-garbage-collector"),
+        allowed=False,
+        reason="delete_live",
+        code=409,
+    ),
     "deleting an expired Lease is allowed": Case("DELETE", None, A_EXPIRED),
     "deleting a free Lease is allowed": Case("DELETE", None, FREE),
     "a DELETE without oldObject fails closed": Case(
