@@ -1,0 +1,289 @@
+"""Gate A judged exactly, from the API server's audit log.
+
+The control plane records every write to a Job or a Lease at ``RequestResponse``
+level: who the API server authenticated (``user.username``), the verb, the object as
+committed (``responseObject``, with its ``resourceVersion``) and when the request was
+received and answered. From that alone this module rebuilds each submit Lease's
+history and judges:
+
+* every committed Job CREATE that Gate A applies to: did its requester hold the Lease
+  *at the resourceVersion the Job committed at* — held, by the holder whose acquiring
+  write the API server authenticated as that same user, and not expired before the
+  request even reached the API server?
+* every Lease write: a takeover (holder A → B) only once A had expired; a renewal only
+  by A's user; a release by anyone else only after expiry or by the controller; the
+  ``elb-gate.io/holder-user`` stamp equal to the user the API server authenticated.
+
+Ordering. ``resourceVersion`` is etcd's revision: one counter for the whole store, so
+two writes' order is the order of their resourceVersions, compared as integers. That
+holds here because the control plane runs a single etcd member (the Kubernetes API
+promises only that resourceVersions are opaque strings; ordering them is sound on one
+etcd, which is what this suite runs).
+
+Time. Expiry is ``renewTime + leaseDurationSeconds + skew`` (elb-gate stamps
+``renewTime`` on its own clock, the machine's, the one the API server writes its audit
+timestamps with). A decision about a request happens between the request's arrival
+(``requestReceivedTimestamp``) and its answer (``stageTimestamp``): a holder that had
+expired before the request arrived cannot have been in force for it, and a holder
+whose expiry is after the answer was in force for all of it. Nothing else is assumed:
+no slack.
+
+Like :mod:`testbed.reliability.oracle`, this imports nothing from elb-gate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+HOLDER_USER_ANNOTATION = "elb-gate.io/holder-user"
+LEASE_PREFIX = "elb-blast-submit-"
+
+
+def parse_time(value: object) -> datetime | None:
+    """An RFC 3339 time (any fractional digits), ``None`` when absent or unreadable."""
+    if not isinstance(value, str) or not value:
+        return None
+    text = value.replace("Z", "+00:00")
+    head, dot, rest = text.partition(".")
+    if dot:  # fromisoformat takes at most 6 fractional digits
+        digits = "".join(c for c in rest if c.isdigit())
+        text = f"{head}.{digits[:6].ljust(6, '0')}{rest[len(digits) :]}"
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Write:
+    """One committed write, as the audit log recorded it."""
+
+    rv: int
+    verb: str
+    resource: str
+    namespace: str
+    name: str
+    user: str
+    received: datetime
+    answered: datetime
+    obj: Mapping[str, Any]
+    """The committed object (``responseObject``)."""
+
+    @property
+    def kind(self) -> str:
+        return str(self.obj.get("kind") or "")
+
+    @property
+    def labels(self) -> Mapping[str, Any]:
+        meta = self.obj.get("metadata")
+        labels = meta.get("labels") if isinstance(meta, Mapping) else None
+        return labels if isinstance(labels, Mapping) else {}
+
+    @property
+    def uid(self) -> str:
+        meta = self.obj.get("metadata")
+        return str(meta.get("uid") or "") if isinstance(meta, Mapping) else ""
+
+
+def committed_writes(events: Iterable[Mapping[str, Any]]) -> list[Write]:
+    """The successful Job and Lease writes among audit ``events``, in resourceVersion
+    order. Dry runs (no resourceVersion is committed) and refused requests are left out."""
+    out: list[Write] = []
+    for event in events:
+        if event.get("stage") != "ResponseComplete":
+            continue
+        code = (event.get("responseStatus") or {}).get("code")
+        if not isinstance(code, int) or not 200 <= code < 300:
+            continue
+        if "dryRun" in str(event.get("requestURI") or ""):
+            continue
+        ref = event.get("objectRef") or {}
+        if ref.get("subresource"):
+            continue
+        obj = event.get("responseObject")
+        if not isinstance(obj, Mapping):
+            continue
+        meta = obj.get("metadata")
+        rv = str(meta.get("resourceVersion") or "") if isinstance(meta, Mapping) else ""
+        received = parse_time(event.get("requestReceivedTimestamp"))
+        answered = parse_time(event.get("stageTimestamp"))
+        if not rv.isdigit() or received is None or answered is None:
+            continue
+        out.append(
+            Write(
+                rv=int(rv),
+                verb=str(event.get("verb") or ""),
+                resource=str(ref.get("resource") or ""),
+                namespace=str(ref.get("namespace") or ""),
+                name=str(ref.get("name") or (meta or {}).get("name") or ""),
+                user=str((event.get("user") or {}).get("username") or ""),
+                received=received,
+                answered=answered,
+                obj=obj,
+            )
+        )
+    out.sort(key=lambda w: w.rv)
+    return out
+
+
+@dataclass(frozen=True)
+class Terms:
+    """What expiry means in the rig: the webhook's skew and its default duration."""
+
+    skew_seconds: float
+    default_duration: int
+    controller_user: str
+
+
+@dataclass(frozen=True)
+class LeaseState:
+    """The submit Lease after one write."""
+
+    write: Write
+    holder: str
+    """``spec.holderIdentity`` ("" when free, or after a delete)."""
+    holder_user: str
+    """The authenticated user of the write that made ``holder`` the holder."""
+    stamped_user: str
+    """The ``elb-gate.io/holder-user`` annotation as committed."""
+    renewed: datetime | None
+    duration: int | None
+    deleted: bool = False
+
+    def expiry(self, terms: Terms) -> datetime | None:
+        """When the holder stops being in force (``None``: free, or never renewed)."""
+        if not self.holder or self.renewed is None:
+            return None
+        duration = self.duration if self.duration is not None else terms.default_duration
+        return self.renewed + timedelta(seconds=duration + terms.skew_seconds)
+
+
+def lease_timeline(writes: Sequence[Write], namespace: str) -> list[LeaseState]:
+    """The submit Lease of ``namespace`` after each of its writes, in resourceVersion order."""
+    name = LEASE_PREFIX + namespace
+    out: list[LeaseState] = []
+    for write in writes:
+        if write.resource != "leases" or write.namespace != namespace or write.name != name:
+            continue
+        if write.verb == "delete":
+            out.append(LeaseState(write, "", "", "", None, None, deleted=True))
+            continue
+        spec = write.obj.get("spec")
+        spec = spec if isinstance(spec, Mapping) else {}
+        meta = write.obj.get("metadata")
+        notes = meta.get("annotations") if isinstance(meta, Mapping) else None
+        holder = str(spec.get("holderIdentity") or "")
+        before = out[-1] if out else None
+        same = before is not None and before.holder == holder and holder != ""
+        duration = spec.get("leaseDurationSeconds")
+        out.append(
+            LeaseState(
+                write,
+                holder,
+                (before.holder_user if same and before else write.user) if holder else "",
+                str((notes or {}).get(HOLDER_USER_ANNOTATION) or ""),
+                parse_time(spec.get("renewTime")),
+                duration if isinstance(duration, int) and not isinstance(duration, bool) else None,
+            )
+        )
+    return out
+
+
+def state_before(timeline: Sequence[LeaseState], rv: int) -> LeaseState | None:
+    """The Lease as it stood just before revision ``rv`` (``None``: never written)."""
+    found = None
+    for state in timeline:
+        if state.write.rv >= rv:
+            break
+        found = state
+    return found
+
+
+@dataclass
+class LeaseFindings:
+    """What the Lease's history shows: violations, and the facts the runner checks."""
+
+    violations: list[str] = field(default_factory=list)
+    takeovers: int = 0
+    """Holder changes A → B (both non-empty)."""
+    live_takeovers: int = 0
+    cleared_live_by_controller: list[LeaseState] = field(default_factory=list)
+    """Holders cleared by the controller before they expired (dead-holder reclaims):
+    the state that was cleared."""
+
+
+def judge_lease(timeline: Sequence[LeaseState], terms: Terms) -> LeaseFindings:
+    """Check every write of one Lease against the rules the Lease guard enforces."""
+    found = LeaseFindings()
+    for i, after in enumerate(timeline):
+        w = after.write
+        if after.holder and after.stamped_user != after.holder_user:
+            found.violations.append(
+                f"Lease rv {w.rv}: holder {after.holder} was acquired by user "
+                f"{after.holder_user!r} (as the API server authenticated it), but the stamp "
+                f"says {after.stamped_user!r}"
+            )
+        before = timeline[i - 1] if i else None
+        if before is None or not before.holder:
+            continue
+        expiry = before.expiry(terms)
+        live = expiry is not None and expiry > w.answered
+        if after.holder == before.holder:
+            if w.user != before.holder_user:
+                found.violations.append(
+                    f"Lease rv {w.rv}: {w.user} renewed {before.holder}, held by "
+                    f"{before.holder_user}"
+                )
+            continue
+        if after.holder:
+            found.takeovers += 1
+            if live:
+                found.live_takeovers += 1
+                found.violations.append(
+                    f"Lease rv {w.rv}: {w.user} took {before.holder} (user "
+                    f"{before.holder_user}) over to {after.holder} at {_t(w.received)}, but it "
+                    f"was in force until {_t(expiry)}"
+                )
+            continue
+        # cleared (released or deleted)
+        if w.user == before.holder_user or not live:
+            continue
+        if w.user == terms.controller_user and not after.deleted:
+            found.cleared_live_by_controller.append(before)
+            continue
+        found.violations.append(
+            f"Lease rv {w.rv}: {w.user} {'deleted' if after.deleted else 'released'} "
+            f"{before.holder} (user {before.holder_user}) in force until {_t(expiry)}"
+        )
+    return found
+
+
+def judge_gated_create(create: Write, timeline: Sequence[LeaseState], terms: Terms) -> str | None:
+    """``None`` when the requester of a Gate A Job CREATE held the Lease at the revision
+    the Job committed at; else what was wrong."""
+    job = f"Job {create.name} (app={create.labels.get('app')}, rv {create.rv}) by {create.user}"
+    state = state_before(timeline, create.rv)
+    if state is None or state.deleted:
+        return f"{job} committed while the Lease did not exist"
+    if not state.holder:
+        return f"{job} committed while the Lease was free (since rv {state.write.rv})"
+    if state.holder_user != create.user:
+        return (
+            f"{job} committed while {state.holder} held the Lease, acquired by "
+            f"{state.holder_user} (Lease rv {state.write.rv})"
+        )
+    expiry = state.expiry(terms)
+    if expiry is None or expiry <= create.received:
+        return (
+            f"{job}: its hold {state.holder} had expired at {_t(expiry)}, before the request "
+            f"arrived at {_t(create.received)}"
+        )
+    return None
+
+
+def _t(moment: datetime | None) -> str:
+    return "never" if moment is None else moment.strftime("%H:%M:%S.%f")
