@@ -158,6 +158,12 @@ class ControllerMetrics:
         computed_at: float,
     ) -> None:
         """The per-namespace gauges, set together after every reconcile's plan."""
+        # Counters of this namespace exist from its first reconcile, at 0: a series
+        # that first appears at 1 is invisible to rate()/increase(), so the first
+        # reclaim after a restart would never reach the dashboard or the alert.
+        for reason in ("expired", "dead_holder"):
+            self._reclaimed.labels(namespace, reason)
+        self._orphans_deleted.labels(namespace)
         self._active.labels(namespace).set(active_searches)
         self._ceiling.labels(namespace).set(ceiling)
         self._orphans.labels(namespace).set(orphans)

@@ -181,6 +181,7 @@ def draw(
     results: Sequence[PanelResult],
     out: Path,
     subtitle: str,
+    window: tuple[float, float] | None = None,
 ) -> None:
     """Lay the panels out in the dashboard's grid and write the PNG."""
     import matplotlib
@@ -203,13 +204,8 @@ def draw(
     top = 1 - 0.7 / height
     unit_row = (top - 0.01) / rows
     inch_x, inch_y = 1 / WIDTH_INCHES, 1 / height
-    spans = [
-        max(t for t, _ in s.points) - min(t for t, _ in s.points)
-        for r in results
-        for s in r.series
-        if s.points
-    ]
-    time_format = "%H:%M" if max(spans, default=0) > 600 else "%H:%M:%S"
+    span = (window[1] - window[0]) if window else 0.0
+    time_format = "%H:%M" if span > 600 else "%H:%M:%S"
     for panel, result in zip(panels, results, strict=True):
         grid = panel["gridPos"]
         defaults = panel.get("fieldConfig", {}).get("defaults", {})
@@ -267,6 +263,8 @@ def draw(
             for series in result.series:
                 xs = mdates.date2num([datetime.fromtimestamp(t, UTC) for t, _ in series.points])
                 ax.plot(xs, [v for _, v in series.points], linewidth=1.4, label=series.legend)
+            if window is not None:  # every panel over the same time range, as Grafana draws them
+                ax.set_xlim(*mdates.date2num([datetime.fromtimestamp(t, UTC) for t in window]))
             ax.xaxis.set_major_formatter(mdates.DateFormatter(time_format))
             ax.yaxis.set_major_formatter(FuncFormatter(_axis_formatter(unit)))
             low, high = defaults.get("min"), defaults.get("max")
@@ -373,7 +371,8 @@ def render(
         dashboard,
         results,
         out,
-        f"last {minutes:g} min to {stamp} · {prom.url} · rate window {rate_interval}",
+        f"{minutes:.3g} min to {stamp} · rate window {rate_interval}",
+        window=(start, end),
     )
     return results
 

@@ -53,3 +53,34 @@ def test_every_replica_says_which_build_it_runs() -> None:
     assert sample.value == 1
     assert sample.labels["component"] == "controller"
     assert sample.labels["version"] and sample.labels["python"].count(".") == 2
+
+
+def test_a_reconciled_namespace_has_its_reclaim_counters_at_zero_so_the_first_reclaim_counts() -> (
+    None
+):
+    metrics = ControllerMetrics(CollectorRegistry())
+    metrics.set_namespace_state(
+        "blast",
+        active_searches=0,
+        ceiling=3,
+        orphans=0,
+        lease_expired=False,
+        in_use=False,
+        idle_seconds=0.0,
+        computed_at=0.0,
+    )
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in metrics.registry.collect()
+        for s in family.samples
+        if s.name
+        in {"elb_gate_leases_reclaimed_total", "elb_gate_orphaned_finalizers_deleted_total"}
+    }
+    assert samples == {
+        (
+            "elb_gate_leases_reclaimed_total",
+            (("namespace", "blast"), ("reason", "dead_holder")),
+        ): 0.0,
+        ("elb_gate_leases_reclaimed_total", (("namespace", "blast"), ("reason", "expired"))): 0.0,
+        ("elb_gate_orphaned_finalizers_deleted_total", (("namespace", "blast"),)): 0.0,
+    }
