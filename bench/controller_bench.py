@@ -28,10 +28,10 @@ import orjson
 
 from controller.actions import WriteLiveness
 from controller.cache import CONFIGMAPS, JOBS, LEASES, Cache, ConfigMapRecord, Snapshot
-from controller.informer import Informer, WatchSpec
 from controller.metrics import ControllerMetrics
 from controller.plan import make_plan
 from elbgate.kube.api import KubeApi
+from elbgate.kube.informer import Informer, WatchSpec
 from elbgate.lease import format_microtime
 from elbgate.settings import Settings
 

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.holders import NodeView, PodSeen, PodView
-from controller.informer import Informer, WatchSpec
 from controller.metrics import ControllerMetrics
 from elbgate.kube.api import PODS, KubeApi, path
+from elbgate.kube.informer import Informer, WatchSpec
 from elbgate.logs import log
 
 logger = logging.getLogger("elbgate.controller.holder_watch")

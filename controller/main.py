@@ -18,12 +18,12 @@ from controller.apply import Applier
 from controller.cache import Cache
 from controller.holder_watch import HolderWatches
 from controller.http import Health, create_app
-from controller.informer import Informer, WatchSpec
 from controller.leader import LeaderElector
 from controller.metrics import ControllerMetrics
 from controller.reconciler import Reconciler
 from elbgate.kube.api import CONFIGMAPS, JOBS, LEASES, KubeApi, path
 from elbgate.kube.config import KubeConfig
+from elbgate.kube.informer import Informer, WatchSpec
 from elbgate.logs import log
 from elbgate.names import BATCH_WORK_EVIDENCE_APPS, LIVENESS_CONFIGMAP, SEARCH_APPS, lease_name
 from elbgate.settings import Settings

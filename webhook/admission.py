@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,8 +26,9 @@ from webhook import lease_guard, lease_stamp, search_admission
 from webhook.decision import Decision, unverified
 from webhook.lease_request import LeaseRequest
 from webhook.metrics import WebhookMetrics
+from webhook.node_rules import NodesSeen
 from webhook.review import AdmissionRequest, AdmissionResponse
-from webhook.search_admission import NOT_READ, JobRequest, Observed, Reads
+from webhook.search_admission import NOT_READ, JobRequest, Observed, Reads, node_rules_on
 
 SEARCH_ADMISSION = "search-admission.elb-gate.io"
 LEASE_STAMP = "lease-stamp.elb-gate.io"
@@ -55,6 +56,9 @@ class Admission:
     clock: Callable[[], datetime] = utc_now
     on_api_answer: Callable[[], None] = lambda: None
     """Told whenever the API answered (readiness uses it as a free probe)."""
+    nodes: Callable[[], NodesSeen] | None = None
+    """The Node watch cache's view (:meth:`webhook.cluster_view.ClusterView.seen`);
+    read only while a node rule is on. No API call."""
 
     # -- handlers ------------------------------------------------------------
 
@@ -88,11 +92,14 @@ class Admission:
             observed = await self._observe(job, reads, now)
         except ReadFailed as exc:
             return unverified(f"Gate A/B for {job.ref}", str(exc))
+        if reads is not Reads.NONE and node_rules_on(self.settings):
+            seen = self.nodes() if self.nodes else NodesSeen(None, "no Node watch is running")
+            observed = replace(observed, nodes=seen)
+        decision = search_admission.decide(job, observed, self.settings, now, self.identities)
         if observed.census is not None:
-            self.metrics.record_census(
-                job.namespace, observed.census.count, self.settings.max_run_concurrency
-            )
-        return search_admission.decide(job, observed, self.settings, now, self.identities)
+            ceiling = decision.details.get("effective_ceiling", self.settings.max_run_concurrency)
+            self.metrics.record_census(job.namespace, observed.census.count, int(ceiling))
+        return decision
 
     async def _observe(self, job: JobRequest, reads: Reads, now: datetime) -> Observed:
         if reads is Reads.NONE:

@@ -17,6 +17,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from webhook.admission import Admission
+from webhook.cluster_view import ClusterView
 from webhook.endpoint import admission_endpoint
 from webhook.readiness import ApiReachability
 from webhook.tls import ServingCertificate
@@ -33,6 +34,8 @@ class Runtime:
     admission: Admission
     certificate: ServingCertificate
     reachability: ApiReachability
+    cluster: ClusterView | None = None
+    """The node rules' watch caches (run while the admission app runs)."""
 
 
 RUNTIME = web.AppKey("runtime", Runtime)
@@ -51,6 +54,8 @@ async def readyz(request: web.Request) -> web.Response:
         problems.append(f"serving certificate not loaded from {runtime.certificate.cert_file}")
     if not await runtime.reachability.reachable():
         problems.append(f"API server unreachable: {runtime.reachability.last_error}")
+    if runtime.cluster is not None:
+        problems.extend(runtime.cluster.startup_problems())
     if problems:
         body = {"ready": False, "problems": problems}
         return web.Response(status=503, body=orjson.dumps(body), content_type="application/json")
@@ -66,14 +71,19 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def _resources(app: web.Application) -> AsyncIterator[None]:
-    """Open the API session and watch the certificate files while the app runs."""
+    """Open the API session, watch the certificate files and run the node rules'
+    watch caches while the app runs."""
     runtime = app[RUNTIME]
     await runtime.admission.api.open()
-    watcher = asyncio.create_task(runtime.certificate.watch(), name="certificate-watch")
+    tasks = [asyncio.create_task(runtime.certificate.watch(), name="certificate-watch")]
+    if runtime.cluster is not None:
+        tasks.append(asyncio.create_task(runtime.cluster.run(), name="cluster-view"))
     yield
-    watcher.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await watcher
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
     await runtime.admission.api.close()
 
 

@@ -49,6 +49,12 @@ class WebhookMetrics:
             ["component", "verb", "resource"],
             registry=registry,
         )
+        self._watch_restarts = Counter(
+            "elb_gate_watch_restarts_total",
+            "Relists after a watch ended in error (410 Gone, disconnect, API error).",
+            ["resource"],
+            registry=registry,
+        )
         self._would_deny = Counter(
             "elb_gate_would_deny_total",
             "Requests admitted in warn mode that deny mode would have refused.",
@@ -110,6 +116,9 @@ class WebhookMetrics:
 
     def record_api_error(self, verb: str, resource: str) -> None:
         self._api_errors.labels(COMPONENT, verb, resource).inc()
+
+    def record_watch_restart(self, resource: str) -> None:
+        self._watch_restarts.labels(resource).inc()
 
     def record_census(self, namespace: str, active: int, ceiling: int) -> None:
         self._active.labels(namespace).set(active)

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from elbgate.capacity import NodeView
 from elbgate.census import Census, census
 from elbgate.databases import job_databases
 from elbgate.db_staging import staging_conflict
@@ -47,6 +46,7 @@ from elbgate.names import (
 )
 from elbgate.settings import RuleMode, Settings
 from webhook.decision import Decision, admit, refuse
+from webhook.node_rules import NodesSeen, PodFacts, capacity, feasibility
 from webhook.requester import Requester, holds
 from webhook.review import AdmissionRequest
 from webhook.wording import IDENTITIES_VAR, expiry_phrase, holder_phrase
@@ -88,6 +88,10 @@ class JobRequest:
     """Databases this Job stages or searches."""
     app_near_miss: str | None = None
     """The gated ``app`` value this Job's ``app`` imitates (``Finalizer``, ``bIast``)."""
+    pod: PodFacts = field(default_factory=lambda: PodFacts(None, None, {}, ()))
+    """Requests, nodeSelector and tolerations of its pod template (the node rules)."""
+    body: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The Job as submitted (the node rules read its databases' parts from it)."""
 
     @classmethod
     def from_admission(cls, req: AdmissionRequest) -> JobRequest:
@@ -111,6 +115,8 @@ class JobRequest:
             stages=dbs.stages,
             uses=dbs.uses,
             app_near_miss=None if app in SEARCH_APPS or not app else near_miss(app, SEARCH_APPS),
+            pod=PodFacts.of(obj),
+            body=obj,
         )
 
     @property
@@ -155,14 +161,18 @@ NOT_READ: Any = _NotRead()
 class Observed:
     """What the handler read: the census of the search Jobs (see :func:`survey`),
     the submit Lease (``None`` = it does not exist, :data:`NOT_READ` = not asked for),
-    and, when a node rule is on, the nodes and the operator's database memory needs."""
+    and, when a node rule is on, what the Node watch cache and the operator's
+    database memory table held (no API call: both are watch caches)."""
 
     census: Census | None = None
     lease: Mapping[str, Any] | None = NOT_READ
-    nodes: tuple[NodeView, ...] | None = None
-    """From the webhook's Node watch cache; ``None`` when no node rule is on."""
-    db_memory: Mapping[str, int] = field(default_factory=dict)
-    """``db`` → bytes one node needs for a search of it (operator ConfigMap)."""
+    nodes: NodesSeen | None = None
+    """``None`` when no node rule is on (:func:`node_rules_on`)."""
+
+
+def node_rules_on(settings: Settings) -> bool:
+    """Does any rule read the nodes (so the handler must pass :attr:`Observed.nodes`)?"""
+    return settings.capacity != "off" or settings.feasibility != "off"
 
 
 def _judged(job: JobRequest) -> bool:
@@ -335,6 +345,14 @@ def decide(
         if gate_a is not None:
             return gate_a
     soft = _Rules(settings)
+    if settings.feasibility != "off":
+        seen_nodes = _nodes(observed)
+        blocked = soft.apply(
+            settings.feasibility,
+            feasibility(job.ref, job.body, job.pod, seen_nodes, settings, opens=not joins),
+        )
+        if blocked is not None:
+            return blocked
     if job.holder_work or joins:
         blocked = soft.apply(settings.db_staging, _db_staging(job, seen, opens=False))
         if blocked is not None:
@@ -350,10 +368,25 @@ def decide(
             f"of {ids} completes.",
             **facts,
         )
+    if settings.capacity != "off":
+        refusal, ceiling = capacity(
+            job.ref, job.namespace, seen.active_ids, job.app, job.pod, _nodes(observed), settings
+        )
+        if ceiling is not None:
+            facts["effective_ceiling"] = ceiling.effective
+        blocked = soft.apply(settings.capacity, refusal)
+        if blocked is not None:
+            return blocked
     blocked = soft.apply(settings.db_staging, _db_staging(job, seen, opens=True))
     if blocked is not None:
         return blocked
     return soft.admit("ok", **facts)
+
+
+def _nodes(observed: Observed) -> NodesSeen:
+    if observed.nodes is None:
+        raise ValueError("decide() needs the nodes for a node rule (see node_rules_on)")
+    return observed.nodes
 
 
 class _Rules:

@@ -16,6 +16,7 @@ from elbgate.logs import log
 from elbgate.settings import Settings
 from webhook.admission import Admission
 from webhook.app import Runtime, create_app, create_ops_app
+from webhook.cluster_view import ClusterView
 from webhook.metrics import WebhookMetrics
 from webhook.readiness import ApiReachability
 from webhook.tls import ServingCertificate
@@ -41,10 +42,16 @@ async def serve(
     certificate.reload_if_changed()  # before listening, so the first handshake has it
     api = KubeApi(kube, timeout=settings.api_timeout_seconds, user_agent="elb-gate-webhook")
     reachability = ApiReachability(api, settings.api_timeout_seconds)
+    cluster = ClusterView(api, settings, metrics)
     admission = Admission(
-        settings, api, metrics, identities, on_api_answer=reachability.note_answer
+        settings,
+        api,
+        metrics,
+        identities,
+        on_api_answer=reachability.note_answer,
+        nodes=cluster.seen,
     )
-    runtime = Runtime(admission, certificate, reachability)
+    runtime = Runtime(admission, certificate, reachability, cluster)
     runners = [
         web.AppRunner(create_app(runtime), access_log=None, shutdown_timeout=10.0),
         web.AppRunner(create_ops_app(runtime), access_log=None, shutdown_timeout=2.0),

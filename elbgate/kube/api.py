@@ -75,6 +75,7 @@ JOBS = ("batch/v1", "jobs")
 PODS = ("v1", "pods")
 CONFIGMAPS = ("v1", "configmaps")
 EVENTS = ("v1", "events")
+NODES = ("v1", "nodes")
 
 
 def path(

@@ -339,7 +339,7 @@ def flow(kind: str, job_id: str, db: str = "16S_ribosomal_RNA", nodes: int = 3) 
         parts = [blast_batch(job_id, n, f"part{n:02d}") for n in range(nodes)]
         return [init_pv_partitioned(job_id, f"{db}_part_"), *parts, finalizer(job_id)]
     if kind == "sharded":
-        shards = [blast_batch(job_id, n, f"{db}-shard", shard=n) for n in range(nodes)]
+        shards = [blast_batch(job_id, n, f"{db}_shard_{n:02d}", shard=n) for n in range(nodes)]
         return [*(init_ssd_shard(job_id, n, f"{db}_shard_") for n in range(nodes)), *shards, finalizer(job_id)]
     if kind == "warm-reuse":
         return [import_queries(), *batches, finalizer(job_id)]

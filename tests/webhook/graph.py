@@ -12,9 +12,11 @@ from datetime import datetime
 from typing import Any
 
 from elbgate.capacity import NodeView
+from elbgate.db_memory import DbMemoryTable
 from elbgate.settings import Settings
 from tests.webhook.builders import NOW, SETTINGS, admission, lease, user
 from webhook.decision import Decision
+from webhook.node_rules import NodesSeen
 from webhook.review import UserInfo
 from webhook.search_admission import (
     NOT_READ,
@@ -44,7 +46,9 @@ class Namespace:
     lease: dict[str, Any] | None = field(default_factory=lambda: ALICE_HOLDS)
     settings: Settings = SETTINGS
     nodes: tuple[NodeView, ...] | None = None
-    db_memory: dict[str, int] = field(default_factory=dict)
+    """The Node watch cache (``None``: not synced)."""
+    db_memory: dict[str, str] = field(default_factory=dict)
+    """The operator's ConfigMap data (``db`` → memory)."""
     now: datetime = NOW
     decisions: list[tuple[str, Decision]] = field(default_factory=list)
 
@@ -61,8 +65,12 @@ class Namespace:
         observed = Observed(
             seen,
             self.lease if wants_lease else NOT_READ,
-            nodes=self.nodes,
-            db_memory=self.db_memory,
+            nodes=NodesSeen(
+                self.nodes,
+                "" if self.nodes is not None else "the Node watch has not synced yet",
+                DbMemoryTable.from_data(self.db_memory),
+                table_source="ConfigMap elb-system/elb-gate-db-memory",
+            ),
         )
         decision = decide(job, observed, self.settings, self.now)
         self.decisions.append((body["metadata"]["name"], decision))

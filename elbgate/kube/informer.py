@@ -1,4 +1,7 @@
-"""LIST + WATCH loops that keep the cache current, one per (kind, namespace).
+"""LIST + WATCH loops that keep a cache current, one per (kind, namespace).
+
+Shared by the controller (Jobs, Leases, holder pods and nodes) and the webhook
+(the Node watch cache of the capacity rules):
 
 * LIST (paged) → :meth:`Cache.replace` → synced; then WATCH from the list's
   resourceVersion, each event through :meth:`Cache.apply` (the hot path).
@@ -17,18 +20,25 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from controller.metrics import ControllerMetrics
 from elbgate.kube.api import ApiError, ApiUnavailable, KubeApi
 from elbgate.logs import log
 
-logger = logging.getLogger("elbgate.controller.informer")
+logger = logging.getLogger("elbgate.kube.informer")
 
 PAGE_SIZE = 500
 
 
+class WatchMetrics(Protocol):
+    """What an informer records: each component's metrics implement it."""
+
+    def record_api_error(self, verb: str, resource: str) -> None: ...
+
+    def record_watch_restart(self, resource: str) -> None: ...
+
+
 class Sink(Protocol):
-    """Where an informer puts what it lists and watches (:class:`controller.cache.Cache`,
-    or one holder pod's or node's record in :mod:`controller.holder_watch`)."""
+    """Where an informer puts what it lists and watches (the controller's cache and
+    holder records, the webhook's Node watch cache)."""
 
     def replace(self, kind: str, namespace: str, items: Iterable[Mapping[str, Any]]) -> None: ...
 
@@ -57,7 +67,7 @@ class Informer:
         api: KubeApi,
         cache: Sink,
         spec: WatchSpec,
-        metrics: ControllerMetrics,
+        metrics: WatchMetrics,
         *,
         watch_timeout_seconds: int = 300,
         backoff_initial: float = 0.2,
@@ -73,6 +83,8 @@ class Informer:
         self.backoff_max = backoff_max
         self._on_synced = on_synced or (lambda _k, _ns: None)
         self.resource_version = ""
+        self.last_error = ""
+        """Why the last list/watch failed (``""`` once a LIST succeeded again)."""
 
     def _fields(self) -> dict[str, Any]:
         return {"resource": self.spec.kind, "namespace": self.spec.namespace}
@@ -92,6 +104,7 @@ class Informer:
             except asyncio.CancelledError:
                 raise
             except (ApiError, ApiUnavailable) as exc:
+                self.last_error = str(exc)
                 self.metrics.record_api_error("watch", self.spec.kind)
                 log(
                     logger,
@@ -101,7 +114,8 @@ class Informer:
                     backoff_seconds=round(delay, 2),
                     **self._fields(),
                 )
-            except Exception:
+            except Exception as exc:
+                self.last_error = f"{exc.__class__.__name__}: {exc}"
                 log(
                     logger,
                     logging.ERROR,
@@ -135,6 +149,7 @@ class Informer:
                 self.resource_version = str(meta.get("resourceVersion") or "")
                 break
         self.cache.replace(self.spec.kind, self.spec.namespace, items)
+        self.last_error = ""
         log(
             logger,
             logging.DEBUG,
