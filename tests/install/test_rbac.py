@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from elbgate.names import LIVENESS_CONFIGMAP
+from elbgate.names import DB_MEMORY_CONFIGMAP, LIVENESS_CONFIGMAP
 from elbgate.settings import Settings
 from tests.install.rendering import REPO, Obj, one, select
 
@@ -47,8 +47,9 @@ SHARED_READS = {
     "list_unfinished_search_jobs": {("jobs", "list")},
     "get_submit_lease": {("leases", "get")},
 }
-LEADER_MODULES = {"leader.py"}
-"""Calls made on the controller's own leader Lease (namespace elb-system)."""
+OWN_NAMESPACE_MODULES = {"leader.py": "leader", "cluster_view.py": "db-memory"}
+"""Modules whose namespaced calls are in elb-gate's own namespace (elb-system): the
+controller's leader Lease, the webhook's database memory ConfigMap."""
 
 # The table the manifests must match, per component and scope. Built from the
 # contract and narrowed to what the code does; test_the_table_is_what_the_code_calls
@@ -74,6 +75,8 @@ EXPECTED: dict[tuple[str, str], set[Grant]] = {
     },
     ("controller", "leader"): {("leases", "get"), ("leases", "create"), ("leases", "update")},
     ("controller", "cluster"): {("nodes", "list"), ("nodes", "watch")},
+    ("webhook", "cluster"): {("nodes", "list"), ("nodes", "watch")},
+    ("webhook", "db-memory"): {("configmaps", "list"), ("configmaps", "watch")},
 }
 
 
@@ -157,7 +160,7 @@ def used_by_code() -> dict[tuple[str, str], set[Grant]]:
     used: dict[tuple[str, str], set[Grant]] = {}
     for component in ("webhook", "controller"):
         for module in sorted((REPO / component).glob("*.py")):
-            scope = "leader" if module.name in LEADER_MODULES else "gated"
+            scope = OWN_NAMESPACE_MODULES.get(module.name, "gated")
             for resource, verb in calls_in(module):
                 where = "cluster" if resource in CLUSTER_SCOPED else scope
                 used.setdefault((component, where), set()).add((resource, verb))
@@ -213,18 +216,41 @@ def test_configmap_access_is_limited_to_the_liveness_configmap_except_create(
     )
 
 
-def test_the_node_role_grants_exactly_the_table_and_is_the_only_cluster_wide_binding(
-    rendered: dict[str, list[Obj]],
+@pytest.mark.parametrize("component", ["webhook", "controller"])
+def test_the_node_roles_grant_exactly_the_table_and_are_the_only_cluster_wide_bindings(
+    rendered: dict[str, list[Obj]], component: str
 ) -> None:
-    role = one(rendered["base"], "ClusterRole", "elb-gate-controller-nodes")
-    assert granted(role["rules"]) == EXPECTED[("controller", "cluster")]
-    (binding,) = select(rendered["base"], "ClusterRoleBinding")
-    assert binding["roleRef"]["name"] == "elb-gate-controller-nodes"
-    (subject,) = binding["subjects"]
-    assert (subject["name"], subject["namespace"]) == ("elb-gate-controller", "elb-system")
-    # The node and pod watches name their one object: never a list of every Pod or Node.
+    name = f"elb-gate-{component}-nodes"
+    role = one(rendered["base"], "ClusterRole", name)
+    assert granted(role["rules"]) == EXPECTED[(component, "cluster")] == {
+        ("nodes", "list"),
+        ("nodes", "watch"),
+    }
+    bindings = {b["roleRef"]["name"]: b for b in select(rendered["base"], "ClusterRoleBinding")}
+    assert set(bindings) == {"elb-gate-webhook-nodes", "elb-gate-controller-nodes"}
+    (subject,) = bindings[name]["subjects"]
+    assert (subject["name"], subject["namespace"]) == (f"elb-gate-{component}", "elb-system")
+
+
+def test_the_controllers_node_and_pod_watches_name_their_one_object() -> None:
+    # Never a list of every Pod or Node: the holder's pod and its node, by name.
     source = (REPO / "controller" / "holder_watch.py").read_text()
     assert source.count('field_selector=f"metadata.name={name}"') == 2
+
+
+def test_the_webhook_reads_only_the_database_memory_configmap_in_its_namespace(
+    rendered: dict[str, list[Obj]],
+) -> None:
+    role = one(rendered["base"], "Role", "elb-gate-webhook-db-memory")
+    assert role["metadata"]["namespace"] == "elb-system"
+    assert granted(role["rules"]) == EXPECTED[("webhook", "db-memory")]
+    assert all(r["resourceNames"] == [DB_MEMORY_CONFIGMAP] for r in role["rules"])
+    assert Settings().db_memory_configmap == DB_MEMORY_CONFIGMAP
+    # list/watch limited by name qualify with this field selector: the watch sends it.
+    assert (
+        'field_selector=f"metadata.name={name}"'
+        in (REPO / "webhook" / "cluster_view.py").read_text()
+    )
 
 
 def test_roles_are_bound_per_namespace_and_never_cluster_wide(
@@ -232,14 +258,16 @@ def test_roles_are_bound_per_namespace_and_never_cluster_wide(
 ) -> None:
     for target, objects in rendered.items():
         cluster_wide = {b["roleRef"]["name"] for b in select(objects, "ClusterRoleBinding")}
-        assert cluster_wide <= {"elb-gate-controller-nodes"}, target
+        assert cluster_wide <= {"elb-gate-controller-nodes", "elb-gate-webhook-nodes"}, target
         for rb in select(objects, "RoleBinding"):
             (subject,) = rb["subjects"]
             assert rb["roleRef"]["name"] != "cluster-admin"
             assert subject["namespace"] == "elb-system"
-            assert subject["name"] == rb["roleRef"]["name"].removesuffix("-leader")
+            role = rb["roleRef"]["name"]
+            assert subject["name"] == role.removesuffix("-leader").removesuffix("-db-memory")
 
 
 def test_the_webhook_can_write_nothing() -> None:
     writes = {"create", "update", "patch", "delete", "deletecollection"}
-    assert not {v for _r, v in EXPECTED[("webhook", "gated")]} & writes
+    webhook = {v for (component, _), grants in EXPECTED.items() if component == "webhook" for _r, v in grants}
+    assert webhook and not webhook & writes
