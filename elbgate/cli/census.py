@@ -1,6 +1,7 @@
 """``elb-gate census [-o table|json|yaml]``: the namespace's active searches, orphans,
-ceiling and Lease holder — what the webhook would decide for a new search now.
-Uses the webhook's own census function on the webhook's own LIST."""
+databases being staged, ceiling (with what the pool's nodes hold) and Lease holder —
+what the webhook would decide for a new search now. Uses the webhook's own census
+function on the webhook's own LIST, and its capacity arithmetic on the same Nodes."""
 
 from __future__ import annotations
 
@@ -9,11 +10,15 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from elbgate import quantity
+from elbgate.capacity import Ceiling, NodeView, PodShape, effective_ceiling, selected
 from elbgate.census import Census
-from elbgate.client.observe import read_census, read_lease
+from elbgate.client.errors import CoordinationError
+from elbgate.client.observe import read_census, read_lease, read_pool_nodes
 from elbgate.durations import format_duration
 from elbgate.lease import format_microtime
 from elbgate.names import lease_name
+from elbgate.selectors import parse_selector
 from elbgate.settings import Settings
 
 from . import exit_codes
@@ -27,7 +32,7 @@ from .connection import (
 )
 from .lease_report import describe_lease, lease_summary
 
-HELP = "show active searches, orphans, ceiling and Lease holder"
+HELP = "show active searches, orphans, DB staging, ceiling and capacity, and Lease holder"
 
 
 def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> None:
@@ -51,9 +56,49 @@ def run(args: argparse.Namespace, command: list[str]) -> int:
         now = datetime.now(UTC)
         seen = read_census(kube, conn.namespace, settings, now, exact_orphans=True)
         lease = read_lease(kube, conn.namespace)
-    report = census_report(conn.namespace, seen, lease, settings, now)
+        try:
+            nodes: tuple[NodeView, ...] | str = read_pool_nodes(kube, settings)
+        except CoordinationError as exc:
+            nodes = str(exc)  # shown in the report; the census itself stands
+    report = census_report(conn.namespace, seen, lease, settings, now, nodes)
     print(render(report, args.output, render_table))
     return exit_codes.OK
+
+
+def pool_ceiling(settings: Settings, nodes: tuple[NodeView, ...]) -> Ceiling:
+    """The ceiling a new search meets at the settings' batch pod shape
+    (``ELB_GATE_CAPACITY_POD_CPU``/``_MEMORY``) on the pool's nodes."""
+    shape = PodShape(
+        quantity.millicores(settings.capacity_pod_cpu),
+        quantity.bytes_of(settings.capacity_pod_memory),
+        "ELB_GATE_CAPACITY_POD_CPU/_MEMORY",
+    )
+    pool = selected(nodes, parse_selector(settings.capacity_pool_selector))
+    return effective_ceiling(
+        settings.max_run_concurrency, pool, shape, settings.capacity_nodes_per_search
+    )
+
+
+def capacity_report(settings: Settings, nodes: tuple[NodeView, ...] | str | None) -> dict[str, Any]:
+    """What the pool's nodes hold (``nodes``: the pool, or why it could not be read)."""
+    out: dict[str, Any] = {
+        "rule": settings.capacity,
+        "pool": settings.capacity_pool_selector or None,
+    }
+    if nodes is None or isinstance(nodes, str):
+        out["error"] = nodes or "nodes not read"
+        return out
+    ceiling = pool_ceiling(settings, nodes)
+    out.update(
+        {
+            "readyNodes": ceiling.pool.nodes,
+            "podShape": ceiling.shape.text,
+            "nodeDerived": ceiling.node_derived,
+            "effectiveCeiling": ceiling.effective,
+            "explanation": ceiling.explanation,
+        }
+    )
+    return out
 
 
 def census_report(
@@ -62,10 +107,15 @@ def census_report(
     lease: dict[str, Any] | None,
     settings: Settings,
     now: datetime,
+    nodes: tuple[NodeView, ...] | str | None = None,
 ) -> dict[str, Any]:
-    """JSON-ready census, Lease and verdict (pure)."""
+    """JSON-ready census, DB staging, capacity, Lease and verdict (pure). ``nodes``:
+    the pool's Nodes, or why they could not be read (``None``: not read)."""
     summary = lease_summary(lease, lease_name(namespace), settings, now)
+    capacity = capacity_report(settings, nodes)
     ceiling = settings.max_run_concurrency
+    if settings.capacity != "off" and capacity.get("effectiveCeiling") is not None:
+        ceiling = int(capacity["effectiveCeiling"])
     searches = []
     for search in seen.active:
         ages = [a for a in (j.age_seconds(now) for j in search.jobs) if a is not None]
@@ -86,6 +136,7 @@ def census_report(
         }
         for j in seen.orphans
     ]
+    staging = [{"db": s.db, "by": s.key, "jobs": [j.name for j in s.jobs]} for s in seen.staging]
     return {
         "namespace": namespace,
         "observedAt": format_microtime(now),
@@ -94,14 +145,25 @@ def census_report(
         "searches": searches,
         "orphans": orphans,
         "finishing": [{"name": j.name, "id": j.job_id or None} for j in seen.finishing],
+        "staging": staging,
+        "configuredCeiling": settings.max_run_concurrency,
+        "capacity": capacity,
         "lease": summary,
-        "verdict": verdict(seen.count, ceiling, summary),
+        "verdict": verdict(
+            seen.count, ceiling, summary, by_nodes=ceiling < settings.max_run_concurrency
+        ),
     }
 
 
-def verdict(active: int, ceiling: int, lease: dict[str, Any]) -> str:
-    """What the webhook would say to a Job opening a new search right now."""
+def verdict(active: int, ceiling: int, lease: dict[str, Any], *, by_nodes: bool = False) -> str:
+    """What the webhook would say to a Job opening a new search right now
+    (``by_nodes``: the ceiling is the nodes', the capacity rule would refuse)."""
     if active >= ceiling:
+        if by_nodes:
+            return (
+                f"a new search would be denied by the capacity rule: {active}/{ceiling} "
+                "active (what the pool's nodes hold)"
+            )
         return f"a new search would be denied by Gate B: {active}/{ceiling} active (at ceiling)"
     if lease["state"] != "held":
         return (
@@ -150,7 +212,24 @@ def render_table(report: dict[str, Any]) -> str:
             "finishing (batch work done, merging; no slot, never collected): "
             + ", ".join(f["name"] for f in report["finishing"])
         )
+    lines.append("")
+    if report["staging"]:
+        staged: list[tuple[str, ...]] = [("DB STAGING", "BY", "SETUP JOBS")]
+        staged += [(s["db"], s["by"], ", ".join(s["jobs"])) for s in report["staging"]]
+        lines += _columns(staged)
+    else:
+        lines.append("no database being staged")
+    lines.append(describe_capacity(report["capacity"]))
     return "\n".join(lines)
+
+
+def describe_capacity(capacity: dict[str, Any]) -> str:
+    """One line: the capacity rule's mode and what the pool's nodes hold."""
+    where = f"pool {capacity['pool']}" if capacity.get("pool") else "every node"
+    head = f"capacity (rule {capacity['rule']}, {where})"
+    if "error" in capacity:
+        return f"{head}: unknown ({capacity['error']})"
+    return f"{head}: {capacity['explanation']}"
 
 
 def _columns(rows: Sequence[Sequence[str]]) -> list[str]:

@@ -6,11 +6,17 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from elbgate.capacity import NodeView
 from elbgate.census import Census, census
 from elbgate.client.errors import CoordinationError
 from elbgate.client.sync_kube import SyncKube
 from elbgate.kube.api import ApiError, ApiUnavailable
-from elbgate.kube.reads import get_submit_lease, list_search_jobs, list_unfinished_search_jobs
+from elbgate.kube.reads import (
+    get_submit_lease,
+    list_pool_nodes,
+    list_search_jobs,
+    list_unfinished_search_jobs,
+)
 from elbgate.names import lease_name
 from elbgate.settings import Settings
 
@@ -44,3 +50,14 @@ def read_lease(kube: SyncKube, namespace: str) -> dict[str, Any] | None:
         raise CoordinationError(
             f"get lease {lease_name(namespace)}", namespace, exc, kube.config.host
         ) from exc
+
+
+def read_pool_nodes(kube: SyncKube, settings: Settings) -> tuple[NodeView, ...]:
+    """The search pool's Nodes (``ELB_GATE_CAPACITY_POOL_SELECTOR``), as the webhook's
+    capacity rules see them. Raises :class:`CoordinationError` on failure."""
+    selector = settings.capacity_pool_selector
+    try:
+        items = kube.run(lambda api: list_pool_nodes(api, selector))
+    except (ApiError, ApiUnavailable) as exc:
+        raise CoordinationError("list nodes", "", exc, kube.config.host) from exc
+    return tuple(NodeView.from_dict(item) for item in items)

@@ -1,4 +1,5 @@
-"""The reads every component makes the same way: the census LIST and the Lease GET.
+"""The reads every component makes the same way: the census LIST, the Lease GET, the
+pool's Nodes.
 
 Kept in one place so the webhook, the controller and the CLI send the same
 selectors and therefore see the same Jobs.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from elbgate.kube.api import JOBS, LEASES, KubeApi, path
+from elbgate.kube.api import JOBS, LEASES, NODES, KubeApi, path
 from elbgate.names import SEARCH_JOB_SELECTOR, UNFINISHED_JOB_FIELD_SELECTOR, lease_name
 
 
@@ -46,3 +47,15 @@ async def get_submit_lease(
 ) -> dict[str, Any] | None:
     """The namespace's Gate A Lease, or ``None`` when it does not exist."""
     return await api.get_or_none(path(LEASES, namespace, lease_name(namespace)), deadline=deadline)
+
+
+async def list_pool_nodes(
+    api: KubeApi, label_selector: str = "", deadline: float | None = None
+) -> list[dict[str, Any]]:
+    """The Nodes of the search pool (``ELB_GATE_CAPACITY_POOL_SELECTOR``; every node
+    when empty), as the webhook's Node watch cache lists them."""
+    body = await api.list_objects(
+        path(NODES), label_selector=label_selector.strip() or None, deadline=deadline
+    )
+    items = body.get("items")
+    return items if isinstance(items, list) else []

@@ -7,10 +7,12 @@ from typing import Any
 
 import pytest
 
+from elbgate.capacity import NodeView
 from elbgate.census import census
 from elbgate.cli.census import census_report, render_table, verdict
 from elbgate.cli.lease_report import describe_lease, force_release_verdict, lease_summary
 from elbgate.settings import Settings
+from tests.protocol import elastic_blast as elb
 from tests.protocol.builders import NOW, job, lease
 
 SETTINGS = Settings.from_env({"BLAST_LEASE_CLOCK_SKEW_SECONDS": "30"})
@@ -79,6 +81,72 @@ def test_the_table_shows_counts_lease_and_verdict_first() -> None:
     assert first == "namespace default: 1/3 active, 0 orphaned finalizer(s)"
     assert second.startswith("Lease elb-blast-submit-default: held by dashboard-x until ")
     assert third.startswith("verdict: a new search would be admitted only for")
+
+
+def aks_nodes(count: int = 3) -> tuple[NodeView, ...]:
+    return tuple(
+        NodeView.from_dict(
+            {
+                "metadata": {"name": f"aks-blastpool-{i}", "labels": {"agentpool": "blastpool"}},
+                "status": {
+                    "allocatable": {"cpu": "15740m", "memory": "126544352Ki"},
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                },
+            }
+        )
+        for i in range(count)
+    )
+
+
+def test_census_report_shows_which_database_is_being_staged_and_by_whom() -> None:
+    jobs = [elb.init_ssd("job-a", n, "core_nt") for n in range(2)] + [elb.import_queries()]
+    out = report(jobs, None)
+    assert out["staging"] == [
+        {"db": "core_nt", "by": "job-a", "jobs": ["init-ssd-job-a-0", "init-ssd-job-a-1"]}
+    ]
+    table = render_table(out)
+    assert "DB STAGING  BY     SETUP JOBS" in table
+    assert "core_nt     job-a  init-ssd-job-a-0, init-ssd-job-a-1" in table
+    assert "no database being staged" in render_table(report([], None))
+
+
+def test_census_report_shows_what_the_pools_nodes_hold() -> None:
+    settings = Settings(capacity="deny", capacity_pool_selector="agentpool=blastpool")
+    seen = census([job("blast", f"s{i}").build() for i in range(2)], NOW, 300)
+    out = census_report("default", seen, lease("cli-1", renewed_ago=5), settings, NOW, aks_nodes())
+    assert out["capacity"] == {
+        "rule": "deny",
+        "pool": "agentpool=blastpool",
+        "readyNodes": 3,
+        "podShape": "6 CPU / 3.8Gi",
+        "nodeDerived": 2,
+        "effectiveCeiling": 2,
+        "explanation": "at 6 CPU / 3.8Gi per batch pod (ELB_GATE_CAPACITY_POD_CPU/_MEMORY): one "
+        "pod per node on 3 ready nodes; tightest node aks-blastpool-0: floor(15740m / 6 CPU) = 2, "
+        "floor(120.6Gi / 3.8Gi memory) = 32; effective ceiling min(BLAST_MAX_RUN_CONCURRENCY 3, "
+        "2) = 2",
+    }
+    assert (out["ceiling"], out["configuredCeiling"]) == (2, 3)
+    assert out["verdict"] == (
+        "a new search would be denied by the capacity rule: 2/2 active (what the pool's nodes hold)"
+    )
+    table = render_table(out)
+    assert table.splitlines()[0] == "namespace default: 2/2 active, 0 orphaned finalizer(s)"
+    assert "capacity (rule deny, pool agentpool=blastpool): at 6 CPU / 3.8Gi per batch pod" in table
+
+
+def test_with_the_capacity_rule_off_the_numbers_are_shown_but_the_ceiling_stays() -> None:
+    seen = census([job("blast", f"s{i}").build() for i in range(2)], NOW, 300)
+    out = census_report("default", seen, None, SETTINGS, NOW, aks_nodes())
+    assert out["ceiling"] == 3 and out["capacity"]["nodeDerived"] == 2
+    assert "capacity (rule off, every node): at 6 CPU" in render_table(out)
+
+
+def test_nodes_that_cannot_be_read_leave_the_census_standing() -> None:
+    seen = census([], NOW, 300)
+    out = census_report("default", seen, None, SETTINGS, NOW, "list nodes: 403 Forbidden")
+    assert out["capacity"] == {"rule": "off", "pool": None, "error": "list nodes: 403 Forbidden"}
+    assert "capacity (rule off, every node): unknown (list nodes: 403 Forbidden)" in render_table(out)
 
 
 @pytest.mark.parametrize(
