@@ -22,7 +22,7 @@ HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
 KUBE_VERSION ?= v1.37.2
 export KUBE_VERSION
 LOCALKUBE := .build/localkube-$(KUBE_VERSION)/localkube
-LOCALKUBE_SOURCES := $(wildcard localkube/*.go) localkube/go.mod localkube/go.sum localkube/build.sh
+LOCALKUBE_SOURCES := $(wildcard localkube/*.go localkube/cmd/*/*.go) localkube/go.mod localkube/go.sum localkube/build.sh
 
 .DEFAULT_GOAL := help
 

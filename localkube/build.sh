@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds localkube (and its kubectl link) for one Kubernetes release.
+# Builds localkube and kubectl for one Kubernetes release.
 #   localkube/build.sh v1.37.2 .build/localkube-v1.37.2
 # The release pinned in localkube/go.mod builds from the committed go.mod/go.sum.
 # Another release (make test KUBE_VERSION=v1.34.4) builds from a copy whose
@@ -14,14 +14,22 @@ out=$(cd "$out" && pwd)
 pinned=$(awk '$1=="k8s.io/kubernetes"{print $2}' "$here/go.mod")
 src=$here
 if [ "$version" != "$pinned" ]; then
+  # A module of its own for that release: k8s.io/kubernetes at $version, each
+  # staging module at the matching v0.x (as its own go.mod lays them out), and
+  # the embedded etcd at the release of the etcd client that release uses.
   src="$out/src"
   rm -rf "$src" && mkdir -p "$src"
-  cp "$here"/*.go "$here/go.mod" "$src/"
+  cp "$here"/*.go "$src/" && mkdir -p "$src/cmd" && cp -r "$here/cmd/kubectl" "$src/cmd/"
+  modfile=$(cd "$src" && go mod download -json "k8s.io/kubernetes@$version" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
   staging=v0.${version#v1.}
+  etcd=$(awk '$1=="go.etcd.io/etcd/client/v3"{print $2; exit}' "$modfile")
   (
     cd "$src"
-    go mod edit -require="k8s.io/kubernetes@$version"
-    for mod in $(go mod edit -json | python3 -c 'import json,sys; print("\n".join(r["Old"]["Path"] for r in json.load(sys.stdin).get("Replace") or []))'); do
+    go mod init elb-gate/localkube >/dev/null 2>&1
+    go mod edit -go="$(awk '$1=="go"{print $2; exit}' "$modfile")"
+    go mod edit -require="k8s.io/kubernetes@$version" -require="go.etcd.io/etcd/server/v3@$etcd"
+    for mod in $(awk '$2=="=>" && $3 ~ /^\.\/staging/ {print $1}' "$modfile"); do
       go mod edit -replace="$mod=$mod@$staging"
     done
     go mod tidy
@@ -35,6 +43,7 @@ done
 echo "localkube: building Kubernetes $version (the first build compiles the Kubernetes sources: several minutes)" >&2
 start=$(date +%s)
 (cd "$src" && go build -buildvcs=false -ldflags "$ldflags" -o "$out/localkube.tmp" .)
+(cd "$src" && go build -buildvcs=false -ldflags "$ldflags" -o "$out/kubectl.tmp" ./cmd/kubectl)
 mv "$out/localkube.tmp" "$out/localkube"
-ln -sf localkube "$out/kubectl"
+rm -f "$out/kubectl" && mv "$out/kubectl.tmp" "$out/kubectl"
 echo "localkube: built $out/localkube in $(( $(date +%s) - start ))s" >&2

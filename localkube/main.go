@@ -2,12 +2,11 @@
 // elb-gate's tests, demo, soak runs and benchmarks: etcd (embedded),
 // kube-apiserver, kube-controller-manager and kube-scheduler built from the
 // official Kubernetes modules, plus a kubelet stand-in that drives fake Nodes
-// and moves Pods through their real phases. It also carries kubectl, built
-// from the same release, so the lines tests assert are the ones that release
-// prints.
+// and moves Pods through their real phases. kubectl of the same release is
+// built beside it (cmd/kubectl), so the lines tests assert are the ones that
+// release prints.
 //
 //	localkube up --dir DIR [--users FILE] [--node SPEC ...]   the whole control plane
-//	localkube kubectl ARGS...                                  kubectl (also when run as "kubectl")
 //	localkube version                                          the Kubernetes release built in
 //
 // The components run as child processes of "up" (the same binary, started
@@ -18,17 +17,13 @@ package main
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 
 	"k8s.io/component-base/cli"
-	"k8s.io/component-base/logs"
 	_ "k8s.io/component-base/logs/json/register"
 	_ "k8s.io/component-base/metrics/prometheus/clientgo"
 	_ "k8s.io/component-base/metrics/prometheus/version"
-	kubectlcmd "k8s.io/kubectl/pkg/cmd"
-	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
@@ -37,9 +32,6 @@ import (
 )
 
 func main() {
-	if filepath.Base(os.Args[0]) == "kubectl" {
-		os.Exit(runKubectl(os.Args[1:]))
-	}
 	if len(os.Args) < 2 {
 		fmt.Fprintln(os.Stderr, usage)
 		os.Exit(2)
@@ -48,8 +40,6 @@ func main() {
 	switch sub {
 	case "up":
 		os.Exit(runUp(args))
-	case "kubectl":
-		os.Exit(runKubectl(args))
 	case "version":
 		fmt.Println(kubernetesVersion())
 	case "kube-apiserver":
@@ -68,19 +58,7 @@ func main() {
 
 const usage = `usage:
   localkube up --dir DIR [--users FILE] [--node NAME=CPU,MEMORY[,k=v...]]...
-  localkube kubectl ARGS...
   localkube version`
-
-// runKubectl is cmd/kubectl's main.
-func runKubectl(args []string) int {
-	os.Args = append([]string{"kubectl"}, args...)
-	logs.GlogSetter(kubectlcmd.GetLogVerbosity(os.Args)) // nolint:errcheck
-	command := kubectlcmd.NewDefaultKubectlCommand()
-	if err := cli.RunNoErrOutput(command); err != nil {
-		kubectlutil.CheckErr(err)
-	}
-	return 0
-}
 
 // runComponent runs a component's cobra command the way its own main does.
 func runComponent(command *cobra.Command, args []string) int {

@@ -298,7 +298,8 @@ func (u *upper) writeTokenFile(users []user) error {
 // writeAdmissionConfig makes the API server present a client certificate to
 // every admission webhook (WebhookAdmission kubeConfigFile, user "*"), as a
 // self-managed control plane can: webhooks may then tell the API server from
-// other callers. Returns the CA file that verifies that certificate.
+// other callers; and makes pods of a critical priority class need a quota.
+// Returns the CA file that verifies the webhook client certificate.
 func (u *upper) writeAdmissionConfig() (string, error) {
 	pkiDir := filepath.Join(u.dir, "pki")
 	certFile, keyFile, err := makeClientCert(pkiDir, u.pki, "kube-apiserver-webhook-client")
@@ -330,6 +331,18 @@ plugins:
     apiVersion: apiserver.config.k8s.io/v1
     kind: WebhookAdmissionConfiguration
     kubeConfigFile: %[1]s
+# Critical priority classes only where a ResourceQuota admits them, as managed
+# clusters keep them for the platform's own pods.
+- name: ResourceQuota
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: ResourceQuotaConfiguration
+    limitedResources:
+    - resource: pods
+      matchScopes:
+      - scopeName: PriorityClass
+        operator: In
+        values: ["system-node-critical", "system-cluster-critical"]
 `, kubeconfigPath)
 	return u.pki.CAFile, os.WriteFile(filepath.Join(pkiDir, "admission.yaml"), []byte(config), 0o600)
 }

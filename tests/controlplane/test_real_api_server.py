@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 import pytest
 
 from elbgate.lease import format_microtime
-from testbed.api import ApiError
+from testbed.api import ApiError, wait_until
 from testbed.controlplane import ControlPlane
 from testbed.webhook_process import WebhookProcess, point_at, shipped_configurations
 
@@ -147,3 +147,54 @@ def test_a_bad_match_condition_is_refused_at_configuration_time(
         control_plane.admin.create(doc, dryRun="All")
     assert refused.value.status == 422
     assert "matchConditions" in refused.value.message
+
+
+def _critical_pod(ns: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "critical", "namespace": ns},
+        "spec": {
+            "priorityClassName": "system-cluster-critical",
+            "containers": [{"name": "c", "image": "elb-gate:0.1.0"}],
+        },
+    }
+
+
+def test_a_critical_priority_pod_needs_a_quota_that_admits_it(control_plane: ControlPlane) -> None:
+    # As on managed clusters: system-cluster-critical outside kube-system only
+    # where a ResourceQuota scoped to that class exists (the chart ships one).
+    ns = control_plane.new_namespace("critical")
+    with pytest.raises(ApiError) as refused:
+        control_plane.admin.create(_critical_pod(ns), dryRun="All")
+    # The API server answers this one with a 500, not a 403.
+    assert refused.value.status == 500
+    assert "insufficient quota to match these scopes" in refused.value.message
+    control_plane.admin.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "critical-pods", "namespace": ns},
+            "spec": {
+                "hard": {"pods": "2"},
+                "scopeSelector": {
+                    "matchExpressions": [
+                        {
+                            "scopeName": "PriorityClass",
+                            "operator": "In",
+                            "values": ["system-cluster-critical"],
+                        }
+                    ]
+                },
+            },
+        }
+    )
+    wait_until(lambda: _admitted(control_plane, ns), 60, "the quota to admit a critical pod")
+
+
+def _admitted(control_plane: ControlPlane, ns: str) -> bool:
+    try:
+        control_plane.admin.create(_critical_pod(ns), dryRun="All")
+    except ApiError:
+        return False
+    return True
