@@ -32,11 +32,15 @@ class TokenSource:
     path: str = ""
     reload: Callable[[], str] | None = None
     reread_seconds: float = 60.0
-    loaded_at: float = 0.0
-    """``time.monotonic()`` of the last successful read; 0 forces a read on first use."""
+    loaded_at: float | None = None
+    """``clock()`` at the last successful read; ``None`` (never read) reads on first use.
+    Not 0: ``time.monotonic()`` counts from boot, so on a node up for less than
+    ``reread_seconds`` "0" would look recent and the first calls would carry no token."""
+    clock: Callable[[], float] = time.monotonic
 
     def current(self) -> str:
-        due = time.monotonic() - self.loaded_at >= self.reread_seconds
+        """The token to send now, re-read first when the last read is ``reread_seconds`` old."""
+        due = self.loaded_at is None or self.clock() - self.loaded_at >= self.reread_seconds
         if due and (self.path or self.reload is not None):
             try:
                 fresh = Path(self.path).read_text().strip() if self.path else self._reload()
@@ -44,7 +48,7 @@ class TokenSource:
                 fresh = ""
             if fresh:
                 self.token = fresh
-                self.loaded_at = time.monotonic()
+                self.loaded_at = self.clock()
         return self.token
 
     def _reload(self) -> str:
