@@ -5,6 +5,8 @@
         proxy.add(resource="leases", delay=3.0)         # slow answers
         proxy.add(resource="jobs", drop=True)           # connection closed, no answer
         proxy.add(resource="jobs", watch_gone=True)     # a watch gets 410 Gone
+        proxy.add(method="POST", lose_answer=True)      # applied, but the answer is lost
+        proxy.add(status=502, body="<html>…</html>")    # a gateway's error page, no Status
         kubeconfig = proxy.kubeconfig(token, "webhook")  # point a component at the proxy
 
 Everything else passes through unchanged, watches streamed. Faults are matched
@@ -67,6 +69,11 @@ class Fault:
     """Close the connection without an answer."""
     watch_gone: bool = False
     """Answer a watch with an ERROR event carrying 410 Gone (resourceVersion too old)."""
+    lose_answer: bool = False
+    """Forward the request (the API server applies it), then close the connection
+    without the answer: a write whose outcome the client cannot know."""
+    body: str | None = None
+    """With ``status``: answer this text instead of a ``Status`` (a load balancer's page)."""
     count: int | None = 1
     fired: int = field(default=0)
 
@@ -226,13 +233,19 @@ class FaultProxy:
                 if request.transport is not None:
                     request.transport.close()
                 raise asyncio.CancelledError  # nothing more to send
+            if fault.status is not None and fault.body is not None:
+                return web.Response(status=fault.status, text=fault.body, content_type="text/html")
             if fault.status is not None:
                 return _status(fault.status)
             if fault.watch_gone and info["watch"]:
                 return _gone_watch(request)
+            if fault.lose_answer:
+                await self._forward(request, info, deliver=False)
         return await self._forward(request, info)
 
-    async def _forward(self, request: web.Request, info: Mapping[str, Any]) -> web.StreamResponse:
+    async def _forward(
+        self, request: web.Request, info: Mapping[str, Any], *, deliver: bool = True
+    ) -> web.StreamResponse:
         assert self._session is not None
         with self._lock:
             self.forwarded[(request.method, str(info.get("resource") or request.path))] += 1
@@ -242,6 +255,11 @@ class FaultProxy:
         async with self._session.request(
             request.method, url, headers=headers, data=body or None
         ) as upstream:
+            if not deliver:
+                await upstream.read()  # the API server has answered: the write is done
+                if request.transport is not None:
+                    request.transport.close()
+                raise asyncio.CancelledError  # the answer never reaches the client
             response = web.StreamResponse(status=upstream.status)
             for key, value in upstream.headers.items():
                 if key.lower() not in _HOP_HEADERS:
