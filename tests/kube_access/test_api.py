@@ -1,107 +1,101 @@
-"""The shared async API layer: deadlines, typed errors, watch streams — over real TLS."""
+"""The shared async API layer against the real API server: deadlines, typed
+errors, watch streams, and credentials that stay fresh.
+
+Faults the API server does not make on request (no answer, a gateway's error
+page, a watch whose resourceVersion was compacted away) come from the TLS
+fault proxy in front of it.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import ssl
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
-import orjson
 import pytest
-import trustme
-from aiohttp import web
+import yaml
 
-from elbgate.kube.api import JOBS, LEASES, ApiError, ApiUnavailable, KubeApi, path, resource_path
-from elbgate.kube.config import KubeConfig, TokenSource
+from elbgate.kube.api import (
+    JOBS,
+    LEASES,
+    ApiError,
+    ApiUnavailable,
+    Json,
+    KubeApi,
+    path,
+    resource_path,
+)
+from elbgate.kube.config import KubeConfig, KubeConfigError, TokenSource
+from testbed.controlplane import ControlPlane
+from testbed.faultproxy import FaultProxy
 
-
-def status(code: int, reason: str, message: str) -> web.Response:
-    body = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "status": "Failure",
-        "code": code,
-        "reason": reason,
-        "message": message,
-        "metadata": {},
-    }
-    return web.json_response(body, status=code)
-
-
-async def lease_get(request: web.Request) -> web.Response:
-    assert request.headers["Authorization"] == "Bearer t-0"
-    name = request.match_info["name"]
-    if name == "missing":
-        return status(404, "NotFound", f'leases.coordination.k8s.io "{name}" not found')
-    if name == "slow":
-        await asyncio.sleep(1)
-    if name == "broken":
-        return web.Response(status=502, text="<html>bad gateway</html>")
-    return web.json_response({"metadata": {"name": name}, "spec": {}})
-
-
-async def lease_put(request: web.Request) -> web.Response:
-    body = orjson.loads(await request.read())
-    if body["metadata"].get("resourceVersion") != "2":
-        return status(
-            409, "Conflict", "Operation cannot be fulfilled on leases.coordination.k8s.io"
-        )
-    return web.json_response(body)
-
-
-async def jobs_list(request: web.Request) -> web.StreamResponse:
-    if request.query.get("watch") == "true":
-        resp = web.StreamResponse()
-        await resp.prepare(request)
-        if request.query["resourceVersion"] == "1":
-            await resp.write(
-                b'{"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired","message":"too old resource version: 1 (9)"}}\n'
-            )
-            return resp
-        if request.query["resourceVersion"] == "big":
-            # A Job near the apiserver's 1.5 MB object limit, in one watch line.
-            big = {"metadata": {"name": "huge"}, "spec": {"blob": "x" * 1_400_000}}
-            await resp.write(orjson.dumps({"type": "ADDED", "object": big}) + b"\n")
-            await resp.write(b'{"type":"ADDED","object":{"metadata":{"name":"after"}}}\n')
-            return resp
-        for n in range(2):
-            await resp.write(
-                orjson.dumps({"type": "ADDED", "object": {"metadata": {"name": f"j{n}"}}}) + b"\n"
-            )
-        return resp
-    return web.json_response({"kind": "JobList", "items": [], "query": dict(request.query)})
+WHOAMI = resource_path("authentication.k8s.io/v1", "selfsubjectreviews")
 
 
 @pytest.fixture(scope="module")
-def tls(tmp_path_factory: pytest.TempPathFactory) -> tuple[trustme.CA, Path]:
-    ca = trustme.CA()
-    d = tmp_path_factory.mktemp("ca")
-    ca.cert_pem.write_to_path(str(d / "ca.crt"))
-    return ca, d / "ca.crt"
+def ns(control_plane: ControlPlane) -> str:
+    return control_plane.new_namespace("api-layer")
+
+
+@pytest.fixture(scope="module")
+def proxy(control_plane: ControlPlane) -> Iterator[FaultProxy]:
+    with FaultProxy(control_plane) as running:
+        yield running
 
 
 @pytest.fixture
-async def api(tls: tuple[trustme.CA, Path]) -> AsyncIterator[KubeApi]:
-    ca, ca_file = tls
-    app = web.Application()
-    app.router.add_get("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}", lease_get)
-    app.router.add_put("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}", lease_put)
-    app.router.add_get("/apis/batch/v1/namespaces/{ns}/jobs", jobs_list)
-    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("127.0.0.1").configure_cert(server_ctx)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_ctx)
-    await site.start()
-    port = runner.addresses[0][1]
-    config = KubeConfig(
-        host=f"https://127.0.0.1:{port}", ca_file=str(ca_file), token=TokenSource(token="t-0")
-    )
-    async with KubeApi(config, timeout=0.5) as client:
+async def api(control_plane: ControlPlane) -> AsyncIterator[KubeApi]:
+    """Straight to the API server, as the cluster administrator."""
+    async with KubeApi(KubeConfig.from_kubeconfig(control_plane.kubeconfig("admin"))) as client:
         yield client
-    await runner.cleanup()
+
+
+@pytest.fixture
+async def faulty(control_plane: ControlPlane, proxy: FaultProxy) -> AsyncIterator[KubeApi]:
+    """Through the fault proxy, as the cluster administrator; faults cleared after."""
+    config = KubeConfig.from_kubeconfig(proxy.kubeconfig(control_plane.token("admin"), "api-layer"))
+    try:
+        async with KubeApi(config) as client:
+            yield client
+    finally:
+        proxy.clear()
+
+
+def lease(ns: str, name: str) -> Json:
+    """A Lease that no webhook guards (not an ``elb-blast-submit-*`` name)."""
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"holderIdentity": "", "leaseDurationSeconds": 60},
+    }
+
+
+def suspended_job(ns: str, name: str, app: str, **container: Any) -> Json:
+    """A Job that makes no Pods (suspended): only its object matters here."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": ns, "labels": {"app": app}},
+        "spec": {
+            "suspend": True,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "c", "image": "busybox", **container}],
+                }
+            },
+        },
+    }
+
+
+async def whoami(api: KubeApi) -> str:
+    """The username the API server authenticated this client as."""
+    review = await api.create(
+        WHOAMI, {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    )
+    return str(review["status"]["userInfo"]["username"])
 
 
 def test_paths_follow_the_api_layout() -> None:
@@ -114,106 +108,213 @@ def test_paths_follow_the_api_layout() -> None:
     assert resource_path("v1", "namespaces") == "/api/v1/namespaces"
 
 
-async def test_a_status_error_keeps_code_reason_and_message(api: KubeApi) -> None:
+async def test_a_status_error_keeps_code_reason_and_message(api: KubeApi, ns: str) -> None:
     with pytest.raises(ApiError) as err:
-        await api.get(path(LEASES, "ns", "missing"))
+        await api.get(path(LEASES, ns, "missing"))
     assert (err.value.code, err.value.reason, err.value.not_found) == (404, "NotFound", True)
-    assert "not found" in err.value.message
-
-
-async def test_absence_is_a_normal_outcome_for_get_or_none(api: KubeApi) -> None:
-    assert await api.get_or_none(path(LEASES, "ns", "missing")) is None
-    assert (await api.get_or_none(path(LEASES, "ns", "x")))["metadata"]["name"] == "x"  # type: ignore[index]
-
-
-async def test_a_non_status_error_body_is_still_an_api_error(api: KubeApi) -> None:
-    with pytest.raises(ApiError) as err:
-        await api.get(path(LEASES, "ns", "broken"))
-    assert err.value.code == 502
-    assert "HTTP 502" in err.value.message
-
-
-async def test_no_answer_within_the_deadline_is_unavailable(api: KubeApi) -> None:
-    with pytest.raises(ApiUnavailable, match=r"no answer within 0\.1s"):
-        await api.get(path(LEASES, "ns", "slow"), deadline=0.1)
-
-
-async def test_a_stale_resource_version_is_a_conflict(api: KubeApi) -> None:
-    body = {"metadata": {"name": "x", "resourceVersion": "1"}}
-    with pytest.raises(ApiError) as err:
-        await api.replace(path(LEASES, "ns", "x"), body)
-    assert err.value.conflict
-    body["metadata"]["resourceVersion"] = "2"
-    assert (await api.replace(path(LEASES, "ns", "x"), body))["metadata"]["resourceVersion"] == "2"
-
-
-async def test_list_sends_both_selectors(api: KubeApi) -> None:
-    body = await api.list_objects(
-        path(JOBS, "ns"), label_selector="app in (a,b)", field_selector="status.successful=0"
-    )
-    assert body["query"] == {
-        "labelSelector": "app in (a,b)",
-        "fieldSelector": "status.successful=0",
+    assert err.value.message == 'leases.coordination.k8s.io "missing" not found'
+    assert err.value.body["details"] == {
+        "name": "missing",
+        "group": "coordination.k8s.io",
+        "kind": "leases",
     }
 
 
-async def test_watch_yields_events_and_raises_gone_on_a_too_old_version(api: KubeApi) -> None:
-    names = [
-        e["object"]["metadata"]["name"]
-        async for e in api.watch(path(JOBS, "ns"), resource_version="5")
-    ]
-    assert names == ["j0", "j1"]
+async def test_absence_is_a_normal_outcome_for_get_or_none(api: KubeApi, ns: str) -> None:
+    await api.create(path(LEASES, ns), lease(ns, "present"))
+    assert await api.get_or_none(path(LEASES, ns, "missing")) is None
+    found = await api.get_or_none(path(LEASES, ns, "present"))
+    assert found is not None and found["metadata"]["name"] == "present"
+
+
+async def test_a_missing_namespace_is_a_404_that_names_it(api: KubeApi) -> None:
     with pytest.raises(ApiError) as err:
-        async for _ in api.watch(path(JOBS, "ns"), resource_version="1"):
+        await api.create(path(LEASES, "no-such-namespace"), lease("no-such-namespace", "x"))
+    assert err.value.not_found
+    assert err.value.message == 'namespaces "no-such-namespace" not found'
+
+
+async def test_a_non_status_error_body_is_still_an_api_error(
+    faulty: KubeApi, proxy: FaultProxy, ns: str
+) -> None:
+    # A gateway in front of the API server answers with its own page, not a Status.
+    proxy.add(method="GET", resource="leases", status=502, body="<html>bad gateway</html>")
+    with pytest.raises(ApiError) as err:
+        await faulty.get(path(LEASES, ns, "anything"))
+    assert err.value.code == 502
+    assert "HTTP 502: <html>bad gateway</html>" in err.value.message
+
+
+async def test_no_answer_within_the_deadline_is_unavailable(
+    faulty: KubeApi, proxy: FaultProxy, ns: str
+) -> None:
+    proxy.add(method="GET", resource="leases", name="slow", delay=30)
+    with pytest.raises(ApiUnavailable, match=r"no answer within 0\.2s"):
+        await faulty.get(path(LEASES, ns, "slow"), deadline=0.2)
+
+
+async def test_a_dropped_connection_is_unavailable(
+    faulty: KubeApi, proxy: FaultProxy, ns: str
+) -> None:
+    # Every time: aiohttp sends an idempotent request again once when a pooled
+    # connection closes under it.
+    proxy.add(method="GET", resource="leases", drop=True, count=None)
+    with pytest.raises(ApiUnavailable, match=f"GET {path(LEASES, ns, 'x')}: "):
+        await faulty.get(path(LEASES, ns, "x"))
+
+
+async def test_a_stale_resource_version_is_a_conflict(api: KubeApi, ns: str) -> None:
+    created = await api.create(path(LEASES, ns), lease(ns, "cas"))
+    first = created["metadata"]["resourceVersion"]
+    updated = await api.replace(
+        path(LEASES, ns, "cas"), {**created, "spec": {"holderIdentity": "a"}}
+    )
+    assert updated["metadata"]["resourceVersion"] != first
+    stale = {**created, "spec": {"holderIdentity": "b"}}
+    with pytest.raises(ApiError) as err:
+        await api.replace(path(LEASES, ns, "cas"), stale)
+    assert err.value.conflict and err.value.reason == "Conflict"
+    assert "the object has been modified" in err.value.message
+    fresh = {**updated, "spec": {"holderIdentity": "b"}}
+    written = await api.replace(path(LEASES, ns, "cas"), fresh)
+    assert written["spec"]["holderIdentity"] == "b"
+
+
+async def test_a_lease_put_without_a_resource_version_is_invalid_not_a_conflict(
+    api: KubeApi, ns: str
+) -> None:
+    # The real API server refuses an unconditional Lease update (422), so no
+    # writer can overwrite a Lease it has not read.
+    await api.create(path(LEASES, ns), lease(ns, "unconditional"))
+    with pytest.raises(ApiError) as err:
+        await api.replace(path(LEASES, ns, "unconditional"), lease(ns, "unconditional"))
+    assert (err.value.code, err.value.reason, err.value.conflict) == (422, "Invalid", False)
+    assert "metadata.resourceVersion" in err.value.message
+
+
+async def test_list_sends_both_selectors(api: KubeApi, ns: str) -> None:
+    for name, app in (("sel-a", "a"), ("sel-b", "b"), ("sel-c", "c"), ("sel-a2", "a")):
+        await api.create(path(JOBS, ns), suspended_job(ns, name, app))
+    body = await api.list_objects(
+        path(JOBS, ns), label_selector="app in (a,b)", field_selector="metadata.name!=sel-a2"
+    )
+    assert sorted(j["metadata"]["name"] for j in body["items"]) == ["sel-a", "sel-b"]
+
+
+async def test_watch_yields_events_then_raises_gone_when_the_version_is_too_old(
+    api: KubeApi, faulty: KubeApi, proxy: FaultProxy, control_plane: ControlPlane
+) -> None:
+    ns = control_plane.new_namespace("watch")
+    since = (await api.list_objects(path(JOBS, ns)))["metadata"]["resourceVersion"]
+    for n in range(2):
+        await api.create(path(JOBS, ns), suspended_job(ns, f"j{n}", "blast"))
+    added: list[str] = []
+    async for event in api.watch(path(JOBS, ns), resource_version=since, timeout_seconds=60):
+        if event["type"] == "ADDED":
+            added.append(event["object"]["metadata"]["name"])
+        if len(added) == 2:
+            break
+    assert added == ["j0", "j1"]
+    # A resourceVersion etcd has compacted away: the API server answers the watch
+    # with an ERROR event carrying a 410 Status; the caller relists.
+    proxy.add(resource="jobs", watch=True, watch_gone=True)
+    with pytest.raises(ApiError) as err:
+        async for _ in faulty.watch(path(JOBS, ns), resource_version=since):
+            pass
+    assert err.value.gone and err.value.reason == "Expired"
+    assert "too old resource version" in err.value.message
+
+
+async def test_a_watch_refused_with_a_410_status_is_gone(
+    faulty: KubeApi, proxy: FaultProxy, ns: str
+) -> None:
+    proxy.add(resource="jobs", watch=True, status=410)
+    with pytest.raises(ApiError) as err:
+        async for _ in faulty.watch(path(JOBS, ns), resource_version="1"):
             pass
     assert err.value.gone
 
 
-async def test_a_refused_connection_is_unavailable(tls: tuple[trustme.CA, Path]) -> None:
-    config = KubeConfig(host="https://127.0.0.1:1", ca_file=str(tls[1]))
-    async with KubeApi(config, timeout=1) as client:
-        with pytest.raises(ApiUnavailable):
+async def test_a_watch_event_as_large_as_any_object_is_read_whole(
+    api: KubeApi, control_plane: ControlPlane
+) -> None:
+    ns = control_plane.new_namespace("watch-big")
+    since = (await api.list_objects(path(JOBS, ns)))["metadata"]["resourceVersion"]
+    # A Job near the API server's 1.5 MB object limit arrives as one watch line.
+    blob = "x" * 1_400_000
+    await api.create(path(JOBS, ns), suspended_job(ns, "huge", "blast", args=[blob]))
+    await api.create(path(JOBS, ns), suspended_job(ns, "after", "blast"))
+    events: list[Json] = []
+    async for event in api.watch(path(JOBS, ns), resource_version=since, timeout_seconds=60):
+        if event["type"] == "ADDED":
+            events.append(event)
+        if len(events) == 2:
+            break
+    assert [e["object"]["metadata"]["name"] for e in events] == ["huge", "after"]
+    container = events[0]["object"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"] == [blob]
+
+
+async def test_a_refused_connection_is_unavailable(control_plane: ControlPlane) -> None:
+    config = KubeConfig(host="https://127.0.0.1:1", ca_file=control_plane.ca_file)
+    async with KubeApi(config, timeout=5) as client:
+        with pytest.raises(ApiUnavailable, match="GET /version: ClientConnectorError"):
             await client.get("/version")
 
 
-def test_a_rotated_token_file_is_picked_up(tmp_path: Path) -> None:
+async def test_a_rotated_token_file_is_picked_up(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    # The kubelet rotates a projected service-account token in place.
     token_file = tmp_path / "token"
-    token_file.write_text("first\n")
+    token_file.write_text(control_plane.token("alice") + "\n")
     source = TokenSource(path=str(token_file), reread_seconds=0)
-    assert source.current() == "first"
-    token_file.write_text("second")
-    assert source.current() == "second"
-    token_file.unlink()
-    assert source.current() == "second"  # keep the last good token
+    config = KubeConfig(host=control_plane.server, ca_file=control_plane.ca_file, token=source)
+    async with KubeApi(config) as client:
+        assert await whoami(client) == "alice"
+        token_file.write_text(control_plane.token("bob"))
+        assert await whoami(client) == "bob"
+        token_file.unlink()
+        assert await whoami(client) == "bob"  # keep the last good token
+
+
+def test_a_token_file_is_read_on_first_use_on_a_freshly_booted_node(tmp_path: Path) -> None:
+    # time.monotonic() counts from boot: a pod starting 5 s after its node booted
+    # must still send its token on the first call, not after reread_seconds.
+    token_file = tmp_path / "token"
+    token_file.write_text("projected")
+    source = TokenSource(path=str(token_file), reread_seconds=60, clock=lambda: 5.0)
+    assert source.current() == "projected"
 
 
 def test_a_missing_kubeconfig_names_what_to_fix(tmp_path: Path) -> None:
-    from elbgate.kube.config import KubeConfigError
-
     with pytest.raises(KubeConfigError, match="set KUBECONFIG or --kubeconfig"):
         KubeConfig.from_kubeconfig(str(tmp_path / "nope"))
 
 
-def test_an_exec_plugin_token_is_obtained_again_when_due(tmp_path: Path) -> None:
-    # AKS kubeconfigs get tokens from kubelogin (an exec plugin); they expire
-    # within the hour a capacity wait plus a submit can take.
-    current = tmp_path / "current-token"
-    current.write_text("tok-1")
+def exec_plugin_kubeconfig(cp: ControlPlane, tmp_path: Path, token_file: Path) -> Path:
+    """A kubeconfig whose user runs an exec plugin (as kubelogin on AKS) that
+    prints the token currently in ``token_file``."""
     plugin = tmp_path / "plugin.py"
     plugin.write_text(
         "import json, pathlib\n"
         "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1beta1',"
         " 'kind': 'ExecCredential',"
-        f" 'status': {{'token': pathlib.Path({str(current)!r}).read_text()}}}}))\n"
+        f" 'status': {{'token': pathlib.Path({str(token_file)!r}).read_text()}}}}))\n"
     )
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(
-        orjson.dumps(
+        yaml.safe_dump(
             {
                 "apiVersion": "v1",
                 "kind": "Config",
                 "current-context": "aks",
-                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:6443"}}],
+                "clusters": [
+                    {
+                        "name": "c",
+                        "cluster": {"server": cp.server, "certificate-authority": cp.ca_file},
+                    }
+                ],
                 "contexts": [
                     {"name": "aks", "context": {"cluster": "c", "user": "u", "namespace": "blast"}}
                 ],
@@ -230,37 +331,56 @@ def test_an_exec_plugin_token_is_obtained_again_when_due(tmp_path: Path) -> None
                     }
                 ],
             }
-        ).decode()
+        )
     )
-    config = KubeConfig.from_kubeconfig(str(kubeconfig))
+    return kubeconfig
+
+
+async def test_an_exec_plugin_token_is_obtained_again_when_due(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    # AKS kubeconfigs get tokens from kubelogin (an exec plugin); they expire
+    # within the hour a capacity wait plus a submit can take.
+    current = tmp_path / "current-token"
+    current.write_text(control_plane.token("alice"))
+    config = KubeConfig.from_kubeconfig(
+        str(exec_plugin_kubeconfig(control_plane, tmp_path, current))
+    )
     assert config.namespace == "blast"
-    assert config.token.current() == "tok-1"
-    current.write_text("tok-2")
-    assert config.token.current() == "tok-1"  # not due yet
-    config.token.loaded_at = 0.0
-    assert config.token.current() == "tok-2"
+    source = config.token
+    assert source.reload is not None and source.loaded_at is not None
+    loaded = source.loaded_at
+    async with KubeApi(config) as client:
+        assert await whoami(client) == "alice"
+        current.write_text(control_plane.token("bob"))
+        # The clock, not the host's uptime, decides when the plugin runs again.
+        source.clock = lambda: loaded + source.reread_seconds - 1
+        assert await whoami(client) == "alice", "not due yet: the plugin is not run again"
+        source.clock = lambda: loaded + source.reread_seconds
+        assert await whoami(client) == "bob"
 
 
-def test_a_static_kubeconfig_token_is_never_reloaded(tmp_path: Path) -> None:
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        orjson.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "x",
-                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:6443"}}],
-                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-                "users": [{"name": "u", "user": {"token": "static"}}],
-            }
-        ).decode()
-    )
-    config = KubeConfig.from_kubeconfig(str(kubeconfig))
+def test_a_static_kubeconfig_token_is_never_reloaded(control_plane: ControlPlane) -> None:
+    config = KubeConfig.from_kubeconfig(control_plane.kubeconfig("alice"))
     assert config.token.reload is None
-    assert (config.token.current(), config.namespace) == ("static", "default")
+    assert config.token.current() == control_plane.token("alice")
+    assert config.host == control_plane.server
 
 
-async def test_a_watch_event_as_large_as_any_object_is_read_whole(api: KubeApi) -> None:
-    events = [e async for e in api.watch(path(JOBS, "ns"), resource_version="big")]
-    assert [e["object"]["metadata"]["name"] for e in events] == ["huge", "after"]
-    assert len(events[0]["object"]["spec"]["blob"]) == 1_400_000
+def test_an_exec_plugin_that_fails_keeps_the_last_good_token(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    current = tmp_path / "current-token"
+    current.write_text("first")
+    config = KubeConfig.from_kubeconfig(
+        str(exec_plugin_kubeconfig(control_plane, tmp_path, current))
+    )
+    source = config.token
+    assert source.loaded_at is not None
+    loaded = source.loaded_at
+    current.unlink()  # the plugin now exits non-zero
+    source.clock = lambda: loaded + source.reread_seconds
+    assert source.current() == "first"
+    # and it tries again on the next call, not only after another reread period
+    current.write_text("second")
+    assert source.current() == "second"
