@@ -268,41 +268,48 @@ class ControlPlane:
         TokenRequest API), as the in-cluster submit path holds; with a kubeconfig."""
         self.ensure_service_account(namespace, service_account)
         name = pod or f"{service_account}-{uuid.uuid4().hex[:6]}"
-        created = self.admin.create(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "name": name,
-                    "namespace": namespace,
-                    "labels": {"app.kubernetes.io/name": service_account},
-                    "annotations": dict(annotations or {}),
+        body: JsonObj = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {"app.kubernetes.io/name": service_account},
+                "annotations": dict(annotations or {}),
+            },
+            "spec": {
+                "serviceAccountName": service_account,
+                "restartPolicy": restart_policy,
+                "terminationGracePeriodSeconds": 30,
+                "nodeSelector": dict(node_selector or SYSTEM_POOL),
+                # Compliant with Pod Security "restricted", which elb-system enforces.
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "runAsUser": 10001,
+                    "seccompProfile": {"type": "RuntimeDefault"},
                 },
-                "spec": {
-                    "serviceAccountName": service_account,
-                    "restartPolicy": restart_policy,
-                    "terminationGracePeriodSeconds": 30,
-                    "nodeSelector": dict(node_selector or SYSTEM_POOL),
-                    # Compliant with Pod Security "restricted", which elb-system enforces.
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": 10001,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
-                    "containers": [
-                        {
-                            "name": "app",
-                            "image": image,
-                            "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
-                        }
-                    ],
-                },
-            }
-        )
+                "containers": [
+                    {
+                        "name": "app",
+                        "image": image,
+                        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
+                        "securityContext": {
+                            "allowPrivilegeEscalation": False,
+                            "capabilities": {"drop": ["ALL"]},
+                        },
+                    }
+                ],
+            },
+        }
+        try:
+            created = self.admin.create(body)
+        except ApiError as exc:
+            # A named Pod left by an earlier run on an attached control plane
+            # (ELB_GATE_CONTROL_PLANE): the same identity, so use it again.
+            existing = self.admin.find("pods", namespace, name) if exc.status == 409 else None
+            if existing is None or existing["spec"].get("serviceAccountName") != service_account:
+                raise
+            created = existing
         uid = created["metadata"]["uid"]
         running = wait_until(
             lambda: _running(self.admin.find("pods", namespace, name)),
