@@ -1,63 +1,205 @@
-"""Fixtures for the submit-path client: an API transport to the emulator and small settings."""
+"""The submit-path client against the real control plane, with elb-gate's webhook
+registered: every Lease write is stamped and guarded, every search Job judged.
+
+Each test has a gated namespace of its own. Searches that must already be
+running when a test starts are created before the namespace is gated (as
+they would have been before elb-gate was installed), and they really run: the
+Job controller makes their Pods and the kubelet stand-in runs them until
+:func:`complete` lets their container exit 0.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 
 import pytest
 
 from elbgate.client.sync_kube import SyncKube
 from elbgate.kube.config import KubeConfig
+from elbgate.lease import LeaseView, expires_at
+from elbgate.names import lease_name
 from elbgate.settings import Settings
-from tests.kube_emulator import Emulator
+from testbed.api import JsonObj, wait_until
+from testbed.controlplane import ControlPlane
+from testbed.webhook_process import WebhookProcess
 
-NS = "default"
-LEASE = "elb-blast-submit-default"
+WEBHOOK_ENV = {
+    # Leases of a few seconds, so expiry is reachable in a test: the guard then
+    # accepts such a duration and judges expiry on its clock with no margin.
+    "ELB_GATE_LEASE_MIN_DURATION_SECONDS": "1",
+    "BLAST_LEASE_CLOCK_SKEW_SECONDS": "0",
+    # (start-up refuses an exec timeout of TTL - 2 x skew = the whole TTL)
+    "ELB_GATE_SUBMIT_EXEC_TIMEOUT_SECONDS": "600",
+}
+RUN_SECONDS = "localkube.elb-gate.io/run-seconds"
+SEARCH_POD_CPU = "10m"
+"""Small requests, so every search of a session fits on the nodes."""
 
 
 def small_settings(**env: str) -> Settings:
-    """TTL 15 s (the guard's minimum), 1 s skew, so expiry is reachable in a test."""
-    base = {"BLAST_SUBMIT_LEASE_TTL_SECONDS": "15", "BLAST_LEASE_CLOCK_SKEW_SECONDS": "1"}
+    """The client's settings: TTL 15 s, 1 s skew, so expiry is reachable in a test."""
+    base = {
+        "BLAST_SUBMIT_LEASE_TTL_SECONDS": "15",
+        "BLAST_LEASE_CLOCK_SKEW_SECONDS": "1",
+        "ELB_GATE_LEASE_MIN_DURATION_SECONDS": "1",
+    }
     return Settings.from_env({**base, **env})
 
 
-def search_job(job_id: str, app: str = "blast", name: str | None = None) -> dict[str, Any]:
-    """A minimal batch/v1 Job of one search."""
+def short_settings(**env: str) -> Settings:
+    """A submitter whose Lease lasts 2 s: it expires while a test watches."""
+    return small_settings(
+        BLAST_SUBMIT_LEASE_TTL_SECONDS="2",
+        BLAST_LEASE_CLOCK_SKEW_SECONDS="0",
+        ELB_GATE_SUBMIT_EXEC_TIMEOUT_SECONDS="1",
+        **env,
+    )
+
+
+def search_job(namespace: str, job_id: str, app: str = "blast", name: str | None = None) -> JsonObj:
+    """One Job of a search, shaped like elastic-blast's: ``app``/``elb-job-id``
+    (and ``db`` on batch work) on the Job and its pod template; the container
+    runs until :func:`complete`."""
+    labels = {"app": app, "elb-job-id": job_id}
+    if app == "blast":
+        labels["db"] = "swissprot"
+    default_name = {
+        "blast": f"blastp-batch-swissprot-job-{job_id}",
+        "submit": f"submit-jobs-{job_id}",
+        "finalizer": f"elb-finalizer-{job_id}",
+    }.get(app, f"{app}-{job_id}")
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {
-            "name": name or f"{app}-{job_id}",
-            "namespace": NS,
-            "labels": {"app": app, "elb-job-id": job_id},
-        },
+        "metadata": {"name": name or default_name, "namespace": namespace, "labels": labels},
         "spec": {
+            "backoffLimit": 0,
             "template": {
+                "metadata": {"labels": dict(labels)},
                 "spec": {
-                    "containers": [{"name": "c", "image": "busybox"}],
                     "restartPolicy": "Never",
-                }
-            }
+                    "containers": [
+                        {
+                            "name": app,
+                            "image": "elbacr.azurecr.io/ncbi/elb:1.4.0",
+                            "command": ["/bin/bash", "-co", "pipefail"],
+                            "resources": {"requests": {"cpu": SEARCH_POD_CPU, "memory": "16Mi"}},
+                        }
+                    ],
+                },
+            },
         },
     }
 
 
-def complete(emu: Emulator, name: str) -> None:
-    """Mark a Job succeeded, as the Job controller would."""
-    job = emu.get("jobs", NS, name)
-    job["status"] = {"succeeded": 1, "completionTime": "2026-01-01T00:00:00Z"}
-    emu.update_status(job)
+def job_name(job: JsonObj) -> str:
+    return str(job["metadata"]["name"])
 
 
-def holder_of(emu: Emulator) -> str:
-    return str(emu.get("leases", NS, LEASE)["spec"].get("holderIdentity") or "")
+def complete(cp: ControlPlane, namespace: str, name: str) -> None:
+    """Let the Job's container exit 0 now; return once the Job controller has
+    counted the success (the census then sees the Job as finished)."""
+    pods = wait_until(
+        lambda: cp.admin.list("pods", namespace, label_selector=f"job-name={name}"),
+        60,
+        f"a Pod of Job {namespace}/{name}",
+    )
+    for pod in pods:
+        cp.admin.patch(
+            "pods",
+            namespace,
+            pod["metadata"]["name"],
+            {"metadata": {"annotations": {RUN_SECONDS: "0"}}},
+        )
+    wait_until(
+        lambda: (cp.admin.get("jobs", namespace, name).get("status") or {}).get("succeeded"),
+        60,
+        f"Job {namespace}/{name} to succeed",
+    )
+
+
+def lease_of(cp: ControlPlane, namespace: str) -> JsonObj | None:
+    return cp.admin.find("leases", namespace, lease_name(namespace))
+
+
+def holder_of(cp: ControlPlane, namespace: str) -> str:
+    found = lease_of(cp, namespace)
+    return "" if found is None else str(found["spec"].get("holderIdentity") or "")
+
+
+def wait_until_expired(cp: ControlPlane, namespace: str, skew_seconds: float = 0) -> JsonObj:
+    """Wait until the stored Lease is past renewTime + duration + ``skew_seconds``."""
+
+    def expired() -> JsonObj | None:
+        stored = lease_of(cp, namespace)
+        assert stored is not None
+        until = expires_at(LeaseView.from_dict(stored), skew_seconds, 900)
+        assert isinstance(until, datetime)
+        return stored if datetime.now(UTC) >= until else None
+
+    return dict(wait_until(expired, 60, f"Lease in {namespace} to expire", interval=0.05))
+
+
+def lease_writes(cp: ControlPlane, namespace: str, user: str) -> list[JsonObj]:
+    """The Lease as the API server committed each successful update by ``user``
+    (from the audit log, in order)."""
+    name = lease_name(namespace)
+    out = []
+    for event in cp.audit_events():
+        ref = event.get("objectRef") or {}
+        if (
+            event.get("stage") == "ResponseComplete"
+            and event.get("verb") == "update"
+            and ref.get("resource") == "leases"
+            and (ref.get("namespace"), ref.get("name")) == (namespace, name)
+            and (event.get("user") or {}).get("username") == user
+            and (event.get("responseStatus") or {}).get("code") == 200
+        ):
+            out.append(event["responseObject"])
+    return out
+
+
+@pytest.fixture(scope="package")
+def hook(control_plane: ControlPlane) -> Iterator[WebhookProcess]:
+    """elb-gate's webhook, registered with the shipped configurations."""
+    with WebhookProcess(control_plane, WEBHOOK_ENV) as running:
+        yield running
 
 
 @pytest.fixture
-def kube(emulator: Emulator) -> Iterator[SyncKube]:
-    transport = SyncKube(KubeConfig.from_kubeconfig(emulator.kubeconfig("alice")), timeout=5)
-    try:
-        yield transport
-    finally:
+def fresh_ns(control_plane: ControlPlane) -> Iterator[str]:
+    """A namespace of this test's own, not gated yet (seed searches, then gate it)."""
+    name = control_plane.new_namespace("client")
+    yield name
+    control_plane.admin.delete("namespaces", None, name)
+
+
+@pytest.fixture
+def ns(fresh_ns: str, hook: WebhookProcess) -> str:
+    """A gated namespace of this test's own."""
+    return hook.gate_namespace(fresh_ns)
+
+
+def sync_kube(kubeconfig: str, timeout: float = 10) -> SyncKube:
+    return SyncKube(KubeConfig.from_kubeconfig(kubeconfig), timeout=timeout)
+
+
+@pytest.fixture
+def kube_of(control_plane: ControlPlane) -> Iterator[Callable[[str], SyncKube]]:
+    """API transports for token-file users (``kube_of("bob")``), closed after the test."""
+    made: list[SyncKube] = []
+
+    def make(user: str) -> SyncKube:
+        made.append(sync_kube(control_plane.kubeconfig(user)))
+        return made[-1]
+
+    yield make
+    for transport in made:
         transport.close()
+
+
+@pytest.fixture
+def kube(kube_of: Callable[[str], SyncKube]) -> SyncKube:
+    """alice's transport (a plain user from the token file)."""
+    return kube_of("alice")
