@@ -268,48 +268,41 @@ class ControlPlane:
         TokenRequest API), as the in-cluster submit path holds; with a kubeconfig."""
         self.ensure_service_account(namespace, service_account)
         name = pod or f"{service_account}-{uuid.uuid4().hex[:6]}"
-        body: JsonObj = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": name,
-                "namespace": namespace,
-                "labels": {"app.kubernetes.io/name": service_account},
-                "annotations": dict(annotations or {}),
-            },
-            "spec": {
-                "serviceAccountName": service_account,
-                "restartPolicy": restart_policy,
-                "terminationGracePeriodSeconds": 30,
-                "nodeSelector": dict(node_selector or SYSTEM_POOL),
-                # Compliant with Pod Security "restricted", which elb-system enforces.
-                "securityContext": {
-                    "runAsNonRoot": True,
-                    "runAsUser": 10001,
-                    "seccompProfile": {"type": "RuntimeDefault"},
+        created = self._create_pod(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "labels": {"app.kubernetes.io/name": service_account},
+                    "annotations": dict(annotations or {}),
                 },
-                "containers": [
-                    {
-                        "name": "app",
-                        "image": image,
-                        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
-                        "securityContext": {
-                            "allowPrivilegeEscalation": False,
-                            "capabilities": {"drop": ["ALL"]},
-                        },
-                    }
-                ],
-            },
-        }
-        try:
-            created = self.admin.create(body)
-        except ApiError as exc:
-            # A named Pod left by an earlier run on an attached control plane
-            # (ELB_GATE_CONTROL_PLANE): the same identity, so use it again.
-            existing = self.admin.find("pods", namespace, name) if exc.status == 409 else None
-            if existing is None or existing["spec"].get("serviceAccountName") != service_account:
-                raise
-            created = existing
+                "spec": {
+                    "serviceAccountName": service_account,
+                    "restartPolicy": restart_policy,
+                    "terminationGracePeriodSeconds": 30,
+                    "nodeSelector": dict(node_selector or SYSTEM_POOL),
+                    # Compliant with Pod Security "restricted", which elb-system enforces.
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 10001,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [
+                        {
+                            "name": "app",
+                            "image": image,
+                            "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                        }
+                    ],
+                },
+            }
+        )
         uid = created["metadata"]["uid"]
         running = wait_until(
             lambda: _running(self.admin.find("pods", namespace, name)),
@@ -339,6 +332,19 @@ class ControlPlane:
             token,
             str(path),
         )
+
+    def _create_pod(self, body: JsonObj) -> JsonObj:
+        """Create the Pod, or take the one of that name and ServiceAccount an earlier
+        test session left on an attached control plane (``ELB_GATE_CONTROL_PLANE``)."""
+        meta, spec = body["metadata"], body["spec"]
+        existing = self.admin.find("pods", meta["namespace"], meta["name"])
+        if (
+            existing is not None
+            and not existing["metadata"].get("deletionTimestamp")
+            and existing["spec"].get("serviceAccountName") == spec.get("serviceAccountName")
+        ):
+            return existing
+        return self.admin.create(body)
 
     def service_account_token(
         self, namespace: str, service_account: str, expiration_seconds: int = 86400
