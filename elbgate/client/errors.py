@@ -83,7 +83,9 @@ def explain_api_failure(operation: str, namespace: str, cause: Exception, host: 
         return (
             f"{operation} in namespace {namespace!r} is forbidden by RBAC (403): {cause.message}; "
             "the submitting identity needs get/create/update on "
-            "leases.coordination.k8s.io and list on jobs.batch in that namespace"
+            "leases.coordination.k8s.io and list on jobs.batch in that namespace. The API "
+            "server answers 403 also when namespace "
+            f"{namespace!r} does not exist: check -n/--namespace and the kubeconfig context"
         )
     if cause.code == 404 and "namespace" in cause.message.lower():
         return (

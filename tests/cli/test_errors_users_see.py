@@ -1,19 +1,20 @@
 """What a user sees when the input is wrong: one line that says what to fix and
 the exit code docs/cli.md gives it — never a traceback, never a verdict about
-a namespace that does not exist."""
+a namespace that does not exist. The answers are the real API server's, read
+through the fault proxy so a test can tell what the CLI asked for."""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from elbgate.cli import exit_codes, main
-from tests.cli.canned_api import CannedApi, job_list, namespace, not_found, serving
-
-NS_URL = "/api/v1/namespaces/{}"
-JOBS_URL = "/apis/batch/v1/namespaces/{}/jobs"
-LEASE_URL = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/elb-blast-submit-{ns}"
+from testbed.api import ApiError
+from testbed.controlplane import ControlPlane
+from testbed.faultproxy import FaultProxy
 
 BROKEN_KUBECONFIGS = [
     pytest.param(
@@ -53,75 +54,108 @@ def test_a_kubeconfig_that_is_not_a_kubeconfig_is_one_line_and_exit_78(
     assert "Traceback" not in out.err and out.out == ""
 
 
+@pytest.fixture(scope="module")
+def proxy(control_plane: ControlPlane) -> Iterator[FaultProxy]:
+    with FaultProxy(control_plane) as running:
+        yield running
+
+
+def asked(proxy: FaultProxy, before: Counter[tuple[str, str]]) -> list[tuple[str, str]]:
+    """What went to the API server since ``before`` (method, resource), sorted."""
+    return sorted((proxy.forwarded - before).elements())
+
+
 @pytest.mark.parametrize(
     "command",
     [["census"], ["census", "-o", "json"], ["lease", "status"], ["lease", "release", "--force"]],
 )
 def test_a_namespace_that_does_not_exist_is_an_error_not_a_verdict(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
-) -> None:
-    api = CannedApi(
-        {
-            NS_URL.format("nosuchns"): not_found("namespaces", "nosuchns"),
-            # What a missing namespace looks like to the reads themselves: nothing at all.
-            JOBS_URL.format("nosuchns"): (200, job_list([])),
-        }
-    )
-    with serving(api, tmp_path) as kubeconfig:
-        code = main(["--kubeconfig", str(kubeconfig), *command, "-n", "nosuchns"])
+    control_plane: ControlPlane, proxy: FaultProxy, capsys: pytest.CaptureFixture[str],
+    command: list[str],
+) -> None:  # fmt: skip
+    # An operator who may read namespaces (here the cluster admin) is told it is missing.
+    kubeconfig = proxy.kubeconfig(control_plane.token("admin"), "admin")
+    before = proxy.forwarded.copy()
+    code = main(["--kubeconfig", kubeconfig, *command, "-n", "nosuchns"])
     out = capsys.readouterr()
     assert code == exit_codes.NO_SUCH_NAMESPACE == 66
     (line,) = out.err.splitlines()
-    assert line.startswith('elb-gate: error: namespace "nosuchns" not found on http://127.0.0.1:')
-    assert "check -n/--namespace" in line
+    assert line == (
+        f'elb-gate: error: namespace "nosuchns" not found on {proxy.url}; '
+        "check -n/--namespace and the kubeconfig context"
+    )
     assert out.out == ""
-    assert api.requests == [NS_URL.format("nosuchns")], "nothing else is read"
+    assert asked(proxy, before) == [("GET", "namespaces")], "nothing else is read"
+
+
+def test_a_namespace_that_does_not_exist_is_a_403_to_a_user_without_rights_there(
+    control_plane: ControlPlane, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # RBAC is decided before the object is looked up: to alice, who may read
+    # nothing in it, a missing namespace is "forbidden", not "not found". The
+    # line must not send her to ask for a RoleBinding in a namespace that is not there.
+    code = main(["--kubeconfig", control_plane.kubeconfig("alice"), "census", "-n", "nosuchns"])
+    out = capsys.readouterr()
+    assert code == exit_codes.COORDINATION_ERROR
+    (line,) = out.err.splitlines()
+    assert "list jobs in namespace 'nosuchns' is forbidden by RBAC (403)" in line
+    assert "also when namespace 'nosuchns' does not exist: check -n/--namespace" in line
+    assert out.out == ""
 
 
 def test_an_identity_that_may_not_read_namespaces_still_gets_its_census(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    control_plane: ControlPlane, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    forbidden = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": 'namespaces "blast" is forbidden: User "alice" cannot get resource '
-        '"namespaces" in API group "" in the namespace "blast"',
-        "reason": "Forbidden",
-        "details": {"name": "blast", "kind": "namespaces"},
-        "code": 403,
-    }
-    api = CannedApi(
+    # A submitter's Role (Leases, Jobs) bound in one namespace; no rights on namespaces.
+    ns = control_plane.new_namespace("no-ns-read")
+    user = control_plane.plain_user()
+    control_plane.admin.create(
         {
-            NS_URL.format("blast"): (403, forbidden),
-            JOBS_URL.format("blast"): (200, job_list([])),
-            LEASE_URL.format(ns="blast"): not_found(
-                "leases.coordination.k8s.io", "elb-blast-submit-blast"
-            ),
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "submitter", "namespace": ns},
+            "rules": [
+                {
+                    "apiGroups": ["coordination.k8s.io"],
+                    "resources": ["leases"],
+                    "verbs": ["get", "create", "update"],
+                },
+                {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list"]},
+            ],
         }
     )
-    with serving(api, tmp_path) as kubeconfig:
-        code = main(["--kubeconfig", str(kubeconfig), "census", "-n", "blast"])
+    control_plane.admin.create(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "submitter", "namespace": ns},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "submitter",
+            },
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        }
+    )
+    with pytest.raises(ApiError) as denied:
+        control_plane.api(user).request("GET", f"/api/v1/namespaces/{ns}")
+    assert denied.value.status == 403
+    code = main(["--kubeconfig", control_plane.kubeconfig(user), "census", "-n", ns])
     out = capsys.readouterr()
     assert code == exit_codes.OK, out.err
-    assert out.out.startswith("namespace blast: 0/3 active")
+    assert out.out.startswith(f"namespace {ns}: 0/3 active")
 
 
 def test_an_existing_namespace_is_checked_once_and_then_read(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    control_plane: ControlPlane, proxy: FaultProxy, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    api = CannedApi(
-        {
-            NS_URL.format("blast"): (200, namespace("blast")),
-            JOBS_URL.format("blast"): (200, job_list([])),
-        }
-    )
-    with serving(api, tmp_path) as kubeconfig:
-        code = main(["--kubeconfig", str(kubeconfig), "lease", "status", "-n", "blast"])
+    ns = control_plane.new_namespace("checked")
+    kubeconfig = proxy.kubeconfig(control_plane.token("admin"), "admin")
+    before = proxy.forwarded.copy()
+    code = main(["--kubeconfig", kubeconfig, "lease", "status", "-n", ns])
     out = capsys.readouterr()
     assert code == exit_codes.OK, out.err
     assert out.out.strip() == (
-        "Lease elb-blast-submit-blast: does not exist (created by the first submit)"
+        f"Lease elb-blast-submit-{ns}: does not exist (created by the first submit)"
     )
-    assert api.requests == [NS_URL.format("blast"), LEASE_URL.format(ns="blast")]
+    assert asked(proxy, before) == [("GET", "leases"), ("GET", "namespaces")]
