@@ -1,11 +1,10 @@
 """``-o table|json|yaml`` on the reporting commands: the same facts for a person
-or a script, as ``kubectl -o`` offers them."""
+or a script, as ``kubectl -o`` offers them (the last one from a live namespace
+on the real API server)."""
 
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +15,8 @@ from elbgate.cli import build_parser, exit_codes, main
 from elbgate.cli.census import census_report, render_table
 from elbgate.cli.connection import render
 from elbgate.settings import Settings
-from tests.cli.canned_api import CannedApi, job_list, namespace, serving
+from testbed.controlplane import ControlPlane
+from tests.client.conftest import search_job
 from tests.protocol.builders import NOW, job, lease
 
 SETTINGS = Settings()
@@ -65,23 +65,20 @@ def test_table_is_the_default_and_the_human_view() -> None:
 
 
 def test_census_as_yaml_from_a_live_namespace(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+    control_plane: ControlPlane, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    created = (datetime.now(UTC) - timedelta(minutes=4, seconds=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    search = job("submit", "b2").created(created).build()
-    api = CannedApi(
-        {
-            "/api/v1/namespaces/blast": (200, namespace("blast")),
-            "/apis/batch/v1/namespaces/blast/jobs": (200, job_list([search])),
-        }
+    ns = control_plane.new_namespace("yaml")
+    control_plane.admin.create(search_job(ns, "b2", app="submit"))
+    code = main(
+        ["--kubeconfig", control_plane.kubeconfig("admin"), "census", "-n", ns, "-o", "yaml"]
     )
-    with serving(api, tmp_path) as kubeconfig:
-        code = main(["--kubeconfig", str(kubeconfig), "census", "-n", "blast", "-o", "yaml"])
     out = capsys.readouterr()
     assert code == exit_codes.OK, out.err
     doc = yaml.safe_load(out.out)
-    assert (doc["namespace"], doc["active"], doc["ceiling"]) == ("blast", 1, 3)
+    assert (doc["namespace"], doc["active"], doc["ceiling"]) == (ns, 1, 3)
     assert [s["id"] for s in doc["searches"]] == ["b2"]
+    assert doc["searches"][0]["jobs"] == ["submit/submit-jobs-b2"]
     assert doc["lease"]["state"] == "absent"
     assert doc["verdict"].startswith("a new search would be denied by Gate A")
