@@ -1,4 +1,6 @@
-"""Run the real `elb-gate` CLI (a subprocess) against the API emulator."""
+"""Run the real `elb-gate` CLI (a subprocess) against the real control plane,
+with elb-gate's webhook registered and a gated namespace per test (the
+namespace of the kubeconfig context the CLI runs with)."""
 
 from __future__ import annotations
 
@@ -12,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.kube_emulator import Emulator
+from testbed.controlplane import ControlPlane
+from testbed.webhook_process import WebhookProcess
+from tests.client.conftest import WEBHOOK_ENV
 
-NS = "default"
-LEASE = "elb-blast-submit-default"
 ROOT = Path(__file__).resolve().parents[2]
 
 SMALL = {
@@ -82,16 +84,25 @@ class CliRun:
 
 @dataclass
 class Cli:
-    """Starts `python -m elbgate.cli` as `user` with the small settings."""
+    """Starts `python -m elbgate.cli` as `user` with the small settings, in ``ns``
+    (the namespace of the user's kubeconfig context)."""
 
-    emu: Emulator
+    cp: ControlPlane
+    ns: str
     tmp: Path
     runs: list[CliRun] = field(default_factory=list)
+
+    def kubeconfig(self, user: str = "alice") -> str:
+        """``user``'s kubeconfig, its context in this test's namespace."""
+        path = self.tmp / "kubeconfigs" / f"{user}.kubeconfig"
+        if not path.exists():
+            self.cp.write_kubeconfig(path, user, self.cp.token(user), self.ns)
+        return str(path)
 
     def env(self, user: str = "alice", **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("BLAST_", "ELB_GATE_"))}
         env.pop("KUBERNETES_SERVICE_HOST", None)
-        return {**env, **SMALL, "KUBECONFIG": self.emu.kubeconfig(user), **extra}
+        return {**env, **SMALL, "KUBECONFIG": self.kubeconfig(user), **extra}
 
     def start(self, *args: str, user: str = "alice", **env: str) -> CliRun:
         n = len(self.runs)
@@ -133,9 +144,30 @@ class Cli:
         (self.tmp / go).write_text("go")
 
 
+@pytest.fixture(scope="package")
+def hook(control_plane: ControlPlane) -> Iterator[WebhookProcess]:
+    """elb-gate's webhook, registered with the shipped configurations (as for the client)."""
+    with WebhookProcess(control_plane, WEBHOOK_ENV) as running:
+        yield running
+
+
 @pytest.fixture
-def cli(emulator: Emulator, tmp_path: Path) -> Iterator[Cli]:
-    runner = Cli(emulator, tmp_path)
+def fresh_ns(control_plane: ControlPlane) -> Iterator[str]:
+    """A namespace of this test's own, not gated yet (seed searches, then gate it)."""
+    name = control_plane.new_namespace("cli")
+    yield name
+    control_plane.admin.delete("namespaces", None, name)
+
+
+@pytest.fixture
+def ns(fresh_ns: str, hook: WebhookProcess) -> str:
+    """A gated namespace of this test's own."""
+    return hook.gate_namespace(fresh_ns)
+
+
+@pytest.fixture
+def cli(control_plane: ControlPlane, ns: str, tmp_path: Path) -> Iterator[Cli]:
+    runner = Cli(control_plane, ns, tmp_path)
     try:
         yield runner
     finally:
@@ -143,8 +175,3 @@ def cli(emulator: Emulator, tmp_path: Path) -> Iterator[Cli]:
             if run.proc.poll() is None:
                 run.proc.kill()
                 run.proc.wait()
-
-
-def holder_of(emu: Emulator) -> str:
-    found = emu.find("leases", NS, LEASE)
-    return "" if found is None else str(found["spec"].get("holderIdentity") or "")

@@ -1,21 +1,18 @@
-"""`elb-gate submit` with the real admission webhook registered: the CLI's Lease is
-stamped with its user, and a search Job is admitted only for the Lease holder."""
+"""`elb-gate submit` with the admission webhook registered on the real API
+server: the CLI's Lease is stamped with its user, and a search Job is admitted
+only for the Lease holder (kubectl prints what it prints on a cluster)."""
 
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from testbed.controlplane import ControlPlane, kubectl_path
 from tests.cli.conftest import Cli, wait_until
-from tests.client.conftest import search_job
-from tests.kube_emulator import Emulator, User
-from tests.kube_emulator.fixtures import kubectl
-from tests.support.webhook_process import WebhookProcess
+from tests.client.conftest import holder_of, search_job
 
 SUBMITTER = """\
 import os, subprocess, sys, time
@@ -34,51 +31,51 @@ while not os.path.exists(go) and time.monotonic() < end:
 search's finalizer Job with kubectl (as the CLI's own user), then holds."""
 
 
-def finalizer(namespace: str, job_id: str) -> dict[str, Any]:
-    job = search_job(job_id, app="finalizer")
-    job["metadata"]["namespace"] = namespace
-    return job
-
-
 @pytest.mark.kubectl
 def test_the_cli_lease_is_stamped_and_only_its_holder_may_open_a_search(
-    cli: Cli, emulator: Emulator, tmp_path: Path
+    cli: Cli, control_plane: ControlPlane, tmp_path: Path
 ) -> None:
-    emulator.add_user(User.plain("bob"))
-    with WebhookProcess(emulator) as hook:
-        ns = hook.gate_namespace("gated-cli")
-        script, job_file = tmp_path / "submitter.py", tmp_path / "job.json"
-        script.write_text(SUBMITTER)
-        job_file.write_text(json.dumps(finalizer(ns, "search-1")))
-        lease_out, result_out = tmp_path / "lease.json", tmp_path / "result.txt"
-        run = cli.start(
-            "submit", "-n", ns, "--poll-interval", "0.1", "--",
-            sys.executable, str(script), ns, str(lease_out), str(job_file), str(result_out),
-            str(tmp_path / "go"),
-            KUBECTL=shutil.which("kubectl") or "kubectl",
-            KUBECACHEDIR=str(emulator.state_dir / "kubectl-cache"),
-        )  # fmt: skip
-        wait_until(result_out.exists, "COMMAND to create its finalizer Job")
+    ns = cli.ns
+    script, job_file = tmp_path / "submitter.py", tmp_path / "job.json"
+    script.write_text(SUBMITTER)
+    job_file.write_text(json.dumps(search_job(ns, "search-1", app="finalizer")))
+    lease_out, result_out = tmp_path / "lease.json", tmp_path / "result.txt"
+    run = cli.start(
+        "submit", "--poll-interval", "0.1", "--",
+        sys.executable, str(script), ns, str(lease_out), str(job_file), str(result_out),
+        str(tmp_path / "go"),
+        KUBECTL=str(kubectl_path()),
+        KUBECACHEDIR=str(tmp_path / "kubectl-cache"),
+    )  # fmt: skip
+    wait_until(result_out.exists, "COMMAND to create its finalizer Job")
 
-        lease = json.loads(lease_out.read_text())
-        holder = lease["spec"]["holderIdentity"]
-        assert holder.startswith("cli-")
-        assert lease["metadata"]["annotations"]["elb-gate.io/holder-user"] == "alice"
-        code, _, output = result_out.read_text().partition("\n")
-        assert code == "0", output  # the holder's search is admitted
-        assert emulator.find("jobs", ns, "finalizer-search-1") is not None
+    lease = json.loads(lease_out.read_text())
+    holder = lease["spec"]["holderIdentity"]
+    assert holder.startswith("cli-")
+    assert lease["metadata"]["annotations"] == {"elb-gate.io/holder-user": "alice"}
+    code, _, output = result_out.read_text().partition("\n")
+    assert code == "0", output  # the holder's search is admitted
+    assert output.strip() == "job.batch/elb-finalizer-search-1 created"
+    assert control_plane.admin.find("jobs", ns, "elb-finalizer-search-1") is not None
 
-        # Someone else, without the Lease, is refused by Gate A, naming the holder.
-        denied = kubectl(emulator, "bob", "create", "-f", "-",
-                         input=json.dumps(finalizer(ns, "search-2")))  # fmt: skip
-        assert denied.returncode != 0
-        assert "denied the request" in denied.stderr and holder in denied.stderr
+    # Someone else, without the Lease, is refused by Gate A, naming the holder.
+    denied = control_plane.kubectl(
+        "bob", "-n", ns, "create", "-f", "-",
+        input=json.dumps(search_job(ns, "search-2", app="finalizer")),
+    )  # fmt: skip
+    assert denied.returncode != 0
+    assert (
+        'admission webhook "search-admission.elb-gate.io" denied the request' in denied.stderr
+    )
+    assert holder in denied.stderr
 
-        (tmp_path / "go").write_text("go")
-        assert run.wait() == 0, run.stderr
-        assert emulator.get("leases", ns, f"elb-blast-submit-{ns}")["spec"]["holderIdentity"] == ""
+    (tmp_path / "go").write_text("go")
+    assert run.wait() == 0, run.stderr
+    assert holder_of(control_plane, ns) == ""
 
-        # With the Lease released, not even the CLI's user may open a search.
-        late = kubectl(emulator, "alice", "create", "-f", "-",
-                       input=json.dumps(finalizer(ns, "search-3")))  # fmt: skip
-        assert late.returncode != 0 and "denied the request" in late.stderr
+    # With the Lease released, not even the CLI's user may open a search.
+    late = control_plane.kubectl(
+        "alice", "-n", ns, "create", "-f", "-",
+        input=json.dumps(search_job(ns, "search-3", app="finalizer")),
+    )  # fmt: skip
+    assert late.returncode != 0 and "denied the request" in late.stderr
