@@ -1,0 +1,137 @@
+"""The shared LIST + WATCH loop against the real API server: it mirrors what the
+server holds, resumes a watch the server ends, and relists after a 410 Gone."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+import pytest
+
+from elbgate.kube.api import JOBS, KubeApi, path
+from elbgate.kube.config import KubeConfig
+from elbgate.kube.informer import Informer, WatchSpec
+from testbed.controlplane import ControlPlane
+from testbed.faultproxy import FaultProxy
+
+
+class Mirror:
+    """A sink that keeps the names it was told about and the order of calls."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+        self.calls: list[str] = []
+
+    def replace(self, kind: str, namespace: str, items: Iterable[Mapping[str, Any]]) -> None:
+        self.names = {str(i["metadata"]["name"]) for i in items}
+        self.calls.append("replace")
+
+    def apply(self, kind: str, namespace: str, event_type: str, obj: Mapping[str, Any]) -> None:
+        name = str(obj["metadata"]["name"])
+        if event_type == "DELETED":
+            self.names.discard(name)
+        else:
+            self.names.add(name)
+        self.calls.append(event_type)
+
+    def mark_unsynced(self, kind: str, namespace: str) -> None:
+        self.calls.append("unsynced")
+
+
+class Counts:
+    """WatchMetrics that counts."""
+
+    def __init__(self) -> None:
+        self.api_errors = 0
+        self.watch_restarts = 0
+
+    def record_api_error(self, verb: str, resource: str) -> None:
+        self.api_errors += 1
+
+    def record_watch_restart(self, resource: str) -> None:
+        self.watch_restarts += 1
+
+
+async def eventually(condition: Callable[[], bool], what: str) -> None:
+    """Wait (without blocking the loop) until ``condition()`` holds; 60 s at least."""
+    for _ in range(1200):
+        if condition():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"gave up waiting for {what}")
+
+
+def job(ns: str, name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": ns, "labels": {"app": "blast"}},
+        "spec": {
+            "suspend": True,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "c", "image": "busybox"}],
+                }
+            },
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def proxy(control_plane: ControlPlane) -> Iterator[FaultProxy]:
+    with FaultProxy(control_plane) as running:
+        yield running
+
+
+@pytest.fixture
+async def through_proxy(control_plane: ControlPlane, proxy: FaultProxy) -> AsyncIterator[KubeApi]:
+    config = KubeConfig.from_kubeconfig(proxy.kubeconfig(control_plane.token("admin"), "informer"))
+    try:
+        async with KubeApi(config) as client:
+            yield client
+    finally:
+        proxy.clear()
+
+
+async def test_the_mirror_follows_the_server_and_relists_after_a_410(
+    control_plane: ControlPlane, proxy: FaultProxy, through_proxy: KubeApi
+) -> None:
+    ns = control_plane.new_namespace("informer")
+    control_plane.admin.create(job(ns, "before"))
+    mirror, counts = Mirror(), Counts()
+    # The server ends each watch after 1 s, so the loop resumes watches often.
+    informer = Informer(
+        through_proxy,
+        mirror,
+        WatchSpec("jobs", ns, path(JOBS, ns)),
+        counts,
+        watch_timeout_seconds=1,
+    )
+    task = asyncio.create_task(informer.run())
+    try:
+        await eventually(lambda: mirror.names == {"before"}, "the first LIST")
+        control_plane.admin.create(job(ns, "during"))
+        await eventually(lambda: "during" in mirror.names, "the ADDED event")
+        watches = proxy.forwarded[("GET", "jobs")]
+        await eventually(
+            lambda: proxy.forwarded[("GET", "jobs")] > watches + 1, "the watch to be resumed"
+        )
+        assert mirror.calls.count("replace") == 1, (
+            "a watch the server ended is resumed, not relisted"
+        )
+
+        # etcd compacted the history the next watch resumes from.
+        proxy.add(resource="jobs", watch=True, watch_gone=True)
+        control_plane.admin.delete("jobs", ns, "before")
+        await eventually(lambda: mirror.calls.count("replace") == 2, "the relist after 410")
+        assert mirror.calls[mirror.calls.index("unsynced") + 1] == "replace"
+        assert counts.watch_restarts == 1 and counts.api_errors == 0
+        await eventually(lambda: mirror.names == {"during"}, "the mirror to show the delete")
+        control_plane.admin.create(job(ns, "after"))
+        await eventually(lambda: "after" in mirror.names, "events after the relist")
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
