@@ -1,0 +1,437 @@
+"""The two existing submit paths' Lease clients, reproduced as they behave in production.
+
+Neither knows elb-gate exists. Both speak the Lease protocol of the coordination
+note (GET; create if absent; renew if own; compare-and-swap takeover if
+expired; conditional release), judge expiry on their OWN clock with a 30 s
+skew margin, and read "someone else has it" from the API's answer. Where they
+differ is on the wire:
+
+* :class:`OpenApiLeaseClient` — the in-cluster OpenAPI service
+  (``docker-openapi/app/submit_coordination.py`` of elastic-blast-azure). It
+  drives ``kubectl``: ``get lease <name> -n <ns> --ignore-not-found -o json``,
+  ``create -f -``, ``replace -f -``. Every acquire, renew and takeover sends a
+  FRESH body built from scratch (holder, duration, ``acquireTime`` and
+  ``renewTime`` = now, the ``resourceVersion`` it read): whatever else the
+  stored Lease carries — elb-gate's stamp annotations, ``leaseTransitions`` —
+  is dropped. Its release sends a fresh body too, with the stored times.
+  Busy = stderr says "AlreadyExists"/"already exists", "conflict" (any case)
+  or "not found" (the Lease vanished under a replace).
+* :class:`DashboardLeaseClient` — the web dashboard's Celery task. It speaks
+  raw HTTPS with a bearer token: GET; POST to create; PUT of the object it read
+  (annotations kept) with ``resourceVersion`` to renew, take over and release.
+  It sets ``acquireTime`` = ``renewTime`` = now on every acquire AND every
+  renew. Busy = HTTP 409.
+
+Common to both: ``holderIdentity`` = ``<source>-<uuid4 hex>``; expired when
+``now > renewTime + leaseDurationSeconds + skew`` (skew 30 s,
+``BLAST_LEASE_CLOCK_SKEW_SECONDS``); a Lease with no ``renewTime`` is free, one
+whose ``renewTime`` does not parse is held (never steal on bad data); a free
+holder (``""``) may be taken at once; MicroTimes carry exactly six fractional
+digits (the API server refuses any other count with 400).
+
+Nothing here imports elb-gate: a reproduction sharing elb-gate's code would
+agree with elb-gate by construction, which is what these clients exist to test.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import ssl
+import subprocess
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, Protocol
+
+from testbed.controlplane import ControlPlane, PodIdentity, kubectl_path
+
+Outcome = Literal["acquired", "renewed", "released", "busy", "not_holder", "skipped"]
+"""What one call came to, as the client itself sees it. ``skipped``: a release
+the OpenAPI client gave up on after an error (it logs and moves on)."""
+
+LEASE_PREFIX = "elb-blast-submit"
+TTL_SECONDS = 900
+"""``BLAST_SUBMIT_LEASE_TTL_SECONDS`` default of both paths."""
+SKEW_SECONDS = 30
+"""``BLAST_LEASE_CLOCK_SKEW_SECONDS`` default of both paths."""
+KUBECTL_TIMEOUT_SECONDS = 15.0
+"""The OpenAPI service's deadline per kubectl call."""
+
+JsonObj = dict[str, Any]
+
+
+class ClientError(RuntimeError):
+    """An answer the client treats as an outage (fail-closed), not as busy."""
+
+
+def lease_name(namespace: str) -> str:
+    """``elb-blast-submit-<namespace>``, the name both paths agree on."""
+    return f"{LEASE_PREFIX}-{namespace}"
+
+
+def new_holder(source: str) -> str:
+    """``<source>-<uuid4 hex>``: a fresh identity per acquisition, never truncated."""
+    return f"{source}-{uuid.uuid4().hex}"
+
+
+def micro_time(moment: datetime) -> str:
+    """A Kubernetes MicroTime as both clients write it: six fractional digits, ``Z``."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f") + "Z"
+
+
+def parse_time(raw: Any) -> datetime | None:
+    """RFC 3339 as Python reads it (``Z`` → ``+00:00``); ``None`` when it does not parse."""
+    if not isinstance(raw, str) or not raw.strip():
+        return None
+    text = raw.strip()
+    if text.endswith("Z"):
+        text = text[:-1] + "+00:00"
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def is_expired(spec: Mapping[str, Any], now: datetime, skew: float, default_ttl: int) -> bool:
+    """Both clients' expiry test, on the caller's clock: ``now > renewTime + ttl + skew``.
+    No ``renewTime`` = never stamped = free; an unparseable one = still held."""
+    raw = spec.get("renewTime")
+    renewed = parse_time(raw)
+    if renewed is None:
+        return not (isinstance(raw, str) and raw.strip())
+    try:
+        ttl = int(spec.get("leaseDurationSeconds") or default_ttl)
+    except (TypeError, ValueError):
+        ttl = default_ttl
+    return (now - renewed).total_seconds() > ttl + skew
+
+
+@dataclass
+class Clock:
+    """A client's wall clock: the host's, shifted by ``offset`` seconds (skew)."""
+
+    offset: float = 0.0
+
+    def now(self) -> datetime:
+        return datetime.now(UTC) + timedelta(seconds=self.offset)
+
+
+class LeaseClient(Protocol):
+    """What every reproduction offers to a test or a simulated submitter."""
+
+    namespace: str
+    name: str
+    holder: str
+
+    def acquire(self) -> Outcome: ...
+
+    def release(self) -> Outcome: ...
+
+
+class _Decisions:
+    """The choices both clients make the same way, from the object they read."""
+
+    source = ""
+
+    def __init__(
+        self,
+        namespace: str,
+        holder: str | None,
+        *,
+        ttl: int = TTL_SECONDS,
+        skew: float = SKEW_SECONDS,
+        clock_offset: float = 0.0,
+    ) -> None:
+        self.namespace = namespace
+        self.name = lease_name(namespace)
+        self.holder = holder or new_holder(self.source)
+        self.ttl = ttl
+        self.skew = skew
+        self.clock = Clock(clock_offset)
+
+    def sees_expired(self, stored: Mapping[str, Any]) -> bool:
+        """Whether this client, on its own clock, would take ``stored`` over."""
+        spec = stored.get("spec") or {}
+        return not spec.get("holderIdentity") or is_expired(
+            spec, self.clock.now(), self.skew, self.ttl
+        )
+
+    def fresh_body(self, holder: str) -> JsonObj:
+        """A Lease built from scratch, as both clients create one."""
+        stamp = micro_time(self.clock.now())
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "spec": {
+                "holderIdentity": holder,
+                "leaseDurationSeconds": self.ttl,
+                "acquireTime": stamp,
+                "renewTime": stamp,
+            },
+        }
+
+
+class OpenApiLeaseClient(_Decisions):
+    """The OpenAPI service's client: ``kubectl`` with a kubeconfig, fresh bodies."""
+
+    source = "openapi"
+
+    def __init__(
+        self,
+        kubeconfig: str,
+        namespace: str,
+        holder: str | None = None,
+        *,
+        ttl: int = TTL_SECONDS,
+        skew: float = SKEW_SECONDS,
+        clock_offset: float = 0.0,
+        kubectl: str | None = None,
+        cache_dir: str | None = None,
+    ) -> None:
+        super().__init__(namespace, holder, ttl=ttl, skew=skew, clock_offset=clock_offset)
+        self.kubeconfig = kubeconfig
+        self.kubectl = kubectl or str(kubectl_path())
+        self.cache_dir = cache_dir
+        self.last_stderr = ""
+        self.sent: list[JsonObj] = []
+        """Every body written, in order (for tests that look at the wire)."""
+
+    @classmethod
+    def on(
+        cls, cp: ControlPlane, who: str | PodIdentity, namespace: str, **kwargs: Any
+    ) -> OpenApiLeaseClient:
+        """As token-file user ``who``, or as the ServiceAccount of a Pod identity."""
+        config = who.kubeconfig if isinstance(who, PodIdentity) else cp.kubeconfig(who)
+        kwargs.setdefault("cache_dir", str(cp.state_dir / "kubectl-cache"))
+        return cls(config, namespace, **kwargs)
+
+    # -- kubectl ------------------------------------------------------------------------
+
+    def _run(self, *args: str, body: JsonObj | None = None) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "KUBECONFIG": self.kubeconfig}
+        if self.cache_dir:
+            env["KUBECACHEDIR"] = self.cache_dir
+        if body is not None:
+            self.sent.append(copy.deepcopy(body))
+        try:
+            result = subprocess.run(
+                [self.kubectl, *args],
+                input=json.dumps(body) if body is not None else None,
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=KUBECTL_TIMEOUT_SECONDS,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise ClientError(f"kubectl timed out: {' '.join(args)}") from exc
+        self.last_stderr = result.stderr
+        return result
+
+    def get(self) -> JsonObj | None:
+        """The stored Lease, or ``None`` (``--ignore-not-found`` prints nothing)."""
+        result = self._run(
+            "get", "lease", self.name, "-n", self.namespace, "--ignore-not-found", "-o", "json"
+        )
+        if result.returncode != 0:
+            raise ClientError(f"lease GET failed ({result.returncode}): {result.stderr.strip()}")
+        text = result.stdout.strip()
+        if not text:
+            return None
+        try:
+            return dict(json.loads(text))
+        except ValueError as exc:
+            raise ClientError(f"lease GET returned non-JSON: {exc}") from exc
+
+    # -- the protocol -------------------------------------------------------------------
+
+    def acquire(self) -> Outcome:
+        """One attempt: create, renew (own), take over (free or expired), or busy."""
+        stored = self.get()
+        if stored is None:
+            result = self._run("create", "-f", "-", body=self.fresh_body(self.holder))
+            if result.returncode == 0:
+                return "acquired"
+            if _already_exists(result.stderr):
+                return "busy"
+            raise ClientError(f"lease CREATE failed: {result.stderr.strip()}")
+        mine = (stored.get("spec") or {}).get("holderIdentity") == self.holder
+        if not mine and not self.sees_expired(stored):
+            return "busy"
+        body = self.fresh_body(self.holder)  # a renew resets acquireTime too
+        body["metadata"]["resourceVersion"] = _resource_version(stored)
+        result = self._run("replace", "-f", "-", body=body)
+        if result.returncode == 0:
+            return "renewed" if mine else "acquired"
+        if _conflict(result.stderr) or _not_found(result.stderr):
+            return "busy"
+        raise ClientError(f"lease PUT failed: {result.stderr.strip()}")
+
+    def release(self) -> Outcome:
+        """Clear the holder if it is still ours; on a conflict re-read once. Errors
+        are logged and swallowed (``skipped``): the release is best effort."""
+        for _attempt in range(2):
+            try:
+                stored = self.get()
+            except ClientError:
+                return "skipped"
+            if stored is None:
+                return "not_holder"
+            spec = stored.get("spec") or {}
+            if spec.get("holderIdentity") != self.holder:
+                return "not_holder"
+            body: JsonObj = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {
+                    "name": self.name,
+                    "namespace": self.namespace,
+                    "resourceVersion": _resource_version(stored),
+                },
+                "spec": {
+                    "holderIdentity": "",
+                    "leaseDurationSeconds": spec.get("leaseDurationSeconds"),
+                    "acquireTime": spec.get("acquireTime"),
+                    "renewTime": spec.get("renewTime"),
+                },
+            }
+            result = self._run("replace", "-f", "-", body=body)
+            if result.returncode == 0:
+                return "released"
+            if not _conflict(result.stderr):
+                return "skipped"
+        return "busy"
+
+
+class DashboardLeaseClient(_Decisions):
+    """The dashboard's client: raw HTTPS with a bearer token, PUT of what it read."""
+
+    source = "dashboard"
+
+    def __init__(
+        self,
+        server: str,
+        ca_file: str,
+        token: str,
+        namespace: str,
+        holder: str | None = None,
+        *,
+        ttl: int = TTL_SECONDS,
+        skew: float = SKEW_SECONDS,
+        clock_offset: float = 0.0,
+        timeout: float = 30.0,
+    ) -> None:
+        super().__init__(namespace, holder, ttl=ttl, skew=skew, clock_offset=clock_offset)
+        self.server = server.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+        self.context = ssl.create_default_context(cafile=ca_file)
+        self.collection = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+        self.last_status = 0
+        self.last_answer: JsonObj = {}
+        self.sent: list[JsonObj] = []
+        """Every body written, in order (for tests that look at the wire)."""
+
+    @classmethod
+    def on(cls, cp: ControlPlane, user: str, namespace: str, **kwargs: Any) -> DashboardLeaseClient:
+        """As token-file user ``user`` (the dashboard holds a kubeconfig token)."""
+        return cls(cp.server, cp.ca_file, cp.token(user), namespace, **kwargs)
+
+    def _call(self, method: str, path: str, body: JsonObj | None = None) -> tuple[int, JsonObj]:
+        data = None
+        if body is not None:
+            self.sent.append(copy.deepcopy(body))
+            data = json.dumps(body).encode()
+        request = urllib.request.Request(self.server + path, data=data, method=method)
+        request.add_header("Authorization", f"Bearer {self.token}")
+        request.add_header("Accept", "application/json")
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(request, context=self.context, timeout=self.timeout) as r:
+                status, raw = int(r.status), r.read()
+        except urllib.error.HTTPError as err:
+            status, raw = int(err.code), err.read()
+        try:
+            answer = dict(json.loads(raw or b"{}"))
+        except ValueError:
+            answer = {"message": raw.decode("utf-8", "replace")}
+        self.last_status, self.last_answer = status, answer
+        return status, answer
+
+    def get(self) -> tuple[int, JsonObj]:
+        """``GET`` the Lease: (status, body)."""
+        return self._call("GET", f"{self.collection}/{self.name}")
+
+    def acquire(self) -> Outcome:
+        """One attempt: create, renew (own), take over (free or expired), or busy."""
+        status, stored = self.get()
+        if status == 404:
+            status, answer = self._call("POST", self.collection, self.fresh_body(self.holder))
+            return _judge(status, answer, "acquired")
+        if status != 200:
+            raise ClientError(f"lease GET: {status} {stored.get('message')}")
+        mine = (stored.get("spec") or {}).get("holderIdentity") == self.holder
+        if not mine and not self.sees_expired(stored):
+            return "busy"
+        stamp = micro_time(self.clock.now())
+        body = copy.deepcopy(stored)
+        body["spec"].update(holderIdentity=self.holder, acquireTime=stamp, renewTime=stamp)
+        status, answer = self._call("PUT", f"{self.collection}/{self.name}", body)
+        return _judge(status, answer, "renewed" if mine else "acquired")
+
+    def release(self) -> Outcome:
+        """Clear the holder if it is still ours (PUT with resourceVersion); on 409
+        re-read once."""
+        for _attempt in range(2):
+            status, stored = self.get()
+            if status == 404:
+                return "not_holder"
+            if status != 200:
+                raise ClientError(f"lease GET: {status} {stored.get('message')}")
+            if (stored.get("spec") or {}).get("holderIdentity") != self.holder:
+                return "not_holder"
+            body = copy.deepcopy(stored)
+            body["spec"]["holderIdentity"] = ""
+            status, answer = self._call("PUT", f"{self.collection}/{self.name}", body)
+            if _judge(status, answer, "released") == "released":
+                return "released"
+        return "busy"
+
+
+def _judge(status: int, answer: Mapping[str, Any], success: Outcome) -> Outcome:
+    if status in (200, 201):
+        return success
+    if status == 409:
+        return "busy"
+    raise ClientError(f"{status} {answer.get('reason')}: {answer.get('message')}")
+
+
+def _resource_version(stored: Mapping[str, Any]) -> str:
+    return str((stored.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def _conflict(stderr: str) -> bool:
+    low = stderr.lower()
+    return (
+        "operation cannot be fulfilled" in low
+        or "please apply your changes to the latest version" in low
+        or "conflict" in low
+    )
+
+
+def _already_exists(stderr: str) -> bool:
+    low = stderr.lower()
+    return "alreadyexists" in low or "already exists" in low
+
+
+def _not_found(stderr: str) -> bool:
+    low = stderr.lower()
+    return "notfound" in low or "not found" in low
