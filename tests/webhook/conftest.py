@@ -1,48 +1,102 @@
-"""Fixtures for the integration tests: one emulator and one real webhook process per module."""
+"""Fixtures for the integration tests: the session's control plane and one real
+webhook process per module, registered with the shipped configurations."""
 
 from __future__ import annotations
 
-import itertools
-import shutil
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.kube_emulator import Emulator, User
-from tests.support.webhook_process import WebhookProcess
+from elbgate.lease import parse_microtime
+from testbed.api import wait_until
+from testbed.controlplane import ControlPlane
+from testbed.webhook_process import WebhookProcess
+from tests.webhook.shapes import blast_job, new_job_id
 
 API_TIMEOUT_SECONDS = 2.0
 """The process's deadline per API call (ELB_GATE_API_TIMEOUT_SECONDS), well inside 5 s."""
 
-_namespaces = itertools.count(1)
-
 
 @pytest.fixture(scope="module")
-def emu() -> Iterator[Emulator]:
-    """An emulator with two people, the in-cluster submit path's SA, and a dashboard user."""
-    emulator = Emulator(
-        users=[
-            User.plain("alice", groups=["team"]),
-            User.plain("bob"),
-            User.service_account("default", "openapi", pod="openapi-7f9", pod_uid="pod-uid-1"),
-            User.service_account("default", "elb-submit"),
-        ]
-    ).start()
-    try:
-        yield emulator
-    finally:
-        emulator.stop()
-        shutil.rmtree(emulator.state_dir, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def hook(emu: Emulator) -> Iterator[WebhookProcess]:
-    """The real ``python -m webhook``, registered with ``emu``."""
-    with WebhookProcess(emu, {"ELB_GATE_API_TIMEOUT_SECONDS": str(API_TIMEOUT_SECONDS)}) as proc:
+def hook(control_plane: ControlPlane) -> Iterator[WebhookProcess]:
+    """The real ``python -m webhook``, registered with the control plane."""
+    env = {"ELB_GATE_API_TIMEOUT_SECONDS": str(API_TIMEOUT_SECONDS)}
+    with WebhookProcess(control_plane, env) as proc:
         yield proc
 
 
 @pytest.fixture
-def ns(hook: WebhookProcess) -> str:
+def ns(control_plane: ControlPlane, hook: WebhookProcess) -> str:
     """A fresh gated namespace for one test (its own Lease, its own census)."""
-    return hook.gate_namespace(f"gated-{next(_namespaces)}")
+    return hook.gate_namespace(control_plane.new_namespace("gated"))
+
+
+Seeder = Callable[[int], tuple[str, list[str]]]
+
+
+@pytest.fixture
+def seeded(control_plane: ControlPlane, hook: WebhookProcess) -> Seeder:
+    """``seeded(n)`` → a gated namespace already running ``n`` searches, and their ids.
+
+    The searches' blast Jobs are created while the namespace is not yet gated
+    (no webhook is called for it), as a cluster where elb-gate is installed
+    under running work; then the namespace is gated. Their Pods run until
+    deleted, so the searches stay active."""
+
+    def make(count: int) -> tuple[str, list[str]]:
+        namespace = control_plane.new_namespace("gated")
+        ids = sorted(new_job_id() for _ in range(count))
+        for job_id in ids:
+            control_plane.admin.create(blast_job(namespace, job_id))
+        return hook.gate_namespace(namespace), ids
+
+    return make
+
+
+def decisions(hook: WebhookProcess, namespace: str) -> list[dict[str, object]]:
+    """The webhook's admission log records for ``namespace`` (one JSON object a line)."""
+    out = []
+    for line in hook.log().splitlines():
+        if line.startswith("{"):
+            record = json.loads(line)
+            if record.get("msg") == "admission" and record.get("namespace") == namespace:
+                out.append(record)
+    return out
+
+
+SHORT_LEASE_ENV = {
+    "ELB_GATE_API_TIMEOUT_SECONDS": str(API_TIMEOUT_SECONDS),
+    "ELB_GATE_LEASE_MIN_DURATION_SECONDS": "1",
+    "BLAST_LEASE_CLOCK_SKEW_SECONDS": "0",
+    # With no skew the derived default (TTL - 2 x skew) equals the TTL, which
+    # the settings refuse; the webhook never uses it, so pin it below the TTL.
+    "ELB_GATE_SUBMIT_EXEC_TIMEOUT_SECONDS": "600",
+}
+"""A webhook under which a Lease written with ``leaseDurationSeconds: 2`` expires
+two seconds after its last renewal (the only way to age one: the webhook stamps
+renewTime on its own clock, so it cannot be backdated)."""
+
+
+@pytest.fixture(scope="module")
+def lease_hook(control_plane: ControlPlane) -> Iterator[WebhookProcess]:
+    """A webhook with short Lease bounds and no skew (see :data:`SHORT_LEASE_ENV`)."""
+    with WebhookProcess(control_plane, SHORT_LEASE_ENV) as proc:
+        yield proc
+
+
+def wait_expired(cp: ControlPlane, namespace: str) -> None:
+    """Wait until the submit Lease in ``namespace`` is past its renewTime (the
+    webhook's stamp) + leaseDurationSeconds on this host's clock, which is the
+    webhook's clock."""
+    name = f"elb-blast-submit-{namespace}"
+
+    def expired() -> bool:
+        spec = cp.admin.get("leases", namespace, name)["spec"]
+        renewed = parse_microtime(spec["renewTime"])
+        assert isinstance(renewed, datetime)
+        due = renewed + timedelta(seconds=spec["leaseDurationSeconds"])
+        return datetime.now(UTC) > due + timedelta(milliseconds=50)
+
+    wait_until(expired, 60, f"Lease {namespace}/{name} to expire")

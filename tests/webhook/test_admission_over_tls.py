@@ -1,4 +1,4 @@
-"""The real webhook process over TLS, called by the emulator's admission chain, driven by kubectl.
+"""The real webhook process over TLS, called by the real API server, driven by kubectl.
 
 What a person sees: ``kubectl create -f`` of elastic-blast's finalizer prints
 ``admission webhook "…" denied the request:`` and the gate's text.
@@ -14,11 +14,12 @@ import pytest
 
 from elbgate.lease import parse_microtime
 from elbgate.names import HOLDER_POD_ANNOTATION, HOLDER_USER_ANNOTATION
-from tests.kube_emulator import Emulator
-from tests.kube_emulator.fixtures import kubectl
-from tests.support.webhook_process import WebhookProcess
-from tests.webhook.lease_clients import KubectlLeaseClient
-from tests.webhook.shapes import finalizer_job, new_job_id, search_job
+from testbed.api import JsonObj, wait_until
+from testbed.clients import OpenApiLeaseClient
+from testbed.controlplane import ControlPlane
+from testbed.webhook_process import WebhookProcess
+from tests.webhook.conftest import Seeder, decisions
+from tests.webhook.shapes import blast_job, finalizer_job, new_job_id, search_job
 
 pytestmark = pytest.mark.kubectl
 
@@ -26,113 +27,176 @@ DENIED = 'admission webhook "search-admission.elb-gate.io" denied the request: '
 HOLDER = "openapi-6a1c0e6b5f8f4b83a1d2c3e4f5a6b7c8"
 
 
-def create(emu: Emulator, user: str, obj: dict[str, Any]) -> Any:
-    return kubectl(emu, user, "create", "-f", "-", input=json.dumps(obj))
+def create(cp: ControlPlane, user: str, obj: dict[str, Any], **kwargs: Any) -> Any:
+    return cp.kubectl(user, "create", "-f", "-", input=json.dumps(obj), **kwargs)
 
 
-def alice_acquires(emu: Emulator, ns: str) -> None:
-    assert KubectlLeaseClient(emu, "alice", ns, HOLDER).acquire() == "acquired"
-
-
-def seed_active_searches(emu: Emulator, ns: str, count: int) -> list[str]:
-    """``count`` searches with running blast Jobs, written directly (no admission)."""
-    ids = sorted(new_job_id() for _ in range(count))
-    for job_id in ids:
-        emu.create(search_job("blast", ns, job_id))
-    return ids
+def alice_acquires(cp: ControlPlane, ns: str) -> None:
+    assert OpenApiLeaseClient.on(cp, "alice", ns, holder=HOLDER).acquire() == "acquired"
 
 
 def test_a_finalizer_from_a_user_not_holding_the_lease_is_denied_by_gate_a(
-    emu: Emulator, ns: str
+    control_plane: ControlPlane, ns: str
 ) -> None:
-    alice_acquires(emu, ns)
+    alice_acquires(control_plane, ns)
     job = finalizer_job(ns, new_job_id())
-    result = create(emu, "bob", job)
+    result = create(control_plane, "bob", job)
     assert result.returncode == 1
     stderr = result.stderr.strip()
     assert stderr.startswith('Error from server (Forbidden): error when creating "STDIN": ')
     assert DENIED + f"Gate A: user bob does not hold Lease {ns}/elb-blast-submit-{ns}" in stderr
     assert f"held by {HOLDER} (user alice)" in stderr
     assert f"acquire Lease {ns}/elb-blast-submit-{ns} before running elastic-blast submit" in stderr
-    assert emu.find("jobs", ns, job["metadata"]["name"]) is None
+    assert control_plane.admin.find("jobs", ns, job["metadata"]["name"]) is None
 
 
-def test_a_finalizer_without_any_lease_says_to_acquire_it(emu: Emulator, ns: str) -> None:
-    result = create(emu, "alice", finalizer_job(ns, new_job_id()))
+def test_a_finalizer_without_any_lease_says_to_acquire_it(
+    control_plane: ControlPlane, ns: str
+) -> None:
+    result = create(control_plane, "alice", finalizer_job(ns, new_job_id()))
     assert result.returncode == 1
     assert DENIED + f"Gate A: Lease {ns}/elb-blast-submit-{ns} does not exist" in result.stderr
 
 
-def test_the_holder_creates_the_finalizer_under_the_ceiling(emu: Emulator, ns: str) -> None:
-    alice_acquires(emu, ns)
-    seed_active_searches(emu, ns, 2)
+def test_the_holder_creates_the_finalizer_under_the_ceiling(
+    control_plane: ControlPlane, seeded: Seeder
+) -> None:
+    ns, _ids = seeded(2)
+    alice_acquires(control_plane, ns)
     job = finalizer_job(ns, new_job_id())
-    result = create(emu, "alice", job)
+    result = create(control_plane, "alice", job)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"job.batch/{job['metadata']['name']} created"
 
 
 def test_at_the_ceiling_the_finalizer_is_denied_by_gate_b_with_the_active_ids(
-    emu: Emulator, ns: str
+    control_plane: ControlPlane, seeded: Seeder
 ) -> None:
-    alice_acquires(emu, ns)
-    ids = seed_active_searches(emu, ns, 3)
-    result = create(emu, "alice", finalizer_job(ns, new_job_id()))
+    ns, ids = seeded(3)
+    alice_acquires(control_plane, ns)
+    result = create(control_plane, "alice", finalizer_job(ns, new_job_id()))
     assert result.returncode == 1
     stderr = result.stderr.strip()
-    assert stderr.startswith("Error from server (TooManyRequests)")
+    assert stderr.startswith(
+        'Error from server (TooManyRequests): error when creating "STDIN": ' + DENIED
+    )
     assert DENIED + f"Gate B: 3/3 searches already active in namespace {ns}" in stderr
     assert f"Retry when one of {', '.join(ids)} completes." in stderr
 
 
+def pod_of(cp: ControlPlane, ns: str, job_name: str) -> JsonObj:
+    """The Running Pod the Job controller made for ``job_name``."""
+
+    def running() -> JsonObj | None:
+        for pod in cp.admin.list("pods", ns, label_selector=f"job-name={job_name}"):
+            if (pod.get("status") or {}).get("phase") == "Running":
+                return pod
+        return None
+
+    found: JsonObj = wait_until(running, 120, f"a Running Pod of Job {ns}/{job_name}")
+    return found
+
+
+def token_of(cp: ControlPlane, pod: JsonObj) -> str:
+    """A token of the Pod's ServiceAccount bound to the Pod, as the kubelet projects it."""
+    meta, spec = pod["metadata"], pod["spec"]
+    answer = cp.admin.request(
+        "POST",
+        cp.admin.resource("serviceaccounts").path(
+            meta["namespace"], spec.get("serviceAccountName") or "default", "token"
+        ),
+        {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {
+                "expirationSeconds": 3600,
+                "boundObjectRef": {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                },
+            },
+        },
+    )
+    return str(answer["status"]["token"])
+
+
 def test_the_in_cluster_submit_job_adds_batch_jobs_to_its_active_search_without_the_lease(
-    emu: Emulator, ns: str
+    control_plane: ControlPlane, hook: WebhookProcess, seeded: Seeder
 ) -> None:
-    alice_acquires(emu, ns)
+    cp = control_plane
+    ns, _ids = seeded(2)
+    alice_acquires(cp, ns)
     job_id = new_job_id()
-    assert create(emu, "alice", search_job("submit", ns, job_id)).returncode == 0
-    seed_active_searches(emu, ns, 2)  # the namespace is now at the ceiling
-    for i in range(2):
-        blast = search_job("blast", ns, job_id, f"elb-blast-{job_id[-8:]}-{i}")
-        result = create(emu, "elb-submit", blast)
+    submit = search_job("submit", ns, job_id)
+    assert create(cp, "alice", submit).returncode == 0  # the third search: at the ceiling now
+    # The batch Jobs are created from inside the submit Job's Pod, with the
+    # token the kubelet gives it (the namespace's default ServiceAccount), and
+    # no Lease: the search is already active.
+    pod = pod_of(cp, ns, submit["metadata"]["name"])
+    config = cp.write_kubeconfig(
+        cp.state_dir / "kubeconfigs" / f"submit-{ns}.kubeconfig",
+        f"submit-{ns}",
+        token_of(cp, pod),
+        ns,
+    )
+    for number in range(2):
+        result = create(cp, "", blast_job(ns, job_id, number), kubeconfig=config)
         assert result.returncode == 0, result.stderr
+    batch = [r for r in decisions(hook, ns) if str(r["name"]).startswith("blastn-")]
+    assert [(r["decision"], r["user"]) for r in batch] == [
+        ("allowed", f"system:serviceaccount:{ns}:default")
+    ] * 2
 
 
-def test_job_controller_updates_and_deletes_pass_without_the_lease(emu: Emulator, ns: str) -> None:
-    [job_id] = seed_active_searches(emu, ns, 1)
-    name = f"elb-blast-{job_id[-8:]}"
-    labelled = kubectl(emu, "bob", "-n", ns, "label", "job", name, "tier=batch")
+def test_job_controller_updates_and_deletes_pass_without_the_lease(
+    control_plane: ControlPlane, seeded: Seeder
+) -> None:
+    ns, [job_id] = seeded(1)
+    name = blast_job(ns, job_id)["metadata"]["name"]
+    labelled = control_plane.kubectl("bob", "-n", ns, "label", "job", name, "tier=batch")
     assert labelled.returncode == 0, labelled.stderr
-    deleted = kubectl(emu, "bob", "-n", ns, "delete", "job", name)
+    assert labelled.stdout.strip() == f"job.batch/{name} labeled"
+    deleted = control_plane.kubectl("bob", "-n", ns, "delete", "job", name)
     assert deleted.returncode == 0, deleted.stderr
+    assert deleted.stdout.strip() == f'job.batch "{name}" deleted from {ns} namespace'
 
 
-def test_relabelling_a_job_into_another_search_is_judged(emu: Emulator, ns: str) -> None:
-    [job_id] = seed_active_searches(emu, ns, 1)
-    name = f"elb-blast-{job_id[-8:]}"
-    result = kubectl(emu, "bob", "-n", ns, "label", "--overwrite", "job", name, "elb-job-id=other")
+def test_relabelling_a_job_into_another_search_is_judged(
+    control_plane: ControlPlane, seeded: Seeder
+) -> None:
+    ns, [job_id] = seeded(1)
+    name = blast_job(ns, job_id)["metadata"]["name"]
+    result = control_plane.kubectl(
+        "bob", "-n", ns, "label", "--overwrite", "job", name, "elb-job-id=other"
+    )
     assert result.returncode == 1
     assert DENIED + f"Gate A: Lease {ns}/elb-blast-submit-{ns} does not exist" in result.stderr
 
 
 def test_a_server_side_dry_run_gets_the_same_answer_and_writes_nothing(
-    emu: Emulator, ns: str
+    control_plane: ControlPlane, ns: str
 ) -> None:
     job = finalizer_job(ns, new_job_id())
-    result = kubectl(emu, "bob", "create", "--dry-run=server", "-f", "-", input=json.dumps(job))
+    result = control_plane.kubectl(
+        "bob", "create", "--dry-run=server", "-f", "-", input=json.dumps(job)
+    )
     assert result.returncode == 1 and DENIED + "Gate A" in result.stderr
+    assert control_plane.admin.find("jobs", ns, job["metadata"]["name"]) is None
 
 
 def test_a_namespace_listed_at_start_is_gated_and_sigterm_stops_cleanly(
-    emu: Emulator, hook: WebhookProcess
+    control_plane: ControlPlane, hook: WebhookProcess
 ) -> None:
-    emu.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "listed"}})
-    process = WebhookProcess(emu, namespaces=["listed", "created-by-start"]).start()
+    listed = control_plane.new_namespace("listed")
+    fresh = f"{listed}-new"
+    process = WebhookProcess(control_plane, namespaces=[listed, fresh]).start()
     try:
-        for name in ("listed", "created-by-start"):
-            labels = emu.get("namespaces", None, name)["metadata"]["labels"]
+        for name in (listed, fresh):
+            labels = control_plane.admin.get("namespaces", None, name)["metadata"]["labels"]
             assert labels["elb-gate.io/gated"] == "true"
-        result = create(emu, "bob", finalizer_job("listed", new_job_id()))
+        result = create(control_plane, "bob", finalizer_job(listed, new_job_id()))
         assert result.returncode == 1 and DENIED + "Gate A" in result.stderr
     finally:
         code = process.stop()
@@ -140,21 +204,29 @@ def test_a_namespace_listed_at_start_is_gated_and_sigterm_stops_cleanly(
     assert code == 0  # SIGTERM: in-flight reviews finished, clean exit
 
 
-def test_ungated_namespaces_are_not_judged(emu: Emulator, hook: WebhookProcess) -> None:
-    emu.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "not-gated"}})
-    result = create(emu, "bob", finalizer_job("not-gated", new_job_id()))
+def test_ungated_namespaces_are_not_judged(
+    control_plane: ControlPlane, hook: WebhookProcess
+) -> None:
+    ns = control_plane.new_namespace("not-gated")
+    job = finalizer_job(ns, new_job_id())
+    result = create(control_plane, "admin", job)
     assert result.returncode == 0, result.stderr
+    assert control_plane.admin.find("jobs", ns, job["metadata"]["name"]) is not None
+    assert decisions(hook, ns) == []  # the API server never called the webhook
 
 
-def test_the_lease_is_stamped_with_user_pod_and_the_webhook_clock(emu: Emulator, ns: str) -> None:
-    assert KubectlLeaseClient(emu, "openapi", ns, HOLDER, clock_offset=-7200).acquire() == (
-        "acquired"
-    )
-    stored = emu.get("leases", ns, f"elb-blast-submit-{ns}")
+def test_the_lease_is_stamped_with_user_pod_and_the_webhook_clock(
+    control_plane: ControlPlane, ns: str
+) -> None:
+    openapi = control_plane.pod_identity(ns, "elb-openapi")
+    client = OpenApiLeaseClient.on(control_plane, openapi, ns, holder=HOLDER, clock_offset=-7200)
+    assert client.acquire() == "acquired"
+    stored = control_plane.admin.get("leases", ns, f"elb-blast-submit-{ns}")
     annotations = stored["metadata"]["annotations"]
-    assert annotations[HOLDER_USER_ANNOTATION] == "system:serviceaccount:default:openapi"
-    assert annotations[HOLDER_POD_ANNOTATION] == "default/openapi-7f9/pod-uid-1"
+    assert annotations[HOLDER_USER_ANNOTATION] == openapi.username
+    assert annotations[HOLDER_POD_ANNOTATION] == openapi.stamp
     # The client's clock is two hours behind; the stored times are the webhook's.
+    assert client.sent[-1]["spec"]["renewTime"] < stored["spec"]["renewTime"]
     created = parse_microtime(stored["metadata"]["creationTimestamp"])
     for field in ("renewTime", "acquireTime"):
         stamped = parse_microtime(stored["spec"][field])
@@ -163,19 +235,19 @@ def test_the_lease_is_stamped_with_user_pod_and_the_webhook_clock(emu: Emulator,
 
 
 def test_every_decision_is_logged_as_one_json_line(
-    emu: Emulator, hook: WebhookProcess, ns: str
+    control_plane: ControlPlane, hook: WebhookProcess, ns: str
 ) -> None:
-    create(emu, "bob", finalizer_job(ns, new_job_id()))
-    lines = [json.loads(line) for line in hook.log().splitlines() if line.startswith("{")]
-    mine = [
-        line for line in lines if line.get("msg") == "admission" and line.get("namespace") == ns
-    ]
+    create(control_plane, "bob", finalizer_job(ns, new_job_id()))
+    mine = decisions(hook, ns)
     assert mine and mine[-1]["decision"] == "denied" and mine[-1]["reason"] == "no_lease"
     assert {"uid", "name", "operation", "user", "duration_ms"} <= set(mine[-1])
+    assert mine[-1]["user"] == "bob"
 
 
-def test_metrics_count_the_decisions(emu: Emulator, hook: WebhookProcess, ns: str) -> None:
-    create(emu, "bob", finalizer_job(ns, new_job_id()))
+def test_metrics_count_the_decisions(
+    control_plane: ControlPlane, hook: WebhookProcess, ns: str
+) -> None:
+    create(control_plane, "bob", finalizer_job(ns, new_job_id()))
     text = hook.metrics()
     assert (
         'elb_gate_admission_requests_total{decision="denied",operation="CREATE",'

@@ -1,57 +1,92 @@
-"""Fail-closed: when the API cannot answer what a decision needs, the answer is 503, never an admit."""
+"""Fail-closed: when the API cannot answer what a decision needs, the answer is 503, never an admit.
+
+The webhook reaches the API server through a fault-injecting TLS proxy
+(:class:`testbed.faultproxy.FaultProxy`); the API server, kubectl and the
+submitters are real.
+"""
 
 from __future__ import annotations
 
 import json
-import ssl
-import urllib.error
-import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.kube_emulator import Emulator
-from tests.kube_emulator.fixtures import kubectl
-from tests.webhook.conftest import API_TIMEOUT_SECONDS
-from tests.webhook.lease_clients import RawHttpLeaseClient
-from tests.webhook.shapes import finalizer_job, new_job_id, search_job
+from testbed.clients import DashboardLeaseClient
+from testbed.controlplane import ControlPlane
+from testbed.faultproxy import Fault, FaultProxy
+from testbed.install import Installation
+from testbed.webhook_process import WebhookProcess
+from tests.webhook.conftest import API_TIMEOUT_SECONDS, Seeder
+from tests.webhook.shapes import blast_job, finalizer_job, new_job_id
 
 pytestmark = pytest.mark.kubectl
 
 DENIED = 'admission webhook "search-admission.elb-gate.io" denied the request: '
 HANG = API_TIMEOUT_SECONDS + 1.5
 """Past the webhook's per-call deadline, inside the configuration's timeoutSeconds (5)."""
+POD = "elb-gate-webhook-faults"
 
 
-def fault_for(ns: str, read: str, how: str) -> dict[str, Any]:
+@pytest.fixture(scope="module")
+def proxy(control_plane: ControlPlane) -> Iterator[FaultProxy]:
+    with FaultProxy(control_plane) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def hook(control_plane: ControlPlane, proxy: FaultProxy) -> Iterator[WebhookProcess]:
+    """The webhook, its ServiceAccount token unchanged, talking through the proxy."""
+    identity = Installation.on(control_plane).identity("webhook", POD)
+    env = {"ELB_GATE_API_TIMEOUT_SECONDS": str(API_TIMEOUT_SECONDS)}
+    kubeconfig = proxy.kubeconfig(identity.token, "webhook")
+    with WebhookProcess(control_plane, env, pod=POD, kubeconfig=kubeconfig) as proc:
+        yield proc
+
+
+@pytest.fixture(autouse=True)
+def no_faults_left(proxy: FaultProxy) -> Iterator[None]:
+    yield
+    proxy.clear()
+
+
+def fault_for(proxy: FaultProxy, ns: str, read: str, how: str) -> Fault:
     target: dict[str, Any] = (
         {"resource": "jobs", "namespace": ns}
         if read == "census"
         else {"resource": "leases", "namespace": ns, "name": f"elb-blast-submit-{ns}"}
     )
-    behaviour = {
+    behaviour: dict[str, Any] = {
         "500": {"status": 500},
-        "hang": {"status": None, "delay": HANG},
-        "reset": {"status": None, "drop": True},
+        "hang": {"delay": HANG},
+        "reset": {"drop": True},
     }[how]
-    return {"method": "GET", "count": None, **target, **behaviour}
+    return proxy.add(method="GET", count=None, **target, **behaviour)
+
+
+def create(cp: ControlPlane, user: str, obj: dict[str, Any]) -> Any:
+    return cp.kubectl(user, "create", "-f", "-", input=json.dumps(obj))
 
 
 @pytest.mark.parametrize("how", ["500", "hang", "reset"])
 @pytest.mark.parametrize("read", ["census", "lease"])
 def test_a_failing_read_denies_with_503_and_says_what_could_not_be_verified(
-    emu: Emulator, ns: str, read: str, how: str
+    control_plane: ControlPlane, proxy: FaultProxy, ns: str, read: str, how: str
 ) -> None:
-    assert RawHttpLeaseClient(emu, "alice", ns, "openapi-" + "a" * 32).acquire() == "acquired"
+    assert DashboardLeaseClient.on(control_plane, "alice", ns).acquire() == "acquired"
     job = finalizer_job(ns, new_job_id())
-    fault = emu.faults.add(**fault_for(ns, read, how))
+    fault = fault_for(proxy, ns, read, how)
     try:
-        result = kubectl(emu, "alice", "create", "-f", "-", input=json.dumps(job))
+        result = create(control_plane, "alice", job)
     finally:
-        fault.remove()
+        proxy.clear()
+    assert fault.fired >= 1
     assert result.returncode == 1
     stderr = result.stderr.strip()
-    assert stderr.startswith("Error from server (ServiceUnavailable)"), stderr
+    assert stderr.startswith(
+        'Error from server (ServiceUnavailable): error when creating "STDIN": ' + DENIED
+    ), stderr
     assert DENIED + "elb-gate could not verify Gate A/B" in stderr
     what = (
         f"LIST search Jobs in namespace {ns}"
@@ -62,53 +97,31 @@ def test_a_failing_read_denies_with_503_and_says_what_could_not_be_verified(
     if how == "hang":
         assert f"no answer within {API_TIMEOUT_SECONDS:g}s" in stderr
     assert "fail-closed" in stderr
-    assert emu.find("jobs", ns, job["metadata"]["name"]) is None
+    assert control_plane.admin.find("jobs", ns, job["metadata"]["name"]) is None
     # Once the API answers again, the same request is admitted.
-    retry = kubectl(emu, "alice", "create", "-f", "-", input=json.dumps(job))
+    retry = create(control_plane, "alice", job)
     assert retry.returncode == 0, retry.stderr
 
 
 def test_a_blast_job_of_a_new_search_fails_closed_when_the_lease_cannot_be_read(
-    emu: Emulator, ns: str
+    control_plane: ControlPlane, proxy: FaultProxy, ns: str
 ) -> None:
-    fault = emu.faults.add(**fault_for(ns, "lease", "500"))
-    try:
-        blast = search_job("blast", ns, new_job_id())
-        result = kubectl(emu, "alice", "create", "-f", "-", input=json.dumps(blast))
-    finally:
-        fault.remove()
+    fault_for(proxy, ns, "lease", "500")
+    blast = blast_job(ns, new_job_id())
+    result = create(control_plane, "alice", blast)
     assert result.returncode == 1
     assert "could not verify" in result.stderr and "API answered 500" in result.stderr
+    assert control_plane.admin.find("jobs", ns, blast["metadata"]["name"]) is None
 
 
-def merge_patch(emu: Emulator, user: str, path: str, patch: dict[str, Any]) -> int:
-    """A PATCH straight to the API (no GET first, unlike kubectl); returns the HTTP status."""
-    request = urllib.request.Request(
-        emu.url + path, data=json.dumps(patch).encode(), method="PATCH"
-    )
-    request.add_header("Authorization", f"Bearer {emu.token(user)}")
-    request.add_header("Content-Type", "application/merge-patch+json")
-    context = ssl.create_default_context(cafile=emu.ca_file)
-    try:
-        with urllib.request.urlopen(request, context=context, timeout=30) as resp:
-            return int(resp.status)
-    except urllib.error.HTTPError as err:
-        return err.code
-
-
-def test_an_api_outage_never_affects_requests_that_need_no_read(emu: Emulator, ns: str) -> None:
-    job = search_job("blast", ns, new_job_id())
-    emu.create(job)
+def test_an_api_outage_never_affects_requests_that_need_no_read(
+    control_plane: ControlPlane, proxy: FaultProxy, seeded: Seeder
+) -> None:
+    ns, [job_id] = seeded(1)
+    name = blast_job(ns, job_id)["metadata"]["name"]
     # Every read the webhook could make fails; a Job controller-style write needs none.
-    faults = [
-        emu.faults.add(**fault_for(ns, "census", "500")),
-        emu.faults.add(**fault_for(ns, "lease", "500")),
-    ]
-    try:
-        path = f"/apis/batch/v1/namespaces/{ns}/jobs/{job['metadata']['name']}"
-        status = merge_patch(emu, "bob", path, {"metadata": {"annotations": {"note": "ok"}}})
-    finally:
-        for fault in faults:
-            fault.remove()
-    assert status == 200
-    assert all(fault.hits == 0 for fault in faults)
+    faults = [fault_for(proxy, ns, "census", "500"), fault_for(proxy, ns, "lease", "500")]
+    bob = control_plane.api("bob")
+    patched = bob.patch("jobs", ns, name, {"metadata": {"annotations": {"note": "ok"}}})
+    assert patched["metadata"]["annotations"]["note"] == "ok"
+    assert all(fault.fired == 0 for fault in faults)

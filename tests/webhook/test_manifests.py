@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from elbgate.label_values import NEAR_MISS_APP_PATTERN
-from tests.support.webhook_process import MANIFEST
+from testbed.webhook_process import MANIFEST
 from webhook.app import JOBS_PATH, LEASE_MUTATE_PATH, LEASE_VALIDATE_PATH
 
 DOCS = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
@@ -78,7 +78,11 @@ def test_each_webhook_is_wired_as_the_contract_says(
     assert hook["namespaceSelector"] == {
         "matchExpressions": [
             {"key": "elb-gate.io/gated", "operator": "In", "values": ["true"]},
-            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "elb-system"]},
+            {
+                "key": "kubernetes.io/metadata.name",
+                "operator": "NotIn",
+                "values": ["kube-system", "elb-system"],
+            },
         ]
     }
     [rule] = hook["rules"]

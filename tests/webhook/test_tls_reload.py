@@ -13,18 +13,19 @@ import pytest
 import trustme
 from cryptography import x509
 
-from tests.kube_emulator import Emulator
-from tests.support.certs import WEBHOOK_HOST
-from tests.support.webhook_process import WebhookProcess, wait_until
+from testbed.api import wait_until
+from testbed.certs import WEBHOOK_HOST
+from testbed.controlplane import ControlPlane
+from testbed.webhook_process import WebhookProcess
 from webhook.tls import ServingCertificate, server_context
 
 # -- the real process ----------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def proc(emu: Emulator) -> Iterator[WebhookProcess]:
+def proc(control_plane: ControlPlane) -> Iterator[WebhookProcess]:
     """A webhook process of its own (not registered): this module rotates its certificate."""
-    with WebhookProcess(emu, register=False) as process:
+    with WebhookProcess(control_plane, register=False, pod="elb-gate-webhook-tls") as process:
         yield process
 
 
