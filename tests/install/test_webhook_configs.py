@@ -1,15 +1,19 @@
 """The webhook configurations an operator applies are exactly the ones the
-webhook's integration tests register in the emulator, and cannot block anything
+integration tests register with the real API server, and cannot block anything
 the cluster needs to run."""
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from testbed.controlplane import ControlPlane
+from testbed.webhook_process import MANIFEST, WebhookProcess, shipped_configurations
 from tests.install.rendering import INSTALL_TARGETS, MANIFESTS, Obj, one
 
 SOURCE = MANIFESTS / "base" / "admission-webhooks.yaml"
@@ -139,3 +143,52 @@ def test_only_labelled_namespaces_and_gated_objects_can_ever_be_refused() -> Non
         for c in h["matchConditions"]
     ]
     assert all("elb-blast-submit-" in expr for expr in lease_conditions)
+
+
+# -- what the API server stores when the tests register them ----------------------------
+
+SERVER_METADATA = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields")
+"""What the API server writes into every object's metadata."""
+SERVER_DEFAULTS = {"objectSelector": {}}
+"""What the API server fills into a webhook the manifest leaves it out of (the
+same meaning as absent: every object matches)."""
+
+
+@pytest.fixture(scope="module")
+def registered(control_plane: ControlPlane) -> Iterator[tuple[WebhookProcess, list[Obj]]]:
+    """A webhook process as the integration tests run it, and what the API server
+    stores for the configurations it registered."""
+    with WebhookProcess(control_plane, pod="elb-gate-webhook-configs") as hook:
+        yield hook, hook.registered()
+
+
+def test_the_testbed_registers_the_shipped_manifest() -> None:
+    assert Path(SOURCE).resolve() == MANIFEST.resolve()
+
+
+def test_registered_configurations_differ_from_the_shipped_ones_only_by_url_and_ca_bundle(
+    registered: tuple[WebhookProcess, list[Obj]],
+) -> None:
+    hook, stored_docs = registered
+    shipped = shipped_configurations()
+    assert [(d["kind"], d["metadata"]["name"]) for d in stored_docs] == [
+        (d["kind"], d["metadata"]["name"]) for d in shipped
+    ]
+    for ship, stored in zip(shipped, stored_docs, strict=True):
+        got = copy.deepcopy(stored)
+        for key in SERVER_METADATA:
+            got["metadata"].pop(key, None)
+        assert [h["name"] for h in got["webhooks"]] == [h["name"] for h in ship["webhooks"]]
+        for shipped_hook, got_hook in zip(ship["webhooks"], got["webhooks"], strict=True):
+            service = shipped_hook["clientConfig"]["service"]
+            # The one transformation: the Service reference becomes a URL to the
+            # process on 127.0.0.1, with the CA that signed its certificate.
+            assert got_hook["clientConfig"] == {
+                "url": f"https://127.0.0.1:{hook.port}{service['path']}",
+                "caBundle": hook.certificate.ca_bundle,
+            }
+            got_hook["clientConfig"] = shipped_hook["clientConfig"]
+            for key, default in SERVER_DEFAULTS.items():
+                if key not in shipped_hook and got_hook.get(key) == default:
+                    del got_hook[key]
+        assert got == ship
