@@ -93,7 +93,8 @@ class Settings:
     submit_exec_timeout_seconds: int = _setting(
         "ELB_GATE_SUBMIT_EXEC_TIMEOUT_SECONDS",
         0,
-        "Client: exec timeout of `elastic-blast submit`; 0 means TTL - 2 x skew. Must be < TTL.",
+        "Client: exec timeout of `elastic-blast submit`; 0 means TTL - 2 x skew (at least 1 s "
+        "below the TTL). Must be < TTL.",
     )
     enforcement: Enforcement = _setting(
         "ELB_GATE_ENFORCEMENT",
@@ -274,10 +275,11 @@ class Settings:
 
     @property
     def effective_exec_timeout_seconds(self) -> int:
-        """Exec timeout of the submit command: the configured one or TTL - 2 x skew."""
+        """Exec timeout of the submit command: the configured one, or TTL - 2 x skew and
+        at least one second below the TTL (a skew of 0 still leaves the release time)."""
         if self.submit_exec_timeout_seconds:
             return self.submit_exec_timeout_seconds
-        return self.lease_ttl_seconds - 2 * self.clock_skew_seconds
+        return self.lease_ttl_seconds - max(2 * self.clock_skew_seconds, 1)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], **overrides: Any) -> Settings:

@@ -8,7 +8,10 @@ On every write to an ``elb-blast-submit-*`` Lease:
 * holder unchanged (renew, or any other write while held): the stamps are
   carried over from ``oldObject`` — a full-object PUT from an existing client
   drops annotations it never knew about — and ``renewTime`` = the webhook's
-  clock, so expiry is judged on one clock, never on the client's;
+  clock, so expiry is judged on one clock, never on the client's. Both
+  existing clients also reset ``acquireTime`` on every renew, on their own
+  clocks: the stamped ``acquireTime`` of the stored Lease is carried over, so
+  it stays the webhook's time of the acquisition;
 * released (holder ``""``): the stamps are removed.
 
 A Lease held from before elb-gate was installed has no stamp: its first
@@ -63,6 +66,10 @@ def decide(request: LeaseRequest, now: datetime) -> Decision:
         times["renewTime"] = format_microtime(now)
         if changed_holder:
             times["acquireTime"] = times["renewTime"]
+        elif request.old is not None and request.old.holder_user:
+            acquired = request.old.acquire_time
+            if isinstance(acquired, datetime):
+                times["acquireTime"] = format_microtime(acquired)
     ops = stamp_ops(request.obj, stamps, times)
     if not holder:
         reason = "released" if request.old is not None and request.old.held else "free"

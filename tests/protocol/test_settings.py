@@ -46,6 +46,11 @@ def test_shared_keys_are_read_by_their_existing_names() -> None:
     assert s.resync_seconds == 2.5
 
 
+def test_a_zero_clock_skew_still_derives_an_exec_timeout_below_the_ttl() -> None:
+    s = Settings.from_env({"BLAST_LEASE_CLOCK_SKEW_SECONDS": "0"})
+    assert s.effective_exec_timeout_seconds == 899
+
+
 def test_an_empty_value_means_the_default() -> None:
     assert Settings.from_env({"BLAST_MAX_RUN_CONCURRENCY": "  "}).max_run_concurrency == 3
 

@@ -86,7 +86,21 @@ def test_a_full_object_put_that_drops_annotations_keeps_the_stamps() -> None:
     assert annotations(result) == annotations(stored)
     assert result is not None
     assert result["spec"]["renewTime"] == STAMP
-    assert result["spec"].get("acquireTime") is None  # a renew is not an acquisition
+    # A renew is not an acquisition: the stored acquisition time stays.
+    assert result["spec"].get("acquireTime") == stored["spec"].get("acquireTime")
+
+
+def test_a_renew_keeps_the_stamped_acquire_time_whatever_the_client_sends() -> None:
+    # Both existing clients reset acquireTime on every renew, on their own clocks.
+    stored = lease(A, holder_user="alice", renewed_ago=60)
+    stored["spec"]["acquireTime"] = "2026-11-29T11:00:00.000000Z"
+    renewed = bare(A, client_time="2020-01-01T00:00:00.000000Z")
+    renewed["spec"]["acquireTime"] = "2020-01-01T00:00:00.000000Z"
+    result, reason = stamp("UPDATE", renewed, stored)
+    assert reason == "renewed"
+    assert result is not None
+    assert result["spec"]["acquireTime"] == "2026-11-29T11:00:00.000000Z"
+    assert result["spec"]["renewTime"] == STAMP
 
 
 def test_a_renew_cannot_rewrite_the_stamps() -> None:

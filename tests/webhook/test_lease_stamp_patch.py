@@ -8,6 +8,7 @@ Lease, old Lease and requester, applying either patch must give the same object.
 from __future__ import annotations
 
 import copy
+from datetime import datetime
 from typing import Any
 
 import jsonpatch
@@ -104,6 +105,10 @@ def diff_patch(request: LeaseRequest) -> list[dict[str, Any]]:
         spec["renewTime"] = stamp_time
         if changed_holder:
             spec["acquireTime"] = stamp_time
+        elif request.old is not None and request.old.holder_user:
+            # A renew keeps the stamped acquisition time (docs/design.md, Gate A).
+            if isinstance(request.old.acquire_time, datetime):
+                spec["acquireTime"] = format_microtime(request.old.acquire_time)
     return list(jsonpatch.make_patch(dict(request.obj), desired).patch)
 
 
