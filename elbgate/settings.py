@@ -21,6 +21,8 @@ RuleMode = Literal["deny", "warn", "off"]
 """A search-admission rule beyond the two gates: refuse, admit with a warning, or skip.
 ``deny`` still admits with a warning while ``ELB_GATE_ENFORCEMENT=warn``."""
 OrphanPolicy = Literal["delete", "warn"]
+ClientAuth = Literal["off", "verify", "require"]
+"""What the webhook asks of a caller's client certificate (docs/security.md)."""
 
 DEFAULT_CONTROLLER_USER = "system:serviceaccount:elb-system:elb-gate-controller"
 DEFAULT_LIVENESS_APPS = (
@@ -248,6 +250,42 @@ class Settings:
         "Largest AdmissionReview accepted (UPDATE carries two objects of <= 3 MiB each).",
         minimum=1024,
     )
+    client_auth: ClientAuth = _setting(
+        "ELB_GATE_CLIENT_AUTH",
+        "off",
+        "The API server's admission client certificate: `off` asks for none (AKS cannot send "
+        "one); `verify` serves callers without it with no reasons in denials and per-source "
+        "limits; `require` answers no one else (docs/security.md).",
+        parse="client_auth",
+    )
+    client_ca_file: str = _setting(
+        "ELB_GATE_CLIENT_CA_FILE",
+        "",
+        "CA (PEM) that verifies the API server's admission client certificate "
+        "(read at start-up; needed unless ELB_GATE_CLIENT_AUTH=off).",
+        parse="str",
+    )
+    client_names: tuple[str, ...] = _setting(
+        "ELB_GATE_CLIENT_NAMES",
+        (),
+        "Comma-separated names (subject CN or DNS SAN) the API server's certificate may "
+        "carry; needed unless ELB_GATE_CLIENT_AUTH=off (a CA signs other clients too).",
+        parse="names",
+    )
+    unverified_in_flight_per_source: int = _setting(
+        "ELB_GATE_UNVERIFIED_IN_FLIGHT_PER_SOURCE",
+        2,
+        "ELB_GATE_CLIENT_AUTH=verify: requests in flight per source address from callers "
+        "not verified as the API server (429 beyond).",
+        minimum=1,
+    )
+    unverified_max_request_bytes: int = _setting(
+        "ELB_GATE_UNVERIFIED_MAX_REQUEST_BYTES",
+        256 * 1024,
+        "ELB_GATE_CLIENT_AUTH=verify: largest AdmissionReview from a caller not verified as "
+        "the API server (413 beyond).",
+        minimum=1024,
+    )
     leader_lease_name: str = _setting(
         "ELB_GATE_LEADER_LEASE",
         "elb-gate-controller",
@@ -325,6 +363,12 @@ class Settings:
                 f"ELB_GATE_LEASE_MIN_DURATION_SECONDS ({lo}) and "
                 f"ELB_GATE_LEASE_MAX_DURATION_SECONDS ({hi})"
             )
+        if self.client_auth != "off" and not (self.client_ca_file and self.client_names):
+            out.append(
+                f"ELB_GATE_CLIENT_AUTH={self.client_auth} needs ELB_GATE_CLIENT_CA_FILE (the CA "
+                "that signs the API server's admission client certificate) and "
+                "ELB_GATE_CLIENT_NAMES (the names that certificate carries)"
+            )
         return out
 
 
@@ -394,6 +438,7 @@ _PARSERS: dict[str, Callable[[str, float], Any]] = {
     "orphan_policy": _choice("delete", "warn"),
     "log_format": _choice("json", "text"),
     "rule_mode": _choice("deny", "warn", "off"),
+    "client_auth": _choice("off", "verify", "require"),
     "cpu": _parse_quantity(quantity.millicores),
     "memory": _parse_quantity(quantity.bytes_of),
     "selector": _parse_selector,

@@ -13,6 +13,7 @@ from elbgate.kube.config import KubeConfig, KubeConfigError
 from elbgate.settings import Settings, SettingsError
 from elbgate.settings_help import server_parser
 from webhook.server import serve
+from webhook.tls import CertificateInvalid
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -42,7 +43,11 @@ def main(argv: list[str] | None = None) -> int:
     except (IdentityConfigError, KubeConfigError) as exc:
         print(f"elb-gate webhook: {exc}", file=sys.stderr)
         return 2
-    asyncio.run(serve(settings, identities, kube))
+    try:
+        asyncio.run(serve(settings, identities, kube))
+    except CertificateInvalid as exc:  # only the client CA is checked before serving
+        print(f"elb-gate webhook: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

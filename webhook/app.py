@@ -17,6 +17,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from webhook.admission import Admission
+from webhook.callers import CallerPolicy
 from webhook.cluster_view import ClusterView
 from webhook.endpoint import admission_endpoint
 from webhook.readiness import ApiReachability
@@ -36,6 +37,8 @@ class Runtime:
     reachability: ApiReachability
     cluster: ClusterView | None = None
     """The node rules' watch caches (run while the admission app runs)."""
+    callers: CallerPolicy | None = None
+    """How callers are told apart by their client certificate (``None``: they are not)."""
 
 
 RUNTIME = web.AppKey("runtime", Runtime)
@@ -93,12 +96,13 @@ def create_app(runtime: Runtime) -> web.Application:
     app = web.Application(client_max_size=max_bytes + 1)
     app[RUNTIME] = runtime
     app.cleanup_ctx.append(_resources)
-    admission = runtime.admission
-    app.router.add_post(JOBS_PATH, admission_endpoint(admission.validate_job, max_bytes))
-    app.router.add_post(LEASE_MUTATE_PATH, admission_endpoint(admission.mutate_lease, max_bytes))
-    app.router.add_post(
-        LEASE_VALIDATE_PATH, admission_endpoint(admission.validate_lease, max_bytes)
-    )
+    admission, callers = runtime.admission, runtime.callers
+    for path, handler in (
+        (JOBS_PATH, admission.validate_job),
+        (LEASE_MUTATE_PATH, admission.mutate_lease),
+        (LEASE_VALIDATE_PATH, admission.validate_lease),
+    ):
+        app.router.add_post(path, admission_endpoint(handler, max_bytes, callers))
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     return app

@@ -73,6 +73,19 @@ class WebhookMetrics:
             ["namespace"],
             registry=registry,
         )
+        self._callers = Counter(
+            "elb_gate_admission_callers_total",
+            "Admission HTTP requests by caller (api-server, unverified) and outcome "
+            "(answered, refused, limited, too_large, malformed); ELB_GATE_CLIENT_AUTH "
+            "verify or require only.",
+            ["caller", "outcome"],
+            registry=registry,
+        )
+        self._unverified_in_flight = Gauge(
+            "elb_gate_unverified_in_flight",
+            "Requests in flight from callers not verified as the API server.",
+            registry=registry,
+        )
         self._cert_expiry = Gauge(
             "elb_gate_certificate_expiry_timestamp_seconds",
             "notAfter of the serving certificate in use (unix seconds).",
@@ -123,6 +136,13 @@ class WebhookMetrics:
     def record_census(self, namespace: str, active: int, ceiling: int) -> None:
         self._active.labels(namespace).set(active)
         self._ceiling.labels(namespace).set(ceiling)
+
+    def record_caller(self, caller: str, outcome: str) -> None:
+        """One admission HTTP request told apart by its client certificate."""
+        self._callers.labels(caller, outcome).inc()
+
+    def record_unverified_in_flight(self, count: int) -> None:
+        self._unverified_in_flight.set(count)
 
     def record_certificate_expiry(self, not_after_unix: float) -> None:
         self._cert_expiry.set(not_after_unix)

@@ -16,6 +16,7 @@ from elbgate.logs import log
 from elbgate.settings import Settings
 from webhook.admission import Admission
 from webhook.app import Runtime, create_app, create_ops_app
+from webhook.callers import CallerPolicy
 from webhook.cluster_view import ClusterView
 from webhook.metrics import WebhookMetrics
 from webhook.readiness import ApiReachability
@@ -38,6 +39,8 @@ async def serve(
         settings.tls_cert_file,
         settings.tls_key_file,
         on_loaded=lambda not_after: metrics.record_certificate_expiry(not_after.timestamp()),
+        client_auth=settings.client_auth,
+        client_ca_file=settings.client_ca_file,
     )
     certificate.reload_if_changed()  # before listening, so the first handshake has it
     api = KubeApi(kube, timeout=settings.api_timeout_seconds, user_agent="elb-gate-webhook")
@@ -51,7 +54,10 @@ async def serve(
         on_api_answer=reachability.note_answer,
         nodes=cluster.seen,
     )
-    runtime = Runtime(admission, certificate, reachability, cluster)
+    callers = CallerPolicy.from_settings(
+        settings, metrics.record_caller, metrics.record_unverified_in_flight
+    )
+    runtime = Runtime(admission, certificate, reachability, cluster, callers)
     runners = [
         web.AppRunner(create_app(runtime), access_log=None, shutdown_timeout=10.0),
         web.AppRunner(create_ops_app(runtime), access_log=None, shutdown_timeout=2.0),
@@ -76,6 +82,7 @@ async def serve(
             webhook=[list(a) for a in runners[0].addresses],
             metrics=[list(a) for a in runners[1].addresses],
             enforcement=settings.enforcement,
+            client_auth=settings.client_auth,
             certificate_loaded=certificate.loaded,
             api=kube.host,
         )

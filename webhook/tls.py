@@ -8,6 +8,11 @@ server listens with — new handshakes present the new certificate, open
 connections keep theirs, nothing restarts. A half-rotated pair (cert written,
 key not yet) fails validation and is retried at the next poll; the old pair
 stays in service meanwhile.
+
+With ``ELB_GATE_CLIENT_AUTH`` verify or require, the same context asks each
+caller for a client certificate and verifies it against ``ELB_GATE_CLIENT_CA_FILE``
+(read once, at start-up): optional or required at the handshake
+(:mod:`webhook.callers` reads what was verified).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from elbgate.logs import log
+from elbgate.settings import ClientAuth
 
 RELOAD_POLL_SECONDS = 2.0
 """How often the files are checked; a rotation is served within this long."""
@@ -33,13 +39,25 @@ _log = logging.getLogger("webhook.tls")
 
 
 class CertificateInvalid(ValueError):
-    """The files do not hold a usable certificate and matching key."""
+    """The files do not hold a usable certificate and matching key (or, for the
+    client CA, no usable CA)."""
 
 
-def server_context() -> ssl.SSLContext:
-    """A server SSLContext that refuses anything older than TLS 1.2."""
+def server_context(client_auth: ClientAuth = "off", client_ca_file: str = "") -> ssl.SSLContext:
+    """A server SSLContext that refuses anything older than TLS 1.2 and, unless
+    ``client_auth`` is ``off``, asks for a client certificate ``client_ca_file``
+    verifies (``require``: the handshake fails without one). A certificate the CA
+    does not verify fails the handshake in both modes."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    if client_auth != "off":
+        try:
+            ctx.load_verify_locations(cafile=client_ca_file)
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            raise CertificateInvalid(
+                f"ELB_GATE_CLIENT_CA_FILE {client_ca_file!r} holds no usable CA: {exc}"
+            ) from None
+        ctx.verify_mode = ssl.CERT_REQUIRED if client_auth == "require" else ssl.CERT_OPTIONAL
     return ctx
 
 
@@ -68,10 +86,13 @@ class ServingCertificate:
         cert_file: str,
         key_file: str,
         on_loaded: Callable[[datetime], None] = lambda _not_after: None,
+        *,
+        client_auth: ClientAuth = "off",
+        client_ca_file: str = "",
     ) -> None:
         self.cert_file = cert_file
         self.key_file = key_file
-        self.context = server_context()
+        self.context = server_context(client_auth, client_ca_file)
         self.not_after: datetime | None = None
         self._on_loaded = on_loaded
         self._loaded: tuple[bytes, bytes] | None = None

@@ -1,0 +1,1 @@
+"""The security model (docs/security.md), claim by claim."""
