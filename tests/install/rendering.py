@@ -9,6 +9,8 @@ from typing import Any
 
 import yaml
 
+from testbed.controlplane import kubectl_path
+
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
 TARGETS = (
@@ -26,9 +28,13 @@ Obj = dict[str, Any]
 
 
 def kustomize(directory: Path) -> list[Obj]:
-    """``kubectl kustomize DIR`` parsed into objects; a failure shows kubectl's message."""
+    """``kubectl kustomize DIR`` parsed into objects, with the kubectl built from the
+    same Kubernetes release as the test control plane; a failure shows its message."""
     proc = subprocess.run(
-        ["kubectl", "kustomize", str(directory)], capture_output=True, text=True, check=False
+        [str(kubectl_path()), "kustomize", str(directory)],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert proc.returncode == 0, f"kubectl kustomize {directory} failed:\n{proc.stderr}"
     return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]

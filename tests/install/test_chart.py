@@ -78,6 +78,19 @@ COMBINATIONS: dict[str, dict[str, Any]] = {
         "submitters": [{"name": "dashboard", "holderPrefix": "dashboard-", "users": ["dash"]}],
         "settings.extra": {"ELB_GATE_RECLAIM_GRACE_SECONDS": 60},
     },
+    "security: submitter RBAC and policy, client certificates, admission port peers": {
+        "submitters": [
+            {"name": "dashboard", "holderPrefix": "dashboard-", "users": ["dash"], "groups": ["web"]}
+        ],
+        "submitterAccess.rbac": True,
+        "submitterAccess.admissionPolicy": True,
+        "webhook.clientAuth": {
+            "mode": "require",
+            "caBundle": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+            "names": ["kube-apiserver-webhook-client"],
+        },
+        "networkPolicy.admissionFrom": [{"ipBlock": {"cidr": "10.1.2.0/28"}}],
+    },
 }
 
 

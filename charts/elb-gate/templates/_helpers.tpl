@@ -95,6 +95,25 @@ matchExpressions:
     values: ["kube-system", {{ include "elb-gate.namespace" . | quote }}]
 {{- end }}
 
+{{/*
+The CEL condition of a write search admission judges (the webhook's
+matchConditions) and the admission policy guards (admission-policy.yaml): a
+CREATE of a Job whose `app` is gated or a near miss of one, or an UPDATE that
+adds or changes such an `app` or changes `elb-job-id`. One definition, so the
+two can never disagree on what a search Job is.
+*/}}
+{{- define "elb-gate.searchJobCondition" -}}
+has(object.metadata.labels) && 'app' in object.metadata.labels
+&& object.metadata.labels['app'].matches('(?i)^(f[il1|]na[il1|][il1|]zer|setup|sub(m|rn)[il1|]t|b[il1|]ast)$')
+&& (request.operation == 'CREATE'
+|| !has(oldObject.metadata.labels)
+|| !('app' in oldObject.metadata.labels)
+|| oldObject.metadata.labels['app'] != object.metadata.labels['app']
+|| ('elb-job-id' in object.metadata.labels) != ('elb-job-id' in oldObject.metadata.labels)
+|| ('elb-job-id' in object.metadata.labels
+&& object.metadata.labels['elb-job-id'] != oldObject.metadata.labels['elb-job-id']))
+{{- end }}
+
 {{/* clientConfig of one webhook: (dict "root" $ "path" "/validate/jobs"). */}}
 {{- define "elb-gate.clientConfig" -}}
 service:
@@ -136,9 +155,42 @@ ELB_GATE_ORPHAN_POLICY: {{ .Values.orphanPolicy | quote }}
 ELB_GATE_ORPHAN_DELETE_AFTER_SECONDS: {{ .Values.orphanDeleteAfterSeconds | toString | quote }}
 ELB_GATE_RESYNC_SECONDS: {{ $s.resyncSeconds | toString | quote }}
 ELB_GATE_LOG_FORMAT: {{ $s.logFormat | quote }}
+{{- $clientAuth := include "elb-gate.clientAuthMode" . }}
+{{- if ne $clientAuth "off" }}
+ELB_GATE_CLIENT_AUTH: {{ $clientAuth | quote }}
+ELB_GATE_CLIENT_CA_FILE: /etc/elb-gate/client-ca/ca.crt
+ELB_GATE_CLIENT_NAMES: {{ join "," .Values.webhook.clientAuth.names | quote }}
+{{- end }}
 {{- range $key, $value := $s.extra }}
 {{ $key }}: {{ $value | toString | quote }}
 {{- end }}
+{{- end }}
+
+{{/* webhook.clientAuth.mode, checked: off, verify or require (a bare YAML off is false). */}}
+{{- define "elb-gate.clientAuthMode" -}}
+{{- $auth := .Values.webhook.clientAuth -}}
+{{- $mode := $auth.mode | toString -}}
+{{- if eq $mode "false" }}{{ $mode = "off" }}{{ end -}}
+{{- if not (has $mode (list "off" "verify" "require")) -}}
+{{- fail "webhook.clientAuth.mode: off, verify or require" -}}
+{{- end -}}
+{{- if and (ne $mode "off") (not (and $auth.caBundle $auth.names)) -}}
+{{- fail (printf "webhook.clientAuth.mode %s needs caBundle (the CA that signs the API server's admission client certificate) and names (the names it carries)" $mode) -}}
+{{- end -}}
+{{- $mode -}}
+{{- end }}
+
+{{/* Every user / group of `submitters`, as a JSON (and CEL) list of strings. */}}
+{{- define "elb-gate.submitterUsers" -}}
+{{- $out := list -}}
+{{- range .Values.submitters }}{{ $out = concat $out (.users | default list) }}{{ end -}}
+{{- $out | uniq | toJson -}}
+{{- end }}
+
+{{- define "elb-gate.submitterGroups" -}}
+{{- $out := list -}}
+{{- range .Values.submitters }}{{ $out = concat $out (.groups | default list) }}{{ end -}}
+{{- $out | uniq | toJson -}}
 {{- end }}
 
 {{- define "elb-gate.submittersFile" -}}
