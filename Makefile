@@ -84,12 +84,12 @@ certs: $(STAMP) ## Generate CA + serving certificate and the caBundle overlay (g
 bench: $(STAMP) ## Benchmarks: print ratios against the floor, write bench/results.json
 	$(BIN)/python -m bench $(ARGS)
 
-soak: $(STAMP) ## Long randomized reliability runs (>= 1,000 schedules); writes tests/reliability/RESULTS.md
-	$(BIN)/python -m tests.reliability.soak $(ARGS)
+soak: $(STAMP) $(LOCALKUBE) ## Long randomized reliability runs on the real control plane (>= 1,000 schedules); writes tests/reliability/RESULTS.md
+	$(BIN)/python -m testbed.reliability.soak $(ARGS)
 
 fuzz: $(STAMP) ## Coverage-guided fuzzing of the admission decoding and decisions (atheris)
 	$(BIN)/pip install -q atheris
-	$(BIN)/python -m tests.reliability.fuzz $(ARGS)
+	$(BIN)/python -m testbed.reliability.fuzz $(ARGS)
 
 deploy: ## Apply an overlay to the current cluster (OVERLAY=..., default: the `make certs` one) and wait
 	kubectl apply -k $(OVERLAY)

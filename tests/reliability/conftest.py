@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.reliability.ledger import LEDGER
+from testbed.reliability.ledger import LEDGER
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any) -> None:

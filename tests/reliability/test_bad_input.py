@@ -1,7 +1,7 @@
 """Promise 3: bad input never crashes the webhook, and never admits a gated Job without proof.
 
 Property-based (hypothesis) against the webhook's real aiohttp application and
-handlers, reading a real API (the emulator) where alice holds the Lease of namespace
+handlers, reading the real API server where alice holds the Lease of namespace
 ``gated`` and nobody holds one in ``free``: malformed, truncated, oversized, wrongly
 typed and hostile AdmissionReviews get a 4xx with a Status, or a well-formed
 AdmissionReview echoing the uid — and a search Job by anyone but alice, or a write to
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import http.client
 import json
-import shutil
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -23,13 +23,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from elbgate.names import lease_name
-from tests.kube_emulator import Emulator, User
-from tests.reliability.cluster import SHARED_ENV
-from tests.reliability.inprocess_webhook import InProcessWebhook
-from tests.reliability.ledger import LEDGER
-from tests.reliability.review_strategies import (
+from testbed.controlplane import ControlPlane
+from testbed.install import Installation
+from testbed.reliability import calls
+from testbed.reliability.inprocess_webhook import InProcessWebhook
+from testbed.reliability.ledger import LEDGER
+from testbed.reliability.review_strategies import (
     FREE_NS,
     GATED_NS,
+    HOLDER,
     HOLDER_USER,
     any_review,
     gated_job_review,
@@ -38,6 +40,8 @@ from tests.reliability.review_strategies import (
     opens_or_finalizes_search,
     username,
 )
+from testbed.reliability.rig import SHARED_ENV
+from testbed.webhook_process import WebhookProcess
 
 MAX_BYTES = 65536
 PATHS = ("/validate/jobs", "/validate/leases", "/mutate/leases")
@@ -51,22 +55,36 @@ EXAMPLES = settings(
 COUNTS: Counter[str] = Counter()
 
 
+def hold_for_alice(cp: ControlPlane) -> None:
+    """alice holds GATED_NS's Lease for an hour, taken through the real webhook (so the
+    stamp is elb-gate's); on a control plane reused from an earlier run she renews it."""
+    token = cp.token(HOLDER_USER)
+    body = live_lease()
+    body["metadata"] = {"name": lease_name(GATED_NS), "namespace": GATED_NS}
+    status, answer = calls.http(cp, token, "POST", calls.lease_path(GATED_NS), body)
+    if status == 409:
+        stored = cp.admin.get("leases", GATED_NS, lease_name(GATED_NS))
+        assert stored["spec"]["holderIdentity"] == HOLDER, stored
+        stored["spec"]["renewTime"] = live_lease()["spec"]["renewTime"]
+        path = calls.lease_path(GATED_NS, lease_name(GATED_NS))
+        status, answer = calls.http(cp, token, "PUT", path, stored)
+    assert status in (200, 201), answer
+
+
 @pytest.fixture(scope="module")
-def server() -> Iterator[InProcessWebhook]:
-    emu = Emulator(users=[User.plain(HOLDER_USER), User.service_account("elb-system", "hook")])
-    emu.start()
+def server(control_plane: ControlPlane) -> Iterator[InProcessWebhook]:
+    """The webhook's app in this process, reading the control plane as the webhook's own
+    ServiceAccount, where alice holds GATED_NS's Lease and nobody holds FREE_NS's."""
+    install = Installation.on(control_plane)
+    pod = f"bad-input-hook-{uuid.uuid4().hex[:5]}"
+    with WebhookProcess(control_plane, SHARED_ENV, pod=pod, namespaces=[GATED_NS, FREE_NS]):
+        hold_for_alice(control_plane)
+    identity = install.identity("webhook", pod)
+    env = {**SHARED_ENV, "ELB_GATE_MAX_REQUEST_BYTES": str(MAX_BYTES)}
     try:
-        for ns in (GATED_NS, FREE_NS, "elb-system"):
-            emu.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-        lease = live_lease()
-        lease["metadata"].pop("resourceVersion")
-        emu.create(lease)
-        env = {**SHARED_ENV, "ELB_GATE_MAX_REQUEST_BYTES": str(MAX_BYTES)}
-        with InProcessWebhook(emu, "hook", env) as hook:
+        with InProcessWebhook(identity.kubeconfig, env) as hook:
             yield hook
     finally:
-        emu.stop()
-        shutil.rmtree(emu.state_dir, ignore_errors=True)
         LEDGER.record("3", runs=sum(COUNTS.values()), **dict(COUNTS))
 
 

@@ -17,6 +17,7 @@ import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -24,16 +25,14 @@ import pytest
 
 from elbgate.lease import format_microtime
 from elbgate.names import HOLDER_USER_ANNOTATION, lease_name
-from tests.kube_emulator import User
-from tests.reliability.api_calls import http, jobs_path, kubectl_status, lease_path
-from tests.reliability.cluster import Rig, job_body
-from tests.reliability.ledger import LEDGER
-from tests.support.certs import WEBHOOK_HOST
+from testbed.certs import WEBHOOK_HOST
+from testbed.controlplane import ControlPlane, PodIdentity
+from testbed.reliability.calls import http, jobs_path, kubectl_status, lease_path
+from testbed.reliability.faults import running_job
+from testbed.reliability.ledger import LEDGER
+from testbed.reliability.rig import Rig
 
-pytestmark = pytest.mark.kubectl
-
-NS = "identity"
-HOLDER = f"openapi-{uuid.uuid4().hex}"
+HOLDER = f"openapi-{uuid.uuid4()}"
 ATTACKERS = ("bob", "carol", "mallory", "admin")
 """A stranger, a teammate in alice's group, a pod's service account, a cluster admin."""
 LEASE_ACTIONS = ("renew", "release", "takeover", "forge_stamp", "delete")
@@ -49,22 +48,39 @@ PROBES = (
 )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Who:
+    """An identity's token and kubeconfig."""
+
+    token: str
+    kubeconfig: str
+
+
 @pytest.fixture(scope="module")
-def rig() -> Iterator[Rig]:
-    users = [
-        User.plain("alice", groups=["team"]),
-        User.plain("bob"),
-        User.plain("carol", groups=["team"]),
-    ]
-    with Rig([NS], users=users) as started:
+def ns(control_plane: ControlPlane) -> str:
+    return control_plane.new_namespace("identity")
+
+
+@pytest.fixture(scope="module")
+def rig(control_plane: ControlPlane, ns: str) -> Iterator[Rig]:
+    with Rig(control_plane, [ns]) as started:
         started.wait_until_ready()
-        pod = started.emu.create(
-            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mallory-0", "namespace": NS}}
-        )
-        started.add_user(
-            User.service_account(NS, "mallory", pod="mallory-0", pod_uid=pod["metadata"]["uid"])
-        )
         yield started
+
+
+@pytest.fixture(scope="module")
+def mallory(control_plane: ControlPlane, ns: str) -> PodIdentity:
+    return control_plane.pod_identity(ns, "mallory")
+
+
+@pytest.fixture(scope="module")
+def people(control_plane: ControlPlane, mallory: PodIdentity) -> dict[str, Who]:
+    out = {
+        name: Who(control_plane.token(name), control_plane.kubeconfig(name))
+        for name in ("alice", "bob", "carol", "admin")
+    }
+    out["mallory"] = Who(mallory.token, mallory.kubeconfig)
+    return out
 
 
 def now() -> str:
@@ -72,12 +88,12 @@ def now() -> str:
 
 
 @pytest.fixture(scope="module")
-def held(rig: Rig) -> dict[str, Any]:
-    """alice holds the Lease for 10 minutes (taken through both webhooks, so stamped)."""
+def held(rig: Rig, ns: str, people: dict[str, Who]) -> dict[str, Any]:
+    """alice holds the Lease for 10 minutes (taken through the webhooks, so stamped)."""
     body = {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
-        "metadata": {"name": lease_name(NS), "namespace": NS},
+        "metadata": {"name": lease_name(ns), "namespace": ns},
         "spec": {
             "holderIdentity": HOLDER,
             "leaseDurationSeconds": 600,
@@ -85,56 +101,55 @@ def held(rig: Rig) -> dict[str, Any]:
             "renewTime": now(),
         },
     }
-    status, stored = http(rig.emu, "alice", "POST", lease_path(NS), body)
+    status, stored = http(rig.cp, people["alice"].token, "POST", lease_path(ns), body)
     assert status == 201, stored
     assert stored["metadata"]["annotations"][HOLDER_USER_ANNOTATION] == "alice"
     return stored
 
 
-def lease_body(rig: Rig, action: str, attacker: str) -> dict[str, Any]:
-    stored = rig.emu.get("leases", NS, lease_name(NS))
+def lease_body(rig: Rig, ns: str, action: str, attacker: str) -> dict[str, Any]:
+    stored = rig.cp.admin.get("leases", ns, lease_name(ns))
     spec = stored["spec"]
     spec["renewTime"] = now()
     if action == "release":
         spec["holderIdentity"] = ""
     elif action == "takeover":
-        spec["holderIdentity"] = f"{attacker}-{uuid.uuid4().hex}"
+        spec["holderIdentity"] = f"{attacker}-{uuid.uuid4()}"
         spec["acquireTime"] = now()
     elif action == "forge_stamp":
         stored["metadata"].setdefault("annotations", {})[HOLDER_USER_ANNOTATION] = attacker
     return stored
 
 
-def attempt(rig: Rig, transport: str, attacker: str, action: str) -> int:
+def attempt(rig: Rig, ns: str, who: Who, transport: str, attacker: str, action: str) -> int:
     """One refused-or-not attempt; returns the HTTP code it got."""
-    user = rig.emu.users[attacker].name
+    cp = rig.cp
     if action in JOB_ACTIONS:
         app = "finalizer" if action == "finalizer" else "submit"
-        job = job_body(NS, f"{attacker}-{action}-{uuid.uuid4().hex[:6]}", app, uuid.uuid4().hex)
+        name = f"{attacker}-{action.replace('_', '-')}-{uuid.uuid4().hex[:6]}"
+        job = running_job(ns, name, app, uuid.uuid4().hex)
         if transport == "raw":
-            return http(rig.emu, user, "POST", jobs_path(NS), job)[0]
-        return kubectl_status(rig.emu, user, "-n", NS, "create", "-f", "-", input=json.dumps(job))[
-            0
-        ]
+            return http(cp, who.token, "POST", jobs_path(ns), job)[0]
+        return kubectl_status(cp, who.kubeconfig, "-n", ns, "create", "-f", "-", input=json.dumps(job))[0]
     if action == "delete":
         if transport == "raw":
-            return http(rig.emu, user, "DELETE", lease_path(NS, lease_name(NS)))[0]
-        return kubectl_status(rig.emu, user, "-n", NS, "delete", "lease", lease_name(NS))[0]
-    body = lease_body(rig, action, attacker)
+            return http(cp, who.token, "DELETE", lease_path(ns, lease_name(ns)))[0]
+        return kubectl_status(cp, who.kubeconfig, "-n", ns, "delete", "lease", lease_name(ns))[0]
+    body = lease_body(rig, ns, action, attacker)
     if transport == "raw":
-        return http(rig.emu, user, "PUT", lease_path(NS, lease_name(NS)), body)[0]
-    return kubectl_status(rig.emu, user, "-n", NS, "replace", "-f", "-", input=json.dumps(body))[0]
+        return http(cp, who.token, "PUT", lease_path(ns, lease_name(ns)), body)[0]
+    return kubectl_status(cp, who.kubeconfig, "-n", ns, "replace", "-f", "-", input=json.dumps(body))[0]
 
 
 def test_every_attempt_by_a_non_holder_is_refused_with_the_right_code(
-    rig: Rig, held: dict[str, Any]
+    rig: Rig, ns: str, people: dict[str, Who], held: dict[str, Any]
 ) -> None:
     outcomes: Counter[tuple[str, int]] = Counter()
     wrong: list[str] = []
     for transport in ("raw", "kubectl"):
         for attacker in ATTACKERS:
             for action in (*LEASE_ACTIONS, *JOB_ACTIONS):
-                code = attempt(rig, transport, attacker, action)
+                code = attempt(rig, ns, people[attacker], transport, attacker, action)
                 outcomes[(action, code)] += 1
                 if code != EXPECTED[action]:
                     wrong.append(f"{transport} {attacker} {action}: {code}")
@@ -142,14 +157,20 @@ def test_every_attempt_by_a_non_holder_is_refused_with_the_right_code(
     LEDGER.record("4", runs=runs, violations=len(wrong), refused=runs - len(wrong))
     assert wrong == []
     assert runs == 2 * len(ATTACKERS) * len(EXPECTED)
-    stored = rig.emu.get("leases", NS, lease_name(NS))
+    stored = rig.cp.admin.get("leases", ns, lease_name(ns))
     assert stored["spec"]["holderIdentity"] == HOLDER
-    assert rig.emu.list("jobs", NS) == []
+    assert rig.cp.admin.list("jobs", ns) == []
 
 
-def test_the_holder_itself_still_renews_after_the_attempts(rig: Rig, held: dict[str, Any]) -> None:
+def test_the_holder_itself_still_renews_after_the_attempts(
+    rig: Rig, ns: str, people: dict[str, Who], held: dict[str, Any]
+) -> None:
     status, body = http(
-        rig.emu, "alice", "PUT", lease_path(NS, lease_name(NS)), lease_body(rig, "renew", "alice")
+        rig.cp,
+        people["alice"].token,
+        "PUT",
+        lease_path(ns, lease_name(ns)),
+        lease_body(rig, ns, "renew", "alice"),
     )
     assert status == 200, body
     assert body["spec"]["holderIdentity"] == HOLDER
@@ -259,10 +280,10 @@ def test_the_metrics_ports_expose_nothing_but_metrics_and_health(rig: Rig) -> No
 
 
 def test_expiry_is_judged_on_the_webhooks_clock_not_the_clients(
-    rig: Rig, held: dict[str, Any]
+    rig: Rig, ns: str, people: dict[str, Who], held: dict[str, Any]
 ) -> None:
     """A client whose clock runs an hour ahead sends an old-looking renewTime: the guard
     still refuses its takeover (409), because the stored renewTime was stamped by elb-gate."""
-    body = lease_body(rig, "takeover", "bob")
+    body = lease_body(rig, ns, "takeover", "bob")
     body["spec"]["renewTime"] = format_microtime(datetime.now(UTC) + timedelta(hours=1))
-    assert http(rig.emu, "bob", "PUT", lease_path(NS, lease_name(NS)), body)[0] == 409
+    assert http(rig.cp, people["bob"].token, "PUT", lease_path(ns, lease_name(ns)), body)[0] == 409

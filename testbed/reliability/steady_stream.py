@@ -19,8 +19,9 @@ from elbgate.client import CoordinationError, SubmitLease, SyncKube, read_census
 from elbgate.kube.api import JOBS, ApiError, ApiUnavailable, KubeApi, path
 from elbgate.kube.config import KubeConfig
 from elbgate.settings import Settings
-from tests.reliability.cluster import CEILING, SHARED_ENV, Rig, job_body
-from tests.reliability.observer import SUBMITTER_ANNOTATION
+from testbed.controlplane import ControlPlane
+from testbed.reliability.jobs import JobPlan, job_body
+from testbed.reliability.rig import CEILING, SHARED_ENV
 
 ALLOWED_FAILURES = ("failed calling webhook", "could not verify")
 """What ``failurePolicy: Fail`` lets a disruption cost: the apiserver could not call the
@@ -44,22 +45,16 @@ async def create_job(api: KubeApi, *, body: dict[str, Any], namespace: str) -> A
 
 
 class SteadyStream:
-    """A background submitter; a Holder for the observer."""
+    """A background submitter (a plain user, elb-gate's library)."""
 
-    def __init__(self, rig: Rig, namespace: str) -> None:
-        self.rig = rig
+    def __init__(self, cp: ControlPlane, namespace: str) -> None:
+        self.cp = cp
         self.namespace = namespace
-        self.user = rig.plain_user("steady")
-        self.username = self.user.username
-        self.crashed = False
+        self.username = cp.plain_user()
         self.stats = StreamStats()
-        self._believing = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="steady-stream", daemon=True)
         self.settings = Settings.from_env({**SHARED_ENV, "BLAST_SUBMIT_LEASE_TTL_SECONDS": "5"})
-
-    def believes_holding(self) -> bool:
-        return self._believing
 
     def start(self) -> SteadyStream:
         self._thread.start()
@@ -79,7 +74,7 @@ class SteadyStream:
             self.stats.unexpected.append(f"{what}: {text[:300]}")
 
     def _run(self) -> None:
-        kube = SyncKube(KubeConfig.load(self.rig.emu.kubeconfig(self.user.name)), timeout=10)
+        kube = SyncKube(KubeConfig.load(self.cp.kubeconfig(self.username)), timeout=10)
         try:
             while not self._stop.is_set():
                 self._cycle(kube)
@@ -99,16 +94,13 @@ class SteadyStream:
             return
         self.stats.admitted += 1
         self.stats.success_times.append(time.monotonic())
-        self._believing = True
         try:
             if read_census(kube, self.namespace, self.settings).count >= CEILING:
                 return
             job_id = uuid.uuid4().hex
             for app in ("submit", "finalizer"):
-                body = job_body(
-                    self.namespace, f"steady-{job_id[:10]}-{app}", app, job_id,
-                    {SUBMITTER_ANNOTATION: self.username},
-                )  # fmt: skip
+                plan = JobPlan(app, f"steady-{job_id[:10]}-{app}", 1.0, "ok", 2)
+                body = job_body(self.namespace, plan, job_id, f"db-{job_id[:10]}")
                 self.stats.attempts += 1
                 try:
                     kube.run(partial(create_job, body=body, namespace=self.namespace))
@@ -121,7 +113,6 @@ class SteadyStream:
         except CoordinationError as exc:
             self._failed("census", exc)
         finally:
-            self._believing = False
             try:
                 lease.release()
             except CoordinationError as exc:

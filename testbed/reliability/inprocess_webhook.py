@@ -1,8 +1,9 @@
 """The webhook's own aiohttp application, served in this process over plain HTTP.
 
 For the bad-input properties and the fuzzer: the real ``create_app`` with the real
-handlers and a real API client (against the emulator), so every decision reads the
-census and the Lease exactly as in production — without a TLS handshake per example.
+handlers and a real API client (against the control plane, as the webhook's own
+ServiceAccount), so every decision reads the census and the Lease exactly as in
+production — without a TLS handshake per example.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from elbgate.identities import SubmitterIdentities
 from elbgate.kube.api import KubeApi
 from elbgate.kube.config import KubeConfig
 from elbgate.settings import Settings
-from tests.kube_emulator import Emulator
 from webhook.admission import Admission
 from webhook.app import Runtime, create_app
 from webhook.metrics import WebhookMetrics
@@ -31,9 +31,9 @@ from webhook.tls import ServingCertificate
 class InProcessWebhook:
     """``create_app`` on a private event loop thread, bound to 127.0.0.1:0."""
 
-    def __init__(self, emu: Emulator, user: str, env: Mapping[str, str]) -> None:
+    def __init__(self, kubeconfig: str, env: Mapping[str, str]) -> None:
         self.settings = Settings.from_env(env)
-        self.config = KubeConfig.load(emu.kubeconfig(user))
+        self.config = KubeConfig.load(kubeconfig)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(
             target=self.loop.run_forever, name="webhook-app", daemon=True

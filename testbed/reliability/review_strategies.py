@@ -23,8 +23,8 @@ from elbgate.names import (
     lease_name,
 )
 
-GATED_NS = "gated"
-FREE_NS = "free"
+GATED_NS = "bad-input-gated"
+FREE_NS = "bad-input-free"
 HOLDER_USER = "alice"
 HOLDER = "openapi-0f1e2d3c4b5a69788796a5b4c3d2e1f0"
 CONTROLLER_USER = "system:serviceaccount:elb-system:elb-gate-controller"

@@ -1,7 +1,7 @@
 """``make fuzz``: coverage-guided fuzzing of the webhook's request decoding and decisions.
 
-    python -m tests.reliability.fuzz --seconds 600          # atheris (libFuzzer)
-    python -m tests.reliability.fuzz --runs 200000
+    python -m testbed.reliability.fuzz --seconds 600          # atheris (libFuzzer)
+    python -m testbed.reliability.fuzz --runs 200000
 
 In process, no I/O: bytes -> JSON -> ``AdmissionRequest.from_review`` (a
 ``MalformedReview`` is the HTTP layer's 400) -> search admission (``decide`` on the
@@ -28,7 +28,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from tests.reliability.review_strategies import (
+from testbed.reliability.review_strategies import (
     FREE_NS,
     GATED_NS,
     HOLDER_USER,
@@ -37,6 +37,7 @@ from tests.reliability.review_strategies import (
     username,
 )
 
+REPO = Path(__file__).resolve().parents[2]
 REACHED: Counter[str] = Counter()
 SEEDS: tuple[dict[str, Any], ...] = (
     {"operation": "CREATE", "namespace": GATED_NS, "userInfo": {"username": "bob"},
@@ -44,10 +45,10 @@ SEEDS: tuple[dict[str, Any], ...] = (
     {"operation": "UPDATE", "namespace": GATED_NS, "userInfo": {"username": HOLDER_USER},
      "object": {"metadata": {"labels": {"app": "blast", "elb-job-id": "s2"}}},
      "oldObject": {"metadata": {"labels": {"app": "other"}}}},
-    {"operation": "UPDATE", "namespace": GATED_NS, "name": "elb-blast-submit-gated",
+    {"operation": "UPDATE", "namespace": GATED_NS, "name": f"elb-blast-submit-{GATED_NS}",
      "userInfo": {"username": "bob", "extra": {"authentication.kubernetes.io/pod-name": ["p"]}},
      "object": live_lease(), "oldObject": live_lease()},
-    {"operation": "DELETE", "namespace": FREE_NS, "name": "elb-blast-submit-free",
+    {"operation": "DELETE", "namespace": FREE_NS, "name": f"elb-blast-submit-{FREE_NS}",
      "userInfo": {"username": "system:serviceaccount:elb-system:elb-gate-controller"},
      "oldObject": live_lease()},
 )  # fmt: skip
@@ -148,8 +149,8 @@ def run_fallback(args: argparse.Namespace) -> None:
     target = make_target()
     lines: set[tuple[str, int]] = set()
     roots = (
-        str(Path(__file__).resolve().parents[2] / "webhook"),
-        str(Path(__file__).resolve().parents[2] / "elbgate"),
+        str(REPO / "webhook"),
+        str(REPO / "elbgate"),
     )
 
     def tracer(frame: FrameType, event: str, _arg: Any) -> Any:
@@ -183,13 +184,14 @@ def run_fallback(args: argparse.Namespace) -> None:
             pool.append(bytes(data))
         runs += 1
     print(
-        f"fallback fuzzer: {runs} runs, {len(lines)} distinct lines covered in webhook/ and elbgate/, corpus {len(pool)}"
+        f"fallback fuzzer: {runs} runs, {len(lines)} distinct lines covered in webhook/ "
+        f"and elbgate/, corpus {len(pool)}"
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m tests.reliability.fuzz", description=__doc__.splitlines()[0]
+        prog="python -m testbed.reliability.fuzz", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--seconds", type=int, default=60, help="how long to fuzz (default 60)")
     parser.add_argument(

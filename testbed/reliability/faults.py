@@ -1,0 +1,333 @@
+"""Fault injection against the real webhook and controller (promise 2: fail closed).
+
+Both components reach the API server through a :class:`~testbed.faultproxy.FaultProxy`,
+which answers chosen calls with an error status, a delay past the deadline, a dropped
+connection, or (for a watch) 410 Gone.
+
+* :func:`webhook_trial`: alice holds the namespace's Lease and there is room, so a
+  search Job would be admitted — but a fault is injected on the census LIST and/or the
+  Lease GET the webhook makes. Correct: refused (could not verify: 503, or the API
+  server's "failed calling webhook" when the webhook's answer came too late). Wrong:
+  admitted. Then, faults cleared, the same request is admitted (the refusal was the
+  fault's doing).
+* :func:`controller_trial`: a namespace with a live holder (a Pod's ServiceAccount,
+  stamped, renewing every 1.5 s), a live search (a running submit Job and its
+  finalizer, past the finalizer grace) and one real orphan. A storm of random faults on
+  every call the controller makes (LIST/WATCH, Pod and Node reads, Lease PUT/PATCH, Job
+  PATCH/DELETE, Event POST, ConfigMap writes, its leader Lease) plus watch 410s. Wrong:
+  the live holder cleared, or a live Job marked or deleted (a decision on partial
+  data). Afterwards the orphan must still be deleted (the controller recovered).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from testbed.api import JsonObj, wait_until
+from testbed.controlplane import ControlPlane, PodIdentity
+from testbed.faultproxy import Fault, FaultProxy
+from testbed.reliability.lease_paths import DashboardLease, lease_name
+from testbed.reliability.rig import SHARED_ENV, SKEW_SECONDS, Rig
+from testbed.reliability.watch import Watch
+
+FAULTY_ENV = {
+    "BLAST_FINALIZER_GRACE_SECONDS": "1",
+    "ELB_GATE_ORPHAN_DELETE_AFTER_SECONDS": "1",
+    "ELB_GATE_ORPHAN_POLICY": "delete",
+}
+"""A finalizer is past its grace after 1 s, and an orphan is deleted 1 s after being
+flagged: the controller has live-looking and dead objects to tell apart at once."""
+API_TIMEOUT_SECONDS = float(SHARED_ENV["ELB_GATE_API_TIMEOUT_SECONDS"])
+HANG_SECONDS = API_TIMEOUT_SECONDS + 1.0
+"""Past the webhook's per-call deadline, inside the configurations' 5 s timeout."""
+FAULT_KINDS: dict[str, dict[str, Any]] = {
+    "500": {"status": 500},
+    "503": {"status": 503},
+    "429": {"status": 429},
+    "504": {"status": 504},
+    "hang": {"delay": HANG_SECONDS},
+    "drop": {"drop": True},
+}
+ORPHAN_ANNOTATION = "elb-gate.io/orphaned-since"
+REFUSALS = ("could not verify", "failed calling webhook")
+
+
+@dataclass
+class TrialResult:
+    """One trial: faults that fired, and the outcomes that were wrong."""
+
+    kind: str
+    faults: int = 0
+    wrong: list[str] = field(default_factory=list)
+    codes: Counter[int] = field(default_factory=Counter)
+    recovered: bool = True
+    recovery_seconds: float = 0.0
+
+
+def running_job(namespace: str, name: str, app: str, job_id: str) -> JsonObj:
+    """A search Job whose pod runs until deleted (no run-seconds)."""
+    labels = {"app": app, "elb-job-id": job_id}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": dict(labels)},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "nodeSelector": {"agentpool": "blastpool"},
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [
+                        {
+                            "name": app,
+                            "image": "elbacr.azurecr.io/ncbi/elb:1.3.0",
+                            "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+class Holder:
+    """A submitter that takes the Lease and keeps renewing it (the dashboard's protocol)."""
+
+    def __init__(self, cp: ControlPlane, namespace: str, token: str, ttl: int = 600) -> None:
+        self.lease = DashboardLease(cp.server, cp.ca_file, token, namespace, ttl, SKEW_SECONDS)
+        self.api = cp.api_for_token(token)
+        self.namespace = namespace
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def holder(self) -> str:
+        return self.lease.holder
+
+    def take(self, timeout: float = 120.0) -> None:
+        wait_until(lambda: self.lease.acquire() in ("acquired", "renewed"), timeout, "the Lease")
+
+    def create(self, body: JsonObj) -> int:
+        return self.lease.create_job(body)
+
+    def keep_renewing(self, every: float = 1.5) -> None:
+        def loop() -> None:
+            while not self._stop.wait(every):
+                try:
+                    self.lease.acquire()
+                except Exception:  # a renewal that failed is retried at the next beat
+                    pass
+
+        self._thread = threading.Thread(target=loop, name="holder-renew", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+        self.lease.close()
+
+
+def _clear_jobs(cp: ControlPlane, namespace: str) -> None:
+    for job in cp.admin.list("jobs", namespace):
+        cp.admin.delete("jobs", namespace, job["metadata"]["name"])
+    wait_until(lambda: not cp.admin.list("jobs", namespace), 120, f"{namespace} without Jobs")
+
+
+def webhook_trial(
+    rig: Rig, proxy: FaultProxy, holder: Holder, ns: str, rng: random.Random
+) -> TrialResult:
+    """One gated Job created while the webhook's reads fail; it must not be admitted."""
+    cp = rig.cp
+    _clear_jobs(cp, ns)
+    if rng.random() < 0.5:  # one search already active: still room under the ceiling of 2
+        code = holder.create(running_job(ns, f"busy-{uuid.uuid4().hex[:6]}", "blast", "busy"))
+        if code not in (200, 201):
+            raise AssertionError(f"could not seed a running search: {code}")
+    kind = rng.choice(list(FAULT_KINDS))
+    target = rng.choice(("census", "lease", "both"))
+    faults: list[Fault] = []
+    if target in ("census", "both"):
+        faults.append(
+            proxy.add(method="GET", resource="jobs", namespace=ns, count=None, **FAULT_KINDS[kind])
+        )
+    if target in ("lease", "both"):
+        faults.append(
+            proxy.add(
+                method="GET",
+                resource="leases",
+                namespace=ns,
+                name=lease_name(ns),
+                count=None,
+                **FAULT_KINDS[kind],
+            )
+        )
+    app = rng.choice(("setup", "submit", "blast", "finalizer"))
+    job = running_job(ns, f"t-{uuid.uuid4().hex[:8]}", app, uuid.uuid4().hex)
+    result = TrialResult(f"webhook:{target}:{kind}")
+    try:
+        status, body = holder.lease.call("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", job)
+    finally:
+        proxy.clear()
+    result.faults = sum(f.fired for f in faults)
+    result.codes[status] += 1
+    message = str(body.get("message"))
+    if status in (200, 201) and result.faults > 0:
+        result.wrong.append(f"{result.kind}: {app} Job admitted without a completed check")
+    elif status in (200, 201):
+        result.wrong.append(f"{result.kind}: the fault never fired (the trial proves nothing)")
+    elif not any(text in message for text in REFUSALS):
+        result.wrong.append(f"{result.kind}: refused for another reason: {status} {message}")
+    # Without the fault the same request is admitted: the refusal was the fault's doing.
+    started = time.monotonic()
+    status, body = holder.lease.call("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", job)
+    result.recovered = status == 201
+    result.recovery_seconds = time.monotonic() - started
+    if not result.recovered:
+        result.wrong.append(
+            f"{result.kind}: not admitted once the API answered: {status} {body.get('message')}"
+        )
+    return result
+
+
+CONTROLLER_TARGETS: tuple[dict[str, Any], ...] = (
+    {"method": "GET", "resource": "jobs", "watch": False},
+    {"method": "GET", "resource": "jobs", "watch": True},
+    {"method": "GET", "resource": "leases", "watch": False},
+    {"method": "GET", "resource": "leases", "watch": True},
+    {"method": "GET", "resource": "pods"},
+    {"method": "GET", "resource": "nodes"},
+    {"method": "GET", "resource": "configmaps"},
+    {"method": "PUT", "resource": "leases"},
+    {"method": "PATCH", "resource": "leases"},
+    {"method": "PATCH", "resource": "jobs"},
+    {"method": "PUT", "resource": "jobs"},
+    {"method": "DELETE", "resource": "jobs"},
+    {"method": "POST", "resource": "events"},
+    {"method": "PUT", "resource": "configmaps"},
+    {"method": "POST", "resource": "configmaps"},
+    {"method": "PATCH", "resource": "configmaps"},
+)
+CLUSTER_SCOPED = ("nodes",)
+
+
+class LiveWatch:
+    """Flags any write that treats live objects as dead, as the watches deliver it."""
+
+    def __init__(self, cp: ControlPlane, ns: str, holder: str, live_jobs: set[str]) -> None:
+        self.ns, self.holder, self.live_jobs = ns, holder, live_jobs
+        self.wrong: list[str] = []
+        self.orphan_deleted = threading.Event()
+        self._watches = [
+            Watch(cp.admin, "leases", self._on_lease, self._on_gap),
+            Watch(cp.admin, "jobs", self._on_job, self._on_gap),
+        ]
+        for watch in self._watches:
+            watch.start()
+
+    def close(self) -> None:
+        for watch in self._watches:
+            watch.stop()
+
+    def _on_gap(self, why: str) -> None:
+        self.wrong.append(f"the trial's own watch lost continuity: {why}")
+
+    def _on_lease(self, kind: str, obj: JsonObj) -> None:
+        meta = obj.get("metadata") or {}
+        if kind == "LISTED" or meta.get("namespace") != self.ns:
+            return
+        if meta.get("name") == lease_name(self.ns):
+            if (obj.get("spec") or {}).get("holderIdentity") != self.holder:
+                self.wrong.append(f"live holder {self.holder} cleared ({kind})")
+
+    def _on_job(self, kind: str, obj: JsonObj) -> None:
+        meta = obj.get("metadata") or {}
+        if kind == "LISTED" or meta.get("namespace") != self.ns:
+            return
+        name = str(meta.get("name"))
+        if name in self.live_jobs:
+            if kind == "DELETED":
+                self.wrong.append(f"live Job {name} deleted")
+            elif ORPHAN_ANNOTATION in (meta.get("annotations") or {}):
+                self.wrong.append(f"live Job {name} marked orphaned")
+        elif kind == "DELETED" and name.startswith("orphan-"):
+            self.orphan_deleted.set()
+
+
+def controller_trial(
+    rig: Rig,
+    proxy: FaultProxy,
+    ns: str,
+    identity: PodIdentity,
+    rng: random.Random,
+    storm_seconds: float = 4.0,
+) -> TrialResult:
+    """A storm of faults on the controller's calls; nothing live may be cleared or deleted."""
+    cp = rig.cp
+    _clear_jobs(cp, ns)
+    holder = Holder(cp, ns, identity.token)
+    holder.take()
+    job_id = uuid.uuid4().hex
+    live = {f"live-submit-{job_id[:6]}", f"live-finalizer-{job_id[:6]}"}
+    for name, app in zip(sorted(live, reverse=True), ("submit", "finalizer"), strict=True):
+        code = holder.create(running_job(ns, name, app, job_id))
+        if code not in (200, 201):
+            raise AssertionError(f"could not create the live {app} Job: {code}")
+    orphan = running_job(ns, f"orphan-{uuid.uuid4().hex[:6]}", "finalizer", uuid.uuid4().hex)
+    if holder.create(orphan) not in (200, 201):
+        raise AssertionError("could not create the orphan")
+    watch = LiveWatch(cp, ns, holder.holder, live)
+    # The holder is alive: it renews every 1.5 s, so the controller keeps judging its
+    # pod — and must never take a failed lookup for "gone".
+    holder.keep_renewing()
+    result = TrialResult("controller:storm")
+    faults: list[Fault] = []
+    try:
+        end = time.monotonic() + storm_seconds
+        while time.monotonic() < end:
+            target: dict[str, Any] = dict(rng.choice(CONTROLLER_TARGETS))
+            kind = rng.choice(list(FAULT_KINDS))
+            scoped = target["resource"] not in CLUSTER_SCOPED and not (
+                target["resource"] == "leases" and rng.random() < 0.3
+            )
+            scope: dict[str, Any] = {"namespace": ns} if scoped else {}
+            count = rng.choice((1, 2, 5, None))
+            faults.append(proxy.add(**target, **scope, count=count, **FAULT_KINDS[kind]))
+            if rng.random() < 0.25:
+                resource = rng.choice(("jobs", "leases", "pods"))
+                faults.append(proxy.add(resource=resource, watch=True, watch_gone=True, count=1))
+            time.sleep(rng.uniform(0.05, 0.3))
+            for fault in [f for f in faults if f.count is None and rng.random() < 0.3]:
+                fault.count = fault.fired  # spent: it fires no more
+        result.faults = sum(f.fired for f in faults)
+    finally:
+        proxy.clear()
+    # Recovery: the real orphan is deleted once the API answers again.
+    started = time.monotonic()
+    result.recovered = watch.orphan_deleted.wait(90)
+    result.recovery_seconds = time.monotonic() - started
+    holder.stop()
+    watch.close()
+    result.wrong.extend(watch.wrong)
+    if not result.recovered:
+        result.wrong.append("the orphan was not deleted within 90 s of the faults ending")
+    try:
+        holder.lease.release()
+    except Exception:  # the next trial takes over after expiry at worst
+        pass
+    return result
+
+
+def hold_for(cp: ControlPlane, namespace: str, user: str) -> Holder:
+    """``user`` (a token-file user) takes ``namespace``'s Lease for ten minutes."""
+    holder = Holder(cp, namespace, cp.token(user))
+    holder.take()
+    return holder

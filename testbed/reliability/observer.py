@@ -1,0 +1,304 @@
+"""Watch every Job and Lease write and check the promises after each one.
+
+Two cluster-wide watches (Jobs, Leases) deliver every committed state in
+resourceVersion order. Per watched namespace, after every Job event the observer
+counts the active searches twice — with :mod:`testbed.reliability.oracle` (its own
+code, from the documented definition) and with ``elbgate.census`` (the code under
+test) — plus the crude bound, on the same Jobs at the same instant:
+
+* the oracle's count above the ceiling is an over-admission (a violation, printed with
+  the Jobs that make up the count);
+* any difference between the oracle's and the census's active searches is a finding,
+  printed with the Jobs of the searches they disagree on;
+* the oracle above the crude bound would be a bug in the oracle itself.
+
+It also records each Job's ADDED event with whether its search was active just before
+(so the Gate A judge knows which CREATEs Gate A applied to) and every Lease revision
+it saw (so the judge can check the audit log has them all). Gate A itself is judged
+from the audit log at the end of a schedule (:mod:`testbed.reliability.gate_a`).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from elbgate.census import census
+from testbed.api import Api, JsonObj, wait_until
+from testbed.reliability import oracle
+from testbed.reliability.watch import Watch
+
+SENTINEL_NAMESPACE = "reliability-sync"
+SENTINEL = "sync"
+
+
+@dataclass(frozen=True)
+class Added:
+    """A Job's ADDED event: the revision it committed at, and its search then."""
+
+    rv: int
+    uid: str
+    name: str
+    app: str
+    key: str | None
+    active_before: bool
+    """Its search was active (by the oracle) just before this Job committed."""
+
+
+@dataclass
+class NamespaceRecord:
+    """What the observer saw in one namespace while it was watched."""
+
+    namespace: str
+    ceiling: int
+    grace_seconds: float
+    job_events: int = 0
+    max_active: int = 0
+    max_crude: int = 0
+    over_ceiling: list[str] = field(default_factory=list)
+    disagreements: list[str] = field(default_factory=list)
+    oracle_bugs: list[str] = field(default_factory=list)
+    gaps: list[str] = field(default_factory=list)
+    added: list[Added] = field(default_factory=list)
+    lease_rvs: list[int] = field(default_factory=list)
+    disagreement_count: int = 0
+
+    @property
+    def violations(self) -> list[str]:
+        return self.over_ceiling + self.oracle_bugs + [f"observer: {g}" for g in self.gaps]
+
+
+def _rv(obj: Mapping[str, Any]) -> int:
+    return int(str((obj.get("metadata") or {}).get("resourceVersion") or "0"))
+
+
+def _brief(job: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of a Job that decide whether it counts (for a finding's printout)."""
+    meta = job.get("metadata") or {}
+    spec = job.get("spec") or {}
+    return {
+        "name": meta.get("name"),
+        "labels": meta.get("labels"),
+        "created": meta.get("creationTimestamp"),
+        "rv": meta.get("resourceVersion"),
+        "spec": {k: spec.get(k) for k in ("completions", "parallelism", "suspend") if k in spec},
+        "status": job.get("status") or {},
+    }
+
+
+class Observer:
+    """Watches Jobs and Leases in ``namespaces``; records are opened per schedule."""
+
+    MAX_PRINTED = 20
+    """Findings kept in full per record (the count keeps going)."""
+
+    def __init__(
+        self,
+        admin: Api,
+        namespaces: Iterable[str],
+        *,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        report: Callable[[str], None] | None = None,
+    ) -> None:
+        self.admin = admin
+        self.namespaces = set(namespaces)
+        self.clock = clock
+        self.report = report or (lambda text: None)
+        self._jobs: dict[str, dict[str, JsonObj]] = {ns: {} for ns in self.namespaces}
+        self._active: dict[str, set[str]] = {ns: set() for ns in self.namespaces}
+        self._records: dict[str, NamespaceRecord] = {}
+        self._lock = threading.Lock()
+        self._sentinel_lock = threading.Lock()
+        self._sentinels = False
+        self.disagreements_total = 0
+        self.checks_total = 0
+        self._watches = [
+            Watch(admin, "jobs", self._on_job, self._on_gap),
+            Watch(admin, "leases", self._on_lease, self._on_gap),
+        ]
+
+    def start(self) -> Observer:
+        for watch in self._watches:
+            watch.start()
+        return self
+
+    def stop(self) -> None:
+        for watch in self._watches:
+            watch.stop()
+
+    def current_rv(self, namespace: str) -> int:
+        """The store's revision now (a quorum LIST answers with it)."""
+        body = self.admin.request(
+            "GET", self.admin.resource("leases").path(namespace), query={"limit": 1}
+        )
+        return int(body["metadata"]["resourceVersion"])
+
+    def sync(self, timeout: float = 120.0) -> int:
+        """Write a sentinel Lease and a sentinel Job now and wait until both watches have
+        delivered them: every write committed before this call has then been seen.
+        Returns the first sentinel's revision."""
+        stamp = {"metadata": {"annotations": {"reliability.elb-gate.io/sync": uuid.uuid4().hex}}}
+        with self._sentinel_lock:
+            if not self._sentinels:
+                self._make_sentinels()
+            lease = self.admin.patch("leases", SENTINEL_NAMESPACE, SENTINEL, stamp)
+            job = self.admin.patch("jobs", SENTINEL_NAMESPACE, SENTINEL, stamp)
+        marks = [_rv(lease), _rv(job)]
+        wait_until(
+            lambda: all(
+                int(w.resource_version or 0) >= m for w, m in zip(self._watches, marks, strict=True)
+            ),
+            timeout,
+            f"the watches to deliver revisions {marks}",
+            interval=0.05,
+        )
+        return min(marks)
+
+    def _make_sentinels(self) -> None:
+        """A Lease and a suspended Job in a namespace of their own (no webhook sees them:
+        the namespace is not gated; the Job never runs a pod)."""
+        admin = self.admin
+        if admin.find("namespaces", None, SENTINEL_NAMESPACE) is None:
+            admin.create(
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SENTINEL_NAMESPACE}}
+            )
+        meta = {"name": SENTINEL, "namespace": SENTINEL_NAMESPACE}
+        if admin.find("leases", SENTINEL_NAMESPACE, SENTINEL) is None:
+            admin.create(
+                {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta}
+            )
+        if admin.find("jobs", SENTINEL_NAMESPACE, SENTINEL) is None:
+            admin.create(
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "metadata": meta,
+                    "spec": {
+                        "suspend": True,
+                        "template": {
+                            "spec": {
+                                "restartPolicy": "Never",
+                                "containers": [{"name": "idle", "image": "idle:1"}],
+                            }
+                        },
+                    },
+                }
+            )
+        self._sentinels = True
+
+    def watch(self, namespace: str, *, ceiling: int, grace_seconds: float) -> NamespaceRecord:
+        record = NamespaceRecord(namespace, ceiling, grace_seconds)
+        with self._lock:
+            self._records[namespace] = record
+        return record
+
+    def unwatch(self, namespace: str) -> NamespaceRecord | None:
+        with self._lock:
+            return self._records.pop(namespace, None)
+
+    def jobs(self, namespace: str) -> list[JsonObj]:
+        with self._lock:
+            return list(self._jobs[namespace].values())
+
+    # -- events ----------------------------------------------------------------------------
+
+    def _on_gap(self, why: str) -> None:
+        with self._lock:
+            for record in self._records.values():
+                record.gaps.append(why)
+            for ns in self.namespaces:
+                self._jobs[ns].clear()
+
+    def _on_lease(self, kind: str, obj: JsonObj) -> None:
+        ns = str((obj.get("metadata") or {}).get("namespace") or "")
+        with self._lock:
+            record = self._records.get(ns)
+            if record is not None and kind in ("ADDED", "MODIFIED", "DELETED"):
+                record.lease_rvs.append(_rv(obj))
+
+    def _on_job(self, kind: str, obj: JsonObj) -> None:
+        meta = obj.get("metadata") or {}
+        ns = str(meta.get("namespace") or "")
+        if ns not in self.namespaces:
+            return
+        uid = str(meta.get("uid") or "")
+        with self._lock:
+            jobs = self._jobs[ns]
+            if kind == "DELETED":
+                jobs.pop(uid, None)
+            else:
+                jobs[uid] = obj
+            record = self._records.get(ns)
+            now = self.clock()
+            grace = record.grace_seconds if record else 300.0
+            found = oracle.active_searches(jobs.values(), now, grace)
+            keys = {a.key for a in found}
+            before, self._active[ns] = self._active[ns], keys
+            if record is None or kind == "LISTED":
+                return
+            try:
+                self._check(record, kind, obj, list(jobs.values()), found, before, now)
+            except Exception as exc:  # a bug here must show as a finding, not vanish
+                record.oracle_bugs.append(f"observer failed on {kind} {meta.get('name')}: {exc!r}")
+
+    def _check(
+        self,
+        record: NamespaceRecord,
+        kind: str,
+        obj: JsonObj,
+        jobs: list[JsonObj],
+        found: list[oracle.Active],
+        before: set[str],
+        now: datetime,
+    ) -> None:
+        record.job_events += 1
+        self.checks_total += 1
+        rv = _rv(obj)
+        name = (obj.get("metadata") or {}).get("name")
+        if kind == "ADDED":
+            labels = (obj.get("metadata") or {}).get("labels") or {}
+            key = oracle.search_key(obj)
+            record.added.append(
+                Added(
+                    rv,
+                    str((obj.get("metadata") or {}).get("uid") or ""),
+                    str(name),
+                    str(labels.get("app") or ""),
+                    key,
+                    key is not None and key in before,
+                )
+            )
+        keys = [a.key for a in found]
+        crude = oracle.crude_bound(jobs)
+        record.max_active = max(record.max_active, len(keys))
+        record.max_crude = max(record.max_crude, len(crude))
+        where = f"after {kind} Job {name} (rv {rv})"
+        if len(keys) > record.ceiling:
+            why = "; ".join(f"{a.key}: {a.why}" for a in found)
+            record.over_ceiling.append(
+                f"{len(keys)} active searches > ceiling {record.ceiling} {where}: {why}"
+            )
+        if not set(keys) <= crude:
+            record.oracle_bugs.append(
+                f"oracle {keys} above the crude bound {sorted(crude)} {where}"
+            )
+        counted = list(census(jobs, now, record.grace_seconds).active_ids)
+        if counted != keys:
+            record.disagreement_count += 1
+            self.disagreements_total += 1
+            differ = set(counted) ^ set(keys)
+            involved = [_brief(j) for j in jobs if (oracle.search_key(j) or "") in differ] or [
+                _brief(j) for j in jobs
+            ]
+            text = (
+                f"{record.namespace} {where}: census {counted}, oracle {keys}; Jobs: "
+                f"{json.dumps(involved, sort_keys=True)}"
+            )
+            self.report(f"DISAGREEMENT {text}")
+            if len(record.disagreements) < self.MAX_PRINTED:
+                record.disagreements.append(text)

@@ -1,0 +1,252 @@
+"""elb-gate installed on the real control plane as a cluster runs it, for the reliability runs.
+
+Two real ``python -m webhook`` replicas behind one Service address
+(:class:`~testbed.reliability.service.Service`), the shipped webhook configurations
+pointed at that address with both replicas' CAs in ``caBundle``, and one or more real
+``python -m controller`` replicas, leader-elected. Every component authenticates as
+its own ServiceAccount with exactly the shipped RBAC (see :mod:`testbed.install`).
+Either component can be put behind a :class:`~testbed.faultproxy.FaultProxy`.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import uuid
+from collections.abc import Iterable, Mapping
+
+from testbed.api import ApiError, wait_until
+from testbed.controller_process import CONTROLLER_USER, ControllerProcess
+from testbed.controlplane import ControlPlane
+from testbed.faultproxy import FaultProxy
+from testbed.install import Installation
+from testbed.reliability.service import Service
+from testbed.webhook_process import (
+    CONFIGURATION_KINDS,
+    WebhookProcess,
+    point_at,
+    shipped_configurations,
+)
+
+SHARED_ENV: dict[str, str] = {
+    "BLAST_MAX_RUN_CONCURRENCY": "2",
+    "BLAST_SUBMIT_LEASE_TTL_SECONDS": "5",
+    "BLAST_LEASE_CLOCK_SKEW_SECONDS": "1",
+    "ELB_GATE_LEASE_MIN_DURATION_SECONDS": "1",
+    "ELB_GATE_API_TIMEOUT_SECONDS": "2",
+    "ELB_GATE_HOLDER_NODE_NOT_READY_SECONDS": "2",
+    "CELERY_TASK_SOFT_TIME_LIMIT": "3300",
+    "CELERY_TASK_TIME_LIMIT": "3600",
+}
+"""Settings every component of the rig shares: ceiling 2 (more contention than 3), a
+5 s default Lease TTL with 1 s skew, short enough that a holder crashed without a pod
+stamp is reclaimed within seconds; a holder on a not-Ready node is gone after 2 s; and a
+2 s API deadline inside the configurations' 5 s webhook timeout."""
+
+CEILING = int(SHARED_ENV["BLAST_MAX_RUN_CONCURRENCY"])
+TTL_SECONDS = int(SHARED_ENV["BLAST_SUBMIT_LEASE_TTL_SECONDS"])
+SKEW_SECONDS = float(SHARED_ENV["BLAST_LEASE_CLOCK_SKEW_SECONDS"])
+FINALIZER_GRACE_SECONDS = 300.0
+"""The default grace (BLAST_FINALIZER_GRACE_SECONDS is not overridden by the race rig)."""
+
+
+class Rig:
+    """Webhook replicas behind a Service, and controller replicas, on one control plane."""
+
+    def __init__(
+        self,
+        cp: ControlPlane,
+        namespaces: Iterable[str],
+        *,
+        replicas: int = 2,
+        controllers: int = 1,
+        env: Mapping[str, str] | None = None,
+        controller_env: Mapping[str, str] | None = None,
+        resync_seconds: float = 1.0,
+        proxy: FaultProxy | None = None,
+    ) -> None:
+        self.cp = cp
+        self.namespaces = list(namespaces)
+        self.env = {**SHARED_ENV, **(env or {})}
+        self.controller_env = {**self.env, **(controller_env or {})}
+        self.replica_count = replicas
+        self.controller_count = controllers
+        self.resync_seconds = resync_seconds
+        self.proxy = proxy
+        self.install = Installation.on(cp)
+        self.hooks: list[WebhookProcess] = []
+        self.controllers: list[ControllerProcess] = []
+        self.service: Service | None = None
+        self._registered: list[tuple[str, str]] = []
+        self.run_id = uuid.uuid4().hex[:5]
+        self._starts = itertools.count()
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> Rig:
+        try:
+            for ns in self.namespaces:
+                self.install.gate(ns)
+            for i in range(self.replica_count):
+                # Pod names unique per rig: an attached control plane keeps earlier runs' Pods.
+                pod = f"elb-gate-webhook-{'abcdefgh'[i]}-{self.run_id}"
+                kubeconfig = None
+                if self.proxy is not None:
+                    token = self.install.identity("webhook", pod).token
+                    kubeconfig = self.proxy.kubeconfig(token, pod)
+                hook = WebhookProcess(
+                    self.cp, self.env, register=False, pod=pod, kubeconfig=kubeconfig
+                )
+                self.hooks.append(hook.start())
+            self.service = Service(self.hooks).start()
+            self.register()
+            for i in range(self.controller_count):
+                self.start_controller(i)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def register(self) -> None:
+        """The shipped configurations, pointed at the Service, trusting every replica's CA."""
+        assert self.service is not None
+        bundle = base64.b64encode(b"".join(h.certificate.ca_pem for h in self.hooks)).decode()
+        for doc in point_at(shipped_configurations(), self.service.port, bundle):
+            self.cp.admin.apply(doc)
+            self._registered.append((CONFIGURATION_KINDS[doc["kind"]], doc["metadata"]["name"]))
+        self._wait_effective()
+
+    def _wait_effective(self) -> None:
+        # The API server picks a new configuration up from its informer a moment after
+        # the write: wait until a dry-run Lease write reaches one of our replicas.
+        probe = self.install.gate("elb-gate-probe")
+        name = f"elb-blast-submit-{probe}"
+
+        def reached() -> bool:
+            before = sum(h.log().count(probe) for h in self.hooks)
+            try:
+                self.cp.admin.request(
+                    "POST",
+                    self.cp.admin.resource("leases").path(probe),
+                    {
+                        "apiVersion": "coordination.k8s.io/v1",
+                        "kind": "Lease",
+                        "metadata": {"name": name, "namespace": probe},
+                        "spec": {},
+                    },
+                    query={"dryRun": "All"},
+                )
+            except ApiError:
+                pass
+            return sum(h.log().count(probe) for h in self.hooks) > before
+
+        wait_until(reached, 120, "the API server to call the registered webhooks", interval=0.2)
+
+    def start_controller(self, index: int) -> ControllerProcess:
+        """Start controller replica ``index`` (replacing a stopped one)."""
+        name = f"elb-gate-controller-{index}-{self.run_id}-{next(self._starts)}"
+        env = dict(self.controller_env)
+        if self.proxy is not None:
+            token = self.install.identity("controller", name).token
+            env["KUBECONFIG"] = self.proxy.kubeconfig(token, name)
+        ctl = ControllerProcess.start(
+            self.cp,
+            name=name,
+            namespaces=self.namespaces,
+            resync_seconds=self.resync_seconds,
+            # client-go's proportions (15/10/2), scaled down: a busy machine must not
+            # cost the leader its Lease every few seconds.
+            leader_lease_seconds=6.0,
+            leader_renew_seconds=1.0,
+            env=env,
+            ready_timeout=90.0,
+        )
+        if index < len(self.controllers):
+            self.controllers[index] = ctl
+        else:
+            self.controllers.append(ctl)
+        return ctl
+
+    def stop(self) -> None:
+        for ctl in self.controllers:
+            ctl.stop()
+        for resource, name in self._registered:
+            try:
+                self.cp.admin.delete(resource, None, name)
+            except ApiError:
+                pass
+        self._registered.clear()
+        if self.service is not None:
+            self.service.stop()
+        for hook in self.hooks:
+            hook.stop()
+
+    def __enter__(self) -> Rig:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- waiting -------------------------------------------------------------------------
+
+    def wait_for_leader(self, timeout: float = 90.0) -> ControllerProcess:
+        """The controller replica that leads, once one does."""
+        found = wait_until(
+            lambda: next((c for c in self.controllers if c.alive and c.is_leader()), None),
+            timeout,
+            "a controller to lead",
+        )
+        assert isinstance(found, ControllerProcess)
+        return found
+
+    def wait_until_ready(self, timeout: float = 90.0) -> None:
+        """Every replica routable and a controller leading."""
+        assert self.service is not None
+        service = self.service
+        wait_until(service.all_ready, timeout, "every webhook replica ready in the Service")
+        self.wait_for_leader(timeout)
+
+    # -- namespaces ----------------------------------------------------------------------
+
+    def reset_namespace(self, namespace: str, timeout: float = 120.0) -> None:
+        """Empty a namespace for the next schedule: its Jobs and Pods go (the Lease
+        stays: a held one cannot be deleted, and a free one is as good as none)."""
+        admin = self.cp.admin
+        for job in admin.list("jobs", namespace):
+            admin.delete("jobs", namespace, job["metadata"]["name"])
+        for pod in admin.list("pods", namespace):
+            admin.delete("pods", namespace, pod["metadata"]["name"], grace_seconds=0)
+        wait_until(
+            lambda: not admin.list("jobs", namespace) and not admin.list("pods", namespace),
+            timeout,
+            f"{namespace} empty of Jobs and Pods",
+            interval=0.2,
+        )
+
+    # -- observation ---------------------------------------------------------------------
+
+    def admissions_served(self) -> list[int]:
+        """Admission requests each webhook replica answered (from its /metrics)."""
+        out = []
+        for hook in self.hooks:
+            total = 0.0
+            try:
+                text = hook.metrics()
+            except OSError:
+                text = ""
+            for line in text.splitlines():
+                if line.startswith("elb_gate_admission_requests_total{"):
+                    total += float(line.rsplit(" ", 1)[1])
+            out.append(int(total))
+        return out
+
+
+__all__ = [
+    "CEILING",
+    "CONTROLLER_USER",
+    "FINALIZER_GRACE_SECONDS",
+    "SHARED_ENV",
+    "SKEW_SECONDS",
+    "TTL_SECONDS",
+    "Rig",
+]

@@ -1,0 +1,369 @@
+"""Run randomized schedules on the rig and judge each one.
+
+A schedule (:mod:`testbed.reliability.schedules`) runs in a namespace slot of its own,
+several at once. While it runs, the :class:`~testbed.reliability.observer.Observer`
+checks the ceiling and compares the oracle with the census after every Job write. When
+its submitters are done (and every dead holder's Lease has been freed, or a bound has
+passed), it is judged from the audit log (:mod:`testbed.reliability.gate_a`):
+
+* every Job CREATE Gate A applied to was made by the holder in force at its revision;
+* every Lease write kept the guard's rules, and its stamp named the authenticated user
+  (and, for an in-cluster submitter, its Pod);
+* every dead holder's hold ended the way its death allows: a provable death
+  (``pod_deleted``, ``pod_failed``, ``container_restarted``, ``node_not_ready``) by the
+  controller's dead-holder reclaim before the Lease expired; a death the cluster cannot
+  see (``thread_died``, ``process_died``) only at expiry (the controller's, or a
+  takeover's); and the controller never cleared a holder in force that had not died;
+* every submitter that did not die got its search in, and none failed with an error.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from queue import Queue
+
+from testbed.api import wait_until
+from testbed.controller_process import CONTROLLER_USER
+from testbed.reliability.audit import AuditTail
+from testbed.reliability.gate_a import (
+    LeaseState,
+    Terms,
+    judge_gated_create,
+    judge_lease,
+    lease_timeline,
+    state_before,
+)
+from testbed.reliability.nodes import HolderNodes
+from testbed.reliability.observer import NamespaceRecord, Observer
+from testbed.reliability.rig import (
+    CEILING,
+    FINALIZER_GRACE_SECONDS,
+    SKEW_SECONDS,
+    TTL_SECONDS,
+    Rig,
+)
+from testbed.reliability.schedules import ScheduleSpec
+from testbed.reliability.submitters import POD_DEATHS, Submitter
+
+SCHEDULE_SECONDS = 300.0
+RECLAIM_SECONDS = 60.0
+"""How long a schedule waits, after its submitters are done, for dead holders' Leases to
+be freed (provable deaths take seconds; a 6 s TTL expires within 7)."""
+AUDIT_SECONDS = 30.0
+HOLDER_POD_ANNOTATION = "elb-gate.io/holder-pod"
+TERMS = Terms(
+    skew_seconds=SKEW_SECONDS, default_duration=TTL_SECONDS, controller_user=CONTROLLER_USER
+)
+
+
+@dataclass
+class ScheduleResult:
+    """What one schedule showed."""
+
+    seed: int
+    namespace: str
+    submitters: int
+    protocols: Counter[str]
+    job_events: int = 0
+    lease_writes: int = 0
+    max_active: int = 0
+    max_crude: int = 0
+    max_live_holders: int = 0
+    disagreements: int = 0
+    disagreement_texts: list[str] = field(default_factory=list)
+    searches_ran: int = 0
+    crashes: int = 0
+    deaths: Counter[str] = field(default_factory=Counter)
+    reclaimed: Counter[str] = field(default_factory=Counter)
+    """``<death>:<how the hold ended>`` for every dead submitter."""
+    reclaim_seconds: list[tuple[str, float]] = field(default_factory=list)
+    """(death, seconds from the death to the write that freed its hold)."""
+    intrusions: int = 0
+    intrusions_refused: int = 0
+    intrusions_by_sibling: int = 0
+    """Intrusions admitted because another submitter with the same user held the Lease
+    (Gate A's holder is a user: replicas sharing a ServiceAccount are one)."""
+    denials: Counter[int] = field(default_factory=Counter)
+    gate_a_checked: int = 0
+    takeovers: int = 0
+    job_fates: Counter[str] = field(default_factory=Counter)
+    seconds: float = 0.0
+    violations: list[str] = field(default_factory=list)
+
+
+class Runner:
+    """Runs schedules on a rig, several at once, each in a namespace slot of its own."""
+
+    def __init__(self, rig: Rig, workdir: Path, *, report: bool = False) -> None:
+        self.rig = rig
+        self.workdir = workdir
+        self.nodes = HolderNodes(rig.cp)
+        self.audit = AuditTail(rig.cp.audit_log, rig.namespaces)
+        self.audit.skip_to_end()
+        printer = (lambda text: print(text, flush=True)) if report else None
+        self.observer = Observer(rig.cp.admin, rig.namespaces, report=printer).start()
+        self.last_submitters: dict[int, list[Submitter]] = {}
+        """Each seed's submitters (their traces explain a failing schedule)."""
+        self._slots: Queue[str] = Queue()
+        for ns in rig.namespaces:
+            self._slots.put(ns)
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self.observer.stop()
+        self.nodes.restore_all()
+
+    @contextmanager
+    def _slot(self) -> Iterator[str]:
+        ns = self._slots.get(timeout=1800)
+        try:
+            yield ns
+        finally:
+            self._slots.put(ns)
+
+    def run_many(self, seeds: Iterable[int], parallel: int) -> list[ScheduleResult]:
+        """Run every seed's schedule, ``parallel`` at a time (<= namespace slots)."""
+        with ThreadPoolExecutor(max_workers=min(parallel, len(self.rig.namespaces))) as pool:
+            return list(pool.map(self.run, seeds))
+
+    def run(self, seed: int) -> ScheduleResult:
+        """Run one schedule to its end and judge it."""
+        with self._slot() as ns:
+            return self._run_in(ns, seed)
+
+    # -- one schedule ------------------------------------------------------------------------
+
+    def _run_in(self, ns: str, seed: int) -> ScheduleResult:
+        started = time.monotonic()
+        self.rig.reset_namespace(ns)
+        self.nodes.restore_for(ns)
+        spec = ScheduleSpec.from_seed(seed)
+        workdir = self.workdir / f"seed-{seed}"
+        submitters = [
+            Submitter(self.rig.cp, ns, plan, f"s{seed}-{i}", workdir, self.nodes)
+            for i, plan in enumerate(spec.plans)
+        ]
+        with self._lock:
+            self.last_submitters[seed] = submitters
+        result = ScheduleResult(seed, ns, len(submitters), Counter(p.protocol for p in spec.plans))
+        for plan in spec.plans:
+            result.job_fates.update(f"{j.app}:{j.fate}" for j in plan.jobs)
+        start_rv = self.observer.current_rv(ns)
+        record = self.observer.watch(ns, ceiling=CEILING, grace_seconds=FINALIZER_GRACE_SECONDS)
+        try:
+            deadline = time.monotonic() + SCHEDULE_SECONDS
+            threads = [
+                threading.Thread(target=s.run, args=(deadline,), name=s.tag, daemon=True)
+                for s in submitters
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(max(1.0, deadline + 60 - time.monotonic()))
+            hung = [t.name for t in threads if t.is_alive()]
+            if hung:
+                result.violations.append(f"submitters did not finish: {hung}")
+            self._await_reclaims(ns, submitters)
+            end_rv = self.observer.sync()
+        finally:
+            self.observer.unwatch(ns)
+        self._judge(result, record, submitters, start_rv, end_rv)
+        result.seconds = time.monotonic() - started
+        return result
+
+    def _await_reclaims(self, ns: str, submitters: list[Submitter]) -> None:
+        """Wait (bounded) until no dead submitter is still the Lease's holder."""
+        dead = {s.username for s in submitters if s.crashed}
+        if not dead:
+            return
+        name = f"elb-blast-submit-{ns}"
+
+        def freed() -> bool:
+            lease = self.rig.cp.admin.find("leases", ns, name) or {}
+            user = ((lease.get("metadata") or {}).get("annotations") or {}).get(
+                "elb-gate.io/holder-user"
+            )
+            return not ((lease.get("spec") or {}).get("holderIdentity") and user in dead)
+
+        try:
+            wait_until(freed, RECLAIM_SECONDS, "dead holders' Leases freed", interval=0.1)
+        except AssertionError:
+            pass  # judged below: the hold that never ended is a violation
+
+    # -- judging -----------------------------------------------------------------------------
+
+    def _judge(
+        self,
+        result: ScheduleResult,
+        record: NamespaceRecord,
+        submitters: list[Submitter],
+        start_rv: int,
+        end_rv: int,
+    ) -> None:
+        ns = record.namespace
+        result.job_events = record.job_events
+        result.max_active = record.max_active
+        result.max_crude = record.max_crude
+        result.disagreements = record.disagreement_count
+        result.disagreement_texts = list(record.disagreements)
+        result.violations.extend(record.violations)
+        result.violations.extend(
+            f"census disagrees with the oracle: {d}" for d in record.disagreements
+        )
+
+        wanted = {rv for rv in record.lease_rvs if start_rv < rv <= end_rv}
+        wanted |= {a.rv for a in record.added if start_rv < a.rv <= end_rv}
+        try:
+            wait_until(
+                lambda: self.audit.poll() >= 0 and not self.audit.missing(ns, wanted),
+                AUDIT_SECONDS,
+                "the audit log to hold every write the watches saw",
+                interval=0.2,
+            )
+        except AssertionError:
+            result.violations.append(
+                f"the audit log lacks the writes at rv {sorted(self.audit.missing(ns, wanted))}"
+            )
+        writes = self.audit.of(ns)
+        timeline = lease_timeline(writes, ns)
+        first = state_before(timeline, start_rv + 1)
+        window = [s for s in timeline if start_rv < s.write.rv <= end_rv]
+        judged = ([first] if first is not None else []) + window
+        result.lease_writes = len(window)
+        lease = judge_lease(judged, TERMS)
+        result.takeovers = lease.takeovers
+        result.max_live_holders = 2 if lease.live_takeovers else (1 if window else 0)
+        result.violations.extend(lease.violations)
+
+        by_rv = {w.rv: w for w in writes}
+        verdicts: dict[str, str | None] = {}
+        for added in record.added:
+            if not start_rv < added.rv <= end_rv:
+                continue
+            gated = (
+                added.app == "finalizer"
+                or (added.app == "setup" and added.key is None)
+                or not added.active_before
+            )
+            if not gated:
+                continue
+            create = by_rv.get(added.rv)
+            if create is None or create.verb != "create":
+                continue  # reported as missing from the audit log above
+            result.gate_a_checked += 1
+            wrong = judge_gated_create(create, timeline, TERMS)
+            verdicts[added.name] = wrong
+            if wrong is not None:
+                result.violations.append(f"Gate A: {wrong}")
+
+        owners = {holder: s for s in submitters for holder in s.holders}
+        self._judge_stamps(result, window, owners)
+        self._judge_reclaims(result, window, lease.cleared_live_by_controller, owners, submitters)
+        self._judge_outcomes(result, submitters)
+        for s in submitters:
+            for name in s.intrusions_admitted:
+                if name in verdicts and verdicts[name] is None:
+                    result.intrusions_by_sibling += 1
+
+    def _judge_stamps(
+        self, result: ScheduleResult, window: list[LeaseState], owners: dict[str, Submitter]
+    ) -> None:
+        for state in window:
+            owner = owners.get(state.holder)
+            if owner is None or owner.identity.pod is None:
+                continue
+            pod = owner.identity.pod
+            notes = (state.write.obj.get("metadata") or {}).get("annotations") or {}
+            if notes.get(HOLDER_POD_ANNOTATION) != pod.stamp:
+                result.violations.append(
+                    f"Lease rv {state.write.rv}: holder {state.holder} of {owner.tag} "
+                    f"stamped holder-pod {notes.get(HOLDER_POD_ANNOTATION)!r}, not {pod.stamp}"
+                )
+
+    def _judge_reclaims(
+        self,
+        result: ScheduleResult,
+        window: list[LeaseState],
+        cleared_live: list[LeaseState],
+        owners: dict[str, Submitter],
+        submitters: list[Submitter],
+    ) -> None:
+        for cleared in cleared_live:
+            owner = owners.get(cleared.holder)
+            if owner is None or not owner.crashed or owner.plan.death not in POD_DEATHS:
+                result.violations.append(
+                    f"the controller cleared {cleared.holder} (user {cleared.holder_user}, "
+                    f"{owner.tag if owner else 'no submitter of this schedule'}) while it was in "
+                    f"force, and its holder had not died provably"
+                )
+        for s in submitters:
+            if not s.crashed:
+                continue
+            death = str(s.plan.death)
+            result.crashes += 1
+            result.deaths[death] += 1
+            how, seconds = self._hold_end(s, window)
+            result.reclaimed[f"{death}:{how}"] += 1
+            if seconds is not None:
+                result.reclaim_seconds.append((death, seconds))
+            expected = (
+                {"dead_holder"} if s.plan.death in POD_DEATHS else {"expired", "expired_takeover"}
+            )
+            if how not in expected | {"never_held"}:
+                history = [
+                    (st.write.rv, st.write.user, st.holder, f"{st.write.received:%H:%M:%S.%f}")
+                    for st in window
+                ]
+                result.violations.append(
+                    f"{s.tag} ({s.plan.protocol}, holders {sorted(s.holders)}, died {death} at "
+                    f"{s.died_at:%H:%M:%S.%f}): its hold ended {how}, expected "
+                    f"{' or '.join(sorted(expected))}; Lease history {history}"
+                )
+
+    @staticmethod
+    def _hold_end(s: Submitter, window: list[LeaseState]) -> tuple[str, float | None]:
+        """How a dead submitter's last hold ended, and how long after its death."""
+        died: datetime | None = s.died_at
+        last = None
+        for i, state in enumerate(window):
+            if state.holder in s.holders:
+                last = i
+        if last is None:
+            return "never_held", None
+        held = window[last]
+        for state in window[last + 1 :]:
+            if state.holder == held.holder:
+                continue
+            w = state.write
+            seconds = (w.answered - died).total_seconds() if died else None
+            expiry = held.expiry(TERMS)
+            live = expiry is not None and expiry > w.answered
+            if state.holder:
+                return ("taken_over_live" if live else "expired_takeover"), seconds
+            if w.user == CONTROLLER_USER:
+                return ("dead_holder" if live else "expired"), seconds
+            return ("released" if w.user == s.username else "cleared_by_another"), seconds
+        return "not_reclaimed", None
+
+    def _judge_outcomes(self, result: ScheduleResult, submitters: list[Submitter]) -> None:
+        for s in submitters:
+            result.intrusions += s.intrusions
+            result.intrusions_refused += s.intrusions_refused
+            result.denials.update(s.denials)
+            if s.outcome == "error":
+                result.violations.append(f"{s.tag} ({s.plan.protocol}) failed: {s.error}")
+            elif s.outcome == "ran":
+                result.searches_ran += 1
+            elif s.outcome != "crashed":
+                result.violations.append(
+                    f"{s.tag} ({s.plan.protocol}) never got its search in: {s.outcome}, "
+                    f"created {sorted(s.created)}; trace {s.trace[-6:]}"
+                )

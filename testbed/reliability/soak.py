@@ -1,0 +1,288 @@
+"""``make soak``: the long reliability runs on the real control plane, with their figures.
+
+    python -m testbed.reliability.soak                 # 1,000 schedules + fault trials
+    python -m testbed.reliability.soak --schedules 2000 --parallel 8 --fault-trials 400
+
+Starts a control plane (or attaches to ``ELB_GATE_CONTROL_PLANE``), runs promise 1's
+randomized schedules on one rig, then promise 2's fault trials on a rig behind a fault
+proxy. It prints the counts as it goes and rewrites ``tests/reliability/RESULTS.md``
+after every batch (an interrupted soak leaves its figures, marked partial), and exits
+non-zero on any violation or any disagreement between the oracle and the census (each
+one is printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+import time
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+
+from testbed.controlplane import ControlPlane
+from testbed.faultproxy import FaultProxy
+from testbed.reliability.faults import (
+    FAULTY_ENV,
+    TrialResult,
+    controller_trial,
+    hold_for,
+    webhook_trial,
+)
+from testbed.reliability.ledger import LEDGER
+from testbed.reliability.rig import CEILING, Rig
+from testbed.reliability.scheduler import Runner, ScheduleResult
+from testbed.reliability.summary import summarize
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "tests" / "reliability" / "RESULTS.md"
+
+ORACLE_VS_CENSUS = """\
+## How the oracle differs from the census
+
+The observer counts active searches twice after every Job write, on the same Jobs at
+the same instant: with `elbgate.census` (the code the webhook, the controller and the
+CLI share) and with `testbed/reliability/oracle.py`, written separately from the
+documented definition (docs/design.md, "Census") and the Job controller's status
+facts. The oracle imports nothing from `elbgate`, `webhook` or `controller` (a test
+parses its imports). In code they differ in that the oracle:
+
+* reads labels, status and times from the raw Job dicts itself (no `JobRef`, no
+  `elbgate.lease.parse_microtime`, no `elbgate.job_status`), and parses
+  `creationTimestamp` with `datetime.fromisoformat`;
+* decides "finished" in one function of its own (final condition or `completionTime`;
+  pods terminating; a decided outcome; succeeded against completions / work queue);
+* keys a search by `elb-job-id`, else `<app>/<name>`, and drops a setup Job without an
+  id, in one function (`search_key`), where the census splits Jobs into companions and
+  finalizers before keying;
+* computes only the active set: no orphans, finishing finalizers, staging or databases.
+
+Beside it, the crude bound counts the distinct search keys of search Jobs that carry no
+`True` `Complete`/`Failed` condition, finalizers whatever their age. It is never below
+the oracle (checked after every write) and shows what the two finer counts discount.
+"""
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m testbed.reliability.soak", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--schedules", type=int, default=1000, help="schedules (default 1000)")
+    parser.add_argument("--first-seed", type=int, default=1, help="seed of the first schedule")
+    parser.add_argument("--parallel", type=int, default=6, help="schedules at once (default 6)")
+    parser.add_argument(
+        "--fault-trials", type=int, default=300, help="webhook fault trials (default 300)"
+    )
+    parser.add_argument(
+        "--storms", type=int, default=20, help="controller fault storms (default 20)"
+    )
+    parser.add_argument("--results", type=Path, default=RESULTS, help="where to write them")
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    return parser.parse_args(argv)
+
+
+class Soak:
+    """The run's state, written out after every batch."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.started = time.monotonic()
+        self.done: list[ScheduleResult] = []
+        self.trials: list[TrialResult] = []
+        self.violations: list[str] = []
+        self.disagreements: list[str] = []
+        self.served: list[int] = []
+        self.control_plane = ""
+
+    def run_schedules(self, cp: ControlPlane) -> None:
+        args = self.args
+        slots = [cp.new_namespace("soak") for _ in range(args.parallel)]
+        seeds = list(range(args.first_seed, args.first_seed + args.schedules))
+        with Rig(cp, slots) as rig, tempfile.TemporaryDirectory(prefix="elb-soak-") as tmp:
+            rig.wait_until_ready()
+            runner = Runner(rig, Path(tmp), report=True)
+            try:
+                batch = max(args.parallel * 4, 24)
+                for start in range(0, len(seeds), batch):
+                    results = runner.run_many(seeds[start : start + batch], args.parallel)
+                    runner.last_submitters.clear()
+                    self._take(results)
+                    self.served = rig.admissions_served()
+                    self.write(partial=True)
+            finally:
+                runner.close()
+
+    def _take(self, results: list[ScheduleResult]) -> None:
+        self.done += results
+        for r in results:
+            self.disagreements += [f"schedule {r.seed}: {d}" for d in r.disagreement_texts]
+            for v in r.violations:
+                self.violations.append(f"schedule {r.seed}: {v}")
+                print(f"VIOLATION in schedule {r.seed}: {v}", flush=True)
+        done = self.done
+        print(
+            f"schedules {len(done)}/{self.args.schedules}: "
+            f"{sum(r.submitters for r in done)} submitters, "
+            f"{sum(r.job_events for r in done)} Job writes checked, "
+            f"{sum(r.searches_ran for r in done)} searches, {sum(r.crashes for r in done)} deaths, "
+            f"max active {max(r.max_active for r in done)}, "
+            f"disagreements {sum(r.disagreements for r in done)}, "
+            f"violations {len(self.violations)} "
+            f"({(time.monotonic() - self.started) / 60:.1f} min)",
+            flush=True,
+        )
+
+    def run_faults(self, cp: ControlPlane) -> None:
+        args = self.args
+        hook_ns, ctl_ns = cp.new_namespace("soak-faults-hook"), cp.new_namespace("soak-faults-ctl")
+        with (
+            FaultProxy(cp) as proxy,
+            Rig(cp, [hook_ns, ctl_ns], replicas=1, env=FAULTY_ENV, proxy=proxy) as rig,
+        ):
+            rig.wait_until_ready()
+            rng = random.Random(args.first_seed)
+            alice = hold_for(cp, hook_ns, "alice")
+            try:
+                for i in range(args.fault_trials):
+                    self.trials.append(webhook_trial(rig, proxy, alice, hook_ns, rng))
+                    if (i + 1) % 50 == 0:
+                        print(f"webhook fault trials {i + 1}/{args.fault_trials}", flush=True)
+            finally:
+                alice.stop()
+            identity = cp.pod_identity(ctl_ns, "openapi-submit")
+            for i in range(args.storms):
+                self.trials.append(controller_trial(rig, proxy, ctl_ns, identity, rng))
+                print(f"controller fault storms {i + 1}/{args.storms}", flush=True)
+        for r in self.trials:
+            self.violations.extend(f"{r.kind}: {w}" for w in r.wrong)
+
+    # -- RESULTS.md --------------------------------------------------------------------------
+
+    def write(self, partial: bool) -> None:
+        if self.args.no_write:
+            return
+        self.args.results.write_text(self.render(partial))
+
+    def render(self, partial: bool) -> str:
+        LEDGER.rows.clear()
+        totals = summarize(self.done, LEDGER) if self.done else {}
+        if self.served:
+            LEDGER.record(
+                "1", replica_a_admissions=self.served[0], replica_b_admissions=self.served[1]
+            )
+        if self.trials:
+            LEDGER.record(
+                "2",
+                runs=len(self.trials),
+                faults=sum(r.faults for r in self.trials),
+                violations=sum(len(r.wrong) for r in self.trials),
+                webhook_trials=sum(r.kind.startswith("webhook") for r in self.trials),
+                controller_storms=sum(r.kind.startswith("controller") for r in self.trials),
+            )
+        minutes = (time.monotonic() - self.started) / 60
+        seeds = f"seeds {self.args.first_seed}..{self.args.first_seed + len(self.done) - 1}"
+        state = (
+            f"**Partial**: {len(self.done)} of {self.args.schedules} schedules so far"
+            if partial
+            else f"{len(self.done)} randomized schedules"
+        )
+        lines = [
+            "# elb-gate reliability soak results",
+            "",
+            f"Written by `make soak` on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC after "
+            f"{minutes:.1f} min on the real control plane ({self.control_plane}). {state} "
+            f"({seeds}, {self.args.parallel} at once, ceiling {CEILING})"
+            + (
+                f", {sum(r.kind.startswith('webhook') for r in self.trials)} webhook fault "
+                f"trials, {sum(r.kind.startswith('controller') for r in self.trials)} "
+                "controller fault storms."
+                if self.trials
+                else "; fault trials not run yet."
+            ),
+            "",
+            LEDGER.table(),
+            "",
+            "## The oracle's figures",
+            "",
+            "| figure | value |",
+            "|---|---:|",
+        ]
+        for key in (
+            "job_events_checked",
+            "max_active_oracle",
+            "max_active_crude",
+            "census_disagreements",
+            "gate_a_creates_checked",
+            "lease_writes_checked",
+            "takeovers",
+            "max_live_holders",
+            "searches_ran",
+            "intrusions",
+            "intrusions_refused",
+            "intrusions_admitted_by_a_siblings_hold",
+        ):
+            lines.append(f"| {key.replace('_', ' ')} | {totals.get(key, 0)} |")
+        lines += ["", "## Failure modes", "", *self._failure_modes(), "", ORACLE_VS_CENSUS]
+        lines += ["## Disagreements between the oracle and the census", ""]
+        lines += [f"- {d}" for d in self.disagreements] or ["None."]
+        lines += ["", "## Violations", ""]
+        lines += [f"- {v}" for v in self.violations] or ["None."]
+        return "\n".join(lines) + "\n"
+
+    def _failure_modes(self) -> list[str]:
+        deaths: Counter[str] = Counter()
+        ended: Counter[str] = Counter()
+        fates: Counter[str] = Counter()
+        seconds: dict[str, list[float]] = {}
+        for r in self.done:
+            deaths.update(r.deaths)
+            ended.update(r.reclaimed)
+            fates.update(r.job_fates)
+            for death, s in r.reclaim_seconds:
+                seconds.setdefault(death, []).append(s)
+        out = [
+            "| submitter died by | count | how its hold ended | seconds from death to release "
+            "(median / max) |",
+            "|---|---:|---|---:|",
+        ]
+        for death in sorted(deaths):
+            how = ", ".join(
+                f"{k.split(':', 1)[1]} {v}"
+                for k, v in sorted(ended.items())
+                if k.startswith(f"{death}:")
+            )
+            spread = sorted(seconds.get(death, []))
+            timing = f"{spread[len(spread) // 2]:.1f} / {spread[-1]:.1f}" if spread else "-"
+            out.append(f"| {death} | {deaths[death]} | {how} | {timing} |")
+        out += ["", "| Job | ended | count |", "|---|---|---:|"]
+        for key, n in sorted(fates.items()):
+            app, fate = key.split(":", 1)
+            out.append(f"| {app} | {fate} | {n} |")
+        return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if args.schedules < 1000:
+        print(f"note: {args.schedules} schedules (the soak's promise is >= 1,000)", file=sys.stderr)
+    soak = Soak(args)
+    cp = ControlPlane.for_session()
+    soak.control_plane = f"Kubernetes {cp.kubernetes_version}"
+    try:
+        soak.run_schedules(cp)
+        soak.run_faults(cp)
+    finally:
+        cp.stop()
+        soak.write(partial=len(soak.done) < args.schedules or not soak.trials)
+    print("\n" + LEDGER.table())
+    for v in soak.violations:
+        print("VIOLATION:", v)
+    if not args.no_write:
+        print(f"wrote {args.results}")
+    return 1 if soak.violations or soak.disagreements else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,541 @@
+"""The submitters that race in a schedule, one per submit path, and how each one dies.
+
+* ``client``: elb-gate's own library (``SubmitLease`` + ``run_slot``, heartbeat on);
+* ``cli``: the ``elb-gate submit`` CLI as a process, whose COMMAND creates the Jobs with
+  kubectl (as ``elastic-blast submit`` would);
+* ``dashboard``: the dashboard's raw-HTTP Lease protocol (:class:`DashboardLease`),
+  always outside the cluster (a plain user);
+* ``openapi``: the OpenAPI service's kubectl Lease protocol (:class:`OpenApiLease`),
+  in the cluster (a Pod's ServiceAccount token).
+
+Each opens exactly one search (:mod:`testbed.reliability.jobs`) and may die on the way,
+in one of the ways the holder-gone rule (docs/holder-gone.md) tells apart:
+
+* ``pod_deleted``: its Pod is deleted (Terminating for its grace, then gone);
+* ``pod_failed``: its container crashes in a ``restartPolicy: Never`` Pod (Failed);
+* ``container_restarted``: its container crashes and is restarted in place;
+* ``node_not_ready``: its Pod's Node stops reporting Ready;
+* ``thread_died``: the submit thread dies while its Pod lives (nothing in the cluster
+  changes: reclaimed only when the Lease expires);
+* ``process_died``: a submitter outside the cluster dies (no stamp: expiry).
+
+The dashboard and OpenAPI submitters may also misbehave on purpose (create a Job
+before taking the Lease, skip their own count) so that only the server stands between
+them and an over-admission.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from elbgate.client import CoordinationError, SubmitLease, run_slot
+from elbgate.client.errors import SlotUnavailable
+from elbgate.kube.api import JOBS, ApiError, ApiUnavailable, path
+from elbgate.kube.config import KubeConfig
+from elbgate.settings import Settings
+from testbed.controlplane import REPO, ControlPlane, PodIdentity, kubectl_path
+from testbed.reliability.jobs import JobPlan, job_body
+from testbed.reliability.lease_paths import (
+    DashboardLease,
+    LeasePath,
+    OpenApiLease,
+    PathError,
+)
+from testbed.reliability.nodes import HolderNodes
+from testbed.reliability.rig import CEILING, SHARED_ENV
+
+Protocol = Literal["client", "cli", "dashboard", "openapi"]
+CrashPoint = Literal["after_acquire", "mid_jobs", "after_jobs"]
+Death = Literal[
+    "pod_deleted",
+    "pod_failed",
+    "container_restarted",
+    "node_not_ready",
+    "thread_died",
+    "process_died",
+]
+POD_DEATHS: tuple[Death, ...] = (
+    "pod_deleted",
+    "pod_failed",
+    "container_restarted",
+    "node_not_ready",
+)
+"""Deaths the cluster can prove (the controller reclaims before expiry)."""
+RESTART_ANNOTATION = "localkube.elb-gate.io/restart"
+POD_TTL_SECONDS = 30
+"""Lease TTL of an in-cluster submitter: long (the OpenAPI service's kubectl steps take
+seconds each on a busy machine), and long enough that only the dead-holder path can
+free the Lease of a provably dead one before the schedule ends."""
+DEAD_THREAD_TTL_SECONDS = 8
+"""Lease TTL of an in-cluster submitter whose thread will die: only expiry frees it."""
+PLAIN_TTL_SECONDS: dict[str, int] = {"client": 3, "dashboard": 3, "openapi": 5, "cli": 5}
+"""Lease TTL of submitters without a pod stamp: 3-5 s, so a death is reclaimed by
+expiry within seconds. The library and the CLI renew (heartbeat); the dashboard's raw
+HTTP submit takes well under a second."""
+POLL_SECONDS = 0.25
+MAX_POLL_SECONDS: dict[str, float] = {"client": 0.25, "dashboard": 0.5, "openapi": 3.0, "cli": 0.25}
+"""Busy/full retry interval grows to this (with jitter). The OpenAPI service's dispatcher
+re-checks every 5 s; each of its polls is a kubectl process."""
+
+
+CLI_HOLDER = re.compile(r" as (cli-[0-9a-f]{32}) ")
+"""How ``elb-gate submit`` names its holder identity once it holds the slot."""
+
+
+class Crash(Exception):
+    """The submitter dies here (raised inside its own thread)."""
+
+
+@dataclass(frozen=True)
+class SubmitPlan:
+    """What one submitter will do, drawn from the schedule's seed."""
+
+    protocol: Protocol
+    pod_identity: bool
+    start_delay: float
+    jobs: tuple[JobPlan, ...]
+    """Jobs in creation order; the finalizer is last."""
+    crash: CrashPoint | None
+    death: Death | None
+    intrude: bool
+    """dashboard/openapi: first try to open the search without holding the Lease."""
+    skip_count: bool
+    """dashboard/openapi: do not count before creating; rely on the gate."""
+    step_delay: float
+
+    @property
+    def ttl(self) -> int:
+        if not self.pod_identity:
+            return PLAIN_TTL_SECONDS[self.protocol]
+        return DEAD_THREAD_TTL_SECONDS if self.death == "thread_died" else POD_TTL_SECONDS
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who a submitter is: a plain user, or a Pod's ServiceAccount token."""
+
+    username: str
+    kubeconfig: str
+    token: str
+    pod: PodIdentity | None = None
+
+
+class Submitter:
+    """One submitter thread (or CLI process) and what happened to it."""
+
+    def __init__(
+        self,
+        cp: ControlPlane,
+        namespace: str,
+        plan: SubmitPlan,
+        tag: str,
+        workdir: Path,
+        nodes: HolderNodes,
+    ) -> None:
+        self.cp = cp
+        self.namespace = namespace
+        self.plan = plan
+        self.tag = tag
+        self.workdir = workdir
+        self.nodes = nodes
+        self.identity = self._identity()
+        self.username = self.identity.username
+        self.ttl = plan.ttl
+        self._poll = POLL_SECONDS
+        self._jitter = random.Random(tag)
+        self.job_id = f"{tag}-{uuid.uuid4().hex[:8]}"
+        self.db = f"db-{self.job_id}"
+        self.created: set[str] = set()
+        self.crashed = False
+        self.died_at: datetime | None = None
+        self.outcome = "pending"
+        self.error = ""
+        self.denials: Counter[int] = Counter()
+        self.intrusions = 0
+        self.intrusions_refused = 0
+        self.intrusions_admitted: list[str] = []
+        """Jobs created without holding the Lease (the judge says whether Gate A allowed
+        it: the contract's holder is a user, so a sibling replica's hold admits it)."""
+        self.acquired = 0
+        self.holders: set[str] = set()
+        """The holder identities this submitter acquired the Lease as (two submitters
+        may share a user: the replicas of one Deployment share its ServiceAccount)."""
+        self._cli_dir: Path | None = None
+        self._deadline = 0.0
+        self.trace: list[tuple[float, str]] = []
+        """(monotonic time, what) of each step, for a failing schedule's report."""
+        self._before_crash: Callable[[], None] = lambda: None
+        """What dying stops first (the client's heartbeat), before the cluster sees it."""
+
+    def _identity(self) -> Identity:
+        if not self.plan.pod_identity:
+            name = self.cp.plain_user()
+            return Identity(name, self.cp.kubeconfig(name), self.cp.token(name))
+        selector = None
+        if self.plan.death == "node_not_ready":
+            selector = self.nodes.selector(self.namespace)
+        restart = "Never" if self.plan.death == "pod_failed" else "Always"
+        sa = f"{self.plan.protocol}-submit"
+        pod = self.cp.pod_identity(
+            self.namespace,
+            sa,
+            pod=f"{self.plan.protocol}-{self.tag}-{uuid.uuid4().hex[:4]}",
+            node_selector=selector,
+            restart_policy=restart,
+        )
+        return Identity(pod.username, pod.kubeconfig, pod.token, pod)
+
+    # -- running ---------------------------------------------------------------------------
+
+    def run(self, deadline: float) -> None:
+        """Thread target: submit until the search is in, the submitter died, or deadline."""
+        self._deadline = deadline
+        time.sleep(self.plan.start_delay)
+        self.note("start")
+        try:
+            {
+                "client": self._run_client,
+                "cli": self._run_cli,
+                "dashboard": self._run_path,
+                "openapi": self._run_path,
+            }[self.plan.protocol]()
+            if self.outcome == "pending":
+                done = len(self.created) == len(self.plan.jobs)
+                self.outcome = "ran" if done else "gave_up"
+        except Crash:
+            self.outcome = "crashed"
+        except Exception as exc:  # reported by the schedule, never swallowed
+            self.outcome = "error"
+            self.error = f"{exc.__class__.__name__}: {exc}"
+
+    def note(self, what: str) -> None:
+        self.trace.append((time.monotonic(), what))
+
+    def _pause(self) -> None:
+        """Wait before retrying after busy or full, backing off to the protocol's cap."""
+        time.sleep(self._poll * self._jitter.uniform(0.7, 1.3))
+        self._poll = min(self._poll * 1.5, MAX_POLL_SECONDS[self.plan.protocol])
+
+    def _time_left(self) -> bool:
+        return time.monotonic() < self._deadline
+
+    # -- dying ----------------------------------------------------------------------------
+
+    def _die(self) -> None:
+        """Die as planned: from here on this submitter neither renews nor releases."""
+        self._before_crash()
+        death = self.plan.death
+        pod = self.identity.pod
+        if death in ("pod_failed", "container_restarted"):
+            self._after_last_renewal_second()
+        self.crashed = True
+        self.died_at = datetime.now(UTC)
+        self.note(f"dies: {death}")
+        admin = self.cp.admin
+        if pod is not None and death == "pod_deleted":
+            admin.delete("pods", self.namespace, pod.pod)
+        elif pod is not None and death in ("pod_failed", "container_restarted"):
+            admin.patch(
+                "pods",
+                self.namespace,
+                pod.pod,
+                {"metadata": {"annotations": {RESTART_ANNOTATION: uuid.uuid4().hex}}},
+            )
+        elif pod is not None and death == "node_not_ready":
+            self.nodes.not_ready(pod.node)
+        raise Crash()
+
+    def _after_last_renewal_second(self) -> None:
+        """Wait until the clock's second is past the Lease's last renewal: a container
+        start within the second of the renewal proves nothing (docs/holder-gone.md,
+        "Clocks and whole seconds"), and this death is meant to be provable."""
+        lease = self.cp.admin.find("leases", self.namespace, f"elb-blast-submit-{self.namespace}")
+        renewed = ((lease or {}).get("spec") or {}).get("renewTime") or ""
+        try:
+            at = datetime.fromisoformat(str(renewed).replace("Z", "+00:00"))
+        except ValueError:
+            return
+        boundary = at.replace(microsecond=0).timestamp() + 1.05
+        time.sleep(max(0.0, boundary - time.time()))
+
+    # -- creating the search ----------------------------------------------------------------
+
+    def _bodies(self) -> list[dict[str, Any]]:
+        return [job_body(self.namespace, plan, self.job_id, self.db) for plan in self.plan.jobs]
+
+    def _create_jobs(self, create: Callable[[Mapping[str, Any]], int]) -> str:
+        """Create the search's missing Jobs in order: ``done``, ``full`` (Gate B or the
+        database rule refused), ``lost`` (Gate A refused: the hold is gone) or ``retry``."""
+        for body in self._bodies():
+            name = body["metadata"]["name"]
+            if name in self.created:
+                continue
+            if self.created and self.plan.crash == "mid_jobs":
+                self._die()
+            time.sleep(self.plan.step_delay)
+            code = create(body)
+            self.note(f"create {name}: {code}")
+            if code in (200, 201, 409):  # 409: AlreadyExists, ours from an earlier try
+                self.created.add(name)
+                continue
+            self.denials[code] += 1
+            if code == 429:
+                return "full"
+            if code == 403:
+                return "lost"
+            return "retry"
+        if self.plan.crash == "after_jobs":
+            self._die()
+        return "done"
+
+    # -- elb-gate's library ------------------------------------------------------------------
+
+    def _settings(self) -> Settings:
+        env = {
+            **SHARED_ENV,
+            "BLAST_SUBMIT_LEASE_TTL_SECONDS": str(self.ttl),
+            "BLAST_SUBMIT_SLOT_WAIT_MAX_SECONDS": "300",
+            "BLAST_CAPACITY_WAIT_MAX_SECONDS": "300",
+        }
+        return Settings.from_env(env)
+
+    def _run_client(self) -> None:
+        settings = self._settings()
+        config = KubeConfig.load(self.identity.kubeconfig)
+        lease = SubmitLease(self.namespace, settings=settings, config=config, source="client")
+        self.holders.add(lease.holder)
+
+        def die() -> None:
+            # No more renewals, and run_slot's release on the way out dies with us.
+            lease.stop_heartbeat()
+            lease.release = lambda: False  # type: ignore[method-assign]
+
+        self._before_crash = die
+        try:
+            while self._time_left():
+                result = "retry"
+                cancel = threading.Event()
+                stopper = threading.Timer(max(0.0, self._deadline - time.monotonic()), cancel.set)
+                stopper.start()
+                try:
+                    with run_slot(lease, settings, poll_seconds=POLL_SECONDS, cancel=cancel):
+                        self.note("slot")
+                        self.acquired += 1
+                        if self.plan.crash == "after_acquire":
+                            self._die()
+                        result = self._create_jobs(lambda body: self._client_create(lease, body))
+                except SlotUnavailable:
+                    return
+                except CoordinationError:
+                    time.sleep(POLL_SECONDS)
+                    continue
+                finally:
+                    stopper.cancel()
+                if result == "done":
+                    return
+                time.sleep(POLL_SECONDS)
+        finally:
+            lease.close()
+
+    def _client_create(self, lease: SubmitLease, body: Mapping[str, Any]) -> int:
+        async def create(api: Any) -> Any:
+            return await api.create(path(JOBS, self.namespace), dict(body))
+
+        try:
+            lease.kube.run(create)
+        except ApiError as exc:
+            return exc.code
+        except ApiUnavailable:
+            return 0
+        return 201
+
+    # -- the elb-gate CLI --------------------------------------------------------------------
+
+    def _cli_script(self, directory: Path) -> Path:
+        kubectl = f"{kubectl_path()} --kubeconfig {self.identity.kubeconfig} -n {self.namespace}"
+        lines = ["trap ': > \"$D/end\"' EXIT", 'echo $$ > "$D/pid"', ': > "$D/start"']
+        wait = (
+            'i=0; while [ ! -e "$D/go" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done;'
+            ' : > "$D/waited"; exit 9'
+        )
+        if self.plan.crash == "after_acquire":
+            lines.append(': > "$D/crash_point"; ' + wait)
+        for i, body in enumerate(self._bodies()):
+            if body["metadata"]["name"] in self.created:
+                continue
+            job_file = directory / f"job{i}.json"
+            job_file.write_text(json.dumps(body))
+            lines.append(
+                f'{kubectl} create -f {job_file} >/dev/null 2>>"$D/kubectl.err" || '
+                f"{kubectl} get -f {job_file} >/dev/null 2>&1 || exit 3"
+            )
+            lines.append(f': > "$D/created{i}"')
+            if i == 0 and self.plan.crash == "mid_jobs" and len(self.plan.jobs) > 1:
+                lines.append(': > "$D/crash_point"; ' + wait)
+        if self.plan.crash == "after_jobs":
+            lines.append(': > "$D/crash_point"; ' + wait)
+        script = directory / "submit.sh"
+        script.write_text("set -u\n" + "\n".join(lines) + "\n")
+        return script
+
+    def _run_cli(self) -> None:
+        attempt = 0
+        while self._time_left():
+            attempt += 1
+            directory = self.workdir / f"{self.tag}-cli-{attempt}"
+            directory.mkdir(parents=True)
+            script = self._cli_script(directory)
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("BLAST_", "ELB_GATE_"))}
+            env.pop("KUBERNETES_SERVICE_HOST", None)
+            env.update(SHARED_ENV)
+            left = max(1, int(self._deadline - time.monotonic()))
+            env.update(
+                {
+                    "BLAST_SUBMIT_LEASE_TTL_SECONDS": str(self.ttl),
+                    # give up (exit code, not a hang) when the schedule's time is up
+                    "BLAST_SUBMIT_SLOT_WAIT_MAX_SECONDS": str(left),
+                    "BLAST_CAPACITY_WAIT_MAX_SECONDS": str(left),
+                    "KUBECONFIG": self.identity.kubeconfig,
+                    "KUBECACHEDIR": str(self.cp.state_dir / "kubectl-cache"),
+                    "D": str(directory),
+                }
+            )
+            command = [
+                sys.executable, "-m", "elbgate.cli", "submit", "-n", self.namespace,
+                "--source", "cli", "--poll-interval", str(POLL_SECONDS),
+                "--exec-timeout", str(self.ttl - 1), "--", "sh", str(script),
+            ]  # fmt: skip
+            self._cli_dir = directory
+            with open(directory / "cli.err", "wb") as err:
+                proc = subprocess.Popen(
+                    command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err
+                )
+            try:
+                code = self._watch_cli(proc, directory)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(10)
+            self._collect_cli(directory)
+            if (directory / "start").exists():
+                self.acquired += 1
+            if code == 0 and len(self.created) == len(self.plan.jobs):
+                return
+            self._cli_dir = None
+            time.sleep(POLL_SECONDS)
+
+    def _collect_cli(self, directory: Path) -> None:
+        try:
+            self.holders.update(CLI_HOLDER.findall((directory / "cli.err").read_text()))
+        except OSError:
+            pass
+        for i, plan in enumerate(self.plan.jobs):
+            if (directory / f"created{i}").exists():
+                self.created.add(plan.name)
+
+    def _watch_cli(self, proc: subprocess.Popen[bytes], directory: Path) -> int:
+        """Wait for the CLI; at the crash point, SIGKILL it (and its COMMAND) while it
+        holds the Lease, then let the cluster see the death."""
+        while True:
+            code = proc.poll()
+            if code is not None:
+                return code
+            if self.plan.crash is not None and (directory / "crash_point").exists():
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(10)
+                pid_file = directory / "pid"
+                if pid_file.exists():
+                    try:
+                        os.kill(int(pid_file.read_text().strip()), signal.SIGKILL)
+                    except (ProcessLookupError, ValueError):
+                        pass
+                self._collect_cli(directory)
+                self._die()
+            if time.monotonic() > self._deadline + 30:
+                proc.kill()
+                raise TimeoutError("elb-gate submit did not finish")
+            time.sleep(0.02)
+
+    # -- the existing submit paths (dashboard: raw HTTP, OpenAPI: kubectl) --------------------
+
+    def _lease_path(self) -> LeasePath:
+        skew = float(SHARED_ENV["BLAST_LEASE_CLOCK_SKEW_SECONDS"])
+        if self.plan.protocol == "dashboard":
+            return DashboardLease(
+                self.cp.server, self.cp.ca_file, self.identity.token, self.namespace, self.ttl, skew
+            )
+
+        def kubectl(*args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+            return self.cp.kubectl(
+                self.username, *args, input=input, kubeconfig=self.identity.kubeconfig
+            )
+
+        return OpenApiLease(kubectl, self.namespace, self.ttl, skew)
+
+    def _run_path(self) -> None:
+        lease = self._lease_path()
+        self.holders.add(lease.holder)
+        try:
+            self._submit_with(lease)
+        finally:
+            lease.close()
+
+    def _submit_with(self, lease: LeasePath) -> None:
+        if self.plan.intrude:
+            # Open the search without the Lease: Gate A must refuse (403).
+            self.intrusions += 1
+            code = lease.create_job(self._bodies()[0])
+            self.note(f"intrusion: {code}")
+            if code in (200, 201):
+                self.created.add(self.plan.jobs[0].name)
+                self.intrusions_admitted.append(self.plan.jobs[0].name)
+            elif code == 403:
+                self.intrusions_refused += 1
+        while self._time_left():
+            try:
+                outcome = lease.acquire()
+            except PathError as exc:
+                self.note(f"acquire failed: {exc}")
+                self._pause()
+                continue
+            if outcome not in ("acquired", "renewed"):
+                self.note(outcome)
+                self._pause()
+                continue
+            self.note("acquired")
+            self.acquired += 1
+            self._poll = POLL_SECONDS
+            if self.plan.crash == "after_acquire":
+                self._die()
+            if not self.created and not self.plan.skip_count and lease.count() >= CEILING:
+                self._release(lease)
+                self.note("full")
+                self._pause()
+                continue
+            result = self._create_jobs(lease.create_job)
+            self._release(lease)
+            self.note(f"released after {result}")
+            if result == "done":
+                return
+            self._pause()
+
+    def _release(self, lease: LeasePath) -> None:
+        try:
+            lease.release()
+        except PathError as exc:  # the Lease expires on its own
+            self.note(f"release failed: {exc}")

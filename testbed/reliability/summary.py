@@ -1,0 +1,72 @@
+"""Roll schedule results up into the ledger (shared by the bounded test and ``make soak``)."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+
+from testbed.reliability.ledger import Ledger
+from testbed.reliability.scheduler import ScheduleResult
+
+
+def _pairs(counter: Counter[str] | Counter[int]) -> str:
+    return " ".join(f"{k}:{v}" for k, v in sorted(counter.items(), key=lambda kv: str(kv[0])))
+
+
+def summarize(results: Iterable[ScheduleResult], ledger: Ledger) -> dict[str, int | str]:
+    """Record schedules under promise 1; return the totals (for printing)."""
+    results = list(results)
+    protocols: Counter[str] = Counter()
+    reclaimed: Counter[str] = Counter()
+    deaths: Counter[str] = Counter()
+    denials: Counter[int] = Counter()
+    fates: Counter[str] = Counter()
+    latency: dict[str, list[float]] = defaultdict(list)
+    for r in results:
+        protocols.update(r.protocols)
+        reclaimed.update(r.reclaimed)
+        deaths.update(r.deaths)
+        denials.update(r.denials)
+        fates.update(r.job_fates)
+        for death, seconds in r.reclaim_seconds:
+            latency[death].append(seconds)
+    totals: dict[str, int | str] = {
+        "schedules": len(results),
+        "submitters": sum(r.submitters for r in results),
+        "job_events_checked": sum(r.job_events for r in results),
+        "lease_writes_checked": sum(r.lease_writes for r in results),
+        "gate_a_creates_checked": sum(r.gate_a_checked for r in results),
+        "census_disagreements": sum(r.disagreements for r in results),
+        "searches_ran": sum(r.searches_ran for r in results),
+        "deaths": sum(r.crashes for r in results),
+        "takeovers": sum(r.takeovers for r in results),
+        "intrusions": sum(r.intrusions for r in results),
+        "intrusions_refused": sum(r.intrusions_refused for r in results),
+        "intrusions_admitted_by_a_siblings_hold": sum(r.intrusions_by_sibling for r in results),
+        "max_active_oracle": max((r.max_active for r in results), default=0),
+        "max_active_crude": max((r.max_crude for r in results), default=0),
+        "max_live_holders": max((r.max_live_holders for r in results), default=0),
+        "protocols": _pairs(protocols),
+        "deaths_by_mode": _pairs(deaths),
+        "hold_ended": _pairs(reclaimed),
+        "reclaim_seconds_median_max": " ".join(
+            f"{d}:{statistics.median(v):.1f}/{max(v):.1f}" for d, v in sorted(latency.items())
+        ),
+        "job_fates": _pairs(fates),
+        "denials": _pairs(denials),
+    }
+    ledger.record(
+        "1",
+        runs=len(results),
+        faults=int(totals["deaths"]) + sum(v for k, v in fates.items() if not k.endswith(":ok")),
+        violations=sum(len(r.violations) for r in results),
+        **{k: v for k, v in totals.items() if k != "schedules" and not k.startswith("max_")},
+    )
+    ledger.maximum(
+        "1",
+        max_active_oracle=int(totals["max_active_oracle"]),
+        max_active_crude=int(totals["max_active_crude"]),
+        max_live_holders=int(totals["max_live_holders"]),
+    )
+    return totals
