@@ -11,7 +11,7 @@ from typing import Any
 
 from testbed.api import ApiError
 from testbed.controlplane import ControlPlane
-from testbed.reliability.lease_paths import kubectl_code
+from testbed.reliability.paths import kubectl_code
 
 
 def lease_path(namespace: str, name: str = "") -> str:

@@ -32,7 +32,7 @@ from typing import Any
 from testbed.api import JsonObj, wait_until
 from testbed.controlplane import ControlPlane, PodIdentity
 from testbed.faultproxy import Fault, FaultProxy
-from testbed.reliability.lease_paths import DashboardLease, lease_name
+from testbed.reliability.paths import DashboardPath, lease_name
 from testbed.reliability.rig import SHARED_ENV, SKEW_SECONDS, Rig
 from testbed.reliability.watch import Watch
 
@@ -102,7 +102,7 @@ class Holder:
     """A submitter that takes the Lease and keeps renewing it (the dashboard's protocol)."""
 
     def __init__(self, cp: ControlPlane, namespace: str, token: str, ttl: int = 600) -> None:
-        self.lease = DashboardLease(cp.server, cp.ca_file, token, namespace, ttl, SKEW_SECONDS)
+        self.lease = DashboardPath(cp, token, namespace, ttl=ttl, skew=SKEW_SECONDS)
         self.api = cp.api_for_token(token)
         self.namespace = namespace
         self._stop = threading.Event()

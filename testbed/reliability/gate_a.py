@@ -212,8 +212,8 @@ class LeaseFindings:
     """Holder changes A → B (both non-empty)."""
     live_takeovers: int = 0
     cleared_live_by_controller: list[LeaseState] = field(default_factory=list)
-    """Holders cleared by the controller before they expired (dead-holder reclaims):
-    the state that was cleared."""
+    """Holders the controller cleared with a request that reached the API server before
+    they expired (so decided on holder-gone evidence): the state that was cleared."""
 
 
 def judge_lease(timeline: Sequence[LeaseState], terms: Terms) -> LeaseFindings:
@@ -250,10 +250,13 @@ def judge_lease(timeline: Sequence[LeaseState], terms: Terms) -> LeaseFindings:
                 )
             continue
         # cleared (released or deleted)
-        if w.user == before.holder_user or not live:
-            continue
         if w.user == terms.controller_user and not after.deleted:
-            found.cleared_live_by_controller.append(before)
+            # Its request reached the API server before the expiry: the controller decided
+            # before it, so on the holder-gone evidence, not on expiry.
+            if expiry is not None and expiry > w.received:
+                found.cleared_live_by_controller.append(before)
+            continue
+        if w.user == before.holder_user or not live:
             continue
         found.violations.append(
             f"Lease rv {w.rv}: {w.user} {'deleted' if after.deleted else 'released'} "

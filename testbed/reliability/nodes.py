@@ -75,10 +75,15 @@ class HolderNodes:
             except ApiError as exc:
                 if exc.status != 409:
                     raise
-        node = admin.get("nodes", None, name)
         capacity = {"cpu": "2", "memory": "8Gi", "pods": "20"}
-        node.setdefault("status", {}).update({"capacity": capacity, "allocatable": capacity})
-        admin.update_status(node)
+        # a merge patch: the kubelet stand-in writes the same status at the same time
+        admin.patch(
+            "nodes",
+            None,
+            name,
+            {"status": {"capacity": capacity, "allocatable": capacity}},
+            sub="status",
+        )
         self.restore(name)
 
     def not_ready(self, name: str) -> None:

@@ -345,11 +345,13 @@ class Runner:
             w = state.write
             seconds = (w.answered - died).total_seconds() if died else None
             expiry = held.expiry(TERMS)
-            live = expiry is not None and expiry > w.answered
             if state.holder:
+                live = expiry is not None and expiry > w.answered
                 return ("taken_over_live" if live else "expired_takeover"), seconds
             if w.user == CONTROLLER_USER:
-                return ("dead_holder" if live else "expired"), seconds
+                # decided before its request arrived: before the expiry, on evidence
+                early = expiry is not None and expiry > w.received
+                return ("dead_holder" if early else "expired"), seconds
             return ("released" if w.user == s.username else "cleared_by_another"), seconds
         return "not_reclaimed", None
 

@@ -3,10 +3,11 @@
 * ``client``: elb-gate's own library (``SubmitLease`` + ``run_slot``, heartbeat on);
 * ``cli``: the ``elb-gate submit`` CLI as a process, whose COMMAND creates the Jobs with
   kubectl (as ``elastic-blast submit`` would);
-* ``dashboard``: the dashboard's raw-HTTP Lease protocol (:class:`DashboardLease`),
-  always outside the cluster (a plain user);
-* ``openapi``: the OpenAPI service's kubectl Lease protocol (:class:`OpenApiLease`),
-  in the cluster (a Pod's ServiceAccount token).
+* ``dashboard``: the dashboard's path (:class:`~testbed.reliability.paths.DashboardPath`:
+  its raw-HTTP Lease client from :mod:`testbed.clients`), always outside the cluster
+  (a plain user);
+* ``openapi``: the OpenAPI service's path (:class:`~testbed.reliability.paths.OpenApiPath`:
+  its kubectl Lease client), in the cluster (a Pod's ServiceAccount token).
 
 Each opens exactly one search (:mod:`testbed.reliability.jobs`) and may die on the way,
 in one of the ways the holder-gone rule (docs/holder-gone.md) tells apart:
@@ -50,13 +51,8 @@ from elbgate.kube.config import KubeConfig
 from elbgate.settings import Settings
 from testbed.controlplane import REPO, ControlPlane, PodIdentity, kubectl_path
 from testbed.reliability.jobs import JobPlan, job_body
-from testbed.reliability.lease_paths import (
-    DashboardLease,
-    LeasePath,
-    OpenApiLease,
-    PathError,
-)
 from testbed.reliability.nodes import HolderNodes
+from testbed.reliability.paths import DashboardPath, OpenApiPath, PathError, SubmitPath
 from testbed.reliability.rig import CEILING, SHARED_ENV
 
 Protocol = Literal["client", "cli", "dashboard", "openapi"]
@@ -77,10 +73,10 @@ POD_DEATHS: tuple[Death, ...] = (
 )
 """Deaths the cluster can prove (the controller reclaims before expiry)."""
 RESTART_ANNOTATION = "localkube.elb-gate.io/restart"
-POD_TTL_SECONDS = 30
+POD_TTL_SECONDS = 120
 """Lease TTL of an in-cluster submitter: long (the OpenAPI service's kubectl steps take
-seconds each on a busy machine), and long enough that only the dead-holder path can
-free the Lease of a provably dead one before the schedule ends."""
+seconds each on a busy machine), so that a provably dead one is freed by the dead-holder
+path and never by expiry, however late in its submit it dies."""
 DEAD_THREAD_TTL_SECONDS = 8
 """Lease TTL of an in-cluster submitter whose thread will die: only expiry frees it."""
 PLAIN_TTL_SECONDS: dict[str, int] = {"client": 3, "dashboard": 3, "openapi": 5, "cli": 5}
@@ -473,29 +469,25 @@ class Submitter:
 
     # -- the existing submit paths (dashboard: raw HTTP, OpenAPI: kubectl) --------------------
 
-    def _lease_path(self) -> LeasePath:
+    def _path(self) -> SubmitPath:
         skew = float(SHARED_ENV["BLAST_LEASE_CLOCK_SKEW_SECONDS"])
         if self.plan.protocol == "dashboard":
-            return DashboardLease(
-                self.cp.server, self.cp.ca_file, self.identity.token, self.namespace, self.ttl, skew
+            return DashboardPath(
+                self.cp, self.identity.token, self.namespace, ttl=self.ttl, skew=skew
             )
-
-        def kubectl(*args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
-            return self.cp.kubectl(
-                self.username, *args, input=input, kubeconfig=self.identity.kubeconfig
-            )
-
-        return OpenApiLease(kubectl, self.namespace, self.ttl, skew)
+        return OpenApiPath(
+            self.cp, self.identity.kubeconfig, self.namespace, ttl=self.ttl, skew=skew
+        )
 
     def _run_path(self) -> None:
-        lease = self._lease_path()
+        lease = self._path()
         self.holders.add(lease.holder)
         try:
             self._submit_with(lease)
         finally:
             lease.close()
 
-    def _submit_with(self, lease: LeasePath) -> None:
+    def _submit_with(self, lease: SubmitPath) -> None:
         if self.plan.intrude:
             # Open the search without the Lease: Gate A must refuse (403).
             self.intrusions += 1
@@ -534,7 +526,7 @@ class Submitter:
                 return
             self._pause()
 
-    def _release(self, lease: LeasePath) -> None:
+    def _release(self, lease: SubmitPath) -> None:
         try:
             lease.release()
         except PathError as exc:  # the Lease expires on its own

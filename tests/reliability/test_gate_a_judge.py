@@ -154,15 +154,17 @@ def test_lease_writes_follow_the_guards_rules() -> None:
                 lease(5, "update", "dave", "", 22),  # releases carol's live hold
                 lease(6, "update", "erin", "e-1", 30),
                 lease(7, "update", CONTROLLER, "", 31),  # controller clears a live hold
+                lease(9, "update", "gina", "g-1", 50),
+                lease(10, "update", CONTROLLER, "", 55.99),  # reached the API before expiry
                 lease(8, "update", "frank", "f-1", 40, stamped="someone"),  # wrong stamp
             ]
         ),
         NS,
     )
     found = judge_lease(timeline, TERMS)
-    assert found.takeovers == 2 and found.live_takeovers == 1
+    assert found.takeovers == 3 and found.live_takeovers == 1
     assert [v.split(":")[0] for v in found.violations] == ["Lease rv 2", "Lease rv 4", "Lease rv 5", "Lease rv 8"]
-    assert [s.holder for s in found.cleared_live_by_controller] == ["e-1"]
+    assert [s.holder for s in found.cleared_live_by_controller] == ["e-1", "g-1"]
 
 
 def test_a_release_by_its_own_user_or_after_expiry_is_fine() -> None:

@@ -1,0 +1,196 @@
+"""The two existing submit paths as the reliability submitters drive them.
+
+Each path is its Lease client, reproduced faithfully in :mod:`testbed.clients` (bodies
+built the way each path builds them, expiry judged on its own clock with its skew
+margin, never elb-gate's builders), plus what the path does around it while it holds
+the Lease:
+
+* :class:`DashboardPath`, the dashboard's Celery task: the raw-HTTP Lease client, a
+  count of the active searches over raw HTTP, and the search's Jobs POSTed with the
+  same bearer token;
+* :class:`OpenApiPath`, the in-cluster OpenAPI service: the kubectl Lease client, a
+  count through ``kubectl get jobs``, and the Jobs applied with ``kubectl apply`` (as
+  ``elastic-blast submit`` applies its manifests).
+
+Both count the way the paths count (the coordination note, §5.1), not with elb-gate's
+census: the distinct ``elb-job-id`` of unfinished ``app=finalizer`` Jobs, unfinished
+meaning no ``succeeded``, no ``completionTime`` and no ``True`` ``Complete``/``Failed``
+condition.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import subprocess
+from collections.abc import Mapping
+from typing import Any
+
+import urllib3
+
+from testbed.clients import (
+    ClientError,
+    DashboardLeaseClient,
+    OpenApiLeaseClient,
+    Outcome,
+    lease_name,
+)
+from testbed.controlplane import ControlPlane
+
+__all__ = ["ClientError", "DashboardPath", "OpenApiPath", "PathError", "SubmitPath", "lease_name"]
+
+
+class PathError(RuntimeError):
+    """An answer the path treats as an outage, not as busy."""
+
+
+def unfinished(job: Mapping[str, Any]) -> bool:
+    status = job.get("status") or {}
+    if status.get("succeeded") or status.get("completionTime"):
+        return False
+    return not any(
+        c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+
+
+def client_count(finalizers: list[Mapping[str, Any]]) -> int:
+    """Active searches as both paths count them (from a LIST of ``app=finalizer`` Jobs)."""
+    ids = {
+        ((j.get("metadata") or {}).get("labels") or {}).get("elb-job-id")
+        for j in finalizers
+        if unfinished(j)
+    }
+    return len(ids - {None, ""})
+
+
+KUBECTL_CODES: tuple[tuple[str, int], ...] = (
+    ("(AlreadyExists)", 409), ("(Conflict)", 409), ("Operation cannot be fulfilled", 409),
+    ("(Forbidden)", 403), ("(TooManyRequests)", 429), ("(ServiceUnavailable)", 503),
+    ("(Invalid)", 422), ("(InternalError)", 500), ("(NotFound)", 404), ("(BadRequest)", 400),
+)  # fmt: skip
+
+
+def kubectl_code(result: subprocess.CompletedProcess[str]) -> int:
+    """The HTTP status a kubectl run stands for: 200, or the one its error line names."""
+    if result.returncode == 0:
+        return 200
+    for marker, code in KUBECTL_CODES:
+        if marker in result.stderr:
+            return code
+    return 0
+
+
+class SubmitPath:
+    """A Lease client and what its path does while holding the Lease."""
+
+    lease: DashboardLeaseClient | OpenApiLeaseClient
+
+    @property
+    def holder(self) -> str:
+        return self.lease.holder
+
+    def acquire(self) -> Outcome:
+        try:
+            return self.lease.acquire()
+        except ClientError as exc:
+            raise PathError(str(exc)) from exc
+
+    def release(self) -> Outcome:
+        try:
+            return self.lease.release()
+        except ClientError as exc:
+            raise PathError(str(exc)) from exc
+
+    def count(self) -> int:
+        raise NotImplementedError
+
+    def create_job(self, body: Mapping[str, Any]) -> int:
+        """Create one Job: the HTTP status (200/201 created, 0 when nothing answered)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Drop the transport."""
+
+
+class DashboardPath(SubmitPath):
+    """The dashboard: raw HTTPS with one bearer token for the Lease and the Jobs."""
+
+    def __init__(
+        self, cp: ControlPlane, token: str, namespace: str, *, ttl: int, skew: float
+    ) -> None:
+        self.namespace = namespace
+        self.lease = DashboardLeaseClient(
+            cp.server, cp.ca_file, token, namespace, ttl=ttl, skew=skew
+        )
+        self.server = cp.server.rstrip("/")
+        self.token = token
+        self.http = urllib3.PoolManager(
+            maxsize=2,
+            ssl_context=ssl.create_default_context(cafile=cp.ca_file),
+            timeout=urllib3.Timeout(connect=10, read=30),
+            retries=False,
+        )
+
+    def call(self, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
+        headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        try:
+            resp = self.http.request(method, self.server + path, body=data, headers=headers)
+        except urllib3.exceptions.HTTPError:
+            return 0, {}
+        try:
+            decoded = json.loads(resp.data or b"{}")
+        except ValueError:
+            decoded = {"message": resp.data.decode(errors="replace")}
+        return resp.status, decoded if isinstance(decoded, dict) else {}
+
+    def count(self) -> int:
+        status, body = self.call(
+            "GET", f"/apis/batch/v1/namespaces/{self.namespace}/jobs?labelSelector=app%3Dfinalizer"
+        )
+        if status != 200:
+            raise PathError(f"LIST jobs: {status} {body.get('message')}")
+        return client_count(list(body.get("items") or []))
+
+    def create_job(self, body: Mapping[str, Any]) -> int:
+        return self.call("POST", f"/apis/batch/v1/namespaces/{self.namespace}/jobs", body)[0]
+
+    def close(self) -> None:
+        self.http.clear()
+
+
+class OpenApiPath(SubmitPath):
+    """The OpenAPI service: kubectl with its Pod's ServiceAccount kubeconfig."""
+
+    def __init__(
+        self, cp: ControlPlane, kubeconfig: str, namespace: str, *, ttl: int, skew: float
+    ) -> None:
+        self.cp = cp
+        self.namespace = namespace
+        self.kubeconfig = kubeconfig
+        self.lease = OpenApiLeaseClient(
+            kubeconfig,
+            namespace,
+            ttl=ttl,
+            skew=skew,
+            cache_dir=str(cp.state_dir / "kubectl-cache"),
+        )
+
+    def _kubectl(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+        return self.cp.kubectl(
+            "", "-n", self.namespace, *args, input=input, kubeconfig=self.kubeconfig
+        )
+
+    def count(self) -> int:
+        result = self._kubectl("get", "jobs", "-l", "app=finalizer", "-o", "json")
+        if result.returncode != 0:
+            raise PathError(f"kubectl get jobs: {result.stderr.strip()}")
+        return client_count(list(json.loads(result.stdout).get("items") or []))
+
+    def create_job(self, body: Mapping[str, Any]) -> int:
+        # elastic-blast applies its Job manifests with kubectl.
+        return kubectl_code(self._kubectl("apply", "-f", "-", input=json.dumps(body)))
