@@ -10,8 +10,10 @@ exact expected value.
 Folding, in order: Unicode compatibility normalisation (NFKC: fullwidth and
 mathematical letters become ASCII), canonical decomposition with combining
 marks dropped (``é`` → ``e``), invisible characters dropped (controls, format
-characters such as the zero-width space and joiner, whitespace), then the
-confusables below, compared case-insensitively.
+characters such as the zero-width space and joiner, whitespace, the blank
+Hangul fillers), then the confusables below, compared case-insensitively. A
+value also matches when the confusables are applied first, as TR39 orders it:
+NFKC reads U+017F (long s) as ``s``, yet it looks like ``f``.
 
 The confusables are the subset of Unicode TR39 (``confusables.txt``) that maps
 onto the letters of the gated values and of ElasticBLAST's ids (``job-`` and
@@ -34,7 +36,7 @@ CONFUSABLES: dict[str, str] = {
     # a
     "\u0430": "a", "\u0251": "a", "\u03b1": "a", "\u237a": "a",
     # b
-    "\u044c": "b", "\u0185": "b", "\u13cf": "b", "\u15af": "b",
+    "\u044c": "b", "\u0185": "b", "\u0184": "b", "\u13cf": "b", "\u15af": "b",
     # c
     "\u0441": "c", "\u03f2": "c", "\u1d04": "c", "\u217d": "c",
     # d
@@ -42,20 +44,21 @@ CONFUSABLES: dict[str, str] = {
     # e
     "\u0435": "e", "\u04bd": "e", "\u212e": "e", "\u212f": "e", "\u22ff": "e",
     # f
-    "\u0192": "f", "\u1e9d": "f", "\u017f": "f",
+    "\u0192": "f", "\u1e9d": "f", "\u017f": "f", "\u03dc": "f",
     # i
-    "\u0456": "i", "\u03b9": "i", "\u0131": "i", "\u0269": "i", "\u2170": "i", "\u1fbe": "i",
+    "\u0456": "i", "\u03b9": "i", "\u0131": "i", "\u0269": "i", "\u026a": "i", "\u2170": "i",
+    "\u1fbe": "i",
     # j
     "\u0458": "j", "\u03f3": "j",
     # l
-    "\u04cf": "l", "\u01c0": "l", "\u0399": "l", "\u2113": "l",
+    "\u04cf": "l", "\u01c0": "l", "\u0399": "l", "\u2113": "l", "\u0196": "l",
     "\u05c0": "l", "\u2160": "l", "\u217c": "l",
     # m
     "\u217f": "m",
     # n
     "\u0578": "n", "\u057c": "n",
     # o
-    "\u043e": "o", "\u03bf": "o", "\u0585": "o", "\u05e1": "o", "\u0ce6": "o",
+    "\u043e": "o", "\u03bf": "o", "\u0585": "o", "\u05e1": "o", "\u0ce6": "o", "\u1d0f": "o",
     # p
     "\u0440": "p", "\u03c1": "p", "\u2374": "p",
     # r
@@ -65,7 +68,7 @@ CONFUSABLES: dict[str, str] = {
     # t
     "\u03c4": "t", "\u0442": "t",
     # u
-    "\u03c5": "u", "\u057d": "u", "\u028b": "u", "\ua79f": "u",
+    "\u03c5": "u", "\u057d": "u", "\u028b": "u", "\ua79f": "u", "\u1d1c": "u",
     # x
     "\u0445": "x", "\u03c7": "x", "\u2179": "x",
     # y
@@ -84,10 +87,17 @@ CLASSES = str.maketrans({"i": "l", "1": "l", "|": "l", "0": "o"})
 (``i`` once lowercased), ``1`` and ``|``; ``0`` and ``o``."""
 
 _INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp", "Mn", "Me"})
+_BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+"""Letters and symbols that render as nothing: the Hangul fillers (default-ignorable
+code points of category Lo) and the blank Braille pattern."""
 
 
 def _invisible(char: str) -> bool:
-    return unicodedata.category(char) in _INVISIBLE_CATEGORIES or char.isspace()
+    return (
+        unicodedata.category(char) in _INVISIBLE_CATEGORIES
+        or char.isspace()
+        or char in _BLANK_LETTERS
+    )
 
 
 def _visible(value: str) -> str:
@@ -111,14 +121,21 @@ def skeleton(value: str) -> str:
     return folded.translate(CLASSES)
 
 
+def _shapes(value: str) -> set[str]:
+    """``value``'s skeleton, and its skeleton with the look-alikes mapped before
+    NFKC (TR39's order), which NFKC would otherwise read differently (U+017F, long s)."""
+    early = "".join(CONFUSABLES.get(c, c) for c in value)
+    return {skeleton(value), skeleton(early)}
+
+
 def near_miss(value: str, expected: Iterable[str]) -> str | None:
     """The expected value that ``value`` imitates without being it, else ``None``."""
     candidates = tuple(expected)
     if value in candidates:
         return None
-    shape = skeleton(value)
+    shapes = _shapes(value)
     for candidate in candidates:
-        if skeleton(candidate) == shape:
+        if skeleton(candidate) in shapes:
             return candidate
     return None
 
