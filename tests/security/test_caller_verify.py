@@ -139,3 +139,13 @@ def test_a_pod_like_caller_gets_two_requests_in_flight_while_the_api_server_goes
     assert all(a.startswith("HTTP/1.1 200 OK") and "refused (403 Forbidden)" in a for a in answers)
     wait_until(lambda: sample(scene.hook, "elb_gate_unverified_in_flight") == 0, 60, "nothing in flight")
     assert sample(scene.hook, "elb_gate_admission_callers_total", caller="unverified", outcome="limited") == 1
+
+
+def test_a_forged_review_changes_nothing_in_the_cluster(scene: Scene) -> None:
+    """Anyone can claim to be anyone in a hand-made AdmissionReview; only the API
+    server's own calls decide real writes, so the answer is all a forger gets."""
+    body = finalizer(scene.namespace, elb.search_id(9), "forged")
+    review = admission_review(scene.namespace, scene.holder.username, body)  # claims to be the holder
+    status, answer = post_directly(scene.hook, "/validate/jobs", review)
+    assert (status, answer["response"]) == (200, {"uid": answer["response"]["uid"], "allowed": True})
+    assert scene.cp.admin.find("jobs", scene.namespace, "forged") is None
