@@ -190,6 +190,21 @@ def test_not_guaranteed_anyone_with_lease_rights_may_hold_a_free_lease_until_it_
         mallory.close()
 
 
+def test_an_operator_clears_a_live_lease_by_acting_as_the_controller(scene: Scene) -> None:
+    mallory = scene.submitter("mallory", "mallory")
+    assert mallory.try_acquire()
+    mallory.close()  # and gone: only its TTL would free the Lease
+    patch = json.dumps({"spec": {"holderIdentity": None}})
+    done = scene.cp.kubectl(
+        "admin", "-n", scene.namespace, "patch", "lease", scene.lease_name, "--type=merge", "-p", patch,
+        "--as", "system:serviceaccount:elb-system:elb-gate-controller",
+    )
+    assert (done.returncode, done.stdout) == (0, f"lease.coordination.k8s.io/{scene.lease_name} patched\n"), done.stderr
+    alice = scene.submitter()
+    assert alice.try_acquire()
+    alice.close()
+
+
 # -- a hostile user with Job rights: what only the Lease stops, and what nothing here stops ------
 
 
