@@ -14,6 +14,8 @@ package main
 //	localkube.elb-gate.io/exit-codes    per attempt, for a Job's successive pods: "1,1,0"
 //	localkube.elb-gate.io/stop-seconds  seconds it takes to exit after SIGTERM (default 1)
 //	localkube.elb-gate.io/restart       change the value to crash the container once now
+//	localkube.elb-gate.io/restart-containers  with restart: crash only these containers
+//	                                    (comma-separated names; absent: every container)
 //
 // and a Node's kubelet is steered by the Node annotation
 //
@@ -54,6 +56,7 @@ const (
 	exitCodesKey       = annotationPrefix + "exit-codes"
 	stopSecondsKey     = annotationPrefix + "stop-seconds"
 	restartKey         = annotationPrefix + "restart"
+	restartOnlyKey     = annotationPrefix + "restart-containers"
 	jobUIDLabel        = "batch.kubernetes.io/controller-uid"
 	heartbeatPeriod    = 10 * time.Second
 	nodeStatusPeriod   = 60 * time.Second
@@ -384,7 +387,7 @@ func (k *kubelet) syncPod(ctx context.Context, key string) (time.Duration, error
 	}
 	if token := pod.Annotations[restartKey]; token != st.restartToken {
 		st.restartToken = token
-		return k.exit(ctx, pod, st, now, 137, "Error")
+		return k.exit(ctx, pod, st, now, 137, "Error", restartOnly(pod))
 	}
 	run, ok := floatAnnotation(pod, runSecondsKey)
 	if !ok {
@@ -399,7 +402,22 @@ func (k *kubelet) syncPod(ctx context.Context, key string) (time.Duration, error
 	if code != 0 {
 		reason = "Error"
 	}
-	return k.exit(ctx, pod, st, now, code, reason)
+	return k.exit(ctx, pod, st, now, code, reason, nil)
+}
+
+// restartOnly is the set of containers a restart crashes (nil: every container).
+func restartOnly(pod *corev1.Pod) map[string]bool {
+	raw, ok := pod.Annotations[restartOnlyKey]
+	if !ok {
+		return nil
+	}
+	only := map[string]bool{}
+	for _, name := range strings.Split(raw, ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			only[name] = true
+		}
+	}
+	return only
 }
 
 func (k *kubelet) podState(pod *corev1.Pod, now time.Time) *podState {
@@ -463,15 +481,19 @@ func (k *kubelet) start(ctx context.Context, pod *corev1.Pod, node *corev1.Node,
 	return 0, nil
 }
 
-// exit: the container ended with code. restartPolicy decides between a
-// restart (restartCount+1, lastState) and a terminal phase.
+// exit: the containers (those in only, when not nil) ended with code. restartPolicy
+// decides between a restart (restartCount+1, lastState) and a terminated state; the
+// Pod reaches a terminal phase once none of its containers runs.
 func (k *kubelet) exit(ctx context.Context, pod *corev1.Pod, st *podState, now time.Time, code int32,
-	reason string) (time.Duration, error) {
+	reason string, only map[string]bool) (time.Duration, error) {
 	updated := pod.DeepCopy()
 	t := metav1.NewTime(now)
 	restart := pod.Spec.RestartPolicy == corev1.RestartPolicyAlways ||
 		(pod.Spec.RestartPolicy == corev1.RestartPolicyOnFailure && code != 0)
 	for i, c := range updated.Status.ContainerStatuses {
+		if only != nil && !only[c.Name] {
+			continue
+		}
 		started := metav1.NewTime(st.started)
 		if c.State.Running != nil {
 			started = c.State.Running.StartedAt
@@ -492,7 +514,11 @@ func (k *kubelet) exit(ctx context.Context, pod *corev1.Pod, st *podState, now t
 		}
 		updated.Status.ContainerStatuses[i] = c
 	}
-	if !restart {
+	running := false
+	for _, c := range updated.Status.ContainerStatuses {
+		running = running || c.State.Running != nil
+	}
+	if !restart && !running {
 		updated.Status.Phase = corev1.PodSucceeded
 		if code != 0 {
 			updated.Status.Phase = corev1.PodFailed
