@@ -97,6 +97,8 @@ class FaultProxy:
         self.cp = control_plane
         self.faults: list[Fault] = []
         self.forwarded: Counter[tuple[str, str]] = Counter()
+        self.requests: list[tuple[str, str]] = []
+        """Every request received, faulted or not: (method, path with its query)."""
         self._lock = threading.Lock()
         self._dir = Path(tempfile.mkdtemp(prefix="elb-gate-proxy-"))
         ca = trustme.CA()
@@ -225,6 +227,8 @@ class FaultProxy:
         match = _PATH.match(request.path)
         info: dict[str, Any] = dict(match.groupdict()) if match else {}
         info["watch"] = request.query.get("watch") in ("1", "true")
+        with self._lock:
+            self.requests.append((request.method, request.path_qs))
         fault = self._take(request.method, info)
         if fault is not None:
             if fault.delay:
