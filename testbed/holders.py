@@ -1,0 +1,705 @@
+"""Submitters that hold the submit Lease on the control plane, ended each way the
+holder-gone rule knows (docs/holder-gone.md), and the time from that evidence to the
+controller's reclaim.
+
+A holder here is what the in-cluster submit path is: a Pod of its own ServiceAccount
+whose process acquires ``elb-blast-submit-<ns>`` with the ``elb-gate`` client through the
+real webhook, so the Lease carries a real ``elb-gate.io/holder-pod`` stamp (the webhook
+reads it from the Pod-bound token). Each case ends that holder one way and returns a
+:class:`Reclaim`:
+
+* the reclaim time is the API server's: the audit log's ``stageTimestamp`` of the
+  controller's PATCH that cleared the holder (matched by the resourceVersion it was
+  conditioned on, so a reclaim is attributed to exactly one holder);
+* the evidence time is the case's own, as docs/holder-gone.md ("How fast") defines it:
+  when the deletion was asked for, the container's ``finishedAt`` (whole seconds), the
+  node's ``Ready`` ``lastTransitionTime`` (whole seconds) or the holder's last renewal.
+
+Used by ``tests/holders`` (each case with its own assertions) and by
+:mod:`bench.reclaim_latency` (the worst case of each at the default settings).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from elbgate.client.submit_lease import SubmitLease
+from elbgate.kube.config import KubeConfig
+from elbgate.lease import parse_microtime
+from elbgate.names import HOLDER_CONTAINER_ANNOTATION, LIVENESS_CONFIGMAP, lease_name
+from elbgate.settings import Settings
+from testbed.api import ApiError, JsonObj, wait_until
+from testbed.controller_process import CONTROLLER_USER, ControllerProcess
+from testbed.controlplane import ControlPlane, PodIdentity
+
+TARGET_SECONDS = 15.0
+"""Evidence → reclaim, worst case at the default settings (issue: reclaim within 15 s)."""
+SUBMITTER_SA = "elb-openapi"
+HOLDER_CONTAINER = "elb-openapi"
+SIDECAR = "log-shipper"
+IMAGE = "elb-openapi:4.27"
+RESTART = "localkube.elb-gate.io/restart"
+RESTART_ONLY = "localkube.elb-gate.io/restart-containers"
+RUN_SECONDS = "localkube.elb-gate.io/run-seconds"
+STOP_SECONDS = "localkube.elb-gate.io/stop-seconds"
+KUBELET = "localkube.elb-gate.io/kubelet"
+MANAGED = "localkube.elb-gate.io/managed"
+NODE_LABEL = "elb-gate.io/test-node"
+"""The label a holder's own Node carries, for the Pod's nodeSelector."""
+
+
+def utc(value: object) -> datetime:
+    """An API time (RFC 3339, any precision) as an aware datetime."""
+    parsed = parse_microtime(value)
+    if not isinstance(parsed, datetime):
+        raise ValueError(f"not a time: {value!r}")
+    return parsed
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+# -- the submitter pod and its hold ---------------------------------------------------
+
+
+def submitter_pod(
+    cp: ControlPlane,
+    namespace: str,
+    name: str | None = None,
+    *,
+    containers: Sequence[str] = (HOLDER_CONTAINER,),
+    annotations: Mapping[str, str] | None = None,
+    restart_policy: str = "Always",
+    node_selector: Mapping[str, str] | None = None,
+    timeout: float = 120.0,
+) -> PodIdentity:
+    """A Running submitter Pod (``containers``, small requests) and a token bound to it.
+    A name still held by a Pod being deleted is retried until free (a StatefulSet does
+    the same when it recreates a Pod)."""
+    cp.ensure_service_account(namespace, SUBMITTER_SA)
+    name = name or f"{SUBMITTER_SA}-{uuid.uuid4().hex[:6]}"
+    body: JsonObj = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/name": SUBMITTER_SA},
+            "annotations": dict(annotations or {}),
+        },
+        "spec": {
+            "serviceAccountName": SUBMITTER_SA,
+            "restartPolicy": restart_policy,
+            "terminationGracePeriodSeconds": 30,
+            "containers": [
+                {
+                    "name": c,
+                    "image": IMAGE,
+                    "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
+                }
+                for c in containers
+            ],
+        },
+    }
+    if node_selector:
+        body["spec"]["nodeSelector"] = dict(node_selector)
+
+    def create() -> JsonObj | None:
+        try:
+            return cp.admin.create(body)
+        except ApiError as exc:
+            if exc.status == 409:
+                return None  # the previous Pod of this name is still being removed
+            raise
+
+    created = wait_until(create, timeout, f"pod {namespace}/{name} created", interval=0.05)
+    uid = created["metadata"]["uid"]
+
+    def running() -> JsonObj | None:
+        pod = cp.admin.find("pods", namespace, name)
+        if pod and pod["metadata"]["uid"] == uid and pod["status"].get("phase") == "Running":
+            return pod
+        return None
+
+    pod = wait_until(running, timeout, f"pod {namespace}/{name} Running", interval=0.05)
+    token = cp.admin.request(
+        "POST",
+        cp.admin.resource("serviceaccounts").path(namespace, SUBMITTER_SA, "token"),
+        {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {
+                "expirationSeconds": 3600,
+                "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid},
+            },
+        },
+    )["status"]["token"]
+    path = cp.state_dir / "kubeconfigs" / f"holder-{namespace}-{name}-{uid[:8]}.kubeconfig"
+    cp.write_kubeconfig(path, f"{namespace}-{name}", token, namespace)
+    return PodIdentity(
+        namespace, SUBMITTER_SA, name, uid, pod["spec"].get("nodeName", ""), token, str(path)
+    )
+
+
+@dataclass
+class Holder:
+    """A submitter process holding the submit Lease (the ``elb-gate`` client's
+    :class:`SubmitLease`), and every Lease version it wrote."""
+
+    identity: PodIdentity
+    lease: SubmitLease
+    versions: set[str] = field(default_factory=set)
+    """resourceVersions of the Lease as this holder wrote it (acquire, renewals)."""
+    renewed: list[datetime] = field(default_factory=list)
+    """renewTime of each of its writes, as the webhook stamped it."""
+
+    @property
+    def name(self) -> str:
+        """Its ``holderIdentity``."""
+        return self.lease.holder
+
+    @property
+    def namespace(self) -> str:
+        return self.identity.namespace
+
+    def _wrote(self) -> None:
+        known = self.lease._known
+        if known is not None:
+            self.versions.add(str(known["metadata"]["resourceVersion"]))
+            self.renewed.append(utc(known["spec"]["renewTime"]))
+
+    def renew(self) -> None:
+        """One renewal through the webhook (which stamps renewTime on its clock)."""
+        self.lease.renew()
+        self._wrote()
+
+    def close(self) -> None:
+        self.lease.close()
+
+
+def acquire(
+    cp: ControlPlane,
+    identity: PodIdentity,
+    *,
+    ttl_seconds: int | None = None,
+    timeout: float = 60.0,
+) -> Holder:
+    """Acquire the submit Lease as ``identity``'s process, retrying while it is busy (a
+    submit path waits for its slot the same way). ``ttl_seconds``: the Lease's duration
+    (default: the settings' 900)."""
+    settings = Settings()
+    if ttl_seconds is not None:
+        settings = dataclasses.replace(settings, lease_ttl_seconds=ttl_seconds)
+    lease = SubmitLease(
+        identity.namespace,
+        settings=settings,
+        source="openapi",
+        config=KubeConfig.load(identity.kubeconfig),
+    )
+    holder = Holder(identity, lease)
+    try:
+        wait_until(
+            lambda: lease.acquire().acquired,
+            timeout,
+            f"{identity.pod} acquires the submit Lease",
+            interval=0.05,
+        )
+    except BaseException:
+        lease.close()
+        raise
+    holder._wrote()
+    return holder
+
+
+# -- what the API server recorded ---------------------------------------------------
+
+
+class AuditLog:
+    """The API server's audit log (every Job and Lease write), read incrementally."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self._partial = b""
+        self._events: list[JsonObj] = []
+        self._lock = threading.Lock()
+
+    def events(self) -> list[JsonObj]:
+        """Every event so far (reads what was appended since the last call)."""
+        with self._lock:
+            try:
+                with open(self.path, "rb") as f:
+                    f.seek(self._offset)
+                    chunk = f.read()
+            except FileNotFoundError:
+                return list(self._events)
+            self._offset += len(chunk)
+            data = self._partial + chunk
+            lines = data.split(b"\n")
+            self._partial = lines.pop()
+            for line in lines:
+                if line.strip():
+                    self._events.append(json.loads(line))
+            return list(self._events)
+
+    def lease_clears(self, namespace: str) -> list[JsonObj]:
+        """The controller's successful writes that cleared the submit Lease's holder."""
+        out = []
+        for e in self.events():
+            ref = e.get("objectRef") or {}
+            if (
+                e.get("verb") == "patch"
+                and ref.get("resource") == "leases"
+                and ref.get("namespace") == namespace
+                and ref.get("name") == lease_name(namespace)
+                and (e.get("user") or {}).get("username") == CONTROLLER_USER
+                and (e.get("responseStatus") or {}).get("code") == 200
+                and not ((e.get("responseObject") or {}).get("spec") or {}).get("holderIdentity")
+            ):
+                out.append(e)
+        return out
+
+    def clears_of(self, holder: Holder) -> list[JsonObj]:
+        """The controller's clears of ``holder`` (conditioned on a version it wrote)."""
+        return [
+            e
+            for e in self.lease_clears(holder.namespace)
+            if str(((e.get("requestObject") or {}).get("metadata") or {}).get("resourceVersion"))
+            in holder.versions
+        ]
+
+    def job_writes(self, namespace: str, name: str, user: str = CONTROLLER_USER) -> list[JsonObj]:
+        """``user``'s successful writes to Job ``namespace/name``."""
+        return [
+            e
+            for e in self.events()
+            if (e.get("objectRef") or {}).get("resource") == "jobs"
+            and (e.get("objectRef") or {}).get("namespace") == namespace
+            and (e.get("objectRef") or {}).get("name") == name
+            and (e.get("user") or {}).get("username") == user
+            and (e.get("responseStatus") or {}).get("code", 0) < 300
+        ]
+
+
+# -- a stage: the control plane, the controllers, the audit log ------------------------
+
+
+@dataclass(frozen=True)
+class Reclaim:
+    """One holder's end and the controller's reclaim."""
+
+    case: str
+    namespace: str
+    pod: str
+    """The holder's pod (name)."""
+    holder: str
+    evidence: str
+    """The controller's label for it (``pod_deleted``…, or ``expired``)."""
+    evidence_at: datetime
+    cleared_at: datetime
+    """The API server's time of the PATCH that cleared the holder (audit stageTimestamp)."""
+    by: str
+    """The controller process (name) that reclaimed."""
+
+    @property
+    def seconds(self) -> float:
+        return (self.cleared_at - self.evidence_at).total_seconds()
+
+    @property
+    def ratio(self) -> float:
+        """Against the 15 s target."""
+        return self.seconds / TARGET_SECONDS
+
+
+@dataclass
+class Stage:
+    """Where the cases run: the control plane, the controller replicas, the audit log."""
+
+    cp: ControlPlane
+    controllers: list[ControllerProcess]
+    audit: AuditLog
+
+    @classmethod
+    def on(cls, cp: ControlPlane, controllers: Sequence[ControllerProcess]) -> Stage:
+        return cls(cp, list(controllers), AuditLog(cp.audit_log))
+
+    def leader(self, timeout: float = 60.0) -> ControllerProcess:
+        """The replica that leads now (waiting for one)."""
+
+        def one() -> ControllerProcess | None:
+            return next((c for c in self.controllers if c.alive and c.is_leader()), None)
+
+        found: ControllerProcess = wait_until(one, timeout, "a leading controller", 0.1)
+        return found
+
+    def noticed(self, holder: Holder, timeout: float = 60.0) -> None:
+        """Wait until the controller has reconciled the Lease as ``holder`` holds it (its
+        liveness ConfigMap names the holder): from then on its pod is watched."""
+
+        def named() -> bool:
+            cm = self.cp.admin.find("configmaps", holder.namespace, LIVENESS_CONFIGMAP)
+            return bool(cm and (cm.get("data") or {}).get("leaseHolder") == holder.name)
+
+        wait_until(named, timeout, f"the controller sees {holder.name} hold the Lease", 0.05)
+
+    def settle(self, namespace: str, rounds: int = 2) -> None:
+        """Make the leader reconcile ``namespace`` ``rounds`` more times now (see
+        :func:`settle`)."""
+        settle(self.cp, self.leader(), namespace, rounds)
+
+    def reclaim_of(
+        self, holder: Holder, case: str, evidence_at: datetime, timeout: float = 120.0
+    ) -> Reclaim:
+        """Wait for the controller to clear ``holder``; the reclaim, timed."""
+        event = wait_until(
+            lambda: self.audit.clears_of(holder), timeout, f"{holder.name} reclaimed", 0.05
+        )[0]
+        record = wait_until(
+            lambda: self._log_of(holder), 30, f"the reclaim of {holder.name} logged", 0.05
+        )
+        controller, line = record
+        return Reclaim(
+            case=case,
+            namespace=holder.namespace,
+            pod=holder.identity.pod,
+            holder=holder.name,
+            evidence=str(line.get("evidence") or line.get("reason")),
+            evidence_at=evidence_at,
+            cleared_at=utc(event["stageTimestamp"]),
+            by=controller.name,
+        )
+
+    def _log_of(self, holder: Holder) -> tuple[ControllerProcess, dict[str, Any]] | None:
+        for ctl in self.controllers:
+            for line in ctl.logs("submit Lease reclaimed"):
+                if line.get("holder") == holder.name and line.get("namespace") == holder.namespace:
+                    return ctl, line
+        return None
+
+    def reclaims_logged(self, namespace: str) -> list[dict[str, Any]]:
+        """Every reclaim any replica logged in ``namespace``."""
+        return [
+            line
+            for ctl in self.controllers
+            for line in ctl.logs("submit Lease reclaimed")
+            if line.get("namespace") == namespace
+        ]
+
+
+LEADER_LEASE = ("elb-system", "elb-gate-controller")
+AT_DEFAULTS: dict[str, float] = {
+    "resync_seconds": 30.0,
+    "leader_lease_seconds": 15.0,
+    "leader_renew_seconds": 5.0,
+}
+"""The controller's shipped timing (``ELB_GATE_RESYNC_SECONDS``, the leader Lease)."""
+
+
+def free_leader_lease(cp: ControlPlane) -> None:
+    """Forget a leader Lease left by an earlier controller (one killed, not stopped), so
+    the next one leads at once instead of waiting it out."""
+    cp.admin.delete("leases", *LEADER_LEASE)
+
+
+@contextmanager
+def controllers(
+    cp: ControlPlane,
+    namespaces: Sequence[str],
+    names: Sequence[str] = ("controller-0",),
+    env: Mapping[str, str] | None = None,
+) -> Iterator[Stage]:
+    """Controller replicas at the default settings (``env`` adds to them) gating
+    ``namespaces``, the first one leading; stopped on exit."""
+    free_leader_lease(cp)
+    started: list[ControllerProcess] = []
+    try:
+        for name in names:
+            started.append(
+                ControllerProcess.start(
+                    cp, name=name, namespaces=namespaces, env=env, **AT_DEFAULTS
+                )
+            )
+        stage = Stage.on(cp, started)
+        stage.leader()
+        yield stage
+    finally:
+        for ctl in started:
+            ctl.stop()
+
+
+def reconciles(ctl: ControllerProcess) -> float:
+    """Reconciles ``ctl`` has run so far (every namespace)."""
+    return ctl.metric("elb_gate_reconcile_duration_seconds_count") or 0.0
+
+
+def settle(cp: ControlPlane, ctl: ControllerProcess, namespace: str, rounds: int = 2) -> None:
+    """Make ``ctl`` reconcile ``namespace`` ``rounds`` more times, now, and wait for it:
+    each round touches the namespace's liveness ConfigMap (an annotation only; the
+    controller watches it) and waits for the reconcile count to move past it. What the
+    controller decides about the namespace as it stands, it has decided afterwards,
+    without waiting for a resync."""
+    for i in range(rounds):
+        wait_until(
+            lambda: cp.admin.find("configmaps", namespace, LIVENESS_CONFIGMAP),
+            60,
+            f"the liveness ConfigMap of {namespace}",
+            0.05,
+        )
+        seen = reconciles(ctl)
+        cp.admin.patch(
+            "configmaps",
+            namespace,
+            LIVENESS_CONFIGMAP,
+            {"metadata": {"annotations": {"test.elb-gate.io/poke": f"{uuid.uuid4().hex[:8]}-{i}"}}},
+        )
+        wait_until(lambda s=seen: reconciles(ctl) > s, 60, f"a reconcile of {namespace}", 0.05)
+
+
+# -- ending a holder, each way --------------------------------------------------------
+
+
+def pod(cp: ControlPlane, identity: PodIdentity) -> JsonObj:
+    return cp.admin.get("pods", identity.namespace, identity.pod)
+
+
+def container_status(pod_obj: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    for status in (pod_obj.get("status") or {}).get("containerStatuses") or ():
+        if status.get("name") == name:
+            return dict(status)
+    raise KeyError(f"no status of container {name!r}")
+
+
+def past_the_second_of(moment: datetime) -> None:
+    """Sleep until the wall clock is in a later whole second than ``moment``: container
+    times have whole-second resolution, and a restart in the very second of the last
+    renewal is one the rule cannot tell from no restart (docs/holder-gone.md)."""
+    boundary = moment.replace(microsecond=0).timestamp() + 1.0
+    delay = boundary - time.time()
+    if delay > 0:
+        time.sleep(delay + 0.01)
+
+
+def crash(cp: ControlPlane, identity: PodIdentity, containers: Sequence[str] | None = None) -> None:
+    """Crash the pod's containers (``containers``: only those) once, now."""
+    annotations: dict[str, str | None] = {RESTART: uuid.uuid4().hex[:8]}
+    annotations[RESTART_ONLY] = ",".join(containers) if containers else None
+    cp.admin.patch(
+        "pods", identity.namespace, identity.pod, {"metadata": {"annotations": annotations}}
+    )
+
+
+def restarted(cp: ControlPlane, identity: PodIdentity, container: str, count: int = 1) -> JsonObj:
+    """Wait until ``container`` has restarted ``count`` times; the pod then."""
+
+    def done() -> JsonObj | None:
+        obj = pod(cp, identity)
+        status = container_status(obj, container)
+        return obj if status.get("restartCount", 0) >= count else None
+
+    found: JsonObj = wait_until(done, 60, f"{identity.pod}/{container} restarted", 0.05)
+    return found
+
+
+def force_deleted(stage: Stage, namespace: str) -> Reclaim:
+    """``kubectl delete pod --grace-period=0 --force``: the pod is gone at once."""
+    holder = acquire(stage.cp, submitter_pod(stage.cp, namespace))
+    try:
+        stage.noticed(holder)
+        asked = now()
+        stage.cp.admin.delete("pods", namespace, holder.identity.pod, grace_seconds=0)
+        return stage.reclaim_of(holder, "pod_deleted", asked)
+    finally:
+        holder.close()
+
+
+def deleted_with_grace(stage: Stage, namespace: str, grace: int = 30) -> tuple[Reclaim, JsonObj]:
+    """A pod deleted with a ``grace`` s grace period whose process takes longer than that
+    to stop: Terminating for the whole grace. The reclaim, and the pod as it was then."""
+    identity = submitter_pod(stage.cp, namespace, annotations={STOP_SECONDS: str(grace * 4)})
+    holder = acquire(stage.cp, identity)
+    try:
+        stage.noticed(holder)
+        asked = now()
+        stage.cp.admin.delete("pods", namespace, identity.pod, grace_seconds=grace)
+        reclaim = stage.reclaim_of(holder, "pod_terminating", asked)
+        return reclaim, pod(stage.cp, identity)
+    finally:
+        holder.close()
+
+
+def container_restarted(stage: Stage, namespace: str) -> Reclaim:
+    """The holder's only container crashes and restarts (restartPolicy Always): same pod,
+    same uid, restartCount + 1. Timed from ``lastState.terminated.finishedAt``."""
+    identity = submitter_pod(stage.cp, namespace)
+    holder = acquire(stage.cp, identity)
+    try:
+        stage.noticed(holder)
+        past_the_second_of(holder.renewed[-1])
+        crash(stage.cp, identity)
+        after = restarted(stage.cp, identity, HOLDER_CONTAINER)
+        ended = container_status(after, HOLDER_CONTAINER)["lastState"]["terminated"]["finishedAt"]
+        return stage.reclaim_of(holder, "container_restarted", utc(ended))
+    finally:
+        holder.close()
+
+
+def holder_container_restarted(stage: Stage, namespace: str) -> Reclaim:
+    """A holder pod with a sidecar, annotated ``elb-gate.io/holder-container``: its
+    holder container alone restarts."""
+    identity = submitter_pod(
+        stage.cp,
+        namespace,
+        containers=(HOLDER_CONTAINER, SIDECAR),
+        annotations={HOLDER_CONTAINER_ANNOTATION: HOLDER_CONTAINER},
+    )
+    holder = acquire(stage.cp, identity)
+    try:
+        stage.noticed(holder)
+        past_the_second_of(holder.renewed[-1])
+        crash(stage.cp, identity, [HOLDER_CONTAINER])
+        after = restarted(stage.cp, identity, HOLDER_CONTAINER)
+        ended = container_status(after, HOLDER_CONTAINER)["lastState"]["terminated"]["finishedAt"]
+        return stage.reclaim_of(holder, "holder_container_restarted", utc(ended))
+    finally:
+        holder.close()
+
+
+def _finished(stage: Stage, identity: PodIdentity, phase: str) -> datetime:
+    def done() -> JsonObj | None:
+        obj = pod(stage.cp, identity)
+        return obj if obj["status"].get("phase") == phase else None
+
+    obj = wait_until(done, 120, f"{identity.pod} {phase}", 0.05)
+    ended = container_status(obj, HOLDER_CONTAINER)["state"]["terminated"]["finishedAt"]
+    return utc(ended)
+
+
+def pod_failed(stage: Stage, namespace: str) -> Reclaim:
+    """restartPolicy Never and the container crashes: the pod is Failed."""
+    identity = submitter_pod(stage.cp, namespace, restart_policy="Never")
+    holder = acquire(stage.cp, identity)
+    try:
+        stage.noticed(holder)
+        crash(stage.cp, identity)
+        return stage.reclaim_of(holder, "pod_failed", _finished(stage, identity, "Failed"))
+    finally:
+        holder.close()
+
+
+def pod_succeeded(stage: Stage, namespace: str, run_seconds: float = 8.0) -> Reclaim:
+    """The process exits 0 without releasing (restartPolicy Never): Succeeded."""
+    identity = submitter_pod(
+        stage.cp, namespace, restart_policy="Never", annotations={RUN_SECONDS: str(run_seconds)}
+    )
+    holder = acquire(stage.cp, identity)
+    try:
+        stage.noticed(holder)
+        return stage.reclaim_of(holder, "pod_succeeded", _finished(stage, identity, "Succeeded"))
+    finally:
+        holder.close()
+
+
+@contextmanager
+def own_node(cp: ControlPlane, cpu: str = "2", memory: str = "4Gi") -> Iterator[str]:
+    """A Node of its own (driven by the kubelet stand-in), deleted afterwards with
+    whatever runs on it."""
+    name = f"holder-node-{uuid.uuid4().hex[:6]}"
+    capacity = {"cpu": cpu, "memory": memory, "pods": "10"}
+    cp.admin.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "labels": {MANAGED: "true", "kubernetes.io/hostname": name, NODE_LABEL: name},
+            },
+            "status": {"capacity": capacity, "allocatable": capacity},
+        }
+    )
+    try:
+        wait_until(lambda: node_ready(cp, name)[0] == "True", 60, f"node {name} Ready", 0.1)
+        yield name
+    finally:
+        for obj in cp.admin.list("pods", field_selector=f"spec.nodeName={name}"):
+            meta = obj["metadata"]
+            cp.admin.delete("pods", meta["namespace"], meta["name"], grace_seconds=0)
+        cp.admin.delete("nodes", None, name)
+
+
+def node_ready(cp: ControlPlane, name: str) -> tuple[str, datetime | None]:
+    """The node's Ready status and its lastTransitionTime."""
+    node = cp.admin.get("nodes", None, name)
+    for cond in (node.get("status") or {}).get("conditions") or ():
+        if cond.get("type") == "Ready":
+            return str(cond.get("status")), utc(cond["lastTransitionTime"])
+    return "", None
+
+
+def node_not_ready(cp: ControlPlane, name: str) -> datetime:
+    """The node's kubelet reports Ready=False; when the transition was recorded."""
+    cp.admin.patch("nodes", None, name, {"metadata": {"annotations": {KUBELET: "not-ready"}}})
+
+    def transitioned() -> datetime | None:
+        status, since = node_ready(cp, name)
+        return since if status == "False" else None
+
+    found: datetime = wait_until(transitioned, 60, f"node {name} NotReady", 0.05)
+    return found
+
+
+def node_went_not_ready(stage: Stage, namespace: str) -> Reclaim:
+    """The holder's node stops being Ready: timed from the Ready transition."""
+    with own_node(stage.cp) as node:
+        identity = submitter_pod(stage.cp, namespace, node_selector={NODE_LABEL: node})
+        holder = acquire(stage.cp, identity)
+        try:
+            stage.noticed(holder)
+            since = node_not_ready(stage.cp, node)
+            return stage.reclaim_of(holder, "node_not_ready", since)
+        finally:
+            holder.close()
+
+
+def node_not_ready_while_renewing(
+    stage: Stage, namespace: str, renewals: int = 3, every: float = 2.0
+) -> Reclaim:
+    """The holder's node stops being Ready but the holder keeps renewing for a while
+    (a kubelet that died leaves its containers running): timed from its last renewal."""
+    with own_node(stage.cp) as node:
+        identity = submitter_pod(stage.cp, namespace, node_selector={NODE_LABEL: node})
+        holder = acquire(stage.cp, identity)
+        try:
+            stage.noticed(holder)
+            node_not_ready(stage.cp, node)
+            for _ in range(renewals):
+                time.sleep(every)
+                holder.renew()
+            return stage.reclaim_of(holder, "node_not_ready_renewing", holder.renewed[-1])
+        finally:
+            holder.close()
+
+
+Case = Callable[[Stage, str], Reclaim]
+CASES: dict[str, Case] = {
+    "pod_deleted": force_deleted,
+    "pod_terminating": lambda stage, ns: deleted_with_grace(stage, ns)[0],
+    "container_restarted": container_restarted,
+    "holder_container_restarted": holder_container_restarted,
+    "pod_failed": pod_failed,
+    "pod_succeeded": pod_succeeded,
+    "node_not_ready": node_went_not_ready,
+    "node_not_ready_renewing": node_not_ready_while_renewing,
+}
+"""The cases a controller at the default settings reclaims on evidence (each in a
+namespace of its own, which the controller gates)."""

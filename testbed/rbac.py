@@ -1,0 +1,132 @@
+"""Take a permission away from elb-gate on the control plane, and give it back.
+
+The webhook and the controller run with exactly the RBAC that ``manifests/`` ships
+(:mod:`testbed.install`). These helpers withdraw one verb from a shipped ClusterRole, or
+delete a shipped ClusterRoleBinding, wait until the API server's authorizer applies the
+change (a SubjectAccessReview says so), and restore the shipped object afterwards::
+
+    with without_verb(cp, "elb-gate-controller", "leases", "patch"):
+        ...                                    # the controller's PATCH is a real 403
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from testbed.api import JsonObj, wait_until
+from testbed.controlplane import ControlPlane
+from testbed.install import SYSTEM_NAMESPACE, base_objects
+
+
+def user_of(service_account: str, namespace: str = SYSTEM_NAMESPACE) -> tuple[str, list[str]]:
+    """The username and groups the API server gives a ServiceAccount's token."""
+    return (
+        f"system:serviceaccount:{namespace}:{service_account}",
+        ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"],
+    )
+
+
+def allowed(
+    cp: ControlPlane,
+    service_account: str,
+    verb: str,
+    resource: str,
+    namespace: str | None = None,
+    group: str = "",
+    name: str = "",
+) -> bool:
+    """Whether the authorizer lets ``service_account`` (of elb-system) do this now."""
+    user, groups = user_of(service_account)
+    attributes: JsonObj = {"verb": verb, "resource": resource, "group": group}
+    if namespace:
+        attributes["namespace"] = namespace
+    if name:
+        attributes["name"] = name
+    review = cp.admin.request(
+        "POST",
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {"user": user, "groups": groups, "resourceAttributes": attributes},
+        },
+    )
+    return bool(review["status"].get("allowed"))
+
+
+def shipped(kind: str, name: str) -> JsonObj:
+    """The object as ``manifests/base`` renders it."""
+    for doc in base_objects():
+        if doc["kind"] == kind and doc["metadata"]["name"] == name:
+            return doc
+    raise KeyError(f"manifests/base ships no {kind} {name}")
+
+
+def _resource_group(resource: str) -> str:
+    return {"leases": "coordination.k8s.io", "jobs": "batch"}.get(resource, "")
+
+
+@contextmanager
+def without_verb(
+    cp: ControlPlane,
+    role: str,
+    resource: str,
+    verb: str,
+    *,
+    service_account: str,
+    namespace: str | None = None,
+) -> Iterator[None]:
+    """ClusterRole ``role`` without ``verb`` on ``resource`` (every rule that grants it),
+    effective for ``service_account`` in ``namespace`` before the block runs; the shipped
+    role is restored (and effective again) afterwards."""
+    original = shipped("ClusterRole", role)
+    narrowed = copy.deepcopy(original)
+    rules = []
+    for rule in narrowed["rules"]:
+        if resource in rule.get("resources", ()) and verb in rule.get("verbs", ()):
+            rule["verbs"] = [v for v in rule["verbs"] if v != verb]
+        if rule.get("verbs"):
+            rules.append(rule)
+    narrowed["rules"] = rules
+    group = _resource_group(resource)
+    cp.admin.apply(narrowed)
+    try:
+        wait_until(
+            lambda: not allowed(cp, service_account, verb, resource, namespace, group),
+            30,
+            f"{service_account} loses {verb} {resource}",
+        )
+        yield
+    finally:
+        cp.admin.apply(original)
+        wait_until(
+            lambda: allowed(cp, service_account, verb, resource, namespace, group),
+            30,
+            f"{service_account} has {verb} {resource} again",
+        )
+
+
+@contextmanager
+def without_binding(
+    cp: ControlPlane, binding: str, *, service_account: str, verb: str, resource: str
+) -> Iterator[None]:
+    """ClusterRoleBinding ``binding`` deleted (``service_account`` no longer may ``verb``
+    ``resource`` cluster-wide); the shipped binding is restored afterwards."""
+    original = shipped("ClusterRoleBinding", binding)
+    cp.admin.delete("clusterrolebindings", None, binding)
+    try:
+        wait_until(
+            lambda: not allowed(cp, service_account, verb, resource),
+            30,
+            f"{service_account} loses {verb} {resource}",
+        )
+        yield
+    finally:
+        cp.admin.apply(original)
+        wait_until(
+            lambda: allowed(cp, service_account, verb, resource),
+            30,
+            f"{service_account} may {verb} {resource} again",
+        )
