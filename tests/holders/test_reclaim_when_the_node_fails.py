@@ -1,0 +1,97 @@
+"""A holder on a node that stops being Ready is reclaimed once the node has been NotReady
+for the bound (10 s) and the holder has not renewed since; without the right to read
+Nodes, every other case still works."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+
+from testbed import holders
+from testbed.controller_process import CONTROLLER_SA, ControllerProcess
+from testbed.controlplane import ControlPlane
+from testbed.holders import TARGET_SECONDS, Reclaim, Stage
+from testbed.rbac import without_binding
+from testbed.webhook_process import WebhookProcess
+
+NAMESPACES = ("not-ready", "renewing", "no-node-rights", "no-node-rights-restart")
+BOUND = timedelta(seconds=10)
+"""ELB_GATE_HOLDER_NODE_NOT_READY_SECONDS, as shipped."""
+
+
+@pytest.fixture(scope="module")
+def stage(
+    control_plane: ControlPlane, hook: WebhookProcess
+) -> Iterator[tuple[Stage, dict[str, str]]]:
+    namespaces = {k: hook.gate_namespace(control_plane.new_namespace(k)) for k in NAMESPACES}
+    with holders.controllers(control_plane, list(namespaces.values())) as s:
+        yield s, namespaces
+
+
+def test_a_holder_on_a_node_gone_not_ready_is_reclaimed_after_the_bound(
+    stage: tuple[Stage, dict[str, str]], record: list[Reclaim]
+) -> None:
+    on, namespaces = stage
+    reclaim = holders.node_went_not_ready(on, namespaces["not-ready"])
+    record.append(reclaim)
+    assert reclaim.evidence == "node_not_ready"
+    # Never before the bound (the transition time is whole seconds, rounded down, so
+    # the true transition is no earlier than this), and within the target after it.
+    assert reclaim.cleared_at >= reclaim.evidence_at + BOUND
+    assert reclaim.seconds <= TARGET_SECONDS
+
+
+def test_a_holder_that_keeps_renewing_on_a_not_ready_node_is_reclaimed_only_after_it_stops(
+    stage: tuple[Stage, dict[str, str]], record: list[Reclaim]
+) -> None:
+    # A kubelet that died leaves its containers running: renewals are signs of life.
+    on, namespaces = stage
+    reclaim = holders.node_not_ready_while_renewing(on, namespaces["renewing"], renewals=3)
+    record.append(reclaim)
+    assert reclaim.evidence == "node_not_ready"
+    assert reclaim.cleared_at >= reclaim.evidence_at + BOUND  # evidence_at: last renewal
+    assert reclaim.seconds <= TARGET_SECONDS
+
+
+def test_without_the_nodes_binding_other_cases_still_reclaim_and_a_warning_is_logged(
+    stage: tuple[Stage, dict[str, str]], record: list[Reclaim]
+) -> None:
+    on, namespaces = stage
+    leader = on.leader()
+    with without_binding(
+        on.cp,
+        "elb-gate-controller-nodes",
+        service_account=CONTROLLER_SA,
+        verb="list",
+        resource="nodes",
+    ):
+        warnings_before = len(node_watch_warnings(leader))
+        reclaim = holders.force_deleted(on, namespaces["no-node-rights"])
+        record.append(reclaim)
+        assert reclaim.evidence in ("pod_terminating", "pod_deleted")
+        assert reclaim.seconds <= TARGET_SECONDS
+        # The holder's node could not be watched: said so in the log, and counted.
+        leader.wait_until(
+            lambda: len(node_watch_warnings(leader)) > warnings_before,
+            "a warning about the node watch",
+        )
+        assert "403" in node_watch_warnings(leader)[-1]["detail"]
+        errors = leader.metric(
+            "elb_gate_api_errors_total",
+            {"component": "controller", "verb": "watch", "resource": "nodes"},
+        )
+        assert errors is not None and errors >= 1
+        reclaim = holders.container_restarted(on, namespaces["no-node-rights-restart"])
+        record.append(reclaim)
+        assert reclaim.evidence == "container_restarted"
+        assert leader.alive and leader.ready() and leader.is_leader()
+
+
+def node_watch_warnings(ctl: ControllerProcess) -> list[dict[str, object]]:
+    return [
+        r
+        for r in ctl.logs("list/watch failed; relisting after backoff")
+        if r.get("resource") == "nodes"
+    ]
