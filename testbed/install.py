@@ -24,7 +24,14 @@ from typing import Any
 import yaml
 
 from testbed.api import JsonObj
-from testbed.controlplane import REPO, SYSTEM_POOL, ControlPlane, PodIdentity, kubectl_path
+from testbed.controlplane import (
+    NAMED_USERS,
+    REPO,
+    SYSTEM_POOL,
+    ControlPlane,
+    PodIdentity,
+    kubectl_path,
+)
 
 SYSTEM_NAMESPACE = "elb-system"
 WEBHOOK_SA = "elb-gate-webhook"
@@ -41,6 +48,8 @@ _BASE_KINDS = {
 _lock = threading.Lock()
 
 SUBMITTER_ROLE = "elb-gate-testbed-submitter"
+POOL_GROUP = "team"
+"""The group of the pool users ``user-NNN`` (:meth:`ControlPlane.plain_user`)."""
 SUBMITTER_RULES = [
     {
         "apiGroups": ["coordination.k8s.io"],
@@ -59,8 +68,25 @@ SUBMITTER_RULES = [
     },
 ]
 """What ElasticBLAST's submitters do in a gated namespace. The testbed grants it to
-every authenticated user there, as a cluster that does not restrict who may
-create Jobs does (see docs/security.md for the RBAC that does restrict it)."""
+every submitter there (:func:`submitter_subjects`), as a cluster that does not
+restrict who may create Jobs does (see docs/security.md for the RBAC that does
+restrict it)."""
+
+
+def submitter_subjects(namespace: str) -> list[JsonObj]:
+    """Who may submit in a gated namespace: every token-file user (by group, or by name
+    when it has none) and the namespace's own ServiceAccounts (in-cluster submitters,
+    the in-cluster submit Job). Not ``system:authenticated``: that would also grant the
+    webhook's and the controller's ServiceAccounts, and hide a verb missing from the
+    RBAC elb-gate ships."""
+    groups = sorted({g for _name, gs in NAMED_USERS for g in gs} | {POOL_GROUP})
+    loners = sorted(name for name, gs in NAMED_USERS if not gs)
+    rbac = "rbac.authorization.k8s.io"
+    return [
+        *({"apiGroup": rbac, "kind": "Group", "name": g} for g in groups),
+        *({"apiGroup": rbac, "kind": "User", "name": u} for u in loners),
+        {"apiGroup": rbac, "kind": "Group", "name": f"system:serviceaccounts:{namespace}"},
+    ]
 
 
 def render(path: Path) -> list[JsonObj]:
@@ -143,7 +169,7 @@ class Installation:
     def gate(self, namespace: str, *, label: bool = True, open_to_all: bool = True) -> str:
         """Make ``namespace`` a gated namespace: created, its RoleBindings applied,
         labelled ``elb-gate.io/gated=true`` (unless ``label=False``), and (unless
-        ``open_to_all=False``) every authenticated user allowed to submit there."""
+        ``open_to_all=False``) every submitter allowed to submit there."""
         self.cp.ensure_namespace(namespace, {GATED_LABEL: "true"} if label else None)
         if namespace not in self._gated:
             for doc in gated_namespace_bindings(namespace):
@@ -159,13 +185,7 @@ class Installation:
                             "kind": "ClusterRole",
                             "name": SUBMITTER_ROLE,
                         },
-                        "subjects": [
-                            {
-                                "apiGroup": "rbac.authorization.k8s.io",
-                                "kind": "Group",
-                                "name": "system:authenticated",
-                            }
-                        ],
+                        "subjects": submitter_subjects(namespace),
                     }
                 )
             self._gated.add(namespace)
