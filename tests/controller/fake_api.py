@@ -52,6 +52,9 @@ class FakeApi:
         self.failing_gets = 0
         """Answer this many GETs of one object with a 503 first (an API outage)."""
         self._watchers: list[_Watcher] = []
+        self._history: list[tuple[int, str, Obj]] = []
+        """(resourceVersion, resource, event) of every event sent, for a watch that
+        starts from an older resourceVersion (as the apiserver replays them)."""
         self._rv = 100
         self._runner: web.AppRunner | None = None
         self.host = ""
@@ -73,11 +76,13 @@ class FakeApi:
     def emit(self, resource: str, obj: Obj, event: str) -> None:
         """Send ``event`` to the watches ``obj`` matches, without storing it (a watch that
         runs ahead of, or behind, what a GET reads)."""
-        meta = obj["metadata"]
-        key = (resource, str(meta.get("namespace") or ""), str(meta["name"]))
+        sent = {"type": event, "object": obj}
+        self._history.append(
+            (int(obj["metadata"].get("resourceVersion") or self._rv), resource, sent)
+        )
         for w in self._watchers:
-            if w.resource == resource and w.namespace == key[1] and w.name in (None, key[2]):
-                w.queue.put_nowait({"type": event, "object": obj})
+            if _matches(w, resource, obj):
+                w.queue.put_nowait(sent)
 
     def open_watches(self, resource: str) -> list[tuple[str, str | None]]:
         """(namespace, name) of the watches of ``resource`` open now."""
@@ -162,6 +167,13 @@ class FakeApi:
         self, request: web.Request, resource: str, namespace: str, name: str | None
     ) -> web.StreamResponse:
         watcher = _Watcher(resource, namespace, name)
+        # What happened since the LIST the watch resumes from comes first (no event
+        # falls between a LIST and its WATCH); registered in the same step, so nothing
+        # is sent twice or lost.
+        since = int(request.query.get("resourceVersion") or 0)
+        for rv, kind, sent in self._history:
+            if rv > since and _matches(watcher, kind, sent["object"]):
+                watcher.queue.put_nowait(sent)
         self._watchers.append(watcher)
         resp = web.StreamResponse()
         resp.content_type = "application/json"
@@ -174,6 +186,15 @@ class FakeApi:
         finally:
             self._watchers.remove(watcher)
         return resp
+
+
+def _matches(w: _Watcher, resource: str, obj: Obj) -> bool:
+    meta = obj["metadata"]
+    return (
+        w.resource == resource
+        and w.namespace == str(meta.get("namespace") or "")
+        and w.name in (None, str(meta["name"]))
+    )
 
 
 def _name_selected(selector: str) -> str | None:

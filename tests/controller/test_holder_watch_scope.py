@@ -82,6 +82,8 @@ async def test_a_stamped_pod_and_its_node_are_watched_by_name_and_nothing_else(
     async with holder_watches(api, changed) as watches:
         watches.want("blast", (POD_NS, POD))
         await eventually(lambda: watches.seen(POD_NS, POD).node is not None, "pod and node seen")
+        # Each watch opens just after its LIST answered (the view is filled by the LIST).
+        await eventually(lambda: fake.open_watches("nodes"), "the node watch open")
         assert fake.open_watches("pods") == [(POD_NS, POD)]
         assert fake.open_watches("nodes") == [("", NODE)]
         assert {(r.path, r.query["fieldSelector"], r.watch) for r in fake.requests} == {
