@@ -422,19 +422,18 @@ def controllers(
     """Controller replicas at the default settings (``env`` adds to them) gating
     ``namespaces``, the first one leading; stopped on exit."""
     free_leader_lease(cp)
-    started: list[ControllerProcess] = []
+    stage = Stage.on(cp, [])
     try:
         for name in names:
-            started.append(
+            stage.controllers.append(
                 ControllerProcess.start(
                     cp, name=name, namespaces=namespaces, env=env, **AT_DEFAULTS
                 )
             )
-        stage = Stage.on(cp, started)
         stage.leader()
         yield stage
     finally:
-        for ctl in started:
+        for ctl in stage.controllers:  # with any a test added
             ctl.stop()
 
 
@@ -456,14 +455,18 @@ def settle(cp: ControlPlane, ctl: ControllerProcess, namespace: str, rounds: int
             f"the liveness ConfigMap of {namespace}",
             0.05,
         )
-        seen = reconciles(ctl)
-        cp.admin.patch(
-            "configmaps",
-            namespace,
-            LIVENESS_CONFIGMAP,
-            {"metadata": {"annotations": {"test.elb-gate.io/poke": f"{uuid.uuid4().hex[:8]}-{i}"}}},
-        )
-        wait_until(lambda s=seen: reconciles(ctl) > s, 60, f"a reconcile of {namespace}", 0.05)
+        _poke_and_wait(cp, ctl, namespace, f"{uuid.uuid4().hex[:8]}-{i}")
+
+
+def _poke_and_wait(cp: ControlPlane, ctl: ControllerProcess, namespace: str, token: str) -> None:
+    seen = reconciles(ctl)
+    cp.admin.patch(
+        "configmaps",
+        namespace,
+        LIVENESS_CONFIGMAP,
+        {"metadata": {"annotations": {"test.elb-gate.io/poke": token}}},
+    )
+    wait_until(lambda: reconciles(ctl) > seen, 60, f"a reconcile of {namespace}", 0.05)
 
 
 # -- ending a holder, each way --------------------------------------------------------

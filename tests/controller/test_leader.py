@@ -1,4 +1,5 @@
-"""Leader election against the emulator: one leader, takeover, and stepping down at once."""
+"""Leader election on the real API server, as the controller's ServiceAccount (RBAC as
+shipped: get/update of its own Lease only): one leader, takeover, stepping down at once."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import pytest
 from controller.leader import LeaderElector
 from controller.metrics import ControllerMetrics
 from elbgate.kube.api import KubeApi
+from testbed.api import ApiError
+from testbed.controlplane import ControlPlane
+from testbed.faultproxy import FaultProxy
 from tests.controller.conftest import eventually
-from tests.kube_emulator import Emulator
 
 LEASE_NS, LEASE = "elb-system", "elb-gate-controller"
 
@@ -75,7 +78,7 @@ async def test_exactly_one_of_two_replicas_leads(replicas: tuple[Replica, Replic
 
 
 async def test_when_the_leader_dies_the_other_takes_over_after_the_lease_runs_out(
-    replicas: tuple[Replica, Replica], emulator: Emulator
+    replicas: tuple[Replica, Replica], control_plane: ControlPlane
 ) -> None:
     a, b = replicas
     leader = await eventually(
@@ -84,13 +87,13 @@ async def test_when_the_leader_dies_the_other_takes_over_after_the_lease_runs_ou
     other = b if leader is a else a
     await leader.crash()
     await eventually(other.elector.may_act, "the other replica leads", within=15)
-    lease = emulator.get("leases", LEASE_NS, LEASE)
+    lease = control_plane.admin.get("leases", LEASE_NS, LEASE)
     assert lease["spec"]["holderIdentity"] == other.elector.identity
     assert lease["spec"]["leaseTransitions"] >= 1
 
 
 async def test_a_released_lease_is_taken_over_without_waiting_for_expiry(
-    controller_api: KubeApi, emulator: Emulator
+    controller_api: KubeApi,
 ) -> None:
     # A 60 s Lease: the follower could only win this quickly if the leader released it.
     a = Replica(controller_api, "replica-a", lease_seconds=60)
@@ -108,34 +111,41 @@ async def test_a_released_lease_is_taken_over_without_waiting_for_expiry(
 
 
 async def test_a_leader_steps_down_at_once_when_another_holder_appears(
-    replicas: tuple[Replica, Replica], emulator: Emulator
+    replicas: tuple[Replica, Replica], control_plane: ControlPlane
 ) -> None:
     a, b = replicas
     leader = await eventually(
         lambda: a if a.elector.may_act() else b if b.elector.may_act() else None, "a leader"
     )
-    lease = emulator.get("leases", LEASE_NS, LEASE)
-    lease["spec"]["holderIdentity"] = "intruder"
-    lease["spec"]["leaseDurationSeconds"] = 60
-    emulator.update(lease)
+
+    def intrude() -> bool:
+        lease = control_plane.admin.get("leases", LEASE_NS, LEASE)
+        lease["spec"]["holderIdentity"] = "intruder"
+        lease["spec"]["leaseDurationSeconds"] = 60
+        try:
+            control_plane.admin.update(lease)
+        except ApiError as exc:
+            if exc.status == 409:
+                return False  # the leader renewed in between: read again
+            raise
+        return True
+
+    await eventually(intrude, "the intruder's write")
     await eventually(lambda: leader.stops == 1, "the leader stepped down")
     assert not a.elector.may_act() and not b.elector.may_act()
 
 
 async def test_a_leader_that_cannot_renew_stops_acting_at_its_deadline(
-    replicas: tuple[Replica, Replica], emulator: Emulator
+    replicas: tuple[Replica, Replica], fault_proxy: FaultProxy
 ) -> None:
     a, b = replicas
     leader = await eventually(
         lambda: a if a.elector.may_act() else b if b.elector.may_act() else None, "a leader"
     )
-    fault = emulator.faults.add(method="PUT", resource="leases", status=500, count=None)
-    try:
-        await eventually(lambda: leader.stops == 1, "the leader stopped acting", within=10)
-        assert not leader.elector.may_act()
-        assert fault.hits >= 1
-    finally:
-        fault.remove()
+    fault = fault_proxy.add(method="PUT", resource="leases", status=500, count=None)
+    await eventually(lambda: leader.stops == 1, "the leader stopped acting", within=10)
+    assert not leader.elector.may_act()
+    assert fault.fired >= 1
 
 
 async def test_an_elector_cancelled_just_as_its_renew_completes_still_stops(

@@ -1,43 +1,50 @@
-"""Integration: with ELB_GATE_ORPHAN_POLICY=warn an orphan is flagged but never deleted,
-and a finalizer that regains a companion is un-flagged."""
+"""With ELB_GATE_ORPHAN_POLICY=warn an orphan is flagged but never deleted, even with a
+zero delete grace, and a finalizer whose batch work appears after all is un-flagged."""
 
 from __future__ import annotations
 
 from elbgate.names import ORPHANED_SINCE_ANNOTATION
-from tests.controller.test_processes import events, job, reconciles
-from tests.kube_emulator import Emulator
-from tests.support.controller_process import ControllerProcess, wait_until
+from testbed.api import wait_until
+from testbed.controller_process import ControllerProcess
+from testbed.controlplane import ControlPlane
+from testbed.webhook_process import WebhookProcess
+from tests.controller.observed import annotations, events, free_leader_lease, settle
+from tests.controller.search_jobs import Submitter, blast_batch, finalizer, search_id
 
 
-def mark(emu: Emulator, name: str) -> str | None:
-    annotations = emu.get("jobs", "warned", name)["metadata"].get("annotations") or {}
-    return annotations.get(ORPHANED_SINCE_ANNOTATION)
-
-
-def test_policy_warn_marks_and_warns_but_never_deletes(emulator: Emulator) -> None:
+def test_policy_warn_marks_and_warns_but_never_deletes(
+    control_plane: ControlPlane, short_lease_hook: WebhookProcess
+) -> None:
+    cp = control_plane
+    ns = short_lease_hook.gate_namespace(cp.new_namespace("warned"))
     env = {
         "ELB_GATE_ORPHAN_POLICY": "warn",
         "BLAST_FINALIZER_GRACE_SECONDS": "0",
         "ELB_GATE_ORPHAN_DELETE_AFTER_SECONDS": "0",
     }
-    with ControllerProcess.start(emulator, name="ctl-w", namespaces=["warned"], env=env) as ctl:
-        job(emulator, "warned", "fin-w", "finalizer", job_id="w1")
-        wait_until(lambda: mark(emulator, "fin-w") is not None, "marked", 20, ctl)
-        wait_until(lambda: events(emulator, "warned", "OrphanedFinalizer"), "warned", 20, ctl)
-        seen = reconciles(ctl)
-        wait_until(lambda: reconciles(ctl) >= seen + 3, "three more reconciles", 30, ctl)
-        assert emulator.find("jobs", "warned", "fin-w") is not None
-        assert not events(emulator, "warned", "OrphanedFinalizerDeleted")
-        assert (
-            "will not be deleted" in events(emulator, "warned", "OrphanedFinalizer")[0]["message"]
-        )
-        assert ctl.metric("elb_gate_orphaned_finalizers", {"namespace": "warned"}) == 1
+    free_leader_lease(cp)
+    with ControllerProcess.start(cp, name="ctl-w", namespaces=[ns], env=env) as ctl:
+        submitter = Submitter(cp, "alice", ns)
+        job_id = search_id()
+        with submitter.holding():
+            (fin,) = submitter.create(finalizer(ns, job_id))
+        name = fin["metadata"]["name"]
+
+        def mark() -> str | None:
+            return annotations(cp, ns, name).get(ORPHANED_SINCE_ANNOTATION)
+
+        wait_until(lambda: mark() is not None, 30, "marked")
+        wait_until(lambda: events(cp, ns, "OrphanedFinalizer"), 30, "warned")
+        settle(cp, ctl, ns, rounds=3)
+        assert cp.admin.find("jobs", ns, name) is not None
+        assert not events(cp, ns, "OrphanedFinalizerDeleted")
+        assert "will not be deleted" in events(cp, ns, "OrphanedFinalizer")[0]["message"]
+        assert ctl.metric("elb_gate_orphaned_finalizers", {"namespace": ns}) == 1
         # Its batch work appears after all: no longer an orphan, so the mark goes.
-        job(emulator, "warned", "blast-w", "blast", job_id="w1")
-        wait_until(lambda: mark(emulator, "fin-w") is None, "un-marked", 20, ctl)
-        wait_until(
-            lambda: ctl.metric("elb_gate_orphaned_finalizers", {"namespace": "warned"}) == 0,
+        with submitter.holding():
+            submitter.create(blast_batch(ns, job_id, 0))
+        wait_until(lambda: mark() is None, 30, "un-marked")
+        ctl.wait_until(
+            lambda: ctl.metric("elb_gate_orphaned_finalizers", {"namespace": ns}) == 0,
             "gauge back to 0",
-            20,
-            ctl,
         )

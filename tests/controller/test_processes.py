@@ -1,238 +1,185 @@
-"""Integration: real ``python -m controller`` processes against the emulator.
+"""Two real ``python -m controller`` replicas on the control plane: only the leader acts,
+and when it is killed the other finishes the work.
 
-Two replicas watch the same namespaces; only the leader acts, and when it is killed the
-other finishes the work. Lease stamps are written directly (the webhook is not needed).
+The Leases are written through the real webhook (its stamps are real) with short bounds
+and no skew, so a Lease of 2 s expires during the test; the controllers judge expiry on
+the same terms.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 
-from elbgate.lease import format_microtime
-from elbgate.names import lease_name
-from tests.kube_emulator import Emulator
-from tests.support.controller_process import ControllerProcess, ensure_namespace, wait_until
+from elbgate.names import HOLDER_POD_ANNOTATION, HOLDER_USER_ANNOTATION, lease_name
+from testbed import holders
+from testbed.api import wait_until
+from testbed.controller_process import ControllerProcess
+from testbed.controlplane import ControlPlane
+from testbed.webhook_process import WebhookProcess
+from tests.controller.conftest import SHORT_LEASE_ENV
+from tests.controller.observed import events, free_leader_lease, holder, liveness, settle
+from tests.controller.search_jobs import Submitter, blast_batch, finalizer, search_id
 
-HOLDER = "dashboard-0b9f6c1e2d3a4b5c8d7e6f5a4b3c2d1e"
-# Fast clocks: 1 s resync; a lone finalizer is an orphan at once and deleted 1 s later.
+# Fast clocks: a lone finalizer is an orphan at once and is deleted 1 s after its mark.
 FAST = {
+    **SHORT_LEASE_ENV,
     "BLAST_FINALIZER_GRACE_SECONDS": "0",
     "ELB_GATE_ORPHAN_DELETE_AFTER_SECONDS": "1",
-    "ELB_GATE_RECLAIM_GRACE_SECONDS": "1",
     "ELB_GATE_ORPHAN_POLICY": "delete",
 }
+KEYS = ("stale", "dead", "orphan", "live")
 
-
-def lease(emu: Emulator, ns: str, renewed_ago: float, pod: str = "", duration: int = 600) -> None:
-    renew = format_microtime(datetime.now(UTC) - timedelta(seconds=renewed_ago))
-    annotations = {"elb-gate.io/holder-user": "alice"}
-    if pod:
-        annotations["elb-gate.io/holder-pod"] = pod
-    doc = {
-        "apiVersion": "coordination.k8s.io/v1",
-        "kind": "Lease",
-        "metadata": {"name": lease_name(ns), "namespace": ns, "annotations": annotations},
-        "spec": {
-            "holderIdentity": HOLDER,
-            "leaseDurationSeconds": duration,
-            "acquireTime": renew,
-            "renewTime": renew,
-        },
-    }
-    current = emu.find("leases", ns, lease_name(ns))
-    if current is None:
-        emu.create(doc)
-    else:
-        doc["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-        emu.update(doc)
-
-
-def job(emu: Emulator, ns: str, name: str, app: str, job_id: str = "s1") -> dict[str, Any]:
-    return emu.create(
-        {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {
-                "name": name,
-                "namespace": ns,
-                "labels": {"app": app, "elb-job-id": job_id},
-            },
-            "spec": {
-                "template": {
-                    "spec": {"containers": [{"name": "c", "image": "x"}], "restartPolicy": "Never"}
-                }
-            },
-        }
-    )
-
-
-def complete(emu: Emulator, ns: str, name: str) -> None:
-    obj = emu.get("jobs", ns, name)
-    obj["status"] = {"succeeded": 1, "completionTime": format_microtime(datetime.now(UTC))}
-    emu.update_status(obj)
-
-
-def pod(emu: Emulator, ns: str, name: str) -> str:
-    created = emu.create(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": {"containers": [{"name": "c", "image": "x"}]},
-        }
-    )
-    return f"{ns}/{name}/{created['metadata']['uid']}"
-
-
-def holder(emu: Emulator, ns: str) -> str:
-    return str(emu.get("leases", ns, lease_name(ns))["spec"].get("holderIdentity") or "")
-
-
-def events(emu: Emulator, ns: str, reason: str) -> list[dict[str, Any]]:
-    return [e for e in emu.list("events", ns) if e.get("reason") == reason]
-
-
-def liveness(emu: Emulator, ns: str) -> dict[str, str]:
-    cm = emu.find("configmaps", ns, "elb-blast-liveness")
-    return dict((cm or {}).get("data") or {})
-
-
-def reconciles(ctl: ControllerProcess) -> float:
-    return ctl.metric("elb_gate_reconcile_duration_seconds_count") or 0.0
-
-
-NAMESPACES = ["stale", "dead", "orphan", "live"]
+Cluster = tuple[ControlPlane, dict[str, str], ControllerProcess, ControllerProcess]
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[tuple[Emulator, ControllerProcess, ControllerProcess]]:
-    """One emulator and two controller replicas (policy delete), shared by this module;
-    each test works in its own namespace."""
-    emu = Emulator().start()
+def cluster(control_plane: ControlPlane, short_lease_hook: WebhookProcess) -> Iterator[Cluster]:
+    """Two controller replicas (policy delete) gating a namespace per test."""
+    cp = control_plane
+    namespaces = {k: short_lease_hook.gate_namespace(cp.new_namespace(k)) for k in KEYS}
+    free_leader_lease(cp)
     a = b = None
     try:
-        for ns in NAMESPACES:
-            ensure_namespace(emu, ns, gated=True)
-        a = ControllerProcess.start(emu, name="ctl-a", namespaces=NAMESPACES, env=FAST)
-        b = ControllerProcess.start(emu, name="ctl-b", namespaces=NAMESPACES, env=FAST)
+        a = ControllerProcess.start(cp, name="ctl-a", namespaces=namespaces.values(), env=FAST)
+        b = ControllerProcess.start(cp, name="ctl-b", namespaces=namespaces.values(), env=FAST)
         wait_until(
             lambda: a.is_leader() != b.is_leader() and a.ready() and b.ready(),
+            60,
             "one leader, both ready",
-            30,
         )
-        yield emu, a, b
+        yield cp, namespaces, a, b
     finally:
         for ctl in (a, b):
             if ctl is not None:
                 ctl.stop()
-        emu.stop()
 
 
 def leader_of(a: ControllerProcess, b: ControllerProcess) -> ControllerProcess:
-    wait_until(lambda: a.is_leader() or b.is_leader(), "a leader", 30)
+    wait_until(lambda: a.is_leader() or b.is_leader(), 60, "a leader")
     return a if a.is_leader() else b
 
 
-def test_an_expired_lease_is_reclaimed_by_the_leader_only(
-    cluster: tuple[Emulator, ControllerProcess, ControllerProcess],
-) -> None:
-    emu, a, b = cluster
+def test_an_expired_lease_is_reclaimed_by_the_leader_only(cluster: Cluster) -> None:
+    cp, namespaces, a, b = cluster
+    ns = namespaces["stale"]
     leader = leader_of(a, b)
     follower = b if leader is a else a
-    lease(emu, "stale", renewed_ago=3600, pod="stale/gone/uid")
-    wait_until(lambda: holder(emu, "stale") == "", "the expired Lease is cleared", 20)
-    after = emu.get("leases", "stale", lease_name("stale"))
+    lease = Submitter(cp, "alice", ns).acquire(ttl_seconds=2)  # never renewed
+    try:
+        assert lease.view is not None and lease.view.holder_user == "alice"
+        wait_until(lambda: holder(cp, ns) == "", 30, "the expired Lease is cleared")
+    finally:
+        lease.close()
+    after = cp.admin.get("leases", ns, lease_name(ns))
     annotations = after["metadata"].get("annotations") or {}
-    assert "elb-gate.io/holder-user" not in annotations
-    assert "elb-gate.io/holder-pod" not in annotations
-    assert after["spec"]["leaseDurationSeconds"] == 600  # the rest is kept
-    wait_until(lambda: events(emu, "stale", "LeaseExpiredReclaimed"), "the Event", 20)
-    (event,) = events(emu, "stale", "LeaseExpiredReclaimed")
+    assert HOLDER_USER_ANNOTATION not in annotations
+    assert HOLDER_POD_ANNOTATION not in annotations
+    assert after["spec"]["leaseDurationSeconds"] == 2  # the rest is kept
+    (event,) = wait_until(lambda: events(cp, ns, "LeaseExpiredReclaimed"), 30, "the Event")
     assert event["reportingInstance"].startswith(leader.name + "_")
     assert event["source"]["component"] == "elb-gate-controller"
     assert leader.logs("submit Lease reclaimed") and not follower.logs("submit Lease reclaimed")
-    assert (
-        leader.metric(
-            "elb_gate_leases_reclaimed_total", {"namespace": "stale", "reason": "expired"}
-        )
-        == 1
+    reclaimed = leader.metric(
+        "elb_gate_leases_reclaimed_total", {"namespace": ns, "reason": "expired"}
     )
+    assert reclaimed == 1
 
 
-def test_a_lease_whose_holder_pod_is_deleted_is_reclaimed_within_one_resync(
-    cluster: tuple[Emulator, ControllerProcess, ControllerProcess],
-) -> None:
-    emu, a, b = cluster
+def test_a_lease_whose_holder_pod_is_deleted_is_reclaimed(cluster: Cluster) -> None:
+    cp, namespaces, a, b = cluster
+    ns = namespaces["dead"]
     leader = leader_of(a, b)
-    stamp = pod(emu, "dead", "celery-worker-0")
-    lease(emu, "dead", renewed_ago=30, pod=stamp)
-    seen = reconciles(leader)
-    wait_until(lambda: reconciles(leader) >= seen + 3, "three reconciles with the pod alive", 30)
-    assert holder(emu, "dead") == HOLDER  # pod exists with the same uid: left alone
-    emu.delete("pods", "dead", "celery-worker-0")
-    wait_until(lambda: holder(emu, "dead") == "", "reclaimed after the pod is gone", 10)
-    wait_until(lambda: events(emu, "dead", "LeaseHolderGoneReclaimed"), "the Event", 10)
-    assert "dead/celery-worker-0" in events(emu, "dead", "LeaseHolderGoneReclaimed")[0]["message"]
+    identity = holders.submitter_pod(cp, ns, "celery-worker-0")
+    taken = holders.acquire(cp, identity)
+    try:
+        settle(cp, leader, ns, rounds=3)
+        assert holder(cp, ns) == taken.name  # its pod runs, same uid: left alone
+        cp.admin.delete("pods", ns, identity.pod)
+        wait_until(lambda: holder(cp, ns) == "", 30, "reclaimed once the pod goes")
+    finally:
+        taken.close()
+    (event,) = wait_until(lambda: events(cp, ns, "LeaseHolderGoneReclaimed"), 30, "the Event")
+    assert f"{ns}/celery-worker-0" in event["message"]
 
 
-def test_an_orphaned_finalizer_is_marked_evented_and_deleted(
-    cluster: tuple[Emulator, ControllerProcess, ControllerProcess],
-) -> None:
-    emu, a, b = cluster
+def test_an_orphaned_finalizer_is_marked_evented_and_deleted(cluster: Cluster) -> None:
+    cp, namespaces, a, b = cluster
+    ns = namespaces["orphan"]
     leader = leader_of(a, b)
-    job(emu, "orphan", "fin-lonely", "finalizer", job_id="lonely")
-    wait_until(lambda: events(emu, "orphan", "OrphanedFinalizer"), "the warning Event", 20)
-    wait_until(lambda: emu.find("jobs", "orphan", "fin-lonely") is None, "deleted", 20)
-    wait_until(lambda: events(emu, "orphan", "OrphanedFinalizerDeleted"), "the delete Event", 20)
-    (warning,) = events(emu, "orphan", "OrphanedFinalizer")
-    assert warning["type"] == "Warning" and "fin-lonely" in warning["message"]
+    submitter = Submitter(cp, "alice", ns)
+    job_id = search_id()
+    with submitter.holding():
+        (fin,) = submitter.create(finalizer(ns, job_id))
+    name = fin["metadata"]["name"]
+    wait_until(lambda: events(cp, ns, "OrphanedFinalizer"), 30, "the warning Event")
+    wait_until(lambda: cp.admin.find("jobs", ns, name) is None, 30, "deleted")
+    wait_until(lambda: events(cp, ns, "OrphanedFinalizerDeleted"), 30, "the delete Event")
+    (warning,) = events(cp, ns, "OrphanedFinalizer")
+    assert warning["type"] == "Warning" and name in warning["message"]
     (deleted,) = leader.logs("orphaned finalizer deleted")
-    assert deleted["name"] == "fin-lonely" and deleted["job_id"] == "lonely"
-    assert leader.metric("elb_gate_orphaned_finalizers_deleted_total", {"namespace": "orphan"}) == 1
+    assert deleted["name"] == name and deleted["job_id"] == job_id
+    assert leader.metric("elb_gate_orphaned_finalizers_deleted_total", {"namespace": ns}) == 1
 
 
-def test_liveness_flips_idle_after_the_last_job_and_back_on_a_new_lease(
-    cluster: tuple[Emulator, ControllerProcess, ControllerProcess],
-) -> None:
-    emu, a, b = cluster
+def test_liveness_flips_idle_after_the_last_job_and_back_on_a_new_lease(cluster: Cluster) -> None:
+    cp, namespaces, a, b = cluster
+    ns = namespaces["live"]
     leader = leader_of(a, b)
-    wait_until(lambda: liveness(emu, "live").get("inUse") == "false", "idle at first", 20)
-    job(emu, "live", "blast-1", "blast", job_id="s7")
-    job(emu, "live", "fin-1", "finalizer", job_id="s7")
-    wait_until(lambda: liveness(emu, "live").get("inUse") == "true", "in use", 20)
-    assert liveness(emu, "live")["activeJobIds"] == "s7"
-    complete(emu, "live", "blast-1")
-    assert liveness(emu, "live").get("inUse") == "true"  # the finalizer tail still runs
-    complete(emu, "live", "fin-1")
-    wait_until(lambda: liveness(emu, "live").get("inUse") == "false", "idle after the last", 20)
-    data = liveness(emu, "live")
+    wait_until(lambda: liveness(cp, ns).get("inUse") == "false", 30, "idle at first")
+    submitter = Submitter(cp, "alice", ns)
+    job_id = search_id()
+    with submitter.holding():
+        (batch,) = submitter.create(blast_batch(ns, job_id, 0, run_seconds=1))
+        (fin,) = submitter.create(finalizer(ns, job_id))
+    wait_until(lambda: liveness(cp, ns).get("inUse") == "true", 30, "in use")
+    batch_name, fin_name = batch["metadata"]["name"], fin["metadata"]["name"]
+
+    def succeeded() -> bool:
+        return bool(cp.admin.get("jobs", ns, batch_name).get("status", {}).get("succeeded"))
+
+    wait_until(succeeded, 60, "the batch Job completes")
+    settle(cp, leader, ns)
+    assert liveness(cp, ns)["inUse"] == "true"  # the finalizer tail still runs
+    # The finalizer's process crashes (restartPolicy Never, backoffLimit 0): Job Failed.
+    (pod,) = cp.admin.list("pods", ns, label_selector=f"job-name={fin_name}")
+    cp.admin.patch(
+        "pods",
+        ns,
+        pod["metadata"]["name"],
+        {"metadata": {"annotations": {holders.RESTART: "crash"}}},
+    )
+    wait_until(lambda: liveness(cp, ns).get("inUse") == "false", 60, "idle after the last")
+    data = liveness(cp, ns)
     assert data["idleSince"] and data["activeJobIds"] == "" and data["activeSearches"] == "0"
-    lease(emu, "live", renewed_ago=0)
-    wait_until(lambda: liveness(emu, "live").get("inUse") == "true", "in use on a Lease", 20)
-    assert liveness(emu, "live")["leaseHolder"] == HOLDER
-    served = leader.get_json("/liveness")["namespaces"]["live"]
-    assert served["inUse"] is True and served["leaseHolder"] == HOLDER
-    assert leader.metric("elb_gate_in_use", {"namespace": "live"}) == 1
+    lease = Submitter(cp, "bob", ns).acquire()
+    try:
+        wait_until(lambda: liveness(cp, ns).get("inUse") == "true", 30, "in use on a Lease")
+        assert liveness(cp, ns)["leaseHolder"] == lease.holder
+        served = leader.get_json("/liveness")["namespaces"][ns]
+        assert served["inUse"] is True and served["leaseHolder"] == lease.holder
+        assert leader.metric("elb_gate_in_use", {"namespace": ns}) == 1
+        lease.release()
+    finally:
+        lease.close()
 
 
 def test_when_the_leader_is_killed_the_other_replica_takes_over_and_finishes(
-    cluster: tuple[Emulator, ControllerProcess, ControllerProcess],
+    cluster: Cluster,
 ) -> None:
     # Runs last in this module: it kills one replica.
-    emu, a, b = cluster
+    cp, namespaces, a, b = cluster
+    ns = namespaces["stale"]
     leader = leader_of(a, b)
     other = b if leader is a else a
     leader.kill()
-    lease(emu, "stale", renewed_ago=3600)
-    wait_until(other.is_leader, "the other replica leads", 30)
-    wait_until(lambda: holder(emu, "stale") == "", "the survivor reclaims", 20)
-    wait_until(lambda: len(events(emu, "stale", "LeaseExpiredReclaimed")) == 2, "its Event", 20)
-    newest = max(
-        events(emu, "stale", "LeaseExpiredReclaimed"),
-        key=lambda e: int(e["metadata"]["resourceVersion"]),
-    )
+    lease = Submitter(cp, "carol", ns).acquire(ttl_seconds=2)
+    try:
+        other.wait_until(other.is_leader, "the other replica leads", 60)
+        wait_until(lambda: holder(cp, ns) == "", 30, "the survivor reclaims")
+    finally:
+        lease.close()
+    wait_until(lambda: len(events(cp, ns, "LeaseExpiredReclaimed")) == 2, 30, "its Event")
+    newest = events(cp, ns, "LeaseExpiredReclaimed")[-1]
     assert newest["reportingInstance"].startswith(other.name + "_")
