@@ -1,0 +1,241 @@
+"""Never delete work in progress: a finalizer whose search had batch work is recorded as
+such on the object, so it is *finishing* — never an orphan, never deleted — after the
+real TTL-after-finished controller removed its batch Jobs, and after a controller
+restart. Only a finalizer whose batch work never appeared is an orphan.
+
+The real webhook (default settings) and real controllers; the controllers run at the
+default settings except where a test says: a 5 s finalizer grace instead of 300 s (the
+grace is only how long a lone finalizer waits for its batch work; 300 s would make
+each test wait five minutes for the same decision), and the orphan policy under test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from elbgate.names import BATCH_WORK_SEEN_ANNOTATION, ORPHANED_SINCE_ANNOTATION
+from testbed import holders
+from testbed.api import wait_until
+from testbed.controller_process import ControllerProcess
+from testbed.controlplane import ControlPlane
+from testbed.holders import AT_DEFAULTS, AuditLog, Stage, utc
+from testbed.webhook_process import WebhookProcess
+from tests.controller.observed import annotations, events, liveness, settle
+from tests.controller.search_jobs import Submitter, blast_batch, finalizer, search_id, submit_jobs
+
+GRACE_SECONDS = 5
+TTL_CONTROLLER = "system:serviceaccount:kube-system:ttl-after-finished-controller"
+SHORT_GRACE = {"BLAST_FINALIZER_GRACE_SECONDS": str(GRACE_SECONDS)}
+DELETE_AT_ONCE = {
+    **SHORT_GRACE,
+    "ELB_GATE_ORPHAN_POLICY": "delete",
+    "ELB_GATE_ORPHAN_DELETE_AFTER_SECONDS": "0",
+}
+
+
+@pytest.fixture(scope="module")
+def hook(control_plane: ControlPlane) -> Iterator[WebhookProcess]:
+    with WebhookProcess(control_plane) as proc:
+        yield proc
+
+
+@pytest.fixture
+def ns(control_plane: ControlPlane, hook: WebhookProcess) -> str:
+    return hook.gate_namespace(control_plane.new_namespace("finishing"))
+
+
+@dataclass(frozen=True)
+class Search:
+    """A search whose batch Jobs ran, finished and were TTL-deleted; its finalizer runs."""
+
+    namespace: str
+    job_id: str
+    finalizer: str
+    batch: tuple[str, ...]
+    recorded_after: float
+    """Seconds from the finalizer's creation to the controller's record (API server clock)."""
+
+
+def controller_writes(audit: AuditLog, ns: str, job: str) -> list[dict[str, Any]]:
+    return [e for e in audit.job_writes(ns, job) if e["verb"] in ("patch", "update", "delete")]
+
+
+def created_at(audit: AuditLog, ns: str, job: str, user: str) -> datetime:
+    (event,) = [e for e in audit.job_writes(ns, job, user) if e["verb"] == "create"]
+    return utc(event["stageTimestamp"])
+
+
+def search_past_its_batch_jobs(cp: ControlPlane, on: Stage, ns: str) -> Search:
+    """ElasticBLAST's direct submit: batch Jobs (finishing after 2 s, TTL 2 s), then the
+    finalizer (still merging), all under the Lease; then wait until the real TTL
+    controller has deleted the batch Jobs and the finalizer is past its grace."""
+    submitter = Submitter(cp, "alice", ns)
+    job_id = search_id()
+    with submitter.holding():
+        batch = submitter.create(
+            *(blast_batch(ns, job_id, n, ttl=2, run_seconds=2) for n in range(2))
+        )
+        (fin,) = submitter.create(finalizer(ns, job_id))
+    name = fin["metadata"]["name"]
+    wait_until(
+        lambda: BATCH_WORK_SEEN_ANNOTATION in annotations(cp, ns, name), 30, "batch work recorded"
+    )
+    (record,) = controller_writes(on.audit, ns, name)
+    recorded_after = (
+        utc(record["stageTimestamp"]) - created_at(on.audit, ns, name, "alice")
+    ).total_seconds()
+    batch_names = tuple(j["metadata"]["name"] for j in batch)
+    for job in batch_names:
+        wait_until(lambda j=job: cp.admin.find("jobs", ns, j) is None, 120, f"{job} TTL-deleted")
+        deleted = [e for e in on.audit.job_writes(ns, job, TTL_CONTROLLER) if e["verb"] == "delete"]
+        assert deleted, f"{job} was not deleted by the TTL-after-finished controller"
+    born = utc(fin["metadata"]["creationTimestamp"])
+    past_grace = born + timedelta(seconds=GRACE_SECONDS + 1)
+    wait_until(lambda: datetime.now(UTC) > past_grace, 60, "the finalizer grace to pass")
+    settle(cp, on.leader(), ns)
+    return Search(ns, job_id, name, batch_names, recorded_after)
+
+
+def census(cp: ControlPlane, ns: str) -> dict[str, Any]:
+    """``elb-gate census -o json`` as an operator sees it (same finalizer grace)."""
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("ELB_GATE_", "BLAST_"))},
+        **SHORT_GRACE,
+        "KUBECONFIG": cp.kubeconfig("operator"),
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "elbgate.cli", "census", "-n", ns, "-o", "json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    report: dict[str, Any] = json.loads(out.stdout)
+    return report
+
+
+def assert_finishing(cp: ControlPlane, on: Stage, ctl: ControllerProcess, search: Search) -> None:
+    """Recorded, never marked, never deleted, no Event; finishing; the namespace in use."""
+    ns, name = search.namespace, search.finalizer
+    found = annotations(cp, ns, name)
+    assert BATCH_WORK_SEEN_ANNOTATION in found
+    assert ORPHANED_SINCE_ANNOTATION not in found
+    writes = controller_writes(on.audit, ns, name)
+    assert [e["verb"] for e in writes] == ["patch"]  # the record, nothing else
+    assert not events(cp, ns, "OrphanedFinalizer")
+    assert not events(cp, ns, "OrphanedFinalizerDeleted")
+    report = census(cp, ns)
+    assert [f["name"] for f in report["finishing"]] == [name]
+    assert report["orphans"] == [] and report["active"] == 0
+    assert liveness(cp, ns)["inUse"] == "true"
+    served = ctl.get_json("/liveness")["namespaces"][ns]
+    assert served["inUse"] is True
+    assert ctl.metric("elb_gate_orphaned_finalizers", {"namespace": ns}) == 0
+
+
+def test_a_finalizer_whose_batch_jobs_were_ttl_deleted_is_finishing_and_never_collected(
+    control_plane: ControlPlane, ns: str
+) -> None:
+    with holders.controllers(control_plane, [ns], env=DELETE_AT_ONCE) as on:
+        search = search_past_its_batch_jobs(control_plane, on, ns)
+        assert search.recorded_after <= 1.0
+        assert_finishing(control_plane, on, on.leader(), search)
+
+
+def test_a_controller_restarted_after_the_batch_jobs_were_deleted_still_leaves_it_alone(
+    control_plane: ControlPlane, ns: str
+) -> None:
+    with holders.controllers(control_plane, [ns], env=DELETE_AT_ONCE) as on:
+        search = search_past_its_batch_jobs(control_plane, on, ns)
+        on.leader().kill()  # SIGKILL: its memory of the batch Jobs dies with it
+        successor = ControllerProcess.start(
+            control_plane, name="controller-1", namespaces=[ns], env=DELETE_AT_ONCE, **AT_DEFAULTS
+        )
+        on.controllers.append(successor)
+        successor.wait_until(successor.is_leader, "the new controller leads", 60)
+        settle(control_plane, successor, ns, rounds=3)
+        assert_finishing(control_plane, on, successor, search)
+
+
+def lone_finalizer(cp: ControlPlane, ns: str) -> str:
+    """A finalizer created under the Lease whose batch work never appears."""
+    submitter = Submitter(cp, "alice", ns)
+    with submitter.holding():
+        (fin,) = submitter.create(finalizer(ns, search_id()))
+    return str(fin["metadata"]["name"])
+
+
+def marked(cp: ControlPlane, ns: str, name: str) -> str | None:
+    return annotations(cp, ns, name).get(ORPHANED_SINCE_ANNOTATION)
+
+
+def test_a_true_orphan_under_the_default_policy_is_flagged_and_never_deleted(
+    control_plane: ControlPlane, ns: str
+) -> None:
+    with holders.controllers(control_plane, [ns], env=SHORT_GRACE) as on:
+        ctl = on.leader()
+        name = lone_finalizer(control_plane, ns)
+        wait_until(lambda: marked(control_plane, ns, name), 60, "the orphan marked")
+        (warning,) = wait_until(
+            lambda: events(control_plane, ns, "OrphanedFinalizer"), 30, "the Warning Event"
+        )
+        assert warning["type"] == "Warning" and name in warning["message"]
+        assert "will not be deleted" in warning["message"]
+        ctl.wait_until(
+            lambda: ctl.metric("elb_gate_orphaned_finalizers", {"namespace": ns}) == 1,
+            "the orphan gauge at 1",
+        )
+        settle(control_plane, ctl, ns, rounds=3)
+        assert control_plane.admin.find("jobs", ns, name) is not None
+        assert [e["verb"] for e in controller_writes(on.audit, ns, name)] == ["patch"]
+        assert not events(control_plane, ns, "OrphanedFinalizerDeleted")
+        assert [o["name"] for o in census(control_plane, ns)["orphans"]] == [name]
+
+
+def test_a_true_orphan_under_policy_delete_is_deleted_after_the_delete_grace(
+    control_plane: ControlPlane, ns: str
+) -> None:
+    # A 3 s delete grace instead of 900 s: the grace is a wait, the decision the same.
+    env = {**DELETE_AT_ONCE, "ELB_GATE_ORPHAN_DELETE_AFTER_SECONDS": "3"}
+    with holders.controllers(control_plane, [ns], env=env) as on:
+        name = lone_finalizer(control_plane, ns)
+        since = wait_until(lambda: marked(control_plane, ns, name), 60, "the orphan marked")
+        wait_until(lambda: control_plane.admin.find("jobs", ns, name) is None, 60, "deleted")
+        (deletion,) = [e for e in controller_writes(on.audit, ns, name) if e["verb"] == "delete"]
+        assert utc(deletion["stageTimestamp"]) >= utc(since) + timedelta(seconds=3)
+        wait_until(lambda: events(control_plane, ns, "OrphanedFinalizerDeleted"), 30, "the Event")
+
+
+def test_batch_work_appearing_for_a_flagged_orphan_is_recorded_and_unflags_it_in_one_patch(
+    control_plane: ControlPlane, ns: str
+) -> None:
+    with holders.controllers(control_plane, [ns], env=SHORT_GRACE) as on:
+        submitter = Submitter(control_plane, "alice", ns)
+        job_id = search_id()
+        with submitter.holding():
+            (fin,) = submitter.create(finalizer(ns, job_id))
+        name = fin["metadata"]["name"]
+        wait_until(lambda: marked(control_plane, ns, name), 60, "the orphan marked")
+        before = len(controller_writes(on.audit, ns, name))
+        # Its submit Job comes after all (cloud job submission, late).
+        with submitter.holding():
+            submitter.create(submit_jobs(ns, job_id))
+        wait_until(lambda: marked(control_plane, ns, name) is None, 30, "the mark removed")
+        found = annotations(control_plane, ns, name)
+        assert found[BATCH_WORK_SEEN_ANNOTATION].endswith(f"submit/submit-jobs-{job_id[-8:]}")
+        settle(control_plane, on.leader(), ns)
+        (patch,) = controller_writes(on.audit, ns, name)[before:]
+        written = patch["requestObject"]["metadata"]["annotations"]
+        assert written[ORPHANED_SINCE_ANNOTATION] is None
+        assert written[BATCH_WORK_SEEN_ANNOTATION] == found[BATCH_WORK_SEEN_ANNOTATION]
