@@ -1,0 +1,99 @@
+"""The shipped RBAC is what the webhook and the controller need, on a real API server:
+take away one verb either uses and the failure is the one it causes — a real 403,
+logged and counted, nothing crashes, nothing is admitted — and giving it back heals it.
+
+(tests/install/test_rbac.py checks the same grants statically, against the calls the
+code makes; this shows them enforced.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from testbed.api import ApiError, wait_until
+from testbed.controller_process import CONTROLLER_SA, ControllerProcess
+from testbed.controlplane import ControlPlane
+from testbed.holders import free_leader_lease
+from testbed.install import WEBHOOK_SA
+from testbed.rbac import without_verb
+from testbed.webhook_process import WebhookProcess
+from tests.controller.observed import events, holder
+from tests.controller.search_jobs import Submitter, blast_batch, search_id
+
+SHORT_LEASE_ENV = {
+    "ELB_GATE_LEASE_MIN_DURATION_SECONDS": "1",
+    "BLAST_LEASE_CLOCK_SKEW_SECONDS": "0",
+    "ELB_GATE_SUBMIT_EXEC_TIMEOUT_SECONDS": "600",
+}
+"""A 2 s Lease expires 2 s after it was taken (webhook and controller agree)."""
+
+
+@pytest.fixture(scope="module")
+def hook(control_plane: ControlPlane) -> Iterator[WebhookProcess]:
+    with WebhookProcess(control_plane, SHORT_LEASE_ENV) as proc:
+        yield proc
+
+
+def test_a_controller_without_patch_on_leases_logs_and_counts_the_403_and_recovers(
+    control_plane: ControlPlane, hook: WebhookProcess
+) -> None:
+    cp = control_plane
+    ns = hook.gate_namespace(cp.new_namespace("rbac-controller"))
+    free_leader_lease(cp)
+    with ControllerProcess.start(cp, name="ctl-rbac", namespaces=[ns], env=SHORT_LEASE_ENV) as ctl:
+        ctl.wait_until(lambda: ctl.is_leader() and ctl.ready(), "leading and synced", 60)
+        with without_verb(
+            cp,
+            "elb-gate-controller",
+            "leases",
+            "patch",
+            service_account=CONTROLLER_SA,
+            namespace=ns,
+        ):
+            lease = Submitter(cp, "alice", ns).acquire(ttl_seconds=2)  # expires unrenewed
+            lease.close()
+            refused = ctl.wait_for_log(
+                lambda r: r.get("msg") == "write refused" and r.get("action") == "ReleaseLease",
+                60,
+            )
+            assert refused["code"] == 403 and refused["reason"] == "Forbidden"
+            assert 'cannot patch resource "leases"' in refused["detail"]
+            errors = ctl.metric(
+                "elb_gate_api_errors_total",
+                {"component": "controller", "verb": "patch", "resource": "leases"},
+            )
+            assert errors is not None and errors >= 1
+            assert holder(cp, ns) == lease.holder  # nothing written
+            assert ctl.alive and ctl.ready() and ctl.is_leader()
+        # The shipped role is back: the next attempt goes through.
+        wait_until(lambda: holder(cp, ns) == "", 30, "the expired Lease reclaimed")
+        wait_until(lambda: events(cp, ns, "LeaseExpiredReclaimed"), 30, "its Event")
+        assert ctl.alive
+
+
+def test_a_webhook_without_list_on_jobs_fails_closed_with_503_and_recovers(
+    control_plane: ControlPlane, hook: WebhookProcess
+) -> None:
+    cp = control_plane
+    ns = hook.gate_namespace(cp.new_namespace("rbac-webhook"))
+    submitter = Submitter(cp, "alice", ns)
+    job_id = search_id()
+    with submitter.holding():
+        with without_verb(
+            cp, "elb-gate-webhook", "jobs", "list", service_account=WEBHOOK_SA, namespace=ns
+        ):
+            # Gate B must count the active searches (a LIST of Jobs) and cannot.
+            with pytest.raises(ApiError) as refused:
+                submitter.create(blast_batch(ns, job_id, 0))
+            assert refused.value.status == 503
+            assert 'admission webhook "search-admission.elb-gate.io" denied the request' in (
+                refused.value.message
+            )
+            assert "could not verify" in refused.value.message
+            assert "fail-closed" in refused.value.message
+            assert cp.admin.find("jobs", ns, blast_batch(ns, job_id, 0)["metadata"]["name"]) is None
+            assert hook.process is not None and hook.process.poll() is None
+        (created,) = submitter.create(blast_batch(ns, job_id, 0))
+    assert created["metadata"]["labels"]["elb-job-id"] == job_id
