@@ -70,6 +70,7 @@ manifests: $(STAMP) $(HELM) ## Render manifests/ from charts/elb-gate (the chart
 	ELB_GATE_HELM=$(abspath $(HELM)) $(BIN)/python -m manifests.generate
 
 test: $(STAMP) tools $(HELM) $(LOCALKUBE) lint ## Lint, then the whole test suite on the real control plane (the README's test command)
+	@echo "==> Kubernetes $(KUBE_VERSION): kubectl $$($(dir $(LOCALKUBE))kubectl version --client -o json | $(BIN)/python -c 'import json,sys; print(json.load(sys.stdin)["clientVersion"]["gitVersion"])') ($(dir $(LOCALKUBE))kubectl), $$($(HELM) version --short)"
 	ELB_GATE_HELM=$(abspath $(HELM)) $(BIN)/pytest -q $(ARGS)
 
 run: $(STAMP) ## Run the whole system on the API emulator (ARGS=--once to exit after the summary)
