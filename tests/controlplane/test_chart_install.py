@@ -101,7 +101,16 @@ def test_the_api_server_accepts_every_object_the_chart_renders(
     rendered = subprocess_output(template_argv({}, namespace=release))
     done = control_plane.kubectl("admin", "apply", "--dry-run=server", "-f", "-", input=rendered)
     assert done.returncode == 0, done.stderr
-    assert "Warning" not in done.stderr, done.stderr
+    # Cluster-scoped objects (the ClusterRoles) may already exist, created by
+    # another test without `kubectl apply`; kubectl then warns that it patches
+    # them without a last-applied annotation. Any other warning (Pod Security,
+    # deprecated API) is a finding.
+    warnings = [
+        line
+        for line in done.stderr.splitlines()
+        if "Warning" in line and "kubectl.kubernetes.io/last-applied-configuration" not in line
+    ]
+    assert not warnings, done.stderr
     kinds = {line.split("/")[0] for line in done.stdout.splitlines()}
     assert {
         "deployment.apps",
