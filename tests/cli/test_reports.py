@@ -12,7 +12,7 @@ from elbgate.census import census
 from elbgate.cli.census import census_report, render_table, verdict
 from elbgate.cli.lease_report import describe_lease, force_release_verdict, lease_summary
 from elbgate.settings import Settings
-from tests.protocol import elastic_blast as elb
+from testbed import elastic_blast as elb
 from tests.protocol.builders import NOW, job, lease
 
 SETTINGS = Settings.from_env({"BLAST_LEASE_CLOCK_SKEW_SECONDS": "30"})

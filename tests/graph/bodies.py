@@ -1,4 +1,4 @@
-"""ElasticBLAST Job bodies (tests/protocol/elastic_blast.py) made ready for the control plane.
+"""ElasticBLAST Job bodies (testbed/elastic_blast.py) made ready for the control plane.
 
 The shapes stay the templates' (labels, env, volumes, nodeSelector, backoff, TTL);
 what changes is only what the API server and the kubelet stand-in need: the
@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from tests.protocol import elastic_blast as elb
+from testbed import elastic_blast as elb
 
 RUN_SECONDS = "localkube.elb-gate.io/run-seconds"
 SMALL = {"cpu": "10m", "memory": "16Mi"}

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from testbed import elastic_blast as elb
 from testbed.api import wait_until
 from testbed.controlplane import ControlPlane
 from testbed.webhook_process import WebhookProcess
 from tests.graph.bodies import name, search_id
 from tests.graph.conftest import webhook
 from tests.graph.submitter import nothing_left
-from tests.protocol import elastic_blast as elb
 
 S1 = elb.search_id(1)
 

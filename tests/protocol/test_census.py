@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from elbgate.census import JobRef, census, is_terminal
-from tests.protocol import elastic_blast as elb
+from testbed import elastic_blast as elb
 from tests.protocol.builders import NOW, job
 
 GRACE = 300

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from elbgate.db_memory import DbMemoryTable, memory_need, prefix_base
-from tests.protocol import elastic_blast as elb
+from testbed import elastic_blast as elb
 
 CORE_NT = 251_700_000_000
 TABLE = DbMemoryTable.from_data({"core_nt": "251.7G", "swissprot": "1Gi"})

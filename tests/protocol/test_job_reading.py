@@ -9,7 +9,7 @@ import pytest
 from elbgate import quantity
 from elbgate.databases import db_key, job_databases
 from elbgate.pod_template import env_values, node_selector, pod_requests
-from tests.protocol import elastic_blast as elb
+from testbed import elastic_blast as elb
 
 
 @pytest.mark.parametrize(

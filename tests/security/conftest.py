@@ -19,13 +19,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from testbed import elastic_blast as elb
 from testbed.api import ApiError, JsonObj
 from testbed.controlplane import ControlPlane
 from testbed.install import SYSTEM_NAMESPACE
 from testbed.webhook_process import WebhookProcess
 from tests.graph.bodies import ready
 from tests.install.chart import render
-from tests.protocol import elastic_blast as elb
 
 SUBMITTERS: list[dict[str, Any]] = [
     {

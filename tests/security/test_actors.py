@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 from elbgate.names import HOLDER_USER_ANNOTATION
+from testbed import elastic_blast as elb
 from testbed.api import ApiError, JsonObj, wait_until
 from testbed.controlplane import ControlPlane
 from testbed.webhook_process import WebhookProcess
 from tests.graph.bodies import ready
 from tests.graph.submitter import Submitter
-from tests.protocol import elastic_blast as elb
 from tests.security.conftest import finalizer, job, webhook
 
 DENIED = 'admission webhook "search-admission.elb-gate.io" denied the request: '

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from testbed import elastic_blast as elb
 from testbed.api import wait_until
 from testbed.controlplane import ControlPlane
 from testbed.webhook_process import WebhookProcess
 from tests.graph.bodies import ready
 from tests.graph.submitter import Submitter
-from tests.protocol import elastic_blast as elb
 from tests.security.conftest import finalizer, job, policy_refuses, submitter_access, webhook
 
 POLICY = "elb-gate-search-jobs"

@@ -19,9 +19,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from testbed import elastic_blast as elb
 from testbed.controlplane import ControlPlane
 from testbed.webhook_process import WebhookProcess
-from tests.protocol import elastic_blast as elb
 from tests.security.conftest import admission_review, finalizer, post_directly, sample, webhook
 
 API_SERVER_NAME = "kube-apiserver-webhook-client"

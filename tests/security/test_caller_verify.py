@@ -18,10 +18,10 @@ import pytest
 from elbgate.client import SubmitLease
 from elbgate.kube.config import KubeConfig
 from elbgate.settings import Settings
+from testbed import elastic_blast as elb
 from testbed.api import wait_until
 from testbed.controlplane import ControlPlane, PodIdentity
 from testbed.webhook_process import WebhookProcess
-from tests.protocol import elastic_blast as elb
 from tests.security.conftest import admission_review, finalizer, post_directly, sample, webhook
 
 API_SERVER_NAME = "kube-apiserver-webhook-client"

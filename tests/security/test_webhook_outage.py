@@ -9,8 +9,8 @@ import json
 
 import pytest
 
+from testbed import elastic_blast as elb
 from testbed.controlplane import ControlPlane
-from tests.protocol import elastic_blast as elb
 from tests.security.conftest import finalizer, webhook
 
 

@@ -14,7 +14,7 @@ from elbgate.kube.api import ApiError, ApiUnavailable
 from elbgate.logs import JsonFormatter
 from elbgate.names import SEARCH_JOB_SELECTOR, UNFINISHED_JOB_FIELD_SELECTOR
 from elbgate.settings import Settings
-from tests.protocol.elastic_blast import import_queries, init_ssd
+from testbed.elastic_blast import import_queries, init_ssd
 from tests.webhook.builders import NOW, admission, job, job_object, lease, user
 from webhook.admission import Admission
 from webhook.app import Runtime, create_app, create_ops_app

@@ -12,7 +12,7 @@ import pytest
 
 from elbgate.census import Census, census
 from elbgate.settings import Settings
-from tests.protocol import elastic_blast as elb
+from testbed import elastic_blast as elb
 from tests.webhook.builders import NOW, user
 from tests.webhook.graph import ALICE, Namespace
 

@@ -9,7 +9,7 @@ import pytest
 
 from elbgate.capacity import NodeView
 from elbgate.settings import Settings
-from tests.protocol import elastic_blast as elb
+from testbed import elastic_blast as elb
 from tests.webhook.graph import Namespace
 
 POOL = "agentpool=blastpool"

@@ -17,13 +17,30 @@ the live measurements saw. What each flow creates, in order:
 * cloud job submission: ``submit-jobs-<id8>`` (``app=submit``), which later creates
   the batch Jobs in-cluster under its own service account, holding no Lease;
 * prepare only: the setup Jobs alone.
+
+The bodies are what a table test feeds the census or the webhook's decisions: each
+carries a ``creationTimestamp`` ``age`` seconds before :data:`REFERENCE_TIME` and a
+``status``. :func:`for_api` turns one into what ``elastic-blast`` sends the API
+server (no status, no timestamps), in a namespace, with the
+``localkube.elb-gate.io/run-seconds`` the kubelet stand-in runs its pods for.
 """
 
 from __future__ import annotations
 
+import copy
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tests.protocol.builders import ts
+REFERENCE_TIME = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
+"""The instant the bodies' ``creationTimestamp`` are relative to (the tables' "now")."""
+RUN_SECONDS_ANNOTATION = "localkube.elb-gate.io/run-seconds"
+"""Read by the control plane's kubelet stand-in: how long a pod's containers run."""
+
+
+def ts(seconds_ago: float) -> str:
+    """An RFC 3339 timestamp ``seconds_ago`` before :data:`REFERENCE_TIME`."""
+    return (REFERENCE_TIME - timedelta(seconds=seconds_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
 
 IMAGE = "elbacr.azurecr.io/ncbi/elb:1.4.0"
 QS_IMAGE = "elbacr.azurecr.io/ncbi/elasticblast-query-split:0.1.4"
@@ -271,7 +288,11 @@ def blast_batch(
         ],
         "activeDeadlineSeconds": 18000,
         "initContainers": [
-            {"name": "import-query-batches", "image": IMAGE, "command": ["/scripts/query-download-ssd-aks.sh"]}
+            {
+                "name": "import-query-batches",
+                "image": IMAGE,
+                "command": ["/scripts/query-download-ssd-aks.sh"],
+            }
         ],
         "containers": [
             {
@@ -295,14 +316,20 @@ def blast_batch(
                 ),
                 "command": ["/scripts/blast-run-aks.sh"],
             },
-            {"name": "results-export", "image": IMAGE, "command": ["/scripts/results-export-aks.sh"]},
+            {
+                "name": "results-export",
+                "image": IMAGE,
+                "command": ["/scripts/results-export-aks.sh"],
+            },
         ],
         "restartPolicy": "OnFailure",
     }
     if shard is not None:
         pod["nodeSelector"] = {"ordinal": str(shard)}
     label = db.replace("_", "-").lower()
-    return _job(f"{program}-batch-{label}-job-{n}-{job_id[-8:]}", labels, pod, backoff_limit=3, ttl=ttl)
+    return _job(
+        f"{program}-batch-{label}-job-{n}-{job_id[-8:]}", labels, pod, backoff_limit=3, ttl=ttl
+    )
 
 
 def finalizer(job_id: str) -> dict[str, Any]:
@@ -328,7 +355,9 @@ def search_id(n: int) -> str:
     return f"job-{n:032x}"
 
 
-def flow(kind: str, job_id: str, db: str = "16S_ribosomal_RNA", nodes: int = 3) -> list[dict[str, Any]]:
+def flow(
+    kind: str, job_id: str, db: str = "16S_ribosomal_RNA", nodes: int = 3
+) -> list[dict[str, Any]]:
     """The Jobs one ``elastic-blast submit`` (or ``prepare``) creates, in order."""
     batches = [blast_batch(job_id, n, db) for n in range(nodes)]
     if kind == "cold-local-ssd":
@@ -340,7 +369,11 @@ def flow(kind: str, job_id: str, db: str = "16S_ribosomal_RNA", nodes: int = 3) 
         return [init_pv_partitioned(job_id, f"{db}_part_"), *parts, finalizer(job_id)]
     if kind == "sharded":
         shards = [blast_batch(job_id, n, f"{db}_shard_{n:02d}", shard=n) for n in range(nodes)]
-        return [*(init_ssd_shard(job_id, n, f"{db}_shard_") for n in range(nodes)), *shards, finalizer(job_id)]
+        return [
+            *(init_ssd_shard(job_id, n, f"{db}_shard_") for n in range(nodes)),
+            *shards,
+            finalizer(job_id),
+        ]
     if kind == "warm-reuse":
         return [import_queries(), *batches, finalizer(job_id)]
     if kind == "cloud-job-submission":
@@ -359,3 +392,26 @@ FLOWS = (
     "cloud-job-submission",
     "prepare-only",
 )
+
+
+def for_api(
+    job: dict[str, Any],
+    namespace: str,
+    *,
+    run_seconds: float | None = None,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """``job`` as ``elastic-blast submit`` sends it: in ``namespace``, without the
+    ``status`` and ``creationTimestamp`` the API server sets. ``run_seconds``: how long
+    its pods run on the control plane's kubelet stand-in (absent: until deleted)."""
+    body = copy.deepcopy(job)
+    body.pop("status", None)
+    meta = body["metadata"]
+    meta.pop("creationTimestamp", None)
+    meta["namespace"] = namespace
+    if annotations:
+        meta.setdefault("annotations", {}).update(annotations)
+    if run_seconds is not None:
+        template_meta = body["spec"]["template"].setdefault("metadata", {})
+        template_meta.setdefault("annotations", {})[RUN_SECONDS_ANNOTATION] = f"{run_seconds:g}"
+    return body
