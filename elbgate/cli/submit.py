@@ -36,7 +36,10 @@ DESCRIPTION = """\
 Acquire the namespace's submit Lease (elb-blast-submit-<namespace>), waiting as
 waiting_for_submit_slot while another submitter holds it; check the census under
 the Lease, waiting as waiting_for_capacity (Lease released) while the namespace
-is at BLAST_MAX_RUN_CONCURRENCY; then run COMMAND under the exec timeout while a
+is at BLAST_MAX_RUN_CONCURRENCY. While waiting it watches the Lease and the search
+Jobs and queues behind earlier elb-gate submit waiters (a Lease
+elb-blast-wait-<holder> of its own): the first in line tries the moment a slot
+frees; then run COMMAND under the exec timeout while a
 heartbeat renews the Lease, and release it when COMMAND ends, on SIGINT and on
 SIGTERM (COMMAND is terminated first). Deadlines and limits come from the
 BLAST_*/ELB_GATE_* environment (see docs/cli.md).
@@ -73,7 +76,9 @@ def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> None:
         type=float,
         default=DEFAULT_POLL_SECONDS,
         metavar="SECONDS",
-        help=f"retry interval while busy or full (default: {DEFAULT_POLL_SECONDS:g})",
+        help="retry interval while busy or full when the Lease and Jobs cannot be watched; "
+        f"while they are watched a slot freeing wakes the next waiter in line at once "
+        f"(default: {DEFAULT_POLL_SECONDS:g})",
     )
     parser.add_argument(
         "--kill-grace",

@@ -44,6 +44,7 @@ from elbgate.client.slot_machine import (
     transition,
 )
 from elbgate.client.submit_lease import DEFAULT_HEARTBEAT_FRACTION, Heartbeat, SubmitLease
+from elbgate.client.waiting_room import WaitingRoom
 from elbgate.durations import format_duration
 from elbgate.settings import Settings
 
@@ -88,14 +89,20 @@ def run_slot(
     on_heartbeat: Callable[[str, Exception], None] | None = None,
     census_reader: Callable[[], Census] | None = None,
     monotonic: Callable[[], float] = time.monotonic,
+    watch: bool = True,
+    waiting_room: WaitingRoom | None = None,
 ) -> Iterator[Slot]:
     """Wait for a submit slot, yield it, release it. See the module docstring.
 
     ``on_state`` gets a :class:`SlotEvent` on every change of phase or detail;
     ``cancel`` stops the wait (raising :class:`SlotCancelled`); ``poll_seconds`` is
-    the retry interval while busy or full; ``on_heartbeat("lost"|"error", exc)``
-    reports renewal trouble while the body runs; ``census_reader`` replaces the
-    census LIST (tests); ``monotonic`` is the clock of the deadlines.
+    the retry interval while busy or full (the fallback when watching);
+    ``on_heartbeat("lost"|"error", exc)`` reports renewal trouble while the body
+    runs; ``census_reader`` replaces the census LIST (tests); ``monotonic`` is the
+    clock of the deadlines. With ``watch`` (the default) a waiter watches the Lease
+    and the search Jobs and queues in the namespace's waiting line
+    (:mod:`elbgate.client.waiting_line`): it tries again the moment a slot frees, in
+    its turn; ``waiting_room`` supplies one (tests).
     """
     cancel = cancel or threading.Event()
     limits = SlotLimits.from_settings(settings, poll_seconds)
@@ -111,6 +118,9 @@ def run_slot(
     action = Action.ACQUIRE
     error: CoordinationError | None = None
     seen: Census | None = None
+    room = waiting_room
+    if room is None and watch:
+        room = WaitingRoom(lease.kube, lease.namespace, lease.holder, settings)
     try:
         while True:
             obs: Observation
@@ -128,6 +138,11 @@ def run_slot(
                     obs = CensusTaken(seen.active_ids)
                 except CoordinationError as exc:
                     error, obs = exc, ApiFailed(str(exc))
+            if room is not None and room.entered:
+                if isinstance(obs, LeaseBusy):
+                    room.tried("busy")
+                elif isinstance(obs, CensusTaken) and len(obs.active_ids) >= limits.ceiling:
+                    room.tried("full")
             step = transition(state, obs, monotonic(), limits)
             if step.release:
                 _release_quietly(lease)
@@ -139,12 +154,21 @@ def run_slot(
             if step.action is Action.FAIL:
                 _raise_for(state, error, monotonic() - started)
             if step.sleep > 0:
-                cancel.wait(step.sleep)
+                if room is None:
+                    cancel.wait(step.sleep)
+                else:
+                    # Watch (and queue) instead of sleeping: back as soon as it is our
+                    # turn, and never later than a deadline that falls sooner.
+                    room.enter()
+                    room.wait(limits.poll_seconds, cancel, step.deadline_in)
             action = step.action
     except BaseException:
         # KeyboardInterrupt or a bug: never leave the Lease held behind us.
         _release_quietly(lease)
         raise
+    finally:
+        if room is not None and room.entered:
+            room.leave()  # out of the line: the slot is ours, or we gave up
 
     assert seen is not None
     beat = lease.start_heartbeat(heartbeat_fraction, on_heartbeat) if heartbeat else None

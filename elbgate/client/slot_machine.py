@@ -145,6 +145,9 @@ class Step:
     """Seconds to wait before ``action``."""
     release: bool = False
     """Make sure the Lease is not held (conditional release) before ``action``."""
+    deadline_in: float | None = None
+    """While waiting: seconds until the wait's deadline. A driver that wakes on events
+    rather than after ``sleep`` must still be back by then (the last look)."""
 
 
 def transition(state: SlotState, obs: Observation, now: float, limits: SlotLimits) -> Step:
@@ -172,7 +175,9 @@ def transition(state: SlotState, obs: Observation, now: float, limits: SlotLimit
             nxt = replace(
                 state, phase=Phase.WAITING_FOR_SUBMIT_SLOT, slot_wait_since=since, detail=obs.detail
             )
-            return Step(nxt, Action.ACQUIRE, sleep=min(limits.poll_seconds, left))
+            return Step(
+                nxt, Action.ACQUIRE, sleep=min(limits.poll_seconds, left), deadline_in=left
+            )
         if isinstance(obs, ApiFailed):
             # A write whose answer was lost may have taken the Lease: make sure it is not held.
             nxt = replace(state, phase=Phase.COORDINATION_ERROR, detail=obs.detail)
@@ -196,7 +201,13 @@ def transition(state: SlotState, obs: Observation, now: float, limits: SlotLimit
                 state, phase=Phase.WAITING_FOR_CAPACITY, capacity_wait_since=since, detail=shown
             )
             # The Lease is released while waiting, so other submit paths are not blocked.
-            return Step(nxt, Action.ACQUIRE, sleep=min(limits.poll_seconds, left), release=True)
+            return Step(
+                nxt,
+                Action.ACQUIRE,
+                sleep=min(limits.poll_seconds, left),
+                release=True,
+                deadline_in=left,
+            )
         if isinstance(obs, ApiFailed):
             # Fail closed: a census that cannot be read is not an empty namespace.
             nxt = replace(state, phase=Phase.COORDINATION_ERROR, detail=obs.detail)

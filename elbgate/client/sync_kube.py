@@ -47,6 +47,11 @@ class SyncKube:
         self._thread.start()
         self._closed = False
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The private event loop (long-running tasks, e.g. watches, may run on it)."""
+        return self._loop
+
     def run(self, call: Callable[[KubeApi], Coroutine[Any, Any, T]]) -> T:
         """Run ``call(api)`` on the private loop and return its result (or raise
         its exception). Every API call carries its own deadline; the margin here

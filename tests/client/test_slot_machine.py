@@ -157,3 +157,20 @@ def test_limits_come_from_the_settings_the_submit_paths_share() -> None:
         }
     )
     assert SlotLimits.from_settings(settings, poll_seconds=2) == SlotLimits(4, 90, 600, 2)
+
+
+@pytest.mark.parametrize(
+    ("state_", "obs", "now", "deadline_in"),
+    [
+        pytest.param(state(Phase.ACQUIRING), busy(), 100, 60, id="a slot wait has 60 s to go"),
+        pytest.param(
+            state(Phase.WAITING_FOR_SUBMIT_SLOT, slot=100), busy(), 157, 3, id="3 s to go"
+        ),
+        pytest.param(state(Phase.CHECKING_CAPACITY), searches(3), 100, 120, id="capacity wait"),
+        pytest.param(state(Phase.CHECKING_CAPACITY), searches(1), 100, None, id="no wait"),
+    ],
+)
+def test_a_wait_says_when_its_deadline_falls_so_a_watcher_is_back_in_time(
+    state_: SlotState, obs: Observation, now: float, deadline_in: float | None
+) -> None:
+    assert transition(state_, obs, now, LIMITS).deadline_in == deadline_in
