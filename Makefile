@@ -73,8 +73,8 @@ test: $(STAMP) tools $(HELM) $(LOCALKUBE) lint ## Lint, then the whole test suit
 	@echo "==> Kubernetes $(KUBE_VERSION): kubectl $$($(dir $(LOCALKUBE))kubectl version --client -o json | $(BIN)/python -c 'import json,sys; print(json.load(sys.stdin)["clientVersion"]["gitVersion"])') ($(dir $(LOCALKUBE))kubectl), $$($(HELM) version --short)"
 	ELB_GATE_HELM=$(abspath $(HELM)) $(BIN)/pytest -q $(ARGS)
 
-run: $(STAMP) ## Run the whole system on the API emulator (ARGS=--once to exit after the summary)
-	$(BIN)/python -m tests.demo $(ARGS)
+run: $(STAMP) $(LOCALKUBE) ## Run the whole system on a real control plane, default settings (ARGS=--once: exit after the summary)
+	$(BIN)/python -m testbed.demo $(ARGS)
 
 emulator: $(STAMP) ## Start the Kubernetes API emulator alone (kubeconfigs in .run/)
 	$(BIN)/python -m tests.kube_emulator --port 6443 --state-dir .run $(ARGS)

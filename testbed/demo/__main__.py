@@ -1,8 +1,10 @@
-"""``python -m tests.demo [--once]`` (``make run``): elb-gate end to end, no cluster needed.
+"""``python -m testbed.demo [--once]`` (``make run``): elb-gate end to end on a real
+Kubernetes control plane.
 
-Starts the API emulator, two webhook replicas and the controller, plays the story
-(:mod:`tests.demo.scenario`) with a live timeline, prints the summary, then stays
-up for poking until Ctrl-C. ``--once`` exits after the summary: status 0 only if
+Starts the control plane (``localkube``), two webhook replicas behind one Service and
+the controller, all at their default settings, plays the story
+(:mod:`testbed.demo.scenario`) with a live timeline, prints the summary, then stays up
+for poking until Ctrl-C. ``--once`` exits after the summary: status 0 only if
 every expectation held. Child processes and temporary files are removed on every
 way out, Ctrl-C included.
 """
@@ -20,18 +22,12 @@ from pathlib import Path
 from types import FrameType
 
 from elbgate.names import LIVENESS_CONFIGMAP, lease_name
-from tests.demo.cluster import (
-    DASHBOARD_APPLY_USER,
-    NAMESPACE,
-    OPENAPI_SA,
-    ROGUE_USER,
-    Cluster,
-    start_cluster,
-)
-from tests.demo.jobs import job, new_search_id, short
-from tests.demo.scenario import Scenario
-from tests.demo.summary import summarize
-from tests.demo.timeline import Timeline
+from testbed.controlplane import kubectl_path
+from testbed.demo.scenario import Scenario
+from testbed.demo.searches import SearchPlan, new_search_id, submit_job
+from testbed.demo.summary import summarize
+from testbed.demo.system import DASHBOARD_APPLY_USER, ROGUE_USER, System, start_system
+from testbed.demo.timeline import Timeline
 
 RULE = "─" * 78
 
@@ -41,62 +37,66 @@ def _interrupt(signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-def poke_instructions(cluster: Cluster) -> list[str]:
+def poke_instructions(system: System) -> list[str]:
     """How to look around while the demo stays up."""
-    emu, root = cluster.emu, cluster.root
-    search_id = new_search_id()
+    cp, ns, root = system.cp, system.namespace, system.root
     manifest = root / "a-search-job.json"
-    manifest.write_text(
-        json.dumps(job("submit", f"elb-submit-{short(search_id)}", NAMESPACE, search_id))
-    )
-    hook = cluster.replicas[cluster.serving]
-    admin = emu.kubeconfig("admin")
+    manifest.write_text(json.dumps(submit_job(SearchPlan.for_id(new_search_id()), ns)))
+    hook = system.webhooks.replicas[0]
     return [
         RULE,
         "It stays up. In another terminal:",
-        f"  export KUBECONFIG={admin}",
-        f"  kubectl -n {NAMESPACE} get jobs,leases,configmaps,events",
-        f"  kubectl -n {NAMESPACE} get lease {lease_name(NAMESPACE)} -o yaml",
-        f"  kubectl -n {NAMESPACE} get configmap {LIVENESS_CONFIGMAP} -o jsonpath='{{.data}}'",
-        f"  .venv/bin/elb-gate -n {NAMESPACE} census        # what the webhook would decide now",
-        f"  kubectl --kubeconfig {emu.kubeconfig(ROGUE_USER)} create -f {manifest}"
+        f"  export KUBECONFIG={cp.kubeconfig('admin')} PATH={kubectl_path().parent}:$PATH",
+        f"  kubectl -n {ns} get jobs,pods,leases,configmaps,events",
+        f"  kubectl -n {ns} get lease {lease_name(ns)} -o yaml",
+        f"  kubectl -n {ns} get configmap {LIVENESS_CONFIGMAP} -o jsonpath='{{.data}}'",
+        f"  .venv/bin/elb-gate -n {ns} census        # what the webhook would decide now",
+        f"  kubectl --kubeconfig {cp.kubeconfig(ROGUE_USER)} create -f {manifest}"
         "   # Gate A says no",
         f"  curl -s {hook.metrics_url}/metrics | grep elb_gate_admission_requests_total",
-        f"  curl -s {cluster.controller.url('/liveness')}",
-        f"  curl -s {cluster.controller.url('/metrics')} | grep -E 'elb_gate_(in_use|leases_re)'",
-        "Kubeconfigs (one per user; no RBAC in the emulator, identity is what matters):",
-        *(f"  {user:<18} {path}" for user, path in _kubeconfigs(cluster)),
+        f"  curl -s {system.controller.url('/liveness')}",
+        f"  curl -s {system.controller.url('/metrics')} | grep -E 'elb_gate_(in_use|leases_re)'",
+        "Kubeconfigs (token-file users and the OpenAPI pod's bound token; RBAC as shipped):",
+        *(f"  {user:<18} {path}" for user, path in _kubeconfigs(system)),
         "Ctrl-C stops everything and removes the temporary files.",
     ]
 
 
-def _kubeconfigs(cluster: Cluster) -> list[tuple[str, str]]:
-    users = ["admin", DASHBOARD_APPLY_USER, OPENAPI_SA, ROGUE_USER]
-    return [(user, cluster.emu.kubeconfig(user)) for user in users]
+def _kubeconfigs(system: System) -> list[tuple[str, str]]:
+    cp = system.cp
+    return [
+        ("admin", cp.kubeconfig("admin")),
+        (DASHBOARD_APPLY_USER, cp.kubeconfig(DASHBOARD_APPLY_USER)),
+        (f"{system.openapi.pod}", system.openapi.kubeconfig),
+        (ROGUE_USER, cp.kubeconfig(ROGUE_USER)),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the demo; the exit status says whether every expectation held."""
-    parser = argparse.ArgumentParser(prog="python -m tests.demo", description=__doc__)
-    parser.add_argument("--once", action="store_true",
-                        help="exit after the summary (0 only if every expectation held)")  # fmt: skip
+    parser = argparse.ArgumentParser(prog="python -m testbed.demo", description=__doc__)
+    parser.add_argument(
+        "--once",
+        action="store_true",
+        help="exit after the summary (0 only if every expectation held)",
+    )
     args = parser.parse_args(argv)
 
     signal.signal(signal.SIGTERM, _interrupt)
     root = Path(tempfile.mkdtemp(prefix="elb-gate-demo-"))
     timeline = Timeline()
-    cluster: Cluster | None = None
+    system: System | None = None
     scenario: Scenario | None = None
     verdict: int | None = None
     try:
-        timeline.say("elb-gate demo: the whole system on the Kubernetes API emulator")
+        timeline.say("elb-gate demo: the whole system on a real Kubernetes control plane")
         timeline.say(RULE)
-        cluster = start_cluster(root, timeline)
-        scenario = Scenario(cluster, timeline)
+        system = start_system(root, timeline)
+        setup_seconds = timeline.elapsed()
+        scenario = Scenario(system, timeline)
         report = scenario.play()
         scenario.shutdown()
-        metrics = {name: cluster.metrics(name) for name in cluster.replicas}
-        lines, checks = summarize(report, metrics, cluster.settings)
+        lines, checks = summarize(report, system.replica_metrics(), system.settings, setup_seconds)
         timeline.say(RULE)
         timeline.say(f"Summary after {report.finished_at:.1f} s")
         for line in lines:
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             timeline.say(f"    [{'ok' if check.ok else 'FAILED'}] {check.what}: {check.detail}")
         verdict = 0 if held == len(checks) else 1
         if not args.once:
-            for line in poke_instructions(cluster):
+            for line in poke_instructions(system):
                 timeline.say(line)
             threading.Event().wait()  # until Ctrl-C / SIGTERM
         return verdict
@@ -120,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if scenario is not None:
             scenario.shutdown()
-        if cluster is not None:
-            cluster.stop()
+        if system is not None:
+            system.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 

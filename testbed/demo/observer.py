@@ -1,0 +1,269 @@
+"""Watches the demo's namespace on the API server and turns what it sees into timeline
+events and measurements.
+
+Jobs, the submit Lease, Events and the liveness ConfigMap are each watched (LIST +
+WATCH, :mod:`testbed.watch`), so every change arrives in the order the API server
+committed it. After *every* Job event the census (:func:`elbgate.census.census`, the
+function the webhook admits with) runs over the Jobs as they stand after that commit:
+that is how peak concurrency is measured, so "3" means the same on both sides.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from elbgate.census import census, is_terminal
+from elbgate.job_status import true_conditions
+from elbgate.lease import LeaseView
+from elbgate.names import (
+    APP_LABEL,
+    FINALIZER_APP,
+    JOB_ID_LABEL,
+    LIVENESS_CONFIGMAP,
+    ORPHANED_SINCE_ANNOTATION,
+    lease_name,
+)
+from elbgate.settings import Settings
+from testbed.api import Api
+from testbed.demo.searches import short
+from testbed.demo.timeline import Timeline
+from testbed.watch import ResourceWatch
+
+FAILED_CONDITIONS = frozenset({"Failed", "FailureTarget"})
+RECLAIM_REASONS = {"LeaseHolderGoneReclaimed": "dead_holder", "LeaseExpiredReclaimed": "expired"}
+ORPHAN_FLAGGED = "OrphanedFinalizer"
+ORPHAN_DELETED = "OrphanedFinalizerDeleted"
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaim:
+    at: float
+    reason: str
+    """``dead_holder`` or ``expired``."""
+    holder: str
+    message: str
+
+
+@dataclass
+class Observations:
+    """What the observer saw; times are timeline seconds."""
+
+    peak: int = 0
+    peak_ids: tuple[str, ...] = ()
+    active: tuple[str, ...] = ()
+    opened: dict[str, float] = field(default_factory=dict)
+    """elb-job-id -> when it first counted as active."""
+    freed: list[float] = field(default_factory=list)
+    """When a slot freed (the active count went down), once per slot."""
+    finished: dict[str, float] = field(default_factory=dict)
+    """elb-job-id -> when its finalizer succeeded."""
+    jobs_created: int = 0
+    created: dict[str, float] = field(default_factory=dict)
+    """Job name -> when it was created."""
+    lease_holder: str = ""
+    lease_handovers: int = 0
+    """Times the Lease went to a new holder."""
+    lease_cleared: list[tuple[float, str]] = field(default_factory=list)
+    """(when, previous holder) each time the holder was cleared."""
+    reclaims: list[Reclaim] = field(default_factory=list)
+    orphans_flagged: dict[str, float] = field(default_factory=dict)
+    """finalizer name -> when the controller marked it."""
+    orphan_events: dict[str, str] = field(default_factory=dict)
+    """finalizer name -> the controller's OrphanedFinalizer Event message."""
+    deleted: dict[str, float] = field(default_factory=dict)
+    """Job name -> when it was deleted."""
+    controller_deleted: dict[str, float] = field(default_factory=dict)
+    """finalizer name -> when the controller reported deleting it."""
+    liveness: list[tuple[float, bool]] = field(default_factory=list)
+    """(when, inUse) at every change of the liveness ConfigMap's inUse."""
+    job_events: int = 0
+    """Job events, each followed by a census of the Jobs as they then stood."""
+
+    @property
+    def in_use(self) -> bool | None:
+        """The liveness ConfigMap's last inUse (``None`` before it exists)."""
+        return self.liveness[-1][1] if self.liveness else None
+
+
+class Observer:
+    """Start with :meth:`attach`; read :attr:`seen`; wait with :meth:`wait_for`."""
+
+    def __init__(
+        self,
+        api: Api,
+        namespace: str,
+        settings: Settings,
+        timeline: Timeline,
+        names: Mapping[str, str],
+    ) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.settings = settings
+        self.timeline = timeline
+        self.names = names
+        """elb-job-id -> who submitted it (filled in by the scenario before it submits)."""
+        self.seen = Observations()
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self._changed = threading.Condition()
+        self._watches: list[ResourceWatch] = []
+        self.errors: list[BaseException] = []
+
+    def attach(self) -> None:
+        """Start the watches and wait until each has listed what exists."""
+        ns = self.namespace
+        self._watches = [
+            ResourceWatch(self.api, "jobs", ns, self._handler(self._on_job)),
+            ResourceWatch(
+                self.api,
+                "leases",
+                ns,
+                self._handler(self._on_lease),
+                field_selector=f"metadata.name={lease_name(ns)}",
+            ),
+            ResourceWatch(self.api, "events", ns, self._handler(self._on_event)),
+            ResourceWatch(
+                self.api,
+                "configmaps",
+                ns,
+                self._handler(self._on_liveness),
+                field_selector=f"metadata.name={LIVENESS_CONFIGMAP}",
+            ),
+        ]
+        for watch in self._watches:
+            watch.start()
+        for watch in self._watches:
+            watch.synced.wait(60)
+
+    def detach(self) -> None:
+        for watch in self._watches:
+            watch.stop()
+        self._watches = []
+
+    def wait_for(self, predicate: Callable[[Observations], bool], timeout: float) -> bool:
+        """Block until ``predicate(seen)`` holds (True) or ``timeout`` passes (False)."""
+        with self._changed:
+            return self._changed.wait_for(lambda: predicate(self.seen), timeout)
+
+    def name_of(self, job_id: str) -> str:
+        """``<submitter> (…<last 8 of id>)``."""
+        who = self.names.get(job_id, "unknown submitter")
+        return f"{who} (…{short(job_id)})"
+
+    def _handler(self, on: Callable[[str, dict[str, Any]], None]) -> Callable[[str, Any], None]:
+        def handle(kind: str, obj: dict[str, Any]) -> None:
+            with self._changed:
+                try:
+                    on(kind, obj)
+                except Exception as exc:  # reported in the summary
+                    self.errors.append(exc)
+                self._changed.notify_all()
+
+        return handle
+
+    # -- what each event means ----------------------------------------------------------
+
+    def _on_job(self, kind: str, job: dict[str, Any]) -> None:
+        seen, now = self.seen, self.timeline.elapsed()
+        seen.job_events += 1
+        meta = job["metadata"]
+        name = meta["name"]
+        before = self.jobs.get(name)
+        if kind == "DELETED":
+            self.jobs.pop(name, None)
+            seen.deleted.setdefault(name, now)
+        else:
+            self.jobs[name] = job
+        labels = meta.get("labels") or {}
+        app, job_id = str(labels.get(APP_LABEL) or ""), str(labels.get(JOB_ID_LABEL) or "")
+        counted = census(
+            list(self.jobs.values()), datetime.now(UTC), self.settings.finalizer_grace_seconds
+        )
+        if counted.count > seen.peak:
+            seen.peak, seen.peak_ids = counted.count, counted.active_ids
+        # One entry per slot freed (two searches may end in one event).
+        seen.freed.extend([now] * (len(seen.active) - counted.count))
+        seen.active = counted.active_ids
+        tally = f"{counted.count}/{self.settings.max_run_concurrency} active"
+        if kind == "ADDED" and before is None:
+            seen.jobs_created += 1
+            seen.created.setdefault(name, now)
+            for opened in counted.active_ids:
+                if opened not in seen.opened:
+                    seen.opened[opened] = now
+                    holder = seen.lease_holder or "nobody"
+                    self.timeline.emit(
+                        "open",
+                        f"search {self.name_of(opened)}: app={app} Job {name} admitted "
+                        f"(Lease holder {_brief(holder)}) -> {tally}",
+                    )
+        if kind == "MODIFIED" and is_terminal(job) and not (before and is_terminal(before)):
+            if true_conditions(job) & FAILED_CONDITIONS:
+                self.timeline.emit(
+                    "failed", f"search {self.name_of(job_id)}: app={app} Job {name} failed"
+                )
+            elif app == FINALIZER_APP and job_id not in seen.finished:
+                seen.finished[job_id] = now
+                self.timeline.emit(
+                    "done", f"search {self.name_of(job_id)}: finalizer {name} succeeded -> {tally}"
+                )
+        marked = ORPHANED_SINCE_ANNOTATION in (meta.get("annotations") or {})
+        if kind != "DELETED" and marked and name not in seen.orphans_flagged:
+            seen.orphans_flagged[name] = now
+
+    def _on_lease(self, kind: str, lease: dict[str, Any]) -> None:
+        view = LeaseView.from_dict(lease)
+        holder = "" if kind == "DELETED" else view.holder
+        if holder != self.seen.lease_holder:
+            if holder:
+                self.seen.lease_handovers += 1
+            else:
+                self.seen.lease_cleared.append((self.timeline.elapsed(), self.seen.lease_holder))
+            self.seen.lease_holder = holder
+
+    def _on_event(self, kind: str, event: dict[str, Any]) -> None:
+        if kind != "ADDED":
+            return
+        reason = str(event.get("reason") or "")
+        message = str(event.get("message") or "")
+        now = self.timeline.elapsed()
+        involved = str((event.get("involvedObject") or {}).get("name") or "")
+        if reason in RECLAIM_REASONS:
+            holder = message.split("'")[1] if message.count("'") >= 2 else ""
+            self.seen.reclaims.append(Reclaim(now, RECLAIM_REASONS[reason], holder, message))
+            self.timeline.emit("reclaim", f"controller ({reason}): {message}")
+        elif reason == ORPHAN_FLAGGED:
+            self.seen.orphans_flagged.setdefault(involved, now)
+            self.seen.orphan_events[involved] = message
+            self.timeline.emit("orphan", f"controller ({reason}): {message}")
+        elif reason == ORPHAN_DELETED:
+            self.seen.controller_deleted.setdefault(involved, now)
+            self.timeline.emit("gc", f"controller ({reason}): {message}")
+
+    def _on_liveness(self, kind: str, configmap: dict[str, Any]) -> None:
+        if kind == "DELETED":
+            return
+        data = configmap.get("data") or {}
+        in_use = data.get("inUse") == "true"
+        if self.seen.in_use is not None and self.seen.in_use == in_use:
+            return
+        self.seen.liveness.append((self.timeline.elapsed(), in_use))
+        if in_use:
+            why = (
+                f"activeSearches={data.get('activeSearches', '?')}, "
+                f"leaseHolder={_brief(data.get('leaseHolder') or '') or '-'}"
+            )
+            self.timeline.emit("liveness", f"{LIVENESS_CONFIGMAP}: inUse=true ({why})")
+        else:
+            self.timeline.emit(
+                "liveness",
+                f"{LIVENESS_CONFIGMAP}: inUse=false (idleSince {data.get('idleSince', '?')})",
+            )
+
+
+def _brief(holder: str) -> str:
+    """``dashboard-3f2a…``: enough of a holder identity to tell them apart."""
+    return holder if len(holder) <= 20 else holder[:18] + "…"

@@ -1,0 +1,100 @@
+"""Plays the container of each ``submit-jobs`` pod: it creates the search's batch Jobs.
+
+On AKS the ``submit-jobs`` Job's pod (cloud job submission) creates the search's
+``app=blast`` Jobs from inside the cluster, as the namespace's ``default`` service
+account, holding no Lease: elb-gate admits them because their ``elb-job-id`` is already
+active. Here, once such a pod is Running, its batch Jobs are created with a token of
+that service account bound to that pod (the real TokenRequest API), so the webhook sees
+exactly the identity the real pod would present.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass, field
+
+from elbgate.names import APP_LABEL, JOB_ID_LABEL, SUBMIT_APP
+from testbed.api import ApiError, JsonObj
+from testbed.controlplane import ControlPlane
+from testbed.demo.searches import batch_jobs
+from testbed.watch import ResourceWatch
+
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+
+
+@dataclass
+class SubmitPods:
+    """Watches the namespace's submit pods and does their work once each is Running."""
+
+    cp: ControlPlane
+    namespace: str
+    created: dict[str, list[str]] = field(default_factory=dict)
+    """elb-job-id -> batch Jobs created for it."""
+    errors: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._todo: queue.Queue[JsonObj | None] = queue.Queue()
+        self._done: set[str] = set()
+        self._watch = ResourceWatch(
+            self.cp.admin,
+            "pods",
+            self.namespace,
+            self._on_pod,
+            label_selector=f"{APP_LABEL}={SUBMIT_APP}",
+        )
+        self._worker = threading.Thread(target=self._work, name="submit-pods", daemon=True)
+
+    def start(self) -> SubmitPods:
+        self._worker.start()
+        self._watch.start()
+        return self
+
+    def stop(self) -> None:
+        self._watch.stop()
+        self._todo.put(None)
+        if self._worker.is_alive():
+            self._worker.join(10)
+
+    def _on_pod(self, kind: str, pod: JsonObj) -> None:
+        uid = pod["metadata"].get("uid", "")
+        running = (pod.get("status") or {}).get("phase") == "Running"
+        if kind != "DELETED" and running and uid not in self._done:
+            self._done.add(uid)
+            self._todo.put(pod)
+
+    def _work(self) -> None:
+        while (pod := self._todo.get()) is not None:
+            try:
+                self._create_batch_work(pod)
+            except (ApiError, OSError, KeyError) as exc:
+                self.errors.append(f"{pod['metadata']['name']}: {exc}")
+
+    def _create_batch_work(self, pod: JsonObj) -> None:
+        labels = pod["metadata"].get("labels") or {}
+        job_name = labels.get(JOB_NAME_LABEL)
+        job_id = str(labels.get(JOB_ID_LABEL) or "")
+        submit = self.cp.admin.find("jobs", self.namespace, job_name) if job_name else None
+        if submit is None:
+            return
+        token = self.cp.admin.request(
+            "POST",
+            self.cp.admin.resource("serviceaccounts").path(self.namespace, "default", "token"),
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {
+                    "expirationSeconds": 3600,
+                    "boundObjectRef": {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "name": pod["metadata"]["name"],
+                        "uid": pod["metadata"]["uid"],
+                    },
+                },
+            },
+        )["status"]["token"]
+        as_pod = self.cp.api_for_token(token)
+        for body in batch_jobs(submit, self.namespace):
+            as_pod.create(body)
+            self.created.setdefault(job_id, []).append(body["metadata"]["name"])

@@ -1,0 +1,336 @@
+"""The submit paths of the story, each speaking its own protocol.
+
+* :class:`DashboardSubmitter` — the web dashboard's Celery task as it runs today: the
+  dashboard's raw-HTTPS Lease client (:class:`testbed.clients.DashboardLeaseClient`) as
+  user ``dashboard-lease``, its own census (the census LIST), then ``kubectl create -f
+  -`` as user ``dashboard-apply`` (one submit path, two credentials, mapped by the
+  submitter-identity file); busy or full re-queues the task after 30 s (Celery
+  ``countdown=30``), the Lease released in between.
+* :class:`ProcessSubmitter` — the OpenAPI service: the real ``elb-gate submit`` in the
+  OpenAPI pod (its token bound to that pod), wrapping the elastic-blast stand-in.
+  Without the wrapper, the same stand-in is the non-compliant submitter.
+* :class:`DoomedSubmitter` — the OpenAPI service's second replica: it takes the Lease
+  with the shared client library, then its pod is deleted (Terminating for a while)
+  and it neither renews nor releases.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from elbgate.census import census
+from elbgate.client import SubmitLease
+from elbgate.kube.config import KubeConfig
+from elbgate.lease import new_holder_identity
+from elbgate.names import SEARCH_JOB_SELECTOR, UNFINISHED_JOB_FIELD_SELECTOR
+from testbed.clients import DashboardLeaseClient
+from testbed.controlplane import REPO, kubectl_path
+from testbed.demo.elastic_blast import create_in_order, search_manifests
+from testbed.demo.system import (
+    DASHBOARD_APPLY_USER,
+    DASHBOARD_LEASE_USER,
+    ROGUE_USER,
+    System,
+)
+from testbed.demo.timeline import Timeline
+from testbed.submit_task import CELERY_COUNTDOWN_SECONDS, SubmitTask
+
+ELB_GATE = str(Path(sys.executable).with_name("elb-gate"))
+"""The console script this virtualenv installs (``elbgate.cli:main``)."""
+
+
+@dataclass
+class Outcome:
+    """How one submitter's run ended, as the submitter saw it."""
+
+    label: str
+    path: str
+    """``dashboard``, ``openapi`` or ``rogue``."""
+    job_id: str
+    exit_code: int | None = None
+    """0 = its search was submitted; ``None`` while running."""
+    denial: str = ""
+    """kubectl's error text when a Job was refused."""
+    lease_waits: int = 0
+    """Episodes of finding the Lease busy."""
+    capacity_waits: int = 0
+    """Episodes of finding the namespace full (under the Lease)."""
+    ready_at: float | None = None
+    """When it was cleared to submit (timeline seconds)."""
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def done(self) -> bool:
+        return self.exit_code is not None
+
+
+class DashboardSubmitter:
+    """One dashboard Celery task submitting one search (:class:`SubmitTask` around the
+    dashboard's Lease client)."""
+
+    def __init__(
+        self,
+        system: System,
+        label: str,
+        job_id: str,
+        timeline: Timeline,
+        stop: threading.Event,
+        countdown: float = CELERY_COUNTDOWN_SECONDS,
+    ) -> None:
+        self.system, self.timeline = system, timeline
+        self.outcome = Outcome(label, "dashboard", job_id)
+        lease = DashboardLeaseClient.on(
+            system.cp,
+            DASHBOARD_LEASE_USER,
+            system.namespace,
+            holder=new_holder_identity("dashboard"),
+        )
+        self._reader = system.cp.api(DASHBOARD_LEASE_USER)
+        self.task = SubmitTask(
+            label,
+            lease,
+            self._census,
+            self._submit,
+            ceiling=system.settings.max_run_concurrency,
+            stop=stop,
+            countdown=countdown,
+            on_ready=self._ready,
+        )
+
+    def start(self) -> None:
+        self.task.start()
+
+    def is_alive(self) -> bool:
+        return self.task.is_alive()
+
+    def join(self, timeout: float) -> None:
+        self.task.join(timeout)
+
+    def _ready(self) -> None:
+        self.outcome.ready_at = self.timeline.elapsed()
+
+    def _submit(self) -> tuple[bool, str]:
+        manifests = search_manifests(self.system.namespace, self.outcome.job_id, batch_work=True)
+        ok, text = create_in_order(manifests, self._create)
+        if not ok:
+            self.outcome.denial = text
+            self.timeline.emit("DENIED", f"{self.outcome.label}: {text}")
+        task = self.task.outcome
+        self.outcome.lease_waits = task.lease_waits
+        self.outcome.capacity_waits = task.capacity_waits
+        self.outcome.errors = task.errors
+        self.outcome.exit_code = 0 if ok else 1
+        return ok, text
+
+    def _create(self, manifest: str) -> subprocess.CompletedProcess[str]:
+        return self.system.cp.kubectl(DASHBOARD_APPLY_USER, "create", "-f", "-", input=manifest)
+
+    def _census(self) -> int:
+        """The dashboard's capacity check: the census LIST, counted by elbgate.census."""
+        jobs = self._reader.list(
+            "jobs",
+            self.system.namespace,
+            label_selector=SEARCH_JOB_SELECTOR,
+            field_selector=UNFINISHED_JOB_FIELD_SELECTOR,
+        )
+        grace = self.system.settings.finalizer_grace_seconds
+        return census(jobs, datetime.now(UTC), grace).count
+
+
+def child_env(system: System, kubeconfig: str) -> dict[str, str]:
+    """The environment of a submitter process: the demo's settings, the identity's
+    kubeconfig, the pinned kubectl; never an in-cluster configuration."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ELB_GATE_", "BLAST_"))}
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    return {
+        **env,
+        **system.env,
+        "KUBECONFIG": kubeconfig,
+        "KUBECTL": str(kubectl_path()),
+        "KUBECACHEDIR": str(system.root / "kubectl-cache"),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+class ProcessSubmitter:
+    """The elastic-blast stand-in as a child process: wrapped in ``elb-gate submit``
+    (the OpenAPI path), or bare (the non-compliant submitter)."""
+
+    def __init__(
+        self,
+        system: System,
+        label: str,
+        job_id: str,
+        timeline: Timeline,
+        *,
+        kubeconfig: str | None = None,
+        path: str = "openapi",
+        wrapped: bool = True,
+        batch_work: bool = True,
+    ) -> None:
+        self.system, self.timeline = system, timeline
+        self.kubeconfig = kubeconfig or system.openapi.kubeconfig
+        self.wrapped = wrapped
+        self.batch_work = batch_work
+        self.outcome = Outcome(label, path, job_id)
+        self.lines: list[str] = []
+        self.proc: subprocess.Popen[str] | None = None
+        self._reader: threading.Thread | None = None
+
+    def argv(self) -> list[str]:
+        """COMMAND (the stand-in), behind ``elb-gate submit`` when wrapped."""
+        command = [
+            sys.executable,
+            "-m",
+            "testbed.demo.elastic_blast",
+            "--namespace",
+            self.system.namespace,
+            "--id",
+            self.outcome.job_id,
+        ]
+        if not self.batch_work:
+            command.append("--no-batch-work")
+        if not self.wrapped:
+            return command
+        return [
+            ELB_GATE,
+            "-n",
+            self.system.namespace,
+            "submit",
+            "--source",
+            "openapi",
+            "--",
+            *command,
+        ]
+
+    def start(self) -> ProcessSubmitter:
+        """Start the process; a thread reads what it prints."""
+        self.proc = subprocess.Popen(
+            self.argv(),
+            cwd=REPO,
+            env=child_env(self.system, self.kubeconfig),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            # Its own session: the demo decides when it is stopped (SIGTERM: elb-gate
+            # stops COMMAND, then releases the Lease), not the terminal's Ctrl-C.
+            start_new_session=True,
+        )
+        self._reader = threading.Thread(target=self._read, name=self.outcome.label, daemon=True)
+        self._reader.start()
+        return self
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        state = ""
+        for raw in self.proc.stdout:
+            line = raw.rstrip("\n")
+            self.lines.append(line)
+            if line.startswith("elb-gate: "):
+                phase = line.split()[1].rstrip(":")
+                if phase != state and phase == "waiting_for_submit_slot":
+                    self.outcome.lease_waits += 1
+                elif phase != state and phase == "waiting_for_capacity":
+                    self.outcome.capacity_waits += 1
+                elif phase == "ready" and self.outcome.ready_at is None:
+                    self.outcome.ready_at = self.timeline.elapsed()
+                state = phase
+            elif "Error from server" in line or "denied the request" in line:
+                self.outcome.denial = line
+        code = self.proc.wait()
+        if code != 0:
+            if self.outcome.denial:
+                self.timeline.emit("DENIED", f"{self.outcome.label}: {self.outcome.denial}")
+            else:
+                tail = self.lines[-1] if self.lines else ""
+                self.outcome.errors.append(tail)
+                self.timeline.emit("error", f"{self.outcome.label} exited {code}: {tail}")
+        self.outcome.exit_code = code
+
+    @property
+    def done(self) -> bool:
+        return self.outcome.done
+
+    def terminate(self, grace: float = 10.0) -> None:
+        """SIGTERM (elb-gate stops COMMAND, then releases the Lease); SIGKILL after grace."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(5)
+        except ProcessLookupError:
+            pass
+
+
+class DoomedSubmitter(threading.Thread):
+    """The OpenAPI service's second replica: takes the Lease, then dies with its pod.
+
+    It uses the shared client library (``elbgate.client.SubmitLease``) with a token bound
+    to its own pod, which the webhook stamps on the Lease. When the scenario deletes that
+    pod, the submitter simply stops: no renewal, no release, as a process killed with its
+    pod leaves it."""
+
+    def __init__(self, system: System, timeline: Timeline, stop: threading.Event) -> None:
+        super().__init__(name="doomed-submitter", daemon=True)
+        self.system, self.timeline, self.stop = system, timeline, stop
+        config = KubeConfig.from_kubeconfig(system.doomed.kubeconfig)
+        self.lease = SubmitLease(
+            system.namespace, settings=system.settings, config=config, source="openapi"
+        )
+        self.acquired = threading.Event()
+        self.acquired_at: float | None = None
+        self.pod_gone = threading.Event()
+        self.errors: list[str] = []
+
+    @property
+    def holder(self) -> str:
+        return self.lease.holder
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                try:
+                    if self.lease.acquire().acquired:
+                        break
+                except Exception as exc:  # an outage: try again, as the real path would
+                    self.errors.append(str(exc))
+                self.stop.wait(1.0)
+            else:
+                return
+            self.acquired_at = self.timeline.elapsed()
+            self.timeline.emit(
+                "lease",
+                f"OpenAPI replica 2 (pod {self.system.namespace}/{self.system.doomed.pod}) took "
+                f"the Lease as {self.holder[:18]}…; the webhook stamped its pod on it",
+            )
+            self.acquired.set()
+            while not (self.pod_gone.is_set() or self.stop.is_set()):
+                self.stop.wait(0.05)
+        finally:
+            # Its pod is going and this process with it: close the transport only. No
+            # release, no renewal: that is what the controller has to repair.
+            self.lease.close()
+
+
+def rogue(system: System, job_id: str, timeline: Timeline) -> ProcessSubmitter:
+    """A submitter that runs elastic-blast without taking the Lease."""
+    return ProcessSubmitter(
+        system,
+        f"{ROGUE_USER} (no Lease)",
+        job_id,
+        timeline,
+        kubeconfig=system.cp.kubeconfig(ROGUE_USER),
+        path="rogue",
+        wrapped=False,
+    )
