@@ -146,6 +146,12 @@ class WaitingRoom:
     # -- waiting ------------------------------------------------------------------------
 
     @property
+    def blind(self) -> frozenset[str]:
+        """The watches this identity may not run (``lease``, ``jobs``, ``line``)."""
+        with self._cond:
+            return frozenset(self._blind)
+
+    @property
     def watching(self) -> bool:
         """All three watches have listed what exists and none is blind."""
         with self._cond:

@@ -150,3 +150,67 @@ def test_a_freed_slot_wakes_one_try_not_one_per_waiter(
         "leases", namespace, label_selector="elb-gate.io/waiting-for=submit"
     )
     assert entries == []  # everyone left the line
+
+
+def test_an_identity_that_may_not_watch_or_queue_still_gets_its_slot_by_polling(
+    control_plane: ControlPlane,
+) -> None:
+    # Only what elb-gate submit needed before it watched (docs/cli.md): get/create/update
+    # on leases, list on jobs; nobody else is granted anything there.
+    cp = control_plane
+    namespace = cp.new_namespace("handoff-rbac")
+    Installation.on(cp).gate(namespace, label=False, open_to_all=False)
+    for n in range(3):
+        cp.admin.create(blast_job(namespace, f"running-{n}"))
+    user = cp.plain_user()
+    cp.admin.create(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "submit-minimal", "namespace": namespace},
+            "rules": [
+                {
+                    "apiGroups": ["coordination.k8s.io"],
+                    "resources": ["leases"],
+                    "verbs": ["get", "create", "update"],
+                },
+                {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list"]},
+            ],
+        }
+    )
+    cp.admin.create(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "submit-minimal", "namespace": namespace},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "submit-minimal",
+            },
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        }
+    )
+    config = KubeConfig.from_kubeconfig(cp.kubeconfig(user))
+    lease = SubmitLease(namespace, settings=SETTINGS, config=config, source="cli")
+    room = WaitingRoom(lease.kube, namespace, lease.holder, SETTINGS)
+    won = threading.Event()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            with run_slot(lease, SETTINGS, poll_seconds=1.0, waiting_room=room):
+                won.set()
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            lease.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    wait_until(lambda: len(room.blind) == 3, 60, "the waiter to find it may not watch")
+    assert room.position() is None and not room.watching  # blind and unqueued
+    cp.admin.delete("jobs", namespace, "blast-running-0", grace_seconds=0)
+    wait_until(won.is_set, 60, "the slot, found by polling")
+    thread.join(30)
+    assert errors == []
