@@ -25,14 +25,10 @@ from elbgate.settings import Settings
 from webhook import lease_guard, lease_stamp, search_admission
 from webhook.decision import Decision, unverified
 from webhook.lease_request import LeaseRequest
-from webhook.metrics import WebhookMetrics
+from webhook.metrics import LEASE_GUARD, LEASE_STAMP, SEARCH_ADMISSION, WebhookMetrics
 from webhook.node_rules import NodesSeen
 from webhook.review import AdmissionRequest, AdmissionResponse
 from webhook.search_admission import NOT_READ, JobRequest, Observed, Reads, node_rules_on
-
-SEARCH_ADMISSION = "search-admission.elb-gate.io"
-LEASE_STAMP = "lease-stamp.elb-gate.io"
-LEASE_GUARD = "lease-guard.elb-gate.io"
 
 _log = logging.getLogger("webhook.admission")
 

@@ -17,6 +17,54 @@ from elbgate.build_info import register_build_info
 COMPONENT = "webhook"
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
+# The series below are exported at 0 from start: a counter series that first
+# appears already at 1 is invisible to rate() and increase(), so without them an
+# alert or a dashboard panel would miss each kind of refusal the first time it
+# happens (tests/webhook/test_metrics.py checks the tables against the code).
+SEARCH_ADMISSION = "search-admission.elb-gate.io"
+LEASE_GUARD = "lease-guard.elb-gate.io"
+LEASE_STAMP = "lease-stamp.elb-gate.io"
+OPERATIONS: dict[str, tuple[str, ...]] = {
+    SEARCH_ADMISSION: ("CREATE", "UPDATE"),
+    LEASE_GUARD: ("CREATE", "UPDATE", "DELETE"),
+    LEASE_STAMP: ("CREATE", "UPDATE"),
+}
+"""The operations each webhook is registered for (its configuration's ``rules``)."""
+DENIAL_REASONS: dict[str, tuple[str, ...]] = {
+    SEARCH_ADMISSION: (
+        "no_lease",
+        "not_holder",
+        "lease_expired",
+        "ceiling",
+        "capacity",
+        "db_staging",
+        "db_memory_infeasible",
+        "missing_job_id",
+        "multi_pod_job",
+        "near_miss_label",
+        "unverified",
+    ),
+    LEASE_GUARD: (
+        "not_holder",
+        "takeover_live",
+        "release_not_holder",
+        "delete_live",
+        "stamp_mismatch",
+        "prefix_reserved",
+        "duration_bounds",
+        "malformed",
+        "unverified",
+    ),
+    LEASE_STAMP: (),
+}
+"""Every reason each webhook refuses with (docs/denials.md); the stamp never refuses."""
+WARN_MODE_WEBHOOKS = (SEARCH_ADMISSION,)
+"""Where ``ELB_GATE_ENFORCEMENT=warn`` turns a refusal into a warning (``warned``)."""
+API_READS = (("list", "jobs"), ("get", "leases"), ("watch", "nodes"), ("watch", "configmaps"))
+"""The API calls the webhook makes: the census, the Lease, the node rules' watch caches."""
+CALLER_KINDS = ("api-server", "unverified")
+CALLER_OUTCOMES = ("answered", "refused", "limited", "too_large", "malformed")
+
 
 class WebhookMetrics:
     """Every ``elb_gate_*`` series the webhook exports, in one registry."""
@@ -98,6 +146,27 @@ class WebhookMetrics:
         # child per set anyway, so this holds nothing it does not.
         self._answered: dict[tuple[str, str, str, str], tuple[Counter, Histogram]] = {}
         self._in_flight_by_webhook: dict[str, Gauge] = {}
+        self._start_at_zero()
+
+    def _start_at_zero(self) -> None:
+        """Create the labelled series of every refusal, error and failure the webhook
+        can count, at 0, before the first one happens."""
+        for webhook, operations in OPERATIONS.items():
+            decisions = ("denied", "warned") if webhook in WARN_MODE_WEBHOOKS else ("denied",)
+            for operation in operations:
+                for reason in DENIAL_REASONS[webhook]:
+                    for decision in decisions:
+                        self._requests.labels(webhook, operation, decision, reason)
+                self._requests.labels(webhook, operation, "errored", "internal")
+            for reason in DENIAL_REASONS[webhook] if webhook in WARN_MODE_WEBHOOKS else ():
+                self._would_deny.labels(webhook, reason)
+        for verb, resource in API_READS:
+            self._api_errors.labels(COMPONENT, verb, resource)
+            if verb == "watch":
+                self._watch_restarts.labels(resource)
+        for caller in CALLER_KINDS:
+            for outcome in CALLER_OUTCOMES:
+                self._callers.labels(caller, outcome)
 
     @contextlib.contextmanager
     def in_flight(self, webhook: str) -> Iterator[None]:

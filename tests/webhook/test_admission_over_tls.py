@@ -247,10 +247,16 @@ def test_every_decision_is_logged_as_one_json_line(
 def test_metrics_count_the_decisions(
     control_plane: ControlPlane, hook: WebhookProcess, ns: str
 ) -> None:
-    create(control_plane, "bob", finalizer_job(ns, new_job_id()))
-    text = hook.metrics()
-    assert (
+    series = (
         'elb_gate_admission_requests_total{decision="denied",operation="CREATE",'
-        'reason="no_lease",webhook="search-admission.elb-gate.io"}'
-    ) in text
-    assert "elb_gate_certificate_expiry_timestamp_seconds" in text
+        'reason="no_lease",webhook="search-admission.elb-gate.io"} '
+    )
+
+    def no_lease_denials() -> float:
+        (line,) = [x for x in hook.metrics().splitlines() if x.startswith(series)]
+        return float(line.split()[-1])
+
+    before = no_lease_denials()  # exported from start, at 0 until the first one
+    create(control_plane, "bob", finalizer_job(ns, new_job_id()))
+    assert no_lease_denials() == before + 1
+    assert "elb_gate_certificate_expiry_timestamp_seconds" in hook.metrics()
