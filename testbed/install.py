@@ -15,6 +15,7 @@ as the kubelet would project it.
 from __future__ import annotations
 
 import copy
+import functools
 import subprocess
 import threading
 from collections.abc import Iterable
@@ -23,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from testbed.api import JsonObj
+from testbed.api import JsonObj, wait_until
 from testbed.controlplane import (
     NAMED_USERS,
     REPO,
@@ -188,8 +189,29 @@ class Installation:
                         "subjects": submitter_subjects(namespace),
                     }
                 )
+            self._await_bindings(namespace, open_to_all)
             self._gated.add(namespace)
         return namespace
+
+    def _await_bindings(self, namespace: str, open_to_all: bool) -> None:
+        """Wait until the API server's authorizer applies the RoleBindings just written.
+
+        RBAC decisions come from the API server's informer cache, which sees a new
+        RoleBinding a moment after the write is answered: a submitter's first request
+        right after :meth:`gate` would otherwise be a 403 the cluster gives no one a
+        second later. A SubjectAccessReview goes through the same authorizer."""
+        checks: list[tuple[str, list[str], str, str]] = [
+            (f"system:serviceaccount:{SYSTEM_NAMESPACE}:{WEBHOOK_SA}", [], "list", "jobs"),
+            (f"system:serviceaccount:{SYSTEM_NAMESPACE}:{CONTROLLER_SA}", [], "patch", "leases"),
+        ]
+        if open_to_all:
+            first, its_groups = NAMED_USERS[0]
+            checks.append((first, list(its_groups), "create", "leases"))
+        for user, groups, verb, resource in checks:
+            allowed = functools.partial(
+                authorizer_allows, self.cp, user, groups, verb, resource, namespace
+            )
+            wait_until(allowed, 60, f"RBAC to let {user} {verb} {resource} in {namespace}", 0.05)
 
     def identity(self, component: str, pod: str) -> PodIdentity:
         """A token of ``component``'s ServiceAccount bound to a Pod named ``pod``."""
@@ -203,6 +225,33 @@ class Installation:
         with _lock:
             self._identities[key] = identity
         return identity
+
+
+def authorizer_allows(
+    cp: ControlPlane, user: str, groups: list[str], verb: str, resource: str, namespace: str
+) -> bool:
+    """Whether the API server's authorizer lets ``user`` do ``verb`` on ``resource`` in
+    ``namespace`` now (a SubjectAccessReview)."""
+    group = {"leases": "coordination.k8s.io", "jobs": "batch"}.get(resource, "")
+    review = cp.admin.request(
+        "POST",
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": user,
+                "groups": [*groups, "system:authenticated"],
+                "resourceAttributes": {
+                    "verb": verb,
+                    "resource": resource,
+                    "group": group,
+                    "namespace": namespace,
+                },
+            },
+        },
+    )
+    return bool(review["status"].get("allowed"))
 
 
 def clear_namespace_objects(
