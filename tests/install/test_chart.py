@@ -396,7 +396,6 @@ def test_settings_submitters_and_rollout_on_change() -> None:
             {"monitoring.scrape.enabled": True, "monitoring.flavour": "datadog"},
             "monitoring.flavour",
         ),
-        ({"monitoring.prometheusRule.enabled": True}, "monitoring.prometheusRule.runbookBaseUrl"),
     ],
 )
 def test_a_wrong_value_is_refused_naming_it(sets: dict[str, Any], message: str) -> None:
@@ -419,6 +418,15 @@ def test_prometheus_operator_flavour_scrapes_through_the_services_and_links_the_
     }
     assert {"ElbGateAdmissionLatencyHigh", "ElbGateWebhookHADegraded"} <= {
         a["alert"] for a in alerts
+    }
+
+
+def test_the_runbook_links_default_to_the_projects_runbook() -> None:
+    home = yaml.safe_load((CHART / "Chart.yaml").read_text())["home"]
+    rule = one(render({"monitoring.prometheusRule.enabled": True}), "PrometheusRule", "elb-gate")
+    alerts = [r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
+    assert alerts and {a["annotations"]["runbook_url"] for a in alerts} == {
+        f"{home}/blob/main/docs/runbook.md#{a['alert'].lower()}" for a in alerts
     }
 
 
