@@ -82,7 +82,7 @@ emulator: $(STAMP) ## Start the Kubernetes API emulator alone (kubeconfigs in .r
 certs: $(STAMP) ## Generate CA + serving certificate and the caBundle overlay (git-ignored)
 	$(BIN)/python -m certs $(ARGS)
 
-bench: $(STAMP) ## Benchmarks: print ratios against the floor, write bench/results.json
+bench: $(STAMP) $(LOCALKUBE) ## Benchmarks on the real control plane: ratios against the floor, API load, handoff, reclaim; writes bench/results.json (ARGS=--quick: tiny)
 	$(BIN)/python -m bench $(ARGS)
 
 soak: $(STAMP) $(LOCALKUBE) ## Long randomized reliability runs on the real control plane (>= 1,000 schedules); writes tests/reliability/RESULTS.md

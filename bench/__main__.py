@@ -36,6 +36,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--no-fast", action="store_true", help="skip the fast-path workloads")
     parser.add_argument("--no-controller", action="store_true", help="skip controller_bench")
+    parser.add_argument(
+        "--no-capacity", action="store_true", help="skip admission with the capacity rule on"
+    )
+    parser.add_argument(
+        "--no-load",
+        action="store_true",
+        help="skip the cluster-load phase (API requests, handoff, bursts)",
+    )
+    parser.add_argument("--searches", type=int, help="searches of the elb-gate submit burst")
+    parser.add_argument("--poll-searches", type=int, help="searches of the polling burst")
+    parser.add_argument("--search-seconds", type=float, help="how long each search's pods run")
+    parser.add_argument(
+        "--reclaim-runs", type=int, help="runs per dead-holder reclaim case (0: skip)"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help="results file")
     parser.add_argument("--markdown", type=Path, help="also write the table as Markdown here")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory (logs)")
@@ -47,6 +61,14 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
     sat = base.saturation
     if args.requests:
         sat = LoadPlan(sat.concurrency, args.requests, sat.warmup, sat.max_seconds)
+    load = base.load
+    if load is not None:
+        load = dataclasses.replace(
+            load,
+            searches=args.searches or load.searches,
+            poll_searches=args.poll_searches or load.poll_searches,
+            search_seconds=args.search_seconds or load.search_seconds,
+        )
     return dataclasses.replace(
         base,
         job_counts=args.jobs or base.job_counts,
@@ -54,6 +76,9 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         saturation=sat,
         profile_at=args.profile_at,
         fast_paths=not args.no_fast,
+        capacity=not args.no_capacity,
+        load=None if args.no_load else load,
+        reclaim_runs=base.reclaim_runs if args.reclaim_runs is None else args.reclaim_runs,
     )
 
 
@@ -85,6 +110,14 @@ def main(argv: list[str] | None = None) -> int:
         raise
     series = harness.series
     notes = list(series.notes)
+    for key in ("burst_elb_gate", "burst_polling"):
+        burst = (harness.load or {}).get(key)
+        if not burst:
+            continue
+        for name, why in burst["failed"].items():
+            notes.append(f"{burst['label']}: {name} did not submit: {why}")
+        if burst["peak_active"] > 3:
+            notes.append(f"{burst['label']}: {burst['peak_active']} searches active at once")
     controller = None
     if not args.no_controller:
         try:
@@ -92,7 +125,9 @@ def main(argv: list[str] | None = None) -> int:
         except Exception:  # one broken part must not lose the webhook's numbers
             notes.append("controller_bench failed:\n" + traceback.format_exc(limit=3))
     machine["load_average_at_end"] = list(load_average())
-    figures = all_figures(series, config.job_counts, harness.fast_workloads, controller)
+    figures = all_figures(
+        series, config.job_counts, harness.fast_workloads, controller, harness.load, harness.reclaim
+    )
     results = Results(
         figures=figures,
         machine=machine,
@@ -104,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
                 for name in ("latency", "saturation", "latency_large", "saturation_large")
             },
             "large_from_jobs": config.large,
+            "load": dataclasses.asdict(config.load) if config.load else None,
+            "reclaim_runs": config.reclaim_runs,
             "layout": describe_layout(harness),
         },
         raw={
@@ -111,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
             "outcomes": {k: dict(v) for k, v in series.outcomes.items()},
             "profiles": series.profiles,
             "controller": controller,
+            "load": harness.load,
+            "reclaim": harness.reclaim,
         },
         notes=notes,
     )

@@ -1,6 +1,6 @@
-"""The benchmark's helper processes: the API emulator (bench.emulator_host), the
-no-op floor server, and the bare-API-round-trip client. The webhook itself is
-started by tests/support/webhook_process.py, as every other suite starts it."""
+"""The benchmark's helper processes: the no-op floor server and the bare-API-round-trip
+client. The webhook itself is started by :mod:`testbed.webhook_process`, as every
+integration test starts it."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from bench.load import LoadPlan, Measured
-from tests.support.webhook_process import REPO, WEBHOOK_USER
+from testbed.controlplane import REPO
 
 
 def _python_module(module: str, *args: str) -> list[str]:
@@ -51,77 +51,6 @@ def _stop(process: subprocess.Popen[bytes] | None) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(10)
-
-
-class EmulatorProcess:
-    """``python -m bench.emulator_host``: the API emulator in its own process, so its
-    CPU is its own (and pinned). It quacks like :class:`tests.kube_emulator.Emulator`
-    as far as ``WebhookProcess(..., register=False)`` needs: ``users`` and
-    ``kubeconfig(user)``."""
-
-    def __init__(self, workdir: Path, cpu: int | None) -> None:
-        self.state_dir = workdir / "emulator"
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.log_file = workdir / "emulator.log"
-        self.cpu = cpu
-        self.users: dict[str, Any] = {name: None for name in ("admin", WEBHOOK_USER)}
-        self.url = ""
-        self.process: subprocess.Popen[bytes] | None = None
-        self._lines: _Lines | None = None
-
-    def start(self, timeout: float = 60.0) -> EmulatorProcess:
-        args = ["--state-dir", str(self.state_dir)]
-        if self.cpu is not None:
-            args += ["--cpu", str(self.cpu)]
-        with open(self.log_file, "ab") as log:
-            self.process = subprocess.Popen(
-                _python_module("bench.emulator_host", *args),
-                cwd=REPO,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log,
-            )
-        self._lines = _Lines(self.process.stdout)
-        while True:
-            line = self._lines.next(timeout, "the emulator to start")
-            if line.startswith("serving "):
-                self.url = line.split()[1]
-            elif line == "ready":
-                return self
-
-    def grow(self, namespace: str, jobs: int, holder: str, timeout: float = 300.0) -> int:
-        """Make ``namespace`` hold ``jobs`` planned Jobs and the submit Lease held by
-        ``holder``; returns the Job count the emulator reports."""
-        assert self.process is not None and self.process.stdin is not None
-        assert self._lines is not None
-        self.process.stdin.write(f"grow {namespace} {jobs} {holder}\n".encode())
-        self.process.stdin.flush()
-        answer = self._lines.next(timeout, f"the emulator to hold {jobs} Jobs")
-        if not answer.startswith("ok "):
-            raise RuntimeError(f"emulator host: {answer}\n{self.log()[-2000:]}")
-        return int(answer.split()[1])
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-    def kubeconfig(self, user: str = "admin") -> str:
-        """The kubeconfig the emulator wrote for ``user``."""
-        return str(self.state_dir / f"kubeconfig-{user}")
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.stdin is not None:
-            self.process.stdin.close()  # the host stops the emulator at end of input
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                pass
-        _stop(self.process)
-        self.process = None
-
-    def log(self) -> str:
-        return self.log_file.read_text(errors="replace") if self.log_file.exists() else ""
 
 
 class NoopServer:
@@ -191,7 +120,7 @@ def run_api_floor(
 
 
 def scratch_dir() -> Path:
-    """A private working directory (certificates, emulator state, logs)."""
+    """A private working directory (certificates, control plane state, logs)."""
     return Path(tempfile.mkdtemp(prefix="elb-gate-bench-"))
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from bench.report import Figure, Target, paired
 from bench.scenarios import WEBHOOK_TIMEOUT_SECONDS, FastWorkload, Series
-from bench.stats import spread
+from bench.stats import percentile, spread
 
 OVERHEAD_RATIO = 1.3
 P99_MS = {30: 10.0, 300: 40.0}
@@ -17,6 +17,10 @@ TIMEOUT_SHARE = 0.25
 SEARCH_RATE_AT_30 = 600.0
 FAST_PATH_RATIO = 0.7
 STAMP_P50_MS = 0.5
+HANDOFF_P50_S = 1.0
+HANDOFF_P99_S = 3.0
+MAKESPAN_RATIO = 1.1
+RECLAIM_RATIO = 1.0
 
 
 def _sum(*series: Sequence[float]) -> list[float]:
@@ -71,7 +75,7 @@ def search_figures(s: Series, n: int) -> list[Figure]:
     if n >= 3000:
         p99_target = WEBHOOK_TIMEOUT_SECONDS * 1000 * TIMEOUT_SHARE
     util = spread(s.get(f"{hook}.utilisation")).median
-    emu = spread(s.get(f"{hook}.emulator_utilisation")).median
+    api_busy = spread(s.get(f"{hook}.apiserver_utilisation")).median
     return [
         paired(
             f"search.n{n}.p50",
@@ -139,10 +143,48 @@ def search_figures(s: Series, n: int) -> list[Figure]:
         ),
         paired(
             f"search.n{n}.rate",
-            f"  measured admissions/s at c=16 (webhook {util:.0%} busy, emulator {emu:.0%})",
+            f"  measured admissions/s at c=16 (webhook {util:.0%} busy, "
+            f"API server {api_busy:.0%})",
             s.get(f"{hook}.rate"),
             "/s",
-            note="wall-clock rate; below the per-core figure when the emulator's core is the limit",
+            note="wall-clock rate; below the per-core figure when the API server's core is "
+            "the limit",
+        ),
+    ]
+
+
+def capacity_figures(s: Series, n: int) -> list[Figure]:
+    """Search admission with the node-capacity rule on, against it off (issue 13: within
+    1.3x), each run paired with the run with it off made moments before."""
+    cap, hook = f"cap.n{n}", f"hook.n{n}"
+    if not s.get(f"{cap}.p50_ms"):
+        return []
+    return [
+        paired(
+            f"capacity.n{n}.p50",
+            f"search admission p50 with the capacity rule on, {n} Jobs",
+            s.get(f"{cap}.p50_ms"),
+            "ms",
+            s.get(f"{hook}.p50_ms"),
+            "rule off",
+            Target(OVERHEAD_RATIO, on="ratio"),
+        ),
+        paired(
+            f"capacity.n{n}.handler_p50",
+            "  of which inside the handler (its log), rule on",
+            s.get(f"{cap}.handler_p50_ms"),
+            "ms",
+            s.get(f"{hook}.handler_p50_ms"),
+            "rule off",
+        ),
+        paired(
+            f"capacity.n{n}.cpu",
+            "  CPU/admission with the capacity rule on",
+            s.get(f"{cap}.cpu_us"),
+            "us",
+            s.get(f"{hook}.cpu_us"),
+            "rule off",
+            Target(OVERHEAD_RATIO, on="ratio"),
         ),
     ]
 
@@ -221,18 +263,160 @@ def controller_figures(result: Mapping[str, Any]) -> list[Figure]:
     return out
 
 
+def burst_figures(key: str, burst: Mapping[str, Any], targets: bool) -> list[Figure]:
+    """Handoff latency and makespan of one burst (``targets``: the issue's, which are
+    for ``elb-gate submit``)."""
+    r = burst["result"]
+    label = f"{burst['label']}, {burst['searches']} searches"
+    handoffs = [float(x) for x in r["handoffs_s"]]
+    out = [
+        paired(
+            f"{key}.handoff.p50",
+            f"handoff p50 (slot free -> next admitted): {label}",
+            [percentile(handoffs, 50)],
+            "s",
+            target=Target(HANDOFF_P50_S) if targets else None,
+            note=f"{len(handoffs)} handoffs",
+        ),
+        paired(
+            f"{key}.handoff.p99",
+            f"  handoff p99 ({len(handoffs)} handoffs, "
+            f"max {max(handoffs, default=math.nan):.2f} s)",
+            [percentile(handoffs, 99)],
+            "s",
+            target=Target(HANDOFF_P99_S) if targets else None,
+        ),
+        paired(
+            f"{key}.startup.p50",
+            "  start-up p50 (burst start -> admitted, the first slots)",
+            [percentile([float(x) for x in r["startups_s"]], 50)],
+            "s",
+        ),
+        paired(
+            f"{key}.makespan",
+            "  makespan, against sum(durations) / ceiling",
+            [float(r["makespan_s"] or math.nan)],
+            "s",
+            [float(r["ideal_s"] or math.nan)],
+            "ideal packing",
+            Target(MAKESPAN_RATIO, on="ratio") if targets else None,
+        ),
+        paired(
+            f"{key}.span",
+            "  same, from the first admission (without the submitters' start-up)",
+            [float(r["span_s"] or math.nan)],
+            "s",
+            [float(r["ideal_s"] or math.nan)],
+            "ideal packing",
+        ),
+        paired(
+            f"{key}.makespan_waves",
+            "  makespan, against whole waves: ceil(n / ceiling) x mean duration",
+            [float(r["makespan_s"] or math.nan)],
+            "s",
+            [float(r["waves_s"] or math.nan)],
+            "whole waves",
+        ),
+        paired(
+            f"{key}.duration",
+            "  search duration (admitted -> finished), mean",
+            [sum(r["durations_s"]) / len(r["durations_s"])] if r["durations_s"] else [],
+            "s",
+        ),
+    ]
+    out += _api_rows(f"{key}.api", "  API requests per admitted search", burst["api_per_search"])
+    return out
+
+
+def _api_rows(key: str, label: str, per: Mapping[str, Any]) -> list[Figure]:
+    """Requests per unit: all (reads / watches / writes), then by component."""
+    total = per["all"]
+    out = [
+        paired(
+            key,
+            f"{label} (reads {total['read']:.1f}, watches {total['watch']:.1f}, "
+            f"writes {total['write']:.1f})",
+            [float(total["all"])],
+            "",
+        )
+    ]
+    for component in ("submitters", "webhook", "controller"):
+        part = per.get(component)
+        if part is None:
+            continue
+        out.append(
+            paired(
+                f"{key}.{component}",
+                f"    by the {component} (reads {part['read']:.1f}, watches "
+                f"{part['watch']:.1f}, writes {part['write']:.1f})",
+                [float(part["all"])],
+                "",
+            )
+        )
+    return out
+
+
+def load_figures(load: Mapping[str, Any]) -> list[Figure]:
+    """The cluster-load phase (:mod:`bench.cluster_load`): API requests per renewal and
+    per resync at its Job count, and the two bursts."""
+    jobs = load.get("jobs")
+    out: list[Figure] = []
+    for client, per in (load.get("renewal") or {}).items():
+        out += _api_rows(f"api.renewal.{client}", f"API requests per Lease renewal, {client}", per)
+    resync = load.get("resync")
+    if resync:
+        out += _api_rows(
+            "api.resync",
+            f"API requests per controller resync ({resync['resync_seconds']:g} s), {jobs} Jobs",
+            resync,
+        )
+    if load.get("burst_elb_gate"):
+        out += burst_figures("burst.elb_gate", load["burst_elb_gate"], targets=True)
+    if load.get("burst_polling"):
+        out += burst_figures("burst.polling", load["burst_polling"], targets=False)
+    return out
+
+
+def reclaim_figures(result: Mapping[str, Any]) -> list[Figure]:
+    """Worst dead-holder reclaim per case (:mod:`bench.reclaim_latency`) against 15 s."""
+    target = float(result["target_seconds"])
+    out = []
+    for case, row in result["cases"].items():
+        out.append(
+            paired(
+                f"reclaim.{case}",
+                f"dead-holder reclaim, worst of {result['runs']}: {case}",
+                [float(row["worst_seconds"])],
+                "s",
+                [target],
+                "target",
+                Target(RECLAIM_RATIO, on="ratio"),
+                note=",".join(row["evidence"]),
+            )
+        )
+    return out
+
+
 def all_figures(
     s: Series,
     job_counts: Sequence[int],
     fast: Sequence[FastWorkload],
     controller: Mapping[str, Any] | None,
+    load: Mapping[str, Any] | None = None,
+    reclaim: Mapping[str, Any] | None = None,
 ) -> list[Figure]:
     """Every row, in the order printed."""
     out = floor_figures(s, job_counts)
     for n in job_counts:
         out += search_figures(s, n)
+    for n in job_counts:
+        out += capacity_figures(s, n)
     for w in fast:
         out += fast_figures(s, w)
+    if load:
+        out += load_figures(load)
+    if reclaim:
+        out += reclaim_figures(reclaim)
     if controller:
         out += controller_figures(controller)
     return out

@@ -1,20 +1,31 @@
-"""What a busy elastic-blast namespace holds, and how to put it into the emulator.
+"""What a busy elastic-blast namespace holds, and how it is written to the API server.
 
-elastic-blast never deletes finished Jobs, so a namespace that has run a few
-hundred searches holds thousands of Jobs, nearly all of them completed. A
-search is 10 Jobs here (one ``app=submit``, eight ``app=blast``, one
-``app=finalizer``, all with its ``elb-job-id``). In the mix:
+A namespace that has run a few hundred searches holds thousands of Jobs, nearly all
+of them finished. A search is 10 Jobs here, ElasticBLAST's own shapes
+(:mod:`testbed.elastic_blast`): ``submit-jobs-<id8>`` (``app=submit``), eight
+``blastn-batch-…-job-<n>-<id8>`` (``app=blast``) and ``elb-finalizer-<id8>``
+(``app=finalizer``), all with the search's ``elb-job-id``. In the mix:
 
-* 1 Job in 20 failed (``Failed`` condition, ``succeeded`` 0): terminal for the
-  census, but the census LIST's ``status.successful=0`` field selector keeps
-  it, so the webhook receives and parses it;
+* 1 Job in 20 failed (``FailureTarget`` and ``Failed`` conditions, ``succeeded`` 0):
+  terminal for the census, but the census LIST's ``status.successful=0`` field
+  selector keeps it, so the webhook receives and parses it;
 * searches 1 and 2 are still running: one blast Job and the finalizer each are
   unfinished (4 unfinished Jobs, 2 active searches, under the ceiling of 3);
 * everything else succeeded (dropped by the field selector on the server).
 
-Jobs are created in a fixed order, so the first N of ``planned_jobs(3000)``
-are exactly ``planned_jobs(N)``: a namespace grows from 30 to 300 to 3,000 Jobs
-by adding the difference.
+Jobs are created in a fixed order, so the first N of ``planned_jobs(3000)`` are
+exactly ``planned_jobs(N)``: a namespace grows from 30 to 300 to 3,000 Jobs by
+adding the difference.
+
+**How their status gets there.** Running 3,000 Jobs through the Job controller and
+the kubelet stand-in would take many minutes and leave 3,000 Pods; instead each Job
+carries ``spec.managedBy`` naming the benchmark (the Job controller then leaves it
+alone, as it does for any external Job controller) and the benchmark writes the
+status the Job controller would have written through ``/status`` — which the real
+API server validates as it validates an external controller's (a ``Complete`` Job
+needs ``SuccessCriteriaMet``, a ``Failed`` one ``FailureTarget``, a start time, no
+active pods). The blast Jobs' ``ttlSecondsAfterFinished`` is dropped so the
+namespace keeps its N Jobs for the whole run.
 """
 
 from __future__ import annotations
@@ -25,26 +36,55 @@ from typing import Any, Literal
 
 from elbgate.lease import format_microtime
 from elbgate.names import HOLDER_USER_ANNOTATION, lease_name
+from testbed import elastic_blast as elb
 
 JOBS_PER_SEARCH = 10
+BATCHES_PER_SEARCH = JOBS_PER_SEARCH - 2
 RUNNING_SEARCHES = (1, 2)
 FAILED_EVERY = 20
+MANAGED_BY = "bench.elb-gate.io/status-writer"
+"""``spec.managedBy`` of the benchmark's Jobs: the Job controller skips them."""
+DATABASE = "16S_ribosomal_RNA"
 
 State = Literal["succeeded", "failed", "running"]
 
 
 @dataclass(frozen=True, slots=True)
 class PlannedJob:
-    """One Job of the mix: its name, labels and final state."""
+    """One Job of the mix: its search, its place in the search and its final state."""
 
-    name: str
-    app: str
-    job_id: str
+    search: int
+    slot: int
+    """0: submit-jobs; 1..8: blast batch slot-1; 9: finalizer."""
     state: State
+
+    @property
+    def job_id(self) -> str:
+        return elb.search_id(self.search)
+
+    @property
+    def app(self) -> str:
+        if self.slot == 0:
+            return "submit"
+        if self.slot == JOBS_PER_SEARCH - 1:
+            return "finalizer"
+        return "blast"
+
+    def body(self) -> dict[str, Any]:
+        """The Job as testbed.elastic_blast shapes it (status and timestamps not set)."""
+        if self.app == "submit":
+            return elb.submit_jobs(self.job_id, num_nodes=BATCHES_PER_SEARCH)
+        if self.app == "finalizer":
+            return elb.finalizer(self.job_id)
+        return elb.blast_batch(self.job_id, self.slot - 1, DATABASE)
+
+    @property
+    def name(self) -> str:
+        return str(self.body()["metadata"]["name"])
 
 
 def search_id(search: int) -> str:
-    return f"bench{search:05d}"
+    return elb.search_id(search)
 
 
 def planned_jobs(total: int) -> list[PlannedJob]:
@@ -52,122 +92,77 @@ def planned_jobs(total: int) -> list[PlannedJob]:
     jobs: list[PlannedJob] = []
     for index in range(total):
         search, slot = divmod(index, JOBS_PER_SEARCH)
-        jid = search_id(search)
-        if slot == 0:
-            app, name = "submit", f"elb-submit-{jid}"
-        elif slot == JOBS_PER_SEARCH - 1:
-            app, name = "finalizer", f"elb-finalizer-{jid}"
-        else:
-            app, name = "blast", f"elb-batch-{jid}-{slot - 1:03d}"
         state: State = "succeeded"
         if search in RUNNING_SEARCHES and slot in (1, JOBS_PER_SEARCH - 1):
             state = "running"
         elif index % FAILED_EVERY == FAILED_EVERY - 3:
             state = "failed"
-        jobs.append(PlannedJob(name, app, jid, state))
+        jobs.append(PlannedJob(search, slot, state))
     return jobs
 
 
-def job_body(namespace: str, name: str, app: str, job_id: str) -> dict[str, Any]:
-    """A Job shaped like elastic-blast's (pod template, env, resources, volumes), so
-    LIST bodies are as large as a real namespace's (~2.5 KB per Job)."""
-    labels = {"app": app, "elb-job-id": job_id, "owner": "elb-dashboard", "elb-db": "nt"}
-    env = [
-        {"name": "ELB_RESULTS", "value": f"https://elbresults.blob.core.windows.net/{job_id}"},
-        {"name": "ELB_DB", "value": "nt"},
-        {"name": "ELB_PROGRAM", "value": "blastn"},
-        {"name": "ELB_NUM_CPUS", "value": "16"},
-        {"name": "ELB_BLAST_OPTIONS", "value": "-outfmt 11 -max_target_seqs 500 -evalue 1e-5"},
-        {"name": "ELB_JOB_ID", "value": job_id},
-    ]
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": labels,
-            "annotations": {"elb-gate.bench/purpose": "a realistic Job body"},
-        },
-        "spec": {
-            "backoffLimit": 3,
-            "activeDeadlineSeconds": 86400,
-            "template": {
-                "metadata": {"labels": dict(labels)},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "nodeSelector": {"agentpool": "blastpool"},
-                    "volumes": [
-                        {"name": "blastdb", "persistentVolumeClaim": {"claimName": "blast-dbs"}},
-                        {"name": "shared", "emptyDir": {}},
-                    ],
-                    "containers": [
-                        {
-                            "name": app,
-                            "image": "ncbi/elb:1.3.1",
-                            "imagePullPolicy": "IfNotPresent",
-                            "command": ["/bin/bash", "-co"],
-                            "args": [
-                                "set -euo pipefail; blastn -db nt -query /shared/query.fa "
-                                "-out /shared/results.out -num_threads 16 $ELB_BLAST_OPTIONS; "
-                                "azcopy cp /shared/results.out $ELB_RESULTS/ --recursive"
-                            ],
-                            "env": env,
-                            "resources": {
-                                "requests": {"cpu": "15", "memory": "60Gi"},
-                                "limits": {"cpu": "16", "memory": "64Gi"},
-                            },
-                            "volumeMounts": [
-                                {
-                                    "name": "blastdb",
-                                    "mountPath": "/blast/blastdb",
-                                    "readOnly": True,
-                                },
-                                {"name": "shared", "mountPath": "/shared"},
-                            ],
-                        }
-                    ],
-                },
-            },
-        },
-    }
+def api_body(job: PlannedJob, namespace: str) -> dict[str, Any]:
+    """What the benchmark POSTs: ElasticBLAST's body (:func:`testbed.elastic_blast.for_api`),
+    managed by the benchmark, without a TTL."""
+    body = elb.for_api(job.body(), namespace)
+    body["spec"]["managedBy"] = MANAGED_BY
+    body["spec"].pop("ttlSecondsAfterFinished", None)
+    return body
 
 
-def job_status(state: State, started: str) -> dict[str, Any]:
-    """The status the Job controller leaves in each state."""
+def job_status(state: State, started: datetime, finished: datetime) -> dict[str, Any]:
+    """The status the Job controller leaves in each state (as the API server accepts it
+    from an external controller)."""
+    start, end = _seconds(started), _seconds(finished)
     if state == "succeeded":
         return {
-            "startTime": started,
-            "completionTime": started,
+            "startTime": start,
+            "completionTime": end,
             "succeeded": 1,
             "active": 0,
             "ready": 0,
+            "terminating": 0,
             "conditions": [
-                {"type": "Complete", "status": "True", "lastTransitionTime": started},
+                _condition("SuccessCriteriaMet", "CompletionsReached", end),
+                _condition("Complete", "CompletionsReached", end),
             ],
         }
     if state == "failed":
         return {
-            "startTime": started,
+            "startTime": start,
             "failed": 4,
             "active": 0,
             "ready": 0,
+            "terminating": 0,
             "conditions": [
-                {
-                    "type": "Failed",
-                    "status": "True",
-                    "reason": "BackoffLimitExceeded",
-                    "message": "Job has reached the specified backoff limit",
-                    "lastTransitionTime": started,
-                }
+                _condition("FailureTarget", "BackoffLimitExceeded", end),
+                _condition("Failed", "BackoffLimitExceeded", end),
             ],
         }
-    return {"startTime": started, "active": 1, "ready": 1}
+    return {"startTime": start, "active": 1, "ready": 1, "terminating": 0}
+
+
+def _condition(kind: str, reason: str, at: str) -> dict[str, Any]:
+    return {
+        "type": kind,
+        "status": "True",
+        "reason": reason,
+        "message": "Job has reached the specified backoff limit"
+        if reason == "BackoffLimitExceeded"
+        else "Reached expected number of succeeded pods",
+        "lastProbeTime": at,
+        "lastTransitionTime": at,
+    }
+
+
+def _seconds(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def submit_lease(namespace: str, holder_user: str, now: datetime) -> dict[str, Any]:
     """The Gate A Lease, held by ``holder_user``'s submit path and stamped as the
-    mutating webhook stamps it (the benchmark writes it directly)."""
+    mutating webhook stamps it (the benchmark writes it as admin: its namespace is not
+    labelled gated, so no webhook sees the write)."""
     now_iso = format_microtime(now)
     return {
         "apiVersion": "coordination.k8s.io/v1",

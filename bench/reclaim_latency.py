@@ -32,13 +32,20 @@ def run(
     runs: int = DEFAULT_RUNS,
     cases: Sequence[str] = tuple(holders.CASES),
     progress: Callable[[str], None] = lambda _m: None,
+    cp: ControlPlane | None = None,
 ) -> dict[str, Any]:
     """Measure every case ``runs`` times; per case the worst seconds and its ratio to
-    :data:`testbed.holders.TARGET_SECONDS`, the median, and each run's evidence label."""
-    cp = ControlPlane.for_session()
+    :data:`testbed.holders.TARGET_SECONDS`, the median, and each run's evidence label.
+    ``cp``: the control plane to use (``make bench`` passes its own); by default the
+    session's (started here and stopped at the end unless attached)."""
+    owned = cp is None
+    cp = cp or ControlPlane.for_session()
+    namespaces: dict[str, str] = {}
     try:
         with WebhookProcess(cp) as hook:
-            namespaces = {c: hook.gate_namespace(cp.new_namespace(_dns(c))) for c in cases}
+            namespaces.update(
+                {c: hook.gate_namespace(cp.new_namespace(_dns(c))) for c in cases}
+            )
             with holders.controllers(cp, list(namespaces.values())) as stage:
                 measured: dict[str, list[holders.Reclaim]] = {c: [] for c in cases}
                 for i in range(runs):
@@ -51,7 +58,11 @@ def run(
                             f"({reclaim.evidence}; case took {time.monotonic() - started:.1f}s)"
                         )
     finally:
-        cp.stop()
+        if owned:
+            cp.stop()
+        else:
+            for namespace in namespaces.values():
+                cp.admin.delete("namespaces", None, namespace)
     out: dict[str, Any] = {
         "target_seconds": holders.TARGET_SECONDS,
         "runs": runs,

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import copy
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
-from bench.namespace_jobs import job_body, job_status, submit_lease
+from bench.namespace_jobs import api_body, job_status, planned_jobs, submit_lease
 from elbgate.names import HOLDER_USER_ANNOTATION
+from testbed import elastic_blast as elb
 
 JOB_CONTROLLER = "system:serviceaccount:kube-system:job-controller"
-NEW_SEARCH_ID = "benchnew"
+NEW_SEARCH_ID = elb.search_id(0xBE7C4)
+"""A search the namespace mix never holds (it has at most a few hundred)."""
+STARTED = datetime(2026, 1, 5, 10, 0, 0, tzinfo=UTC)
 
 
 def _user(username: str) -> dict[str, Any]:
@@ -68,29 +71,30 @@ LEASES = ("coordination.k8s.io", "v1", "leases")
 
 
 def new_search_finalizer(namespace: str, username: str) -> bytes:
-    """CREATE of a finalizer Job for a search not yet active, by the Lease holder:
-    the full Gate A + Gate B path (census LIST and Lease GET, concurrently)."""
-    name = f"elb-finalizer-{NEW_SEARCH_ID}"
-    job = _stored(job_body(namespace, name, "finalizer", NEW_SEARCH_ID), "")
-    job["metadata"].pop("resourceVersion")
+    """CREATE of ElasticBLAST's finalizer Job for a search not yet active, by the Lease
+    holder: the full Gate A + Gate B path (census LIST and Lease GET, concurrently)."""
+    job = elb.for_api(elb.finalizer(NEW_SEARCH_ID), namespace)
+    job["metadata"].update(uid=str(uuid.uuid4()), creationTimestamp="2026-01-05T10:00:00Z")
     job["status"] = {}
+    name = job["metadata"]["name"]
     return review("CREATE", JOBS, "Job", namespace, name, _user(username), job)
 
 
 def job_controller_update(namespace: str) -> bytes:
     """UPDATE of a running blast Job's status by the Job controller: adds no gated
     label, so it is admitted at once with no API call (the fast path)."""
-    name = "elb-batch-bench00001-000"
-    old = _stored(job_body(namespace, name, "blast", "bench00001"), "41")
-    old["status"] = job_status("running", "2026-01-05T10:00:00Z")
+    running = next(j for j in planned_jobs(30) if j.state == "running" and j.app == "blast")
+    old = _stored(api_body(running, namespace), "41")
+    old["status"] = job_status("running", STARTED, STARTED)
     new = copy.deepcopy(old)
-    new["status"] = job_status("succeeded", "2026-01-05T10:00:00Z")
+    new["status"] = job_status("succeeded", STARTED, STARTED)
+    name = old["metadata"]["name"]
     return review("UPDATE", JOBS, "Job", namespace, name, _user(JOB_CONTROLLER), new, old)
 
 
 def other_lease_update(namespace: str) -> bytes:
     """A renew of a Lease that is not ``elb-blast-submit-*`` (the fast path for Leases)."""
-    lease = submit_lease(namespace, "someone", datetime(2026, 1, 5, 10, 0, 0))
+    lease = submit_lease(namespace, "someone", STARTED)
     lease["metadata"]["name"] = "elb-gate-controller"
     old = _stored(lease, "77")
     return review(

@@ -1,10 +1,15 @@
 """The measurements: what is sent where, in what order, and paired with which floor.
 
-Layout on a 2-core machine: the webhook and the no-op floor server (never
-loaded at the same time) and the bare-API client run on CPU 0; the load
-generator (this process) and the API emulator run on CPU 1. Each measured
-figure is taken ``repeats`` times, and each run is paired with a floor run made
-moments before it, so a ratio compares two things measured under the same
+The webhook reads the real API server (``localkube``, :mod:`bench.cluster`) with its
+own ServiceAccount's token, bound by the RBAC ``manifests/`` ships; AdmissionReviews
+are POSTed straight to its HTTPS port (the API server's admission chain is not in
+between: its cost is the API server's, the same with or without elb-gate).
+
+Layout on a 2-core machine: the webhooks and the no-op floor servers (never loaded at
+the same time) and the bare-API client run on CPU 0; the load generator (this
+process) and the control plane (etcd, kube-apiserver, the controllers) run on CPU 1.
+Each measured figure is taken ``repeats`` times, and each run is paired with a floor
+run made moments before it, so a ratio compares two things measured under the same
 machine noise.
 
 Per workload, two passes: a *latency* pass (one request at a time, so p50/p99
@@ -24,27 +29,37 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import orjson
 
-from bench import reviews
-from bench.child_processes import EmulatorProcess, NoopServer, run_api_floor
+from bench import cluster_load, reclaim_latency, reviews
+from bench.child_processes import NoopServer, run_api_floor
+from bench.cluster import BenchCluster
+from bench.cluster_load import LoadConfig
 from bench.load import LoadPlan, Measured, Webhook, post_reviews
 from bench.processes import CpuMeter, can_pin, pin
 from bench.profiling import fold, start_recording
 from bench.stats import latency, percentile
-from tests.kube_emulator import Emulator
-from tests.support.certs import WEBHOOK_HOST
-from tests.support.webhook_process import WEBHOOK_USER, WebhookProcess
+from testbed import holders
+from testbed.certs import WEBHOOK_HOST
+from testbed.webhook_process import WebhookProcess
 
-NAMESPACE = "bench"
+NAMESPACE_PREFIX = "bench"
 HOLDER = "alice"
 """The user that holds the submit Lease and creates the finalizer."""
 WEBHOOK_TIMEOUT_SECONDS = 5.0
 """``timeoutSeconds`` of the configured webhooks (manifests/base/admission-webhooks.yaml)."""
 SERVER_CPU, CLIENT_CPU = 0, 1
 SEARCH_WEBHOOK = "search-admission.elb-gate.io"
+CAPACITY_ENV = {
+    "ELB_GATE_CAPACITY": "deny",
+    "ELB_GATE_CAPACITY_POOL_SELECTOR": "agentpool=blastpool",
+    "ELB_GATE_CAPACITY_POD_CPU": "4",
+}
+"""The node-capacity rule on (issue 13), over the control plane's blast pool (3 nodes of
+15740m): 3 pods of 4 CPUs per node, so the effective ceiling stays 3 and the measured
+admission is admitted (the finalizer carries no requests: the setting's value is used)."""
 
 JOBS_PATH, LEASE_MUTATE, LEASE_VALIDATE = "/validate/jobs", "/mutate/leases", "/validate/leases"
 
@@ -58,8 +73,8 @@ class BenchConfig:
     latency: LoadPlan = LoadPlan(concurrency=1, requests=200, warmup=20, max_seconds=2.5)
     saturation: LoadPlan = LoadPlan(concurrency=16, requests=1500, warmup=50, max_seconds=2.0)
     large: int = 1000
-    """From this many Jobs on, one admission takes ~100 ms of the emulator's time: the
-    passes below keep the run short and keep the emulator's queue under the webhook's
+    """From this many Jobs on, one admission's LIST costs the API server tens of ms: the
+    passes below keep the run short and keep the API server's queue under the webhook's
     1.5 s API deadline (16 in flight would make it fail closed: a benchmark of 503s)."""
     latency_large: LoadPlan = LoadPlan(concurrency=1, requests=60, warmup=5, max_seconds=4.0)
     saturation_large: LoadPlan = LoadPlan(concurrency=4, requests=300, warmup=8, max_seconds=3.0)
@@ -67,6 +82,14 @@ class BenchConfig:
     """Job counts at which the webhook is profiled (py-spy) during an extra saturation pass."""
     profile_seconds: float = 5.0
     fast_paths: bool = True
+    capacity: bool = True
+    """Also measure search admission with the node-capacity rule on (``cap.n<N>``)."""
+    load: LoadConfig | None = LoadConfig()
+    """The cluster-load phase at the largest Job count (``None``: skipped)."""
+    reclaim_runs: int = 3
+    """Runs per dead-holder reclaim case (0: skipped)."""
+    reclaim_cases: tuple[str, ...] = ()
+    """Reclaim cases to run (empty: all of :data:`testbed.holders.CASES`)."""
 
     @classmethod
     def quick(cls) -> BenchConfig:
@@ -78,6 +101,9 @@ class BenchConfig:
             saturation=LoadPlan(2, 20, 2, 2.0),
             latency_large=LoadPlan(1, 10, 2, 2.0),
             saturation_large=LoadPlan(2, 20, 2, 2.0),
+            load=LoadConfig.quick(),
+            reclaim_runs=1,
+            reclaim_cases=("pod_deleted",),
         )
 
     def plans_for(self, jobs: int) -> tuple[LoadPlan, LoadPlan]:
@@ -148,43 +174,70 @@ class Harness:
         self.pinned = (os.cpu_count() or 1) >= 2 and can_pin({SERVER_CPU, CLIENT_CPU})
         self.server_cpu = SERVER_CPU if self.pinned else None
         self.client_cpu = CLIENT_CPU if self.pinned else None
-        self.emulator = EmulatorProcess(workdir, self.client_cpu)
+        self.cluster = BenchCluster(workdir, self.client_cpu)
         self.webhook: WebhookProcess | None = None
+        self.capacity_webhook: WebhookProcess | None = None
         self.noop: NoopServer | None = None
         self.reads_noop: NoopServer | None = None
         self.series = Series()
         self.fast_workloads: list[FastWorkload] = []
+        self.namespace = ""
+        self.load: dict[str, Any] | None = None
+        """What :func:`bench.cluster_load.run` measured."""
+        self.reclaim: dict[str, Any] | None = None
+        """What :func:`bench.reclaim_latency.run` measured."""
 
     # -- lifecycle ---------------------------------------------------------------
 
     def start(self) -> None:
         if self.client_cpu is not None:
             pin(0, {self.client_cpu})
-        self.emulator.start()
-        self.emulator.grow(NAMESPACE, 0, HOLDER)
-        # WebhookProcess reads only .users and .kubeconfig() when it does not register
-        # the configurations (AdmissionReviews go straight to its port here).
-        hook = WebhookProcess(cast(Emulator, self.emulator), register=False)
-        self.webhook = hook.start()
+        self.cluster.start()
+        self.namespace = self.cluster.control_plane.new_namespace(NAMESPACE_PREFIX)
+        self.cluster.namespace(self.namespace)
+        self.cluster.hold_lease(self.namespace, HOLDER)
+        # Not registered with the API server: AdmissionReviews go straight to its port.
+        self.webhook = self._webhook("elb-gate-webhook-bench", {})
+        if self.config.capacity:
+            self.capacity_webhook = self._webhook("elb-gate-webhook-capacity", CAPACITY_ENV)
+        cert = self.webhook.certificate
+        self.noop = NoopServer(cert.cert_file, cert.key_file, self.server_cpu).start()
+        self.reads_noop = NoopServer(
+            cert.cert_file, cert.key_file, self.server_cpu, reads=self.webhook.kubeconfig
+        ).start()
+
+    def _webhook(self, pod: str, env: dict[str, str]) -> WebhookProcess:
+        hook = WebhookProcess(
+            self.cluster.control_plane,
+            env=env,
+            workdir=self.workdir / pod,
+            register=False,
+            pod=pod,
+        ).start()
         assert hook.process is not None
         if self.server_cpu is not None:
             pin(hook.process.pid, {self.server_cpu})
-        cert = hook.certificate
-        self.noop = NoopServer(cert.cert_file, cert.key_file, self.server_cpu).start()
-        self.reads_noop = NoopServer(
-            cert.cert_file,
-            cert.key_file,
-            self.server_cpu,
-            reads=self.emulator.kubeconfig(WEBHOOK_USER),
-        ).start()
+        return hook
 
-    def stop(self) -> None:
+    def stop_admission_servers(self) -> None:
+        """The webhooks and no-op servers of the admission passes (idle afterwards)."""
         for server in (self.noop, self.reads_noop):
             if server is not None:
                 server.stop()
-        if self.webhook is not None:
-            self.webhook.stop()
-        self.emulator.stop()
+        for hook in (self.webhook, self.capacity_webhook):
+            if hook is not None:
+                hook.stop()
+        self.noop = self.reads_noop = None
+        self.webhook = self.capacity_webhook = None
+
+    def stop(self) -> None:
+        self.stop_admission_servers()
+        if self.cluster.cp is not None and self.namespace:
+            try:
+                self.cluster.control_plane.admin.delete("namespaces", None, self.namespace)
+            except Exception:  # the control plane may be gone already
+                pass
+        self.cluster.stop()
 
     @property
     def hook_pid(self) -> int:
@@ -204,12 +257,14 @@ class Harness:
     async def _saturate(
         self, target: Webhook, path: str, body: bytes, server_pid: int, plan: LoadPlan
     ) -> Measured:
-        names = ("server", "emulator", "load_generator")
-        meter = CpuMeter((server_pid, self.emulator.pid, os.getpid()))
+        apiserver = tuple(self.cluster.apiserver_pids())
+        meter = CpuMeter((server_pid, os.getpid(), *apiserver))
 
         def stop(m: Measured) -> None:
             used, _ = meter.stop()
-            m.cpu_seconds.update(zip(names, used, strict=True))
+            m.cpu_seconds["server"] = used[0]
+            m.cpu_seconds["load_generator"] = used[1]
+            m.cpu_seconds["apiserver"] = sum(used[2:])
 
         return await post_reviews(target, path, body, plan, meter.start, stop)
 
@@ -241,34 +296,34 @@ class Harness:
         assert self.noop is not None
         hook, noop = self._targets()
         now = datetime.now(UTC)
-        search = reviews.new_search_finalizer(NAMESPACE, HOLDER)
+        search = reviews.new_search_finalizer(self.namespace, HOLDER)
         workloads = [
             FastWorkload(
                 "fast.job_update",
                 "fast path: Job UPDATE adding no gated label",
                 JOBS_PATH,
-                reviews.job_controller_update(NAMESPACE),
+                reviews.job_controller_update(self.namespace),
                 "allowed",
             ),
             FastWorkload(
                 "fast.other_lease",
                 "fast path: Lease not elb-blast-submit-*",
                 LEASE_VALIDATE,
-                reviews.other_lease_update(NAMESPACE),
+                reviews.other_lease_update(self.namespace),
                 "allowed",
             ),
             FastWorkload(
                 "lease.stamp",
                 "Lease stamp (holder renews, full PUT)",
                 LEASE_MUTATE,
-                reviews.submit_lease_renew(NAMESPACE, HOLDER, now, stamped=False),
+                reviews.submit_lease_renew(self.namespace, HOLDER, now, stamped=False),
                 "allowed+patch",
             ),
             FastWorkload(
                 "lease.guard",
                 "Lease guard (holder renews)",
                 LEASE_VALIDATE,
-                reviews.submit_lease_renew(NAMESPACE, HOLDER, now, stamped=True),
+                reviews.submit_lease_renew(self.namespace, HOLDER, now, stamped=True),
                 "allowed",
             ),
         ]
@@ -284,22 +339,21 @@ class Harness:
 
     async def search_admission(self, jobs: int) -> None:
         """Search admission at ``jobs`` Jobs in the namespace, each run paired with the
-        bare API round trip (LIST + GET, same client) and the no-op handler."""
-        assert self.noop is not None
+        bare API round trip (LIST + GET, same client) and the no-op handler; and with
+        the node-capacity rule on, paired with the run with it off."""
+        assert self.noop is not None and self.webhook is not None
         hook, noop = self._targets()
-        have = await asyncio.to_thread(self.emulator.grow, NAMESPACE, jobs, HOLDER)
+        have = await asyncio.to_thread(self.cluster.fill, self.namespace, jobs)
         if have != jobs:
-            self.series.notes.append(f"asked for {jobs} Jobs, the emulator holds {have}")
-        body = reviews.new_search_finalizer(NAMESPACE, HOLDER)
+            self.series.notes.append(f"asked for {jobs} Jobs, the namespace holds {have}")
+        # A fresh hold: the Lease must not expire (900 s) while a long run measures.
+        await asyncio.to_thread(self.cluster.hold_lease, self.namespace, HOLDER)
+        body = reviews.new_search_finalizer(self.namespace, HOLDER)
         s, n = self.series, f"n{jobs}"
         plans = list(self.config.plans_for(jobs))
         for _ in range(self.config.repeats):
             floor = await asyncio.to_thread(
-                run_api_floor,
-                self.emulator.kubeconfig(WEBHOOK_USER),
-                NAMESPACE,
-                plans,
-                self.server_cpu,
+                run_api_floor, self.webhook.kubeconfig, self.namespace, plans, self.server_cpu
             )
             expect_floor: Callable[[str], bool] = lambda o: o.endswith("lease=yes")  # noqa: E731
             for m in floor:
@@ -312,42 +366,47 @@ class Harness:
             reads = Webhook(self.reads_noop.url, hook.tls, WEBHOOK_HOST)
             pid = self.reads_noop.pid
             await self._pair(f"reads.{n}", reads, JOBS_PATH, body, pid, "allowed", jobs)
-            offset = self._log_size()
-
-            def handler_time(n: str = n, offset: int = offset) -> None:
-                ms = self._handler_durations_ms(offset, SEARCH_WEBHOOK, plans[0])
-                s.add(f"hook.{n}.handler_p50_ms", percentile(ms, 50))
-
             await self._pair(
-                f"hook.{n}", hook, JOBS_PATH, body, self.hook_pid, "allowed", jobs, handler_time
+                f"hook.{n}",
+                hook,
+                JOBS_PATH,
+                body,
+                self.hook_pid,
+                "allowed",
+                jobs,
+                self._handler_time(self.webhook, f"hook.{n}", plans[0]),
             )
+            cap = self.capacity_webhook
+            if cap is not None and cap.process is not None:
+                target = Webhook(cap.url, cap.client_context(), WEBHOOK_HOST)
+                await self._pair(
+                    f"cap.{n}",
+                    target,
+                    JOBS_PATH,
+                    body,
+                    cap.process.pid,
+                    "allowed",
+                    jobs,
+                    self._handler_time(cap, f"cap.{n}", plans[0]),
+                )
         if jobs in self.config.profile_at:
             await self.profile(f"search at {jobs} Jobs", hook, JOBS_PATH, body, plans[1])
 
-    def _log_size(self) -> int:
-        assert self.webhook is not None
+    def _handler_time(
+        self, hook: WebhookProcess, prefix: str, plan: LoadPlan
+    ) -> Callable[[], None]:
+        """After a latency pass of ``hook``: the p50 of the handler time it logged for
+        the pass's requests (``<prefix>.handler_p50_ms``)."""
         try:
-            return self.webhook.log_file.stat().st_size
+            offset = hook.log_file.stat().st_size
         except OSError:
-            return 0
+            offset = 0
 
-    def _handler_durations_ms(self, offset: int, webhook: str, plan: LoadPlan) -> list[float]:
-        """``duration_ms`` of the measured requests of a latency pass (``plan``) that
-        started at log byte ``offset``: the webhook times its own handler (reads and
-        policy, no HTTP)."""
-        assert self.webhook is not None
-        with open(self.webhook.log_file, "rb") as fh:
-            fh.seek(offset)
-            lines = fh.read().splitlines()
-        out: list[float] = []
-        marker = webhook.encode()
-        for line in lines:
-            if marker in line and b"duration_ms" in line:
-                try:
-                    out.append(float(orjson.loads(line)["duration_ms"]))
-                except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-                    continue
-        return out[plan.warmup :]  # the warm-up's requests come first
+        def record() -> None:
+            ms = _handler_durations_ms(hook.log_file, offset, SEARCH_WEBHOOK, plan)
+            self.series.add(f"{prefix}.handler_p50_ms", percentile(ms, 50))
+
+        return record
 
     async def profile(
         self, name: str, target: Webhook, path: str, body: bytes, plan: LoadPlan
@@ -369,6 +428,23 @@ class Harness:
         self.series.profiles[name] = fold(out.read_text().splitlines()).as_text()
 
 
+def _handler_durations_ms(log_file: Path, offset: int, webhook: str, plan: LoadPlan) -> list[float]:
+    """``duration_ms`` of the measured requests of a latency pass (``plan``) that started
+    at log byte ``offset``: the webhook times its own handler (reads and policy, no HTTP)."""
+    with open(log_file, "rb") as fh:
+        fh.seek(offset)
+        lines = fh.read().splitlines()
+    out: list[float] = []
+    marker = webhook.encode()
+    for line in lines:
+        if marker in line and b"duration_ms" in line:
+            try:
+                out.append(float(orjson.loads(line)["duration_ms"]))
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                continue
+    return out[plan.warmup :]  # the warm-up's requests come first
+
+
 def run(config: BenchConfig, workdir: Path, progress: Callable[[str], None]) -> Harness:
     """Start everything, run every pass, stop everything; the harness holds the series."""
     harness = Harness(config, workdir)
@@ -382,9 +458,27 @@ def run(config: BenchConfig, workdir: Path, progress: Callable[[str], None]) -> 
             await harness.search_admission(jobs)
 
     try:
-        progress("starting the emulator, the webhook and the no-op server")
+        progress("starting the control plane, the webhooks and the no-op servers")
         harness.start()
         asyncio.run(passes())
+        harness.stop_admission_servers()
+        if config.load is not None:
+            harness.load = cluster_load.run(
+                harness.cluster,
+                harness.namespace,
+                workdir / "load",
+                config.load,
+                progress,
+                harness.server_cpu,
+            )
+        if config.reclaim_runs:
+            progress(f"dead-holder reclaim: {config.reclaim_runs} runs per case")
+            harness.reclaim = reclaim_latency.run(
+                config.reclaim_runs,
+                config.reclaim_cases or tuple(holders.CASES),
+                lambda m: progress(f"reclaim: {m}"),
+                cp=harness.cluster.control_plane,
+            )
     finally:
         harness.stop()
     progress(f"measured in {time.perf_counter() - started:.0f}s")
@@ -396,6 +490,7 @@ def describe_layout(harness: Harness) -> dict[str, Any]:
     return {
         "pinned": harness.pinned,
         "webhook_and_noop_cpu": harness.server_cpu,
-        "load_generator_and_emulator_cpu": harness.client_cpu,
-        "emulator": "bench.emulator_host (own process)",
+        "load_generator_and_control_plane_cpu": harness.client_cpu,
+        "control_plane": "localkube (attached)" if harness.cluster.attached else "localkube",
+        "control_plane_pinned": harness.cluster.pinned,
     }

@@ -4,6 +4,7 @@ tiny end-to-end run proving it measures the real processes. No timed assertions.
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 from collections import Counter
@@ -12,9 +13,11 @@ from pathlib import Path
 import orjson
 import pytest
 
-from bench.figures import all_figures, controller_figures
+from bench.api_counts import classify, tally
+from bench.figures import all_figures, controller_figures, load_figures
+from bench.handoff import Timeline, analyse
 from bench.load import outcome_of
-from bench.namespace_jobs import planned_jobs
+from bench.namespace_jobs import MANAGED_BY, api_body, job_status, planned_jobs
 from bench.profiling import fold, package_of
 from bench.report import Results, Target, format_table, markdown_table, paired
 from bench.reviews import (
@@ -25,8 +28,9 @@ from bench.reviews import (
 )
 from bench.scenarios import FastWorkload, Series
 from bench.stats import latency, percentile, ratio, spread
+from elbgate.census import census
+from testbed.controlplane import ATTACH_ENV, REPO, ControlPlane
 from tests.protocol.builders import NOW
-from tests.support.webhook_process import REPO
 from webhook.review import AdmissionRequest
 
 # -- statistics -------------------------------------------------------------------------
@@ -194,6 +198,40 @@ def test_controller_figures_take_their_targets_from_what_run_returned() -> None:
     assert figs["controller.resync_cpu_ms"].met is True
 
 
+def _burst(label: str, handoffs: list[float]) -> dict[str, object]:
+    per = {"read": 4.0, "watch": 1.0, "write": 5.0, "all": 10.0}
+    return {
+        "label": label,
+        "searches": 4,
+        "result": {
+            "handoffs_s": handoffs,
+            "startups_s": [0.5, 0.6, 0.7],
+            "durations_s": [10.0, 10.0, 10.0, 10.0],
+            "makespan_s": 22.0,
+            "span_s": 21.5,
+            "ideal_s": 40.0 / 3,
+            "waves_s": 20.0,
+        },
+        "api_per_search": {"all": per, "submitters": per, "webhook": per, "controller": per},
+    }
+
+
+def test_load_figures_hold_the_issue_targets_for_elb_gate_submit_only() -> None:
+    load = {
+        "jobs": 3000,
+        "burst_elb_gate": _burst("elb-gate submit", [0.4, 2.5]),
+        "burst_polling": _burst("30 s polling", [12.0]),
+    }
+    figs = {f.key: f for f in load_figures(load)}
+    assert figs["burst.elb_gate.handoff.p50"].met is False  # p50 of 0.4 and 2.5 is 1.45 s
+    assert figs["burst.elb_gate.handoff.p99"].met is True
+    makespan = figs["burst.elb_gate.makespan"]
+    assert makespan.ratio is not None and makespan.ratio.median == pytest.approx(1.65)
+    assert makespan.met is False
+    assert figs["burst.polling.handoff.p50"].target is None
+    assert figs["burst.polling.handoff.p50"].value.median == 12.0
+
+
 # -- workload ---------------------------------------------------------------------------
 
 
@@ -204,8 +242,83 @@ def test_the_job_mix_grows_by_prefix_and_is_mostly_finished() -> None:
     assert states["running"] == 4
     assert states["failed"] == 150
     assert {j.app for j in big} == {"submit", "blast", "finalizer"}
+    assert len({j.name for j in big}) == 3000
     running_ids = {j.job_id for j in planned_jobs(30) if j.state == "running"}
     assert len(running_ids) == 2  # two active searches: a new one is under the ceiling of 3
+
+
+def test_the_census_of_the_mix_as_stored_counts_the_two_running_searches() -> None:
+    """Bodies as the benchmark writes them (ElasticBLAST's shapes, managed by the
+    benchmark, with the status it writes): the census sees 2 active searches."""
+    stored = []
+    for job in planned_jobs(300):
+        body = api_body(job, "bench")
+        assert body["spec"]["managedBy"] == MANAGED_BY
+        assert "ttlSecondsAfterFinished" not in body["spec"]
+        body["metadata"]["creationTimestamp"] = "2026-01-05T10:00:00Z"
+        body["status"] = job_status(job.state, NOW, NOW)
+        stored.append(body)
+    counted = census(stored, NOW, 300)
+    assert counted.count == 2
+    assert len(counted.unfinished) == 4
+
+
+# -- handoff and API counts -------------------------------------------------------------
+
+
+def test_a_freed_slot_is_matched_with_the_next_admission_oldest_first() -> None:
+    t = Timeline(started=0.0, ceiling=2)
+    t.admitted = {"a": 1.0, "b": 1.5, "c": 11.2, "d": 12.0}
+    t.finished = {"a": 11.0, "b": 11.5, "c": 21.0, "d": 22.0}
+    r = analyse(t)
+    assert r.startups == (1.0, 1.5)
+    assert r.handoffs == pytest.approx((0.2, 0.5))  # a's slot -> c, b's slot -> d
+    assert [m[2] for m in r.matched] == ["c", "d"]
+    assert r.makespan == 22.0 and r.span == 21.0
+    assert r.ideal == pytest.approx((10 + 10 + 9.8 + 10) / 2)
+    assert r.waves == pytest.approx(2 * (39.8 / 4))
+
+
+def test_a_slot_that_frees_when_no_one_waits_is_no_handoff() -> None:
+    t = Timeline(started=0.0, ceiling=3)
+    t.admitted = {"a": 0.5, "b": 0.7}
+    t.finished = {"a": 5.0, "b": 6.0}
+    r = analyse(t)
+    assert r.handoffs == () and r.startups == (0.5, 0.7)
+    assert r.makespan_ratio == pytest.approx(6.0 / ((4.5 + 5.3) / 3))
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "expected"),
+    [
+        ("GET", "/apis/batch/v1/namespaces/x/jobs?labelSelector=app", ("read", "jobs:list")),
+        ("GET", "/apis/batch/v1/namespaces/x/jobs?watch=1&resourceVersion=7", ("watch", "jobs")),
+        ("GET", "/apis/coordination.k8s.io/v1/namespaces/x/leases/l", ("read", "leases")),
+        ("PUT", "/apis/coordination.k8s.io/v1/namespaces/x/leases/l", ("write", "leases")),
+        ("PUT", "/apis/batch/v1/namespaces/x/jobs/j/status", ("write", "jobs/status")),
+        ("DELETE", "/api/v1/namespaces/x/configmaps/c", ("write", "configmaps")),
+        ("GET", "/api/v1/nodes?watch=true", ("watch", "nodes")),
+        ("GET", "/apis", ("other", "/apis")),
+    ],
+)
+def test_requests_are_classified_by_kind_and_resource(
+    method: str, path: str, expected: tuple[str, str]
+) -> None:
+    assert classify(method, path) == expected
+
+
+def test_a_tally_divides_by_the_unit_and_leaves_discovery_out() -> None:
+    t = tally(
+        [
+            ("GET", "/apis/batch/v1/namespaces/x/jobs?labelSelector=a"),
+            ("GET", "/apis/coordination.k8s.io/v1/namespaces/x/leases/l"),
+            ("POST", "/apis/batch/v1/namespaces/x/jobs"),
+            ("POST", "/apis/batch/v1/namespaces/x/jobs"),
+            ("GET", "/api"),
+        ]
+    )
+    assert t.per(2) == {"read": 1.0, "watch": 0.0, "write": 1.0, "all": 2.0}
+    assert t.detail() == {"read jobs:list": 1, "read leases": 1, "write jobs": 2}
 
 
 @pytest.mark.parametrize(
@@ -255,25 +368,67 @@ def test_profile_folds_collapsed_stacks_into_self_and_inclusive_time() -> None:
 # -- end to end -------------------------------------------------------------------------
 
 
-def test_a_tiny_run_measures_the_real_webhook_and_writes_results(tmp_path: Path) -> None:
+@pytest.mark.timeout(1200)
+def test_a_quick_run_on_the_control_plane_measures_every_part(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    """``make bench ARGS=--quick`` on the session's control plane: the real webhook and
+    controller with their ServiceAccounts and the shipped RBAC, Jobs written to the real
+    API server. Checks what each part measured, never how fast."""
     out = tmp_path / "results.json"
-    args = ["--quick", "--jobs", "3", "--no-controller", "--out", str(out)]
+    env = {**os.environ, ATTACH_ENV: str(control_plane.state_dir)}
     done = subprocess.run(
-        [sys.executable, "-m", "bench", *args],
+        [sys.executable, "-m", "bench", "--quick", "--no-controller", "--out", str(out)],
         cwd=REPO,
+        env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=1100,
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "search admission p50, 3 Jobs" in done.stdout
     doc = orjson.loads(out.read_bytes())
     assert doc["machine"]["cores"] >= 1 and doc["machine"]["python"]
-    p50 = doc["figures"]["search.n3.p50"]
+    assert not doc["notes"], doc["notes"]
+    figures, raw = doc["figures"], doc["raw"]
+
+    # Admission: every pass answered what its workload must get, against the real API.
+    p50 = figures["search.n3.p50"]
     assert p50["value"]["median"] > 0 and p50["baseline"]["median"] > 0
-    outcomes = doc["raw"]["outcomes"]
+    outcomes = raw["outcomes"]
     assert set(outcomes["hook.n3"]) == {"allowed"}
+    assert set(outcomes["cap.n3"]) == {"allowed"}  # the capacity rule on, under its ceiling
     assert set(outcomes["lease.stamp"]) == {"allowed+patch"}
-    assert all(k.endswith("lease=yes") for k in outcomes["api.n3"])
-    assert not doc["notes"]
+    assert set(outcomes["api.n3"]) == {"jobs=0,lease=yes"}  # 3 Jobs: none unfinished
+    assert figures["capacity.n3.p50"]["ratio"]["median"] > 0
+
+    load = raw["load"]
+    assert load["jobs"] == 3
+    for key, searches in (("burst_elb_gate", 4), ("burst_polling", 4)):
+        burst = load[key]
+        r = burst["result"]
+        assert burst["failed"] == {}
+        assert r["searches"] == r["finished"] == searches
+        assert 1 <= burst["peak_active"] <= 3
+        assert len(r["startups_s"]) <= 3
+        assert len(r["handoffs_s"]) + len(r["startups_s"]) == searches
+        api = burst["api_per_search"]
+        assert api["detail"]["submitters"]["write jobs"] == 4 * searches  # each search's Jobs
+        assert api["webhook"]["read"] >= 2  # the census LIST and the Lease GET, at least
+        assert api["webhook"]["write"] == 0
+    assert load["burst_elb_gate"]["api_per_search"]["submitters"]["watch"] > 0  # waits watching
+    assert load["burst_polling"]["api_per_search"]["submitters"]["watch"] == 0
+    phases = load["burst_elb_gate"]["phases_s"]
+    assert len(phases["process_start"]) == 4 and len(phases["command"]) == 4
+
+    renewal = load["renewal"]["elb-gate client"]
+    assert renewal["submitters"] == {"read": 0.0, "watch": 0.0, "write": 1.0, "all": 1.0}
+    assert renewal["webhook"]["all"] == 0  # the stamp and the guard make no API call
+    assert load["resync"]["webhook"]["all"] == 0
+    assert load["resync"]["reconciles"] >= 1
+
+    reclaim = raw["reclaim"]["cases"]["pod_deleted"]
+    assert reclaim["worst_seconds"] > 0 and reclaim["evidence"]
+    assert figures["reclaim.pod_deleted"]["met"] is not None
+    assert figures["burst.elb_gate.handoff.p50"]["target"]["limit"] == 1.0

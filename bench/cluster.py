@@ -1,0 +1,195 @@
+"""The control plane the benchmark measures against, and the Jobs it holds.
+
+``localkube`` (:class:`testbed.controlplane.ControlPlane`): etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler and the kubelet stand-in, built from the
+official Kubernetes modules. The benchmark starts one of its own (and pins it to the
+load generator's CPU), or attaches to one ``ELB_GATE_CONTROL_PLANE`` names (then it
+pins nothing: the processes are someone else's).
+
+Namespaces are filled with the Jobs of :mod:`bench.namespace_jobs` by concurrent POSTs
+as the cluster administrator (and their status written through ``/status``), so 3,000
+Jobs take seconds, not the minutes ``kubectl`` one at a time would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import ssl
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+from bench.namespace_jobs import api_body, job_status, planned_jobs, submit_lease
+from bench.processes import pin
+from elbgate.names import lease_name
+from testbed.api import ApiError, JsonObj
+from testbed.controlplane import ATTACH_ENV, ControlPlane
+from testbed.install import Installation
+
+FILL_CONCURRENCY = 24
+"""Writes in flight while a namespace is filled."""
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[1]) == pid:
+            out.append(int(entry.name))
+    return out
+
+
+class BenchCluster:
+    """One control plane for the whole run: started (and stopped) here unless attached."""
+
+    def __init__(self, workdir: Path, cpu: int | None) -> None:
+        self.workdir = workdir
+        self.cpu = cpu
+        self.cp: ControlPlane | None = None
+        self.attached = bool(os.environ.get(ATTACH_ENV))
+        self.install: Installation | None = None
+        self.pinned = False
+
+    def start(self) -> BenchCluster:
+        if self.attached:
+            self.cp = ControlPlane.attach(Path(os.environ[ATTACH_ENV]))
+        else:
+            self.cp = ControlPlane.start(self.workdir / "control-plane")
+        self.install = Installation.on(self.cp)
+        if not self.attached and self.cpu is not None:
+            for pid in self.pids():
+                pin(pid, {self.cpu})
+            self.pinned = True
+        return self
+
+    def stop(self) -> None:
+        if self.cp is not None:
+            self.cp.stop()  # only stops one it started
+
+    @property
+    def control_plane(self) -> ControlPlane:
+        assert self.cp is not None, "start() first"
+        return self.cp
+
+    def pids(self) -> list[int]:
+        """localkube (etcd runs inside it) and its components (kube-apiserver,
+        kube-controller-manager, kube-scheduler)."""
+        cp = self.control_plane
+        root = cp.process.pid if cp.process is not None else int(cp.state.get("pid", 0) or 0)
+        if not root:
+            return []
+        return [root, *_children(root)]
+
+    def apiserver_pids(self) -> list[int]:
+        """What answers API requests: kube-apiserver and localkube (etcd)."""
+        pids = self.pids()
+        return [
+            p for p in pids if p == pids[0] or any("kube-apiserver" in a for a in _cmdline(p))
+        ]
+
+    # -- namespaces ----------------------------------------------------------------
+
+    def namespace(self, name: str, *, gated: bool = False) -> str:
+        """``name`` with the RoleBindings of a gated namespace (elb-gate's ServiceAccounts
+        may read it; submitters may submit); labelled gated only when ``gated``."""
+        assert self.install is not None
+        return self.install.gate(name, label=gated)
+
+    def hold_lease(self, namespace: str, user: str) -> None:
+        """The submit Lease, held by ``user`` and renewed now (written as admin)."""
+        self.control_plane.admin.apply(submit_lease(namespace, user, datetime.now(UTC)))
+
+    def drop_lease(self, namespace: str) -> None:
+        self.control_plane.admin.delete("leases", namespace, lease_name(namespace))
+
+    def job_count(self, namespace: str) -> int:
+        return len(self.control_plane.admin.list("jobs", namespace))
+
+    def fill(self, namespace: str, total: int) -> int:
+        """Bring ``namespace`` up to the first ``total`` Jobs of the mix; returns how
+        many Jobs it holds afterwards."""
+        have = {j["metadata"]["name"] for j in self.control_plane.admin.list("jobs", namespace)}
+        missing = [j for j in planned_jobs(total) if j.name not in have]
+        if missing:
+            asyncio.run(self._create(namespace, missing))
+        return self.job_count(namespace)
+
+    def finish_running(self, namespace: str) -> int:
+        """Write the mix's running Jobs as succeeded (their searches end); returns how
+        many it finished."""
+        admin = self.control_plane.admin
+        now = datetime.now(UTC)
+        running = {j.name for j in planned_jobs(self.job_count(namespace)) if j.state == "running"}
+        for name in sorted(running):
+            job = admin.find("jobs", namespace, name)
+            if job is None:
+                continue
+            status = job_status("succeeded", now - timedelta(minutes=1), now)
+            status["startTime"] = (job.get("status") or {}).get("startTime", status["startTime"])
+            job["status"] = status
+            admin.update_status(job)
+        return len(running)
+
+    async def _create(self, namespace: str, jobs: Iterable[Any]) -> None:
+        cp = self.control_plane
+        ctx = ssl.create_default_context(cafile=cp.ca_file)
+        headers = {
+            "Authorization": f"Bearer {cp.token('admin')}",
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+        }
+        base = f"{cp.server}/apis/batch/v1/namespaces/{namespace}/jobs"
+        started = datetime.now(UTC) - timedelta(minutes=30)
+        finished = started + timedelta(minutes=5)
+        gate = asyncio.Semaphore(FILL_CONCURRENCY)
+        connector = aiohttp.TCPConnector(ssl=ctx, limit=FILL_CONCURRENCY)
+        async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
+
+            async def one(job: Any) -> None:
+                async with gate:
+                    created = await _send(session, "POST", base, api_body(job, namespace))
+                    created["status"] = job_status(job.state, started, finished)
+                    url = f"{base}/{created['metadata']['name']}/status"
+                    await _send(session, "PUT", url, created)
+
+            await asyncio.gather(*(one(j) for j in jobs))
+
+
+async def _send(session: aiohttp.ClientSession, method: str, url: str, body: JsonObj) -> JsonObj:
+    for attempt in range(5):
+        async with session.request(method, url, data=orjson.dumps(body)) as resp:
+            raw = await resp.read()
+            if resp.status < 300:
+                answer: JsonObj = orjson.loads(raw)
+                return answer
+            if resp.status in (429, 500, 503) and attempt < 4:
+                await asyncio.sleep(0.2 * (attempt + 1))
+                continue
+            raise ApiError(resp.status, _decoded(raw), method, url)
+    raise AssertionError("unreachable")
+
+
+def _decoded(raw: bytes) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw.decode(errors="replace")
