@@ -3,17 +3,19 @@
 The control plane logs every Job and Lease write at ``RequestResponse`` level, one
 JSON event a line (:mod:`testbed.reliability.gate_a` reads them). A soak writes
 hundreds of thousands of them: :class:`AuditTail` reads only what was appended since
-its last call, and keeps the committed writes of the namespaces it was asked about.
+its last call, and keeps the committed writes of the namespaces it was asked about, and
+their deletes answered with a ``Status`` by ``uid`` (the watch's ``DELETED`` event
+gives such a delete its revision: :meth:`AuditTail.of`).
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from testbed.reliability.gate_a import Write, committed_writes
+from testbed.reliability.gate_a import Delete, Write, committed_deletes, committed_writes
 
 
 class AuditTail:
@@ -27,6 +29,7 @@ class AuditTail:
         self._lock = threading.Lock()
         self.writes: dict[str, list[Write]] = {ns: [] for ns in self.namespaces}
         self.rvs: dict[str, set[int]] = {ns: set() for ns in self.namespaces}
+        self.deletes: dict[str, dict[str, Delete]] = {ns: {} for ns in self.namespaces}
 
     def skip_to_end(self) -> None:
         """Ignore what is in the log now (earlier runs' writes)."""
@@ -65,16 +68,29 @@ class AuditTail:
                 self.writes[write.namespace].append(write)
                 self.rvs[write.namespace].add(write.rv)
                 kept += 1
+            for delete in committed_deletes(events):
+                self.deletes[delete.namespace][delete.uid] = delete
+                kept += 1
             for ns in {e["objectRef"]["namespace"] for e in events}:
                 self.writes[ns].sort(key=lambda w: w.rv)
             return kept
 
-    def of(self, namespace: str) -> list[Write]:
+    def of(self, namespace: str, deleted: Mapping[str, int] | None = None) -> list[Write]:
+        """The namespace's committed writes in resourceVersion order, with each delete of
+        ``deleted`` (``uid`` → the revision of its watch ``DELETED`` event) placed at its
+        revision."""
         with self._lock:
-            return list(self.writes[namespace])
+            writes = list(self.writes[namespace])
+            known = self.deletes[namespace]
+            placed = [known[uid].at(rv) for uid, rv in (deleted or {}).items() if uid in known]
+        return sorted(writes + placed, key=lambda w: w.rv)
 
-    def missing(self, namespace: str, rvs: Iterable[int]) -> set[int]:
-        """Which of ``rvs`` the log has no committed write of (yet)."""
+    def missing(
+        self, namespace: str, rvs: Iterable[int], deleted: Iterable[str] = ()
+    ) -> tuple[set[int], set[str]]:
+        """Which of ``rvs`` the log has no committed write of (yet), and which of the
+        deleted ``uid``\\ s it has no delete of."""
         with self._lock:
             known = self.rvs[namespace]
-            return {rv for rv in rvs if rv not in known}
+            gone = self.deletes[namespace]
+            return {rv for rv in rvs if rv not in known}, {u for u in deleted if u not in gone}

@@ -14,6 +14,14 @@ history and judges:
   by A's user; a release by anyone else only after expiry or by the controller; the
   ``elb-gate.io/holder-user`` stamp equal to the user the API server authenticated.
 
+Deletes. The API server answers a DELETE of an object without finalizers (a Lease)
+with a ``Status``, not the object: its audit record names the object's ``uid``
+(``details.uid``) but no ``resourceVersion``. The revision a delete committed at is the
+``resourceVersion`` of the watch's ``DELETED`` event of that ``uid`` (a ``uid`` is
+deleted once), so :func:`committed_deletes` keeps such records by ``uid`` and
+:meth:`Delete.at` places one at the revision the watch saw. Who deleted, and when the
+request arrived, still come from the audit log alone.
+
 Ordering. ``resourceVersion`` is etcd's revision: one counter for the whole store, so
 two writes' order is the order of their resourceVersions, compared as integers. That
 holds here because the control plane runs a single etcd member (the Kubernetes API
@@ -89,24 +97,32 @@ class Write:
         return str(meta.get("uid") or "") if isinstance(meta, Mapping) else ""
 
 
+def _committed(event: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The ``responseObject`` of a write that committed (``None``: not one)."""
+    if event.get("stage") != "ResponseComplete":
+        return None
+    code = (event.get("responseStatus") or {}).get("code")
+    if not isinstance(code, int) or not 200 <= code < 300:
+        return None
+    if "dryRun" in str(event.get("requestURI") or ""):
+        return None
+    if (event.get("objectRef") or {}).get("subresource"):
+        return None
+    obj = event.get("responseObject")
+    return obj if isinstance(obj, Mapping) else None
+
+
 def committed_writes(events: Iterable[Mapping[str, Any]]) -> list[Write]:
-    """The successful Job and Lease writes among audit ``events``, in resourceVersion
-    order. Dry runs (no resourceVersion is committed) and refused requests are left out."""
+    """The successful Job and Lease writes among audit ``events`` whose answer carries the
+    committed object, in resourceVersion order. Dry runs (no resourceVersion is
+    committed), refused requests and deletes answered with a ``Status`` (see
+    :func:`committed_deletes`) are left out."""
     out: list[Write] = []
     for event in events:
-        if event.get("stage") != "ResponseComplete":
-            continue
-        code = (event.get("responseStatus") or {}).get("code")
-        if not isinstance(code, int) or not 200 <= code < 300:
-            continue
-        if "dryRun" in str(event.get("requestURI") or ""):
+        obj = _committed(event)
+        if obj is None:
             continue
         ref = event.get("objectRef") or {}
-        if ref.get("subresource"):
-            continue
-        obj = event.get("responseObject")
-        if not isinstance(obj, Mapping):
-            continue
         meta = obj.get("metadata")
         rv = str(meta.get("resourceVersion") or "") if isinstance(meta, Mapping) else ""
         received = parse_time(event.get("requestReceivedTimestamp"))
@@ -127,6 +143,64 @@ def committed_writes(events: Iterable[Mapping[str, Any]]) -> list[Write]:
             )
         )
     out.sort(key=lambda w: w.rv)
+    return out
+
+
+@dataclass(frozen=True)
+class Delete:
+    """A committed DELETE the API server answered with a ``Status``: the object's
+    ``uid``, who deleted it and when, but not the revision it committed at."""
+
+    uid: str
+    resource: str
+    namespace: str
+    name: str
+    user: str
+    received: datetime
+    answered: datetime
+
+    def at(self, rv: int) -> Write:
+        """This delete as a write at revision ``rv`` (the watch's ``DELETED`` event)."""
+        meta = {"name": self.name, "namespace": self.namespace, "uid": self.uid}
+        return Write(
+            rv=rv,
+            verb="delete",
+            resource=self.resource,
+            namespace=self.namespace,
+            name=self.name,
+            user=self.user,
+            received=self.received,
+            answered=self.answered,
+            obj={"kind": "Status", "metadata": meta},
+        )
+
+
+def committed_deletes(events: Iterable[Mapping[str, Any]]) -> list[Delete]:
+    """The successful DELETEs among audit ``events`` answered with a ``Status`` (the
+    object is gone; its ``uid`` is in ``details``), in log order."""
+    out: list[Delete] = []
+    for event in events:
+        obj = _committed(event)
+        if obj is None or event.get("verb") != "delete" or obj.get("kind") != "Status":
+            continue
+        details = obj.get("details")
+        uid = str(details.get("uid") or "") if isinstance(details, Mapping) else ""
+        ref = event.get("objectRef") or {}
+        received = parse_time(event.get("requestReceivedTimestamp"))
+        answered = parse_time(event.get("stageTimestamp"))
+        if not uid or received is None or answered is None:
+            continue
+        out.append(
+            Delete(
+                uid=uid,
+                resource=str(ref.get("resource") or ""),
+                namespace=str(ref.get("namespace") or ""),
+                name=str(ref.get("name") or ""),
+                user=str((event.get("user") or {}).get("username") or ""),
+                received=received,
+                answered=answered,
+            )
+        )
     return out
 
 
@@ -169,12 +243,12 @@ def lease_timeline(writes: Sequence[Write], namespace: str) -> list[LeaseState]:
     for write in writes:
         if write.resource != "leases" or write.namespace != namespace or write.name != name:
             continue
-        if write.verb == "delete":
+        meta = write.obj.get("metadata")
+        if write.verb == "delete" and not (isinstance(meta, Mapping) and meta.get("finalizers")):
             out.append(LeaseState(write, "", "", "", None, None, deleted=True))
             continue
         spec = write.obj.get("spec")
         spec = spec if isinstance(spec, Mapping) else {}
-        meta = write.obj.get("metadata")
         notes = meta.get("annotations") if isinstance(meta, Mapping) else None
         holder = str(spec.get("holderIdentity") or "")
         before = out[-1] if out else None

@@ -13,8 +13,9 @@ test) — plus the crude bound, on the same Jobs at the same instant:
 * the oracle above the crude bound would be a bug in the oracle itself.
 
 It also records each Job's ADDED event with whether its search was active just before
-(so the Gate A judge knows which CREATEs Gate A applied to) and every Lease revision
-it saw (so the judge can check the audit log has them all). Gate A itself is judged
+(so the Gate A judge knows which CREATEs Gate A applied to), every Lease revision it
+saw and every Lease it saw deleted (so the judge can check the audit log has them all,
+and place each delete at its revision). Gate A itself is judged
 from the audit log at the end of a schedule (:mod:`testbed.reliability.gate_a`).
 """
 
@@ -66,6 +67,10 @@ class NamespaceRecord:
     gaps: list[str] = field(default_factory=list)
     added: list[Added] = field(default_factory=list)
     lease_rvs: list[int] = field(default_factory=list)
+    """Revisions of the Lease writes it saw (``ADDED``/``MODIFIED``)."""
+    lease_deletes: dict[str, int] = field(default_factory=dict)
+    """Leases it saw deleted: ``uid`` → the revision of the ``DELETED`` event (the audit
+    log's record of a delete names the ``uid``, not the revision)."""
     disagreement_count: int = 0
 
     @property
@@ -218,8 +223,12 @@ class Observer:
         ns = str((obj.get("metadata") or {}).get("namespace") or "")
         with self._lock:
             record = self._records.get(ns)
-            if record is not None and kind in ("ADDED", "MODIFIED", "DELETED"):
+            if record is None:
+                return
+            if kind in ("ADDED", "MODIFIED"):
                 record.lease_rvs.append(_rv(obj))
+            elif kind == "DELETED":
+                record.lease_deletes[str((obj.get("metadata") or {}).get("uid") or "")] = _rv(obj)
 
     def _on_job(self, kind: str, obj: JsonObj) -> None:
         meta = obj.get("metadata") or {}

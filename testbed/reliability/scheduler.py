@@ -221,18 +221,27 @@ class Runner:
 
         wanted = {rv for rv in record.lease_rvs if start_rv < rv <= end_rv}
         wanted |= {a.rv for a in record.added if start_rv < a.rv <= end_rv}
+        deleted = {u: rv for u, rv in record.lease_deletes.items() if start_rv < rv <= end_rv}
+
+        def complete() -> bool:
+            self.audit.poll()
+            rvs, uids = self.audit.missing(ns, wanted, deleted)
+            return not rvs and not uids
+
         try:
             wait_until(
-                lambda: self.audit.poll() >= 0 and not self.audit.missing(ns, wanted),
+                complete,
                 AUDIT_SECONDS,
                 "the audit log to hold every write the watches saw",
                 interval=0.2,
             )
         except AssertionError:
+            rvs, uids = self.audit.missing(ns, wanted, deleted)
             result.violations.append(
-                f"the audit log lacks the writes at rv {sorted(self.audit.missing(ns, wanted))}"
+                f"the audit log lacks the writes at rv {sorted(rvs)} and the deletes at rv "
+                f"{sorted(deleted[u] for u in uids)}"
             )
-        writes = self.audit.of(ns)
+        writes = self.audit.of(ns, deleted)
         timeline = lease_timeline(writes, ns)
         first = state_before(timeline, start_rv + 1)
         window = [s for s in timeline if start_rv < s.write.rv <= end_rv]

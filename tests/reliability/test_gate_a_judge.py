@@ -10,6 +10,7 @@ import pytest
 
 from testbed.reliability.gate_a import (
     Terms,
+    committed_deletes,
     committed_writes,
     judge_gated_create,
     judge_lease,
@@ -132,6 +133,36 @@ def test_refused_dry_run_and_status_writes_are_not_commits() -> None:
     status = create_job(13, "bob", 1)
     status["objectRef"]["subresource"] = "status"
     assert committed_writes([refused, dry, status]) == []
+
+
+def delete_lease(user: str, at: float, uid: str = "lease-uid") -> dict[str, Any]:
+    """A Lease DELETE as the API server logs it: answered with a Status naming the uid."""
+    status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+              "details": {"name": LEASE, "group": "coordination.k8s.io", "kind": "leases", "uid": uid}}
+    e = event(0, "delete", "leases", LEASE, user, {}, at)
+    e["responseObject"] = status
+    return e
+
+
+def test_a_delete_answered_with_a_status_is_placed_at_the_revision_the_watch_saw() -> None:
+    events = [lease(10, "create", "alice", "", 0), delete_lease("alice", 1), create_job(13, "alice", 2)]
+    assert [w.rv for w in committed_writes(events)] == [10, 13]  # no revision in the answer
+    (delete,) = committed_deletes(events)
+    assert (delete.uid, delete.user, delete.name) == ("lease-uid", "alice", LEASE)
+    writes = sorted([*committed_writes(events), delete.at(12)], key=lambda w: w.rv)
+    timeline = lease_timeline(writes, NS)
+    assert [(s.write.rv, s.deleted) for s in timeline] == [(10, False), (12, True)]
+    assert "did not exist" in str(judge_gated_create(writes[-1], timeline, TERMS))
+
+
+def test_a_refused_delete_or_one_that_returned_the_object_is_no_status_delete() -> None:
+    refused = delete_lease("bob", 1)
+    refused["responseStatus"]["code"] = 403
+    marked = lease(11, "delete", "alice", "a-1", 1)  # finalizers pending: the object comes back
+    marked["responseObject"]["metadata"]["finalizers"] = ["example.com/keep"]
+    assert committed_deletes([refused, marked]) == []
+    (state,) = lease_timeline(committed_writes([marked]), NS)
+    assert not state.deleted and state.holder == "a-1"
 
 
 def test_a_renewal_keeps_the_acquiring_user_and_moves_the_expiry() -> None:
