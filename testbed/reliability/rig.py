@@ -46,6 +46,18 @@ stamp is reclaimed within seconds; a holder on a not-Ready node is gone after 2 
 CEILING = int(SHARED_ENV["BLAST_MAX_RUN_CONCURRENCY"])
 TTL_SECONDS = int(SHARED_ENV["BLAST_SUBMIT_LEASE_TTL_SECONDS"])
 SKEW_SECONDS = float(SHARED_ENV["BLAST_LEASE_CLOCK_SKEW_SECONDS"])
+CONTROLLER_SKEW_SECONDS = 3
+CONTROLLER_ENV: dict[str, str] = {
+    "BLAST_LEASE_CLOCK_SKEW_SECONDS": str(CONTROLLER_SKEW_SECONDS),
+    # Settings derive a submit's exec deadline from TTL - 2 x skew, which a 3 s skew
+    # makes negative; the controller runs no submit, so any valid value does.
+    "ELB_GATE_SUBMIT_EXEC_TIMEOUT_SECONDS": "4",
+}
+"""The race rig's controller reads expiry with a 2 s wider margin than the webhook and
+the submitters, as a controller whose clock runs up to 2 s behind theirs would: Gate A
+needs no controller, and for those 2 s after a hold expires only a waiting submitter can
+take it over. Without it the controller, which looks again at the exact expiry, clears
+nearly every expired hold itself and the takeover of an expired hold is never shown."""
 FINALIZER_GRACE_SECONDS = 300.0
 """The default grace (BLAST_FINALIZER_GRACE_SECONDS is not overridden by the race rig)."""
 
@@ -243,6 +255,8 @@ class Rig:
 
 __all__ = [
     "CEILING",
+    "CONTROLLER_ENV",
+    "CONTROLLER_SKEW_SECONDS",
     "CONTROLLER_USER",
     "FINALIZER_GRACE_SECONDS",
     "SHARED_ENV",

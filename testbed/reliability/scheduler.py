@@ -14,11 +14,15 @@ passed), it is judged from the audit log (:mod:`testbed.reliability.gate_a`):
   controller's dead-holder reclaim before the Lease expired; a death the cluster cannot
   see (``thread_died``, ``process_died``) only at expiry (the controller's, or a
   takeover's); and the controller never cleared a holder in force that had not died;
+* a stalled hold ended only at expiry: taken over by the waiting dashboard, or (left
+  alone) cleared by the controller; and the stalled holder's first Job CREATE after it
+  woke was refused;
 * every submitter that did not die got its search in, and none failed with an error.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import Counter
@@ -45,13 +49,14 @@ from testbed.reliability.nodes import HolderNodes
 from testbed.reliability.observer import NamespaceRecord, Observer
 from testbed.reliability.rig import (
     CEILING,
+    CONTROLLER_SKEW_SECONDS,
     FINALIZER_GRACE_SECONDS,
     SKEW_SECONDS,
     TTL_SECONDS,
     Rig,
 )
 from testbed.reliability.schedules import ScheduleSpec
-from testbed.reliability.submitters import POD_DEATHS, Submitter
+from testbed.reliability.submitters import POD_DEATHS, StallBoard, Submitter
 
 SCHEDULE_SECONDS = 300.0
 RECLAIM_SECONDS = 60.0
@@ -94,6 +99,11 @@ class ScheduleResult:
     denials: Counter[int] = field(default_factory=Counter)
     gate_a_checked: int = 0
     takeovers: int = 0
+    stalls: Counter[str] = field(default_factory=Counter)
+    """``<stall>:<how the hold ended>`` for each stalled hold (``taken_over:expired_takeover``,
+    ``left_alone:expired``, ...)."""
+    stalls_refused: int = 0
+    """Stalled holders whose first Job CREATE after waking was refused."""
     job_fates: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
     violations: list[str] = field(default_factory=list)
@@ -103,6 +113,12 @@ class Runner:
     """Runs schedules on a rig, several at once, each in a namespace slot of its own."""
 
     def __init__(self, rig: Rig, workdir: Path, *, report: bool = False) -> None:
+        margin = rig.controller_env.get("BLAST_LEASE_CLOCK_SKEW_SECONDS")
+        if margin != str(CONTROLLER_SKEW_SECONDS):
+            raise ValueError(
+                f"the rig's controller must read expiry with a {CONTROLLER_SKEW_SECONDS} s "
+                f"margin (rig.CONTROLLER_ENV), not {margin!r}: the stalls are timed by it"
+            )
         self.rig = rig
         self.workdir = workdir
         self.nodes = HolderNodes(rig.cp)
@@ -147,8 +163,9 @@ class Runner:
         self.nodes.restore_for(ns)
         spec = ScheduleSpec.from_seed(seed)
         workdir = self.workdir / f"seed-{seed}"
+        board = StallBoard(others=sum(p.stall is None for p in spec.plans))
         submitters = [
-            Submitter(self.rig.cp, ns, plan, f"s{seed}-{i}", workdir, self.nodes)
+            Submitter(self.rig.cp, ns, plan, f"s{seed}-{i}", workdir, self.nodes, board)
             for i, plan in enumerate(spec.plans)
         ]
         with self._lock:
@@ -276,6 +293,7 @@ class Runner:
         owners = {holder: s for s in submitters for holder in s.holders}
         self._judge_stamps(result, window, owners)
         self._judge_reclaims(result, window, lease.cleared_live_by_controller, owners, submitters)
+        self._judge_stalls(result, window, submitters)
         self._judge_outcomes(result, submitters)
         for s in submitters:
             for name in s.intrusions_admitted:
@@ -321,6 +339,8 @@ class Runner:
             result.deaths[death] += 1
             how, seconds = self._hold_end(s, window)
             result.reclaimed[f"{death}:{how}"] += 1
+            if how == "not_reclaimed":
+                result.violations.append(self._controller_said(result.namespace))
             if seconds is not None:
                 result.reclaim_seconds.append((death, seconds))
             expected = (
@@ -337,18 +357,67 @@ class Runner:
                     f"{' or '.join(sorted(expected))}; Lease history {history}"
                 )
 
-    @staticmethod
-    def _hold_end(s: Submitter, window: list[LeaseState]) -> tuple[str, float | None]:
+    def _controller_said(self, namespace: str) -> str:
+        """The controllers' last log records about ``namespace`` (why no reclaim?)."""
+        lines = [
+            json.dumps(r, sort_keys=True)
+            for ctl in self.rig.controllers
+            for r in ctl.logs()
+            if namespace in json.dumps(r)
+        ]
+        alive = [(c.name, c.alive) for c in self.rig.controllers]
+        return f"controllers {alive} logged about {namespace}: {lines[-12:]}"
+
+    def _judge_stalls(
+        self, result: ScheduleResult, window: list[LeaseState], submitters: list[Submitter]
+    ) -> None:
+        for s in submitters:
+            if not s.stalled_rv:
+                continue
+            at = next((i for i, st in enumerate(window) if st.write.rv == s.stalled_rv), None)
+            if at is None or window[at].holder not in s.holders:
+                result.violations.append(
+                    f"{s.tag} stalled at Lease rv {s.stalled_rv}, which is not its hold in the "
+                    "audit log"
+                )
+                continue
+            how, _ = self._ended(window, at, None)
+            stall = str(s.plan.stall)
+            result.stalls[f"{stall}:{how}"] += 1
+            expected = "expired_takeover" if stall == "taken_over" else "expired"
+            # "released": it woke before anyone acted and cleared its own expired hold
+            if how not in (expected, "released"):
+                result.violations.append(
+                    f"{s.tag} stalled ({stall}) at Lease rv {s.stalled_rv}: its hold ended "
+                    f"{how}, expected {expected}; trace {s.trace[-8:]}"
+                )
+            if s.resumed_code is None:
+                result.violations.append(f"{s.tag} never created a Job after its stall")
+            elif s.resumed_code in (200, 201):
+                result.violations.append(
+                    f"{s.tag} woke from its stall and its Job CREATE was admitted "
+                    f"({s.resumed_code}): its hold had ended"
+                )
+            else:
+                result.stalls_refused += 1
+
+    @classmethod
+    def _hold_end(cls, s: Submitter, window: list[LeaseState]) -> tuple[str, float | None]:
         """How a dead submitter's last hold ended, and how long after its death."""
-        died: datetime | None = s.died_at
         last = None
         for i, state in enumerate(window):
             if state.holder in s.holders:
                 last = i
         if last is None:
             return "never_held", None
-        held = window[last]
-        for state in window[last + 1 :]:
+        return cls._ended(window, last, s)
+
+    @staticmethod
+    def _ended(window: list[LeaseState], at: int, s: Submitter | None) -> tuple[str, float | None]:
+        """How the hold written at ``window[at]`` ended, and how long after ``s`` died."""
+        died: datetime | None = s.died_at if s is not None else None
+        held = window[at]
+        for state in window[at + 1 :]:
             if state.holder == held.holder:
                 continue
             w = state.write
@@ -361,7 +430,8 @@ class Runner:
                 # decided before its request arrived: before the expiry, on evidence
                 early = expiry is not None and expiry > w.received
                 return ("dead_holder" if early else "expired"), seconds
-            return ("released" if w.user == s.username else "cleared_by_another"), seconds
+            own = s is not None and w.user == s.username
+            return ("released" if own else "cleared_by_another"), seconds
         return "not_reclaimed", None
 
     def _judge_outcomes(self, result: ScheduleResult, submitters: list[Submitter]) -> None:

@@ -2,12 +2,20 @@
 
 A schedule is drawn from its seed alone: how many submitters (2..12), which path each
 one speaks, which identity it has, its delays, its search's Jobs and how each Job ends,
-who dies where and how, who misbehaves. The same seed is the same schedule on every
-machine, so a schedule that shows a bug can be run again by its number.
+who dies where and how, who misbehaves, and who stalls. The same seed is the same
+schedule on every machine, so a schedule that shows a bug can be run again by its number.
+
+A stall: a library submitter that does not die stops renewing the Lease it just took
+(a process paused, a heartbeat starved), then wakes and must be refused. When the
+schedule has a dashboard submitter that does not die, that one takes the expired hold
+over; otherwise the staller goes last and the controller clears the hold at expiry.
+Every schedule with a library submitter that does not die has one stall (drawn from a
+generator of its own, so adding stalls changed no other draw of a seed).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter
 from dataclasses import dataclass
@@ -88,7 +96,25 @@ class ScheduleSpec:
                     step_delay=rng.uniform(0.0, 0.08),
                 )
             )
-        return cls(seed, tuple(plans))
+        return cls(seed, tuple(_with_stall(random.Random(f"stall-{seed}"), plans)))
+
+
+def _with_stall(rng: random.Random, plans: list[SubmitPlan]) -> list[SubmitPlan]:
+    """Pick a staller (a library submitter) and, if there is one, its taker (a
+    dashboard), neither dying."""
+    stallers = [i for i, p in enumerate(plans) if p.protocol == "client" and p.death is None]
+    takers = [i for i, p in enumerate(plans) if p.protocol == "dashboard" and p.death is None]
+    if not stallers:
+        return plans
+    out = list(plans)
+    staller = rng.choice(stallers)
+    if takers:
+        out[staller] = dataclasses.replace(plans[staller], stall="taken_over")
+        taker = rng.choice(takers)
+        out[taker] = dataclasses.replace(plans[taker], takes_over=True)
+    else:
+        out[staller] = dataclasses.replace(plans[staller], stall="left_alone")
+    return out
 
 
 CI_SEEDS: tuple[int, ...] = tuple(range(53, 65))

@@ -32,7 +32,7 @@ from testbed.reliability.faults import (
     webhook_trial,
 )
 from testbed.reliability.ledger import LEDGER
-from testbed.reliability.rig import CEILING, Rig
+from testbed.reliability.rig import CEILING, CONTROLLER_ENV, Rig
 from testbed.reliability.scheduler import Runner, ScheduleResult
 from testbed.reliability.summary import summarize
 
@@ -100,7 +100,10 @@ class Soak:
         args = self.args
         slots = [cp.new_namespace("soak") for _ in range(args.parallel)]
         seeds = list(range(args.first_seed, args.first_seed + args.schedules))
-        with Rig(cp, slots) as rig, tempfile.TemporaryDirectory(prefix="elb-soak-") as tmp:
+        with (
+            Rig(cp, slots, controller_env=CONTROLLER_ENV) as rig,
+            tempfile.TemporaryDirectory(prefix="elb-soak-") as tmp,
+        ):
             rig.wait_until_ready()
             runner = Runner(rig, Path(tmp), report=True)
             try:

@@ -23,6 +23,16 @@ in one of the ways the holder-gone rule (docs/holder-gone.md) tells apart:
 The dashboard and OpenAPI submitters may also misbehave on purpose (create a Job
 before taking the Lease, skip their own count) so that only the server stands between
 them and an over-admission.
+
+A library submitter may also *stall* without dying: right after taking the Lease it
+stops renewing (a paused process) and sleeps until its hold has certainly ended at
+expiry, then wakes and carries on, and Gate A must refuse its next Job. Either a
+dashboard submitter of the same schedule *takes the hold over* (``taken_over``): it
+waits for the stall (a :class:`StallBoard`) and polls the Lease at the moment its client
+sees the hold expire, which falls before the controller would clear it (the controller's
+expiry margin is wider than the webhook's: :data:`~testbed.reliability.rig.CONTROLLER_ENV`);
+or the staller goes last, once every other submitter of its schedule is done, and the
+hold is *left alone* (``left_alone``) for the controller to clear at its expiry.
 """
 
 from __future__ import annotations
@@ -49,13 +59,15 @@ from elbgate.client.errors import SlotUnavailable
 from elbgate.kube.api import JOBS, ApiError, ApiUnavailable, path
 from elbgate.kube.config import KubeConfig
 from elbgate.settings import Settings
+from testbed.clients import DashboardLeaseClient, parse_time
 from testbed.controlplane import REPO, ControlPlane, PodIdentity, kubectl_path
 from testbed.reliability.jobs import JobPlan, job_body
 from testbed.reliability.nodes import HolderNodes
 from testbed.reliability.paths import DashboardPath, OpenApiPath, PathError, SubmitPath
-from testbed.reliability.rig import CEILING, SHARED_ENV
+from testbed.reliability.rig import CEILING, CONTROLLER_SKEW_SECONDS, SHARED_ENV
 
 Protocol = Literal["client", "cli", "dashboard", "openapi"]
+Stall = Literal["taken_over", "left_alone"]
 CrashPoint = Literal["after_acquire", "mid_jobs", "after_jobs"]
 Death = Literal[
     "pod_deleted",
@@ -78,7 +90,8 @@ POD_TTL_SECONDS = 120
 seconds each on a busy machine), so that a provably dead one is freed by the dead-holder
 path and never by expiry, however late in its submit it dies."""
 DEAD_THREAD_TTL_SECONDS = 8
-"""Lease TTL of an in-cluster submitter whose thread will die: only expiry frees it."""
+"""Lease TTL of an in-cluster submitter whose thread will die or stall: only expiry
+frees it."""
 PLAIN_TTL_SECONDS: dict[str, int] = {"client": 3, "dashboard": 3, "openapi": 5, "cli": 5}
 """Lease TTL of submitters without a pod stamp: 3-5 s, so a death is reclaimed by
 expiry within seconds. The library and the CLI renew (heartbeat); the dashboard's raw
@@ -113,12 +126,48 @@ class SubmitPlan:
     skip_count: bool
     """dashboard/openapi: do not count before creating; rely on the gate."""
     step_delay: float
+    stall: Stall | None = None
+    """client: stop renewing right after the first acquisition, wake once the hold has
+    ended at expiry (taken over, or left alone for the controller), and carry on."""
+    takes_over: bool = False
+    """dashboard: wait for the schedule's stall and try the Lease as the hold expires."""
 
     @property
     def ttl(self) -> int:
         if not self.pod_identity:
             return PLAIN_TTL_SECONDS[self.protocol]
-        return DEAD_THREAD_TTL_SECONDS if self.death == "thread_died" else POD_TTL_SECONDS
+        quiet = self.death == "thread_died" or self.stall is not None
+        return DEAD_THREAD_TTL_SECONDS if quiet else POD_TTL_SECONDS
+
+
+class StallBoard:
+    """Where a schedule's staller tells its taker which hold it stopped renewing, and
+    learns when every other submitter is done."""
+
+    def __init__(self, others: int = 0) -> None:
+        self.holder = ""
+        self.posted = threading.Event()
+        self.finished = threading.Event()
+        """The staller is done (it may never have stalled: nothing to wait for)."""
+        self.others_done = threading.Event()
+        """Every submitter but the staller is done."""
+        self._others = others
+        self._lock = threading.Lock()
+        if others <= 0:
+            self.others_done.set()
+
+    def post(self, holder: str) -> None:
+        self.holder = holder
+        self.posted.set()
+
+    def done(self, staller: bool) -> None:
+        if staller:
+            self.finished.set()
+            return
+        with self._lock:
+            self._others -= 1
+            if self._others <= 0:
+                self.others_done.set()
 
 
 @dataclass(frozen=True)
@@ -142,8 +191,10 @@ class Submitter:
         tag: str,
         workdir: Path,
         nodes: HolderNodes,
+        board: StallBoard | None = None,
     ) -> None:
         self.cp = cp
+        self.board = board or StallBoard()
         self.namespace = namespace
         self.plan = plan
         self.tag = tag
@@ -177,6 +228,11 @@ class Submitter:
         """(monotonic time, what) of each step, for a failing schedule's report."""
         self._before_crash: Callable[[], None] = lambda: None
         """What dying stops first (the client's heartbeat), before the cluster sees it."""
+        self.stalled_rv = 0
+        """The Lease revision of the stalled hold's last write (0: never stalled)."""
+        self.resumed_code: int | None = None
+        """The answer to the stalled holder's first Job CREATE after it woke."""
+        self._resuming = False
 
     def _identity(self) -> Identity:
         if not self.plan.pod_identity:
@@ -218,6 +274,8 @@ class Submitter:
         except Exception as exc:  # reported by the schedule, never swallowed
             self.outcome = "error"
             self.error = f"{exc.__class__.__name__}: {exc}"
+        finally:
+            self.board.done(self.plan.stall is not None)
 
     def note(self, what: str) -> None:
         self.trace.append((time.monotonic(), what))
@@ -286,6 +344,9 @@ class Submitter:
             time.sleep(self.plan.step_delay)
             code = create(body)
             self.note(f"create {name}: {code}")
+            if self._resuming:
+                self._resuming = False
+                self.resumed_code = code
             if code in (200, 201, 409):  # 409: AlreadyExists, ours from an earlier try
                 self.created.add(name)
                 continue
@@ -322,6 +383,10 @@ class Submitter:
             lease.release = lambda: False  # type: ignore[method-assign]
 
         self._before_crash = die
+        if self.plan.stall == "left_alone":
+            while not self.board.others_done.wait(0.1) and self._time_left():
+                pass
+            self.note("the others are done")
         try:
             while self._time_left():
                 result = "retry"
@@ -334,6 +399,8 @@ class Submitter:
                         self.acquired += 1
                         if self.plan.crash == "after_acquire":
                             self._die()
+                        if self.plan.stall is not None and not self.stalled_rv:
+                            self._stall(lease)
                         result = self._create_jobs(lambda body: self._client_create(lease, body))
                 except SlotUnavailable:
                     return
@@ -347,6 +414,18 @@ class Submitter:
                 time.sleep(POLL_SECONDS)
         finally:
             lease.close()
+
+    def _stall(self, lease: SubmitLease) -> None:
+        """Stop renewing the hold just taken and sleep until it has certainly ended (the
+        controller's expiry, and 5 s more for a loaded machine), then wake to create Jobs."""
+        lease.stop_heartbeat()
+        view = lease.view
+        self.stalled_rv = int(view.resource_version) if view is not None else -1
+        self.board.post(lease.holder)
+        self.note(f"stalls at Lease rv {self.stalled_rv}")
+        time.sleep(self.ttl + CONTROLLER_SKEW_SECONDS + 5.0)
+        self.note("wakes")
+        self._resuming = True
 
     def _client_create(self, lease: SubmitLease, body: Mapping[str, Any]) -> int:
         async def create(api: Any) -> Any:
@@ -483,9 +562,38 @@ class Submitter:
         lease = self._path()
         self.holders.add(lease.holder)
         try:
+            if self.plan.takes_over:
+                self._await_stall(lease)
             self._submit_with(lease)
         finally:
             lease.close()
+
+    def _await_stall(self, path: SubmitPath) -> None:
+        """Wait for the schedule's staller to stall, then until its hold expires on this
+        client's own clock (its poll would find it then): the next acquire takes it over."""
+        board = self.board
+        while not board.posted.is_set() and not board.finished.is_set() and self._time_left():
+            board.posted.wait(0.1)
+        if not board.posted.is_set():
+            self.note("no stall to take over")
+            return
+        client = path.lease
+        assert isinstance(client, DashboardLeaseClient)
+        while self._time_left():
+            status, stored = client.get()
+            spec = (stored.get("spec") or {}) if status == 200 else {}
+            if spec.get("holderIdentity") != board.holder:
+                self.note("the stalled hold ended before this taker's poll")
+                return
+            if client.sees_expired(stored):
+                self.note("polls as the stalled hold expires")
+                return
+            renewed = parse_time(spec.get("renewTime"))
+            ttl = spec.get("leaseDurationSeconds") or client.ttl
+            if renewed is None:
+                return
+            expiry = renewed.timestamp() + float(ttl) + client.skew
+            time.sleep(min(max(expiry - client.clock.now().timestamp(), 0.0) + 0.02, 1.0))
 
     def _submit_with(self, lease: SubmitPath) -> None:
         if self.plan.intrude:

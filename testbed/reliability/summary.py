@@ -20,6 +20,7 @@ def summarize(results: Iterable[ScheduleResult], ledger: Ledger) -> dict[str, in
     protocols: Counter[str] = Counter()
     reclaimed: Counter[str] = Counter()
     deaths: Counter[str] = Counter()
+    stalls: Counter[str] = Counter()
     denials: Counter[int] = Counter()
     fates: Counter[str] = Counter()
     latency: dict[str, list[float]] = defaultdict(list)
@@ -27,6 +28,7 @@ def summarize(results: Iterable[ScheduleResult], ledger: Ledger) -> dict[str, in
         protocols.update(r.protocols)
         reclaimed.update(r.reclaimed)
         deaths.update(r.deaths)
+        stalls.update(r.stalls)
         denials.update(r.denials)
         fates.update(r.job_fates)
         for death, seconds in r.reclaim_seconds:
@@ -41,6 +43,9 @@ def summarize(results: Iterable[ScheduleResult], ledger: Ledger) -> dict[str, in
         "searches_ran": sum(r.searches_ran for r in results),
         "deaths": sum(r.crashes for r in results),
         "takeovers": sum(r.takeovers for r in results),
+        "stalls": sum(stalls.values()),
+        "stalls_refused_on_waking": sum(r.stalls_refused for r in results),
+        "stalled_hold_ended": _pairs(stalls),
         "intrusions": sum(r.intrusions for r in results),
         "intrusions_refused": sum(r.intrusions_refused for r in results),
         "intrusions_admitted_by_a_siblings_hold": sum(r.intrusions_by_sibling for r in results),

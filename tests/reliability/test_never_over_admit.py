@@ -11,6 +11,7 @@ with the census; at the end, Gate A is judged from the API server's audit log.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,9 +19,9 @@ import pytest
 
 from testbed.controlplane import ControlPlane
 from testbed.reliability.ledger import LEDGER
-from testbed.reliability.rig import CEILING, Rig
+from testbed.reliability.rig import CEILING, CONTROLLER_ENV, Rig
 from testbed.reliability.scheduler import Runner, ScheduleResult
-from testbed.reliability.schedules import CI_SEEDS, NAMESPACE_SLOTS
+from testbed.reliability.schedules import CI_SEEDS, NAMESPACE_SLOTS, ScheduleSpec
 from testbed.reliability.submitters import POD_DEATHS
 from testbed.reliability.summary import summarize
 
@@ -33,7 +34,7 @@ pytestmark = [pytest.mark.timeout(1800)]
 def rig(control_plane: ControlPlane) -> Iterator[Rig]:
     """Two webhook replicas behind a Service and a controller, for every schedule."""
     slots = [control_plane.new_namespace("race") for _ in range(NAMESPACE_SLOTS)]
-    with Rig(control_plane, slots) as started:
+    with Rig(control_plane, slots, controller_env=CONTROLLER_ENV) as started:
         started.wait_until_ready()
         yield started
 
@@ -85,6 +86,21 @@ def test_gate_a_was_judged_on_every_search_and_there_were_never_two_holders(
     assert sum(r.takeovers for r in results) > 0  # expired holds were taken over
 
 
+def test_a_stalled_hold_ends_at_expiry_and_its_holder_is_refused_when_it_wakes(
+    results: list[ScheduleResult],
+) -> None:
+    """Each schedule with a library submitter that does not die has one stall: a
+    dashboard takes the hold over once expired, or the controller clears it at expiry;
+    the woken holder's next Job CREATE is refused (each judged per schedule)."""
+    planned = Counter(
+        str(p.stall) for seed in CI_SEEDS for p in ScheduleSpec.from_seed(seed).plans if p.stall
+    )
+    ended = sum((r.stalls for r in results), Counter[str]())
+    assert set(planned) == {"taken_over", "left_alone"}
+    assert ended["taken_over:expired_takeover"] > 0 and ended["left_alone:expired"] > 0
+    assert sum(ended.values()) == sum(r.stalls_refused for r in results) == planned.total()
+
+
 def test_every_search_runs_unless_its_submitter_died(results: list[ScheduleResult]) -> None:
     for r in results:
         assert r.searches_ran + r.crashes == r.submitters, (r.seed, r.violations)
@@ -103,7 +119,13 @@ def test_holders_die_in_every_way_and_each_hold_ends_as_its_death_allows(
     ended = set().union(*(r.reclaimed for r in results))
     for death in POD_DEATHS:
         assert f"{death}:dead_holder" in ended
-    assert {"thread_died:expired", "process_died:expired"} & ended
+    # unseen deaths end at expiry: taken over by a waiter, or cleared by the controller
+    unseen = {e for e in ended if e.startswith(("thread_died:", "process_died:"))}
+    assert unseen and unseen <= {
+        f"{d}:{how}"
+        for d in ("thread_died", "process_died")
+        for how in ("expired", "expired_takeover")
+    }
 
 
 def test_searches_opened_without_the_lease_are_refused(results: list[ScheduleResult]) -> None:
