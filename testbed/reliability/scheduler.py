@@ -40,6 +40,7 @@ from testbed.reliability.audit import AuditTail
 from testbed.reliability.gate_a import (
     LeaseState,
     Terms,
+    Write,
     judge_gated_create,
     judge_lease,
     lease_timeline,
@@ -104,6 +105,8 @@ class ScheduleResult:
     ``left_alone:expired``, ...)."""
     stalls_refused: int = 0
     """Stalled holders whose first Job CREATE after waking was refused."""
+    stalls_admitted_by_sibling: int = 0
+    """... or admitted while another submitter with the same user held the Lease."""
     job_fates: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
     violations: list[str] = field(default_factory=list)
@@ -293,7 +296,7 @@ class Runner:
         owners = {holder: s for s in submitters for holder in s.holders}
         self._judge_stamps(result, window, owners)
         self._judge_reclaims(result, window, lease.cleared_live_by_controller, owners, submitters)
-        self._judge_stalls(result, window, submitters)
+        self._judge_stalls(result, window, timeline, writes, submitters)
         self._judge_outcomes(result, submitters)
         for s in submitters:
             for name in s.intrusions_admitted:
@@ -369,7 +372,12 @@ class Runner:
         return f"controllers {alive} logged about {namespace}: {lines[-12:]}"
 
     def _judge_stalls(
-        self, result: ScheduleResult, window: list[LeaseState], submitters: list[Submitter]
+        self,
+        result: ScheduleResult,
+        window: list[LeaseState],
+        timeline: list[LeaseState],
+        writes: list[Write],
+        submitters: list[Submitter],
     ) -> None:
         for s in submitters:
             if not s.stalled_rv:
@@ -393,13 +401,28 @@ class Runner:
                 )
             if s.resumed_code is None:
                 result.violations.append(f"{s.tag} never created a Job after its stall")
-            elif s.resumed_code in (200, 201):
-                result.violations.append(
-                    f"{s.tag} woke from its stall and its Job CREATE was admitted "
-                    f"({s.resumed_code}): its hold had ended"
-                )
-            else:
+            elif s.resumed_code not in (200, 201):
                 result.stalls_refused += 1
+            else:
+                # Admitted: only on a hold its user had then (a sibling replica's: Gate A's
+                # holder is a user; the Gate A judge checks it), never on the stalled one.
+                create = next(
+                    (
+                        w
+                        for w in writes
+                        if (w.resource, w.verb, w.name) == ("jobs", "create", s.resumed_job)
+                    ),
+                    None,
+                )
+                then = state_before(timeline, create.rv) if create is not None else None
+                if then is None or then.holder in s.holders:
+                    result.violations.append(
+                        f"{s.tag} woke from its stall and its Job {s.resumed_job} was admitted "
+                        f"({s.resumed_code}) with its own hold "
+                        f"{then.holder if then else '(no audit record)'} in the Lease"
+                    )
+                else:
+                    result.stalls_admitted_by_sibling += 1
 
     @classmethod
     def _hold_end(cls, s: Submitter, window: list[LeaseState]) -> tuple[str, float | None]:

@@ -232,6 +232,8 @@ class Submitter:
         """The Lease revision of the stalled hold's last write (0: never stalled)."""
         self.resumed_code: int | None = None
         """The answer to the stalled holder's first Job CREATE after it woke."""
+        self.resumed_job = ""
+        """That Job's name."""
         self._resuming = False
 
     def _identity(self) -> Identity:
@@ -346,7 +348,7 @@ class Submitter:
             self.note(f"create {name}: {code}")
             if self._resuming:
                 self._resuming = False
-                self.resumed_code = code
+                self.resumed_code, self.resumed_job = code, name
             if code in (200, 201, 409):  # 409: AlreadyExists, ours from an earlier try
                 self.created.add(name)
                 continue

@@ -45,6 +45,7 @@ def summarize(results: Iterable[ScheduleResult], ledger: Ledger) -> dict[str, in
         "takeovers": sum(r.takeovers for r in results),
         "stalls": sum(stalls.values()),
         "stalls_refused_on_waking": sum(r.stalls_refused for r in results),
+        "stalls_admitted_by_a_siblings_hold": sum(r.stalls_admitted_by_sibling for r in results),
         "stalled_hold_ended": _pairs(stalls),
         "intrusions": sum(r.intrusions for r in results),
         "intrusions_refused": sum(r.intrusions_refused for r in results),
