@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from elbgate.durations import format_duration
 from elbgate.lease import format_microtime, parse_microtime
 from elbgate.names import HOLDER_CONTAINER_ANNOTATION
 
@@ -307,7 +308,7 @@ def judge_holder(
             "node_not_ready",
             f"{who} runs on node {node.name}, Ready={node.ready} since "
             f"{format_microtime(node.since)}, and the Lease has not been renewed for "
-            f"{int(node_not_ready_seconds)}s since then or since its last renewal",
+            f"{format_duration(node_not_ready_seconds)} since then or since its last renewal",
             due,
         )
     )

@@ -18,6 +18,7 @@ from datetime import datetime
 
 from controller.actions import Action, DeleteOrphan, MarkOrphan, UnmarkOrphan
 from elbgate.census import Census, JobRef
+from elbgate.durations import format_duration
 from elbgate.lease import format_microtime, parse_microtime
 from elbgate.settings import Settings
 
@@ -41,7 +42,8 @@ def plan_orphans(
         if not isinstance(since, datetime):
             # Absent, or unparseable (then restart the clock: later deletion, never earlier).
             then = (
-                f"it will be deleted after {delete_after}s unless its batch work appears"
+                f"it will be deleted after {format_duration(delete_after)} unless its batch work "
+                "appears"
                 if settings.orphan_policy == "delete"
                 else "policy warn: it will not be deleted; an operator deletes it after "
                 "checking (docs/runbook.md#elbgateorphanedfinalizers)"
@@ -52,8 +54,9 @@ def plan_orphans(
                     since=now,
                     message=(
                         f"{_describe(job)} is orphaned: not finished, no submit/blast/setup "
-                        f"Job ever seen for its search, and older than the {grace}s "
-                        f"finalizer grace; it holds no search slot; {then}"
+                        "Job ever seen for its search, and older than the "
+                        f"{format_duration(grace)} finalizer grace; it holds no search slot; "
+                        f"{then}"
                     ),
                 )
             )
@@ -65,8 +68,8 @@ def plan_orphans(
                         job=job,
                         message=(
                             f"deleted orphaned {_describe(job)}: orphaned since "
-                            f"{format_microtime(since)} ({int(flagged)}s >= {delete_after}s, "
-                            f"policy delete)"
+                            f"{format_microtime(since)} ({format_duration(flagged)} >= "
+                            f"{format_duration(delete_after)}, policy delete)"
                         ),
                     )
                 )

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 
 from controller.actions import ReleaseLease
 from controller.holders import PodSeen, judge_holder
+from elbgate.durations import format_distance, format_duration
 from elbgate.lease import (
     LeaseView,
     expires_at,
@@ -78,8 +79,8 @@ def plan_reclaim(
                 reason="expired",
                 message=(
                     f"cleared holder {lease.holder!r} of Lease {lease.name}: {expiry} "
-                    f"(renewTime + leaseDurationSeconds + {settings.clock_skew_seconds}s "
-                    f"skew, controller clock)"
+                    "(renewTime + leaseDurationSeconds + "
+                    f"{format_duration(settings.clock_skew_seconds)} skew, controller clock)"
                 ),
                 evidence_since=when if isinstance(when, datetime) else None,
             )
@@ -106,7 +107,8 @@ def plan_reclaim(
             reason="dead_holder",
             message=(
                 f"cleared holder {lease.holder!r} of Lease {lease.name}: its holder is gone "
-                f"({verdict.gone.reason}): {verdict.gone.detail}; last renewed {unrenewed}s ago"
+                f"({verdict.gone.reason}): {verdict.gone.detail}; last renewed "
+                f"{format_distance(-unrenewed)}"
             ),
             evidence=verdict.gone.reason,
             evidence_since=verdict.gone.since,

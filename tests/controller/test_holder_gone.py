@@ -335,3 +335,10 @@ def test_the_node_view_reads_the_ready_condition() -> None:
     )
     bare = {"metadata": {"name": "n"}, "status": {}}
     assert NodeView.from_dict(bare) == NodeView("n", "", None)
+
+
+def test_a_not_ready_node_writes_its_bound_as_kubernetes_writes_durations() -> None:
+    node = node_doc(ready="Unknown", since=before(600))
+    got = judge_holder(STAMP, seen(pod_doc(), node), NOW - timedelta(seconds=200), NOW, 90)
+    assert got.gone is not None
+    assert "has not been renewed for 1m30s since then or since its last renewal" in got.gone.detail

@@ -144,7 +144,7 @@ def test_a_new_orphan_is_marked_with_the_time_it_was_found() -> None:
     found = make_plan(snapshot(jobs=[fin()]), {}, None, NOW, settings(**DELETE))
     (mark,) = [a for a in found.actions if isinstance(a, MarkOrphan)]
     assert mark.since == NOW
-    assert "will be deleted after 900s" in mark.message
+    assert "will be deleted after 15m0s" in mark.message
     assert mark.job.resource_version == "7" and mark.job.uid == "uid-fin-1"
 
 
@@ -152,6 +152,8 @@ def test_the_warn_policy_says_so_in_the_warning() -> None:
     found = make_plan(snapshot(jobs=[fin()]), {}, None, NOW, settings(orphan_policy="warn"))
     (mark,) = [a for a in found.actions if isinstance(a, MarkOrphan)]
     assert "will not be deleted" in mark.message
+    # Durations as Kubernetes writes them, as everywhere else (docs/design.md).
+    assert "older than the 5m0s finalizer grace" in mark.message
 
 
 def test_a_delete_names_the_job_its_search_and_how_long_it_was_orphaned() -> None:
@@ -159,7 +161,7 @@ def test_a_delete_names_the_job_its_search_and_how_long_it_was_orphaned() -> Non
     found = make_plan(snap, {}, None, NOW, settings(**DELETE))
     (delete,) = [a for a in found.actions if isinstance(a, DeleteOrphan)]
     assert "fin-1" in delete.message and "elb-job-id=s1" in delete.message
-    assert "1000s >= 900s" in delete.message
+    assert "16m40s >= 15m0s" in delete.message
 
 
 def test_orphans_hold_no_search_slot_in_the_census() -> None:

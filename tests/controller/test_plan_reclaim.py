@@ -143,7 +143,7 @@ def test_dead_holder_message_names_the_pod_and_the_evidence() -> None:
     ).release
     assert got is not None
     assert "blast/celery-worker-0" in got.message and "recreated" in got.message
-    assert "(pod_replaced)" in got.message and "last renewed 60s ago" in got.message
+    assert "(pod_replaced)" in got.message and "last renewed 1m0s ago" in got.message
     assert got.evidence == "pod_replaced"
 
 
@@ -159,6 +159,9 @@ def test_expired_message_names_the_holder_and_the_expiry() -> None:
     got = plan_reclaim(lease(renewed_ago=5000), None, NOW, settings()).release
     assert got is not None
     assert got.holder in got.message and "expired at" in got.message
+    skewed = plan_reclaim(lease(renewed_ago=5000), None, NOW, settings(clock_skew_seconds=90))
+    assert skewed.release is not None
+    assert "(renewTime + leaseDurationSeconds + 1m30s skew" in skewed.release.message
 
 
 def test_a_live_holder_is_looked_at_again_at_its_expiry() -> None:
