@@ -90,6 +90,7 @@ class ServiceProxy:
 
         def run() -> None:
             loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)  # gather() at the end looks it up (no tasks left)
             self._loop = loop
             self._server = loop.run_until_complete(
                 asyncio.start_server(self._serve, "127.0.0.1", 0)
