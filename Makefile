@@ -76,6 +76,9 @@ test: $(STAMP) tools $(HELM) $(LOCALKUBE) lint ## Lint, then the whole test suit
 run: $(STAMP) $(LOCALKUBE) ## Run the whole system on a real control plane, default settings (ARGS=--once: exit after the summary)
 	$(BIN)/python -m testbed.demo $(ARGS)
 
+dashboard-png: $(STAMP) $(LOCALKUBE) tools ## Redraw docs/dashboard.png: the Grafana dashboard over a run of `make run`, scraped by Prometheus
+	$(BIN)/python -m testbed.demo --once --dashboard docs/dashboard.png
+
 emulator: $(STAMP) ## Start the Kubernetes API emulator alone (kubeconfigs in .run/)
 	$(BIN)/python -m tests.kube_emulator --port 6443 --state-dir .run $(ARGS)
 
@@ -103,4 +106,4 @@ image: ## Build the one container image both components run from (IMAGE=...)
 clean: ## Remove the virtualenv and generated files
 	rm -rf $(VENV) .run .build .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help venv tools helm manifests localkube cluster lint test run emulator certs bench soak fuzz deploy image clean
+.PHONY: help venv tools helm manifests localkube cluster lint test run dashboard-png emulator certs bench soak fuzz deploy image clean

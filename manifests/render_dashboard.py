@@ -104,6 +104,17 @@ def legend(template: str, labels: Mapping[str, str]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(labels.items()) if k != "__name__") or "value"
 
 
+def with_gaps(points: list[tuple[float, float]], step: float) -> list[tuple[float, float]]:
+    """A NaN where a step has no sample, so the line breaks there as Grafana draws it
+    (a query such as ``… > 0`` returns only the steps where it holds)."""
+    out: list[tuple[float, float]] = []
+    for t, v in points:
+        if out and t - out[-1][0] > 1.5 * step:
+            out.append((out[-1][0] + step, math.nan))
+        out.append((t, v))
+    return out
+
+
 def evaluate(
     panel: Mapping[str, Any],
     prom: Prometheus,
@@ -120,7 +131,7 @@ def evaluate(
         try:
             if panel["type"] == "timeseries":
                 for item in prom.query_range(expr, start, end, step):
-                    points = [(float(t), float(v)) for t, v in item["values"]]
+                    points = with_gaps([(float(t), float(v)) for t, v in item["values"]], step)
                     result.series.append(
                         Series(legend(target.get("legendFormat", ""), item["metric"]), points)
                     )

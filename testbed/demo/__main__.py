@@ -5,8 +5,11 @@ Starts the control plane (``localkube``), two webhook replicas behind one Servic
 the controller, all at their default settings, plays the story
 (:mod:`testbed.demo.scenario`) with a live timeline, prints the summary, then stays up
 for poking until Ctrl-C. ``--once`` exits after the summary: status 0 only if
-every expectation held. Child processes and temporary files are removed on every
-way out, Ctrl-C included.
+every expectation held. ``--dashboard PATH`` also runs a Prometheus scraping both
+webhook replicas and the controller (as a ServiceMonitor would) and, after the summary,
+draws the shipped Grafana dashboard over the run into PATH (``make dashboard-png``:
+docs/dashboard.png). Child processes and temporary files are removed on every way out,
+Ctrl-C included.
 """
 
 from __future__ import annotations
@@ -18,16 +21,19 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from types import FrameType
 
 from elbgate.names import LIVENESS_CONFIGMAP, lease_name
+from manifests.render_dashboard import render
 from testbed.controlplane import kubectl_path
 from testbed.demo.scenario import Scenario
 from testbed.demo.searches import SearchPlan, new_search_id, submit_job
 from testbed.demo.summary import summarize
 from testbed.demo.system import DASHBOARD_APPLY_USER, ROGUE_USER, System, start_system
 from testbed.demo.timeline import Timeline
+from testbed.prometheus import CONTROLLER_JOB, WEBHOOK_JOB, PrometheusServer, Target
 
 RULE = "─" * 78
 
@@ -72,6 +78,36 @@ def _kubeconfigs(system: System) -> list[tuple[str, str]]:
     ]
 
 
+def scrape_targets(system: System) -> list[Target]:
+    """Both webhook replicas and the controller, labelled as their ServiceMonitor labels them."""
+    hooks = [
+        Target(WEBHOOK_JOB, h.metrics_url.removeprefix("http://"), h.identity.pod)
+        for h in system.webhooks.replicas
+    ]
+    controller = system.controller
+    return [*hooks, Target(CONTROLLER_JOB, f"127.0.0.1:{controller.metrics_port}", controller.name)]
+
+
+def draw_dashboard(prom: PrometheusServer, out: Path, timeline: Timeline) -> bool:
+    """The shipped dashboard over the whole run, from what Prometheus scraped (once it
+    has scraped the end state); False when a panel's query failed."""
+    # Two scrape intervals on: the last point of every range query then reads a scrape
+    # taken after the story ended.
+    prom.wait_for_scrape_after(time.time() + 2 * prom.scrape_seconds)
+    minutes = (time.time() - prom.started_at) / 60
+    results = render(
+        prom.client, out, minutes=minutes, step=prom.scrape_seconds, rate_interval="20s"
+    )
+    failed = [f"{r.title}: {'; '.join(r.errors)}" for r in results if r.errors]
+    empty = [r.title for r in results if not r.series and not r.errors]
+    timeline.say(f"  dashboard:            {out} ({len(results)} panels over {minutes:.1f} min)")
+    if empty:
+        timeline.say(f"    no data at the end: {', '.join(empty)}")
+    for problem in failed:
+        timeline.say(f"    [FAILED] {problem}")
+    return not failed
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the demo; the exit status says whether every expectation held."""
     parser = argparse.ArgumentParser(prog="python -m testbed.demo", description=__doc__)
@@ -80,18 +116,33 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="exit after the summary (0 only if every expectation held)",
     )
+    parser.add_argument(
+        "--dashboard",
+        type=Path,
+        metavar="PNG",
+        help="scrape the run with Prometheus and draw the Grafana dashboard into PNG",
+    )
     args = parser.parse_args(argv)
+    if args.dashboard is not None and not PrometheusServer.available():
+        parser.error("--dashboard needs the prometheus binary (make tools installs it)")
 
     signal.signal(signal.SIGTERM, _interrupt)
     root = Path(tempfile.mkdtemp(prefix="elb-gate-demo-"))
     timeline = Timeline()
     system: System | None = None
     scenario: Scenario | None = None
+    prom: PrometheusServer | None = None
     verdict: int | None = None
     try:
         timeline.say("elb-gate demo: the whole system on a real Kubernetes control plane")
         timeline.say(RULE)
         system = start_system(root, timeline)
+        if args.dashboard is not None:
+            prom = PrometheusServer(scrape_targets(system), root / "prometheus").start()
+            prom.wait_for_scrapes(2)
+            timeline.emit(
+                "setup", f"Prometheus at {prom.url} scrapes every elb-gate process every 2s"
+            )
         setup_seconds = timeline.elapsed()
         scenario = Scenario(system, timeline)
         report = scenario.play()
@@ -106,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         for check in checks:
             timeline.say(f"    [{'ok' if check.ok else 'FAILED'}] {check.what}: {check.detail}")
         verdict = 0 if held == len(checks) else 1
+        if prom is not None and not draw_dashboard(prom, args.dashboard, timeline):
+            verdict = 1
         if not args.once:
             for line in poke_instructions(system):
                 timeline.say(line)
@@ -120,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if scenario is not None:
             scenario.shutdown()
+        if prom is not None:
+            prom.stop()
         if system is not None:
             system.stop()
         shutil.rmtree(root, ignore_errors=True)

@@ -77,7 +77,7 @@ def wait_until_gone(path: Path, deadline: float = 60.0) -> list[int]:
 def run(tmp_path_factory: pytest.TempPathFactory, control_plane: ControlPlane) -> Run:
     tmp = tmp_path_factory.mktemp("demo-once")
     done = subprocess.run(
-        [sys.executable, "-m", "testbed.demo", "--once"],
+        [sys.executable, "-m", "testbed.demo", "--once", "--dashboard", str(tmp / "dashboard.png")],
         cwd=REPO,
         env=demo_env(tmp, control_plane),
         capture_output=True,
@@ -94,8 +94,18 @@ def summary_value(run: Run, key: str) -> str:
     return match.group(1)
 
 
+def test_the_dashboard_is_drawn_from_what_prometheus_scraped_during_the_run(run: Run) -> None:
+    """``--dashboard`` (``make dashboard-png``): a real Prometheus scraped both replicas
+    and the controller, and every panel's query ran (a failed one fails the run)."""
+    line = summary_value(run, "dashboard")
+    assert re.fullmatch(rf"{re.escape(str(run.tmp / 'dashboard.png'))} \(15 panels over [\d.]+ min\)", line)
+    assert (run.tmp / "dashboard.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "[FAILED]" not in run.output
+
+
 def test_the_demo_exits_0_with_every_expectation_held(run: Run) -> None:
     assert run.code == 0, run.output[-6000:]
+    assert "Traceback" not in run.output, run.output[-6000:]
     held = re.fullmatch(r"(\d+) of (\d+) held", summary_value(run, "expectations"))
     assert held and held.group(1) == held.group(2), run.output[-3000:]
     assert "[FAILED]" not in run.output

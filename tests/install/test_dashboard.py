@@ -6,12 +6,10 @@ renderer draws them all."""
 from __future__ import annotations
 
 import json
+import math
 import re
-import socket
-import subprocess
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -29,7 +27,9 @@ from manifests.render_dashboard import (
     format_value,
     legend,
     render,
+    with_gaps,
 )
+from testbed.prometheus import CONTROLLER_JOB, WEBHOOK_JOB, PrometheusServer, Target
 from webhook.metrics import WebhookMetrics
 
 FOREIGN = {"up"}
@@ -130,6 +130,13 @@ def test_legends_fill_grafanas_label_templates() -> None:
     )
 
 
+def test_a_line_breaks_where_a_step_has_no_sample() -> None:
+    points = [(0.0, 1.0), (2.0, 1.0), (10.0, 3.0), (12.0, 3.0)]
+    drawn = with_gaps(points, 2.0)
+    assert [t for t, _ in drawn] == [0.0, 2.0, 4.0, 10.0, 12.0]
+    assert math.isnan(drawn[2][1]) and with_gaps(points[:2], 2.0) == points[:2]
+
+
 # --- against a real Prometheus ------------------------------------------------------------
 
 
@@ -206,25 +213,6 @@ def _activity(
         stop.wait(0.25)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_until(predicate: Any, what: str, deadline: float = 90.0) -> None:
-    end = time.monotonic() + deadline
-    while True:
-        try:
-            if predicate():
-                return
-        except OSError:
-            pass
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.5)
-
-
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
     """A real Prometheus (the Debian package's server) scraping both components'
@@ -237,56 +225,19 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]
     stop = threading.Event()
     feeder = threading.Thread(target=_activity, args=(webhook, controller, stop), daemon=True)
     feeder.start()
-    work = tmp_path_factory.mktemp("prometheus")
-    jobs = [
-        ("elb-gate-webhook-metrics", exporters[0], "webhook-a"),
-        ("elb-gate-controller-metrics", exporters[1], "controller-a"),
+    targets = [
+        Target(WEBHOOK_JOB, exporters[0].address, "webhook-a"),
+        Target(CONTROLLER_JOB, exporters[1].address, "controller-a"),
     ]
-    config = {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "scrape_configs": [
-            {
-                "job_name": job,
-                "honor_labels": True,
-                "static_configs": [
-                    {
-                        "targets": [exporter.address],
-                        "labels": {"namespace": "elb-system", "pod": pod},
-                    }
-                ],
-            }
-            for job, exporter, pod in jobs
-        ],
-    }
-    (work / "prometheus.yml").write_text(json.dumps(config))
-    port = _free_port()
-    proc = subprocess.Popen(
-        [
-            "prometheus",
-            f"--config.file={work / 'prometheus.yml'}",
-            f"--storage.tsdb.path={work / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--log.level=warn",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=(work / "prometheus.log").open("wb"),
-    )
-    prom = Prometheus(f"http://127.0.0.1:{port}")
+    server = PrometheusServer(targets, tmp_path_factory.mktemp("prometheus"), scrape_seconds=1)
     try:
-        _wait_until(
-            lambda: urllib.request.urlopen(f"{prom.url}/-/ready", timeout=2).status == 200,
-            "Prometheus ready",
-        )
+        server.start()
         # Enough samples for rates and quantiles over a 10 s window on both jobs.
-        _wait_until(
-            lambda: len(prom.query("count_over_time(up[30s]) >= 8", time.time())) == 2,
-            "eight scrapes of both jobs",
-        )
-        yield prom
+        server.wait_for_scrapes(8, timeout=90)
+        yield server.client
     finally:
         stop.set()
-        proc.terminate()
-        proc.wait(timeout=30)
+        server.stop()
         for exporter in exporters:
             exporter.close()
 
