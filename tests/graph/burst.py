@@ -269,6 +269,9 @@ class Outcome:
     admitted_at: float | None = None
     tries: int = 0
     refusals: list[str] = field(default_factory=list)
+    """What refused each try (``Capacity``, ``DB staging``…)."""
+    printed: list[str] = field(default_factory=list)
+    """What kubectl printed for each refused try."""
     errors: list[str] = field(default_factory=list)
 
 
@@ -310,6 +313,7 @@ class SubmitTask(threading.Thread):
                 return
             if len(applied) == 1 and "(TooManyRequests)" in applied[0].stderr:
                 self.outcome.refusals.append(refusal_kind(applied[0].stderr))
+                self.outcome.printed.append(applied[0].stderr)
                 self.stop_event.wait(self._random.uniform(*RETRY_SECONDS))
                 continue
             # Refused past the first Job, or refused for a reason waiting cannot cure.

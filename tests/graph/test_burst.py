@@ -82,6 +82,16 @@ def test_ten_cold_searches_over_two_databases_never_overlap_a_staging_nor_pass_t
     assert {db: len(ids) for db, ids in verdict.stagings.items()} == dict.fromkeys(DATABASES, 5)
     assert verdict.peak_active == verdict.effective_ceiling
     assert refusals["Capacity"] > 0
+    # The webhook's own account of the ceiling agrees with the judge's.
+    printed = [p for t in run.tasks for p in t.outcome.printed if "Capacity:" in p]
+    for line in printed:
+        assert line.startswith("Error from server (TooManyRequests): error when creating ")
+        assert (
+            "denied the request: Capacity: the ready nodes of the pool agentpool=blastpool hold 2 "
+            "searches at 6 CPU / 3.8Gi per batch pod (ELB_GATE_CAPACITY_POD_CPU/_MEMORY): one pod "
+            "per node on 3 ready nodes; tightest node aks-blastpool-"
+        ) in line
+        assert "effective ceiling min(BLAST_MAX_RUN_CONCURRENCY 3, 2) = 2. 2/2 searches are active" in line
 
 
 # -- the judge itself -------------------------------------------------------------------------
