@@ -60,6 +60,17 @@ def test_no_file_names_what_a_clone_does_not_have(what: str) -> None:
     assert hits == [], f"{what}: {hits}"
 
 
+def test_every_page_of_docs_a_file_names_is_in_the_repository() -> None:
+    missing = []
+    for name in tracked_text_files():
+        text = (REPO / name).read_text(errors="replace")
+        named = set(re.findall(r"\bdocs/([A-Za-z0-9_-]+\.md)", text))
+        if name.startswith("docs/"):
+            named |= set(re.findall(r"\]\(([A-Za-z0-9_-]+\.md)", text))
+        missing += [f"{name}: docs/{page}" for page in sorted(named) if not (REPO / "docs" / page).is_file()]
+    assert missing == []
+
+
 def test_the_design_ships_with_the_repository_and_the_docs_point_at_it() -> None:
     design = REPO / "docs" / "design.md"
     assert design.is_file()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import yaml
@@ -99,6 +100,15 @@ def test_the_reason_table_names_every_refusal_the_policies_make() -> None:
     # The handler refuses fail-closed when a read for search admission fails.
     found[SEARCH_ADMISSION] |= _refusal_reasons("admission.py")
     assert found == {webhook: set(reasons) for webhook, reasons in DENIAL_REASONS.items()}
+
+
+def test_every_refusal_reason_has_its_section_in_the_denials_page() -> None:
+    text = (WEBHOOK_DIR.parent / "docs" / "denials.md").read_text()
+    sections = dict(re.findall(r"^## .*?\(`([a-z.-]+)`.*?\)\n(.*?)(?=^## |\Z)", text, re.M | re.S))
+    for webhook, reasons in DENIAL_REASONS.items():
+        headings = re.findall(r"^### (.*)$", sections.get(webhook, ""), re.M)
+        documented = {r for h in headings for r in re.findall(r"`([a-z_]+)`", h)}
+        assert set(reasons) <= documented, (webhook, set(reasons) - documented)
 
 
 def test_the_operations_are_those_the_shipped_configurations_register() -> None:
