@@ -79,9 +79,6 @@ run: $(STAMP) $(LOCALKUBE) ## Run the whole system on a real control plane, defa
 dashboard-png: $(STAMP) $(LOCALKUBE) tools ## Redraw docs/dashboard.png: the Grafana dashboard over a run of `make run`, scraped by Prometheus
 	$(BIN)/python -m testbed.demo --once --dashboard docs/dashboard.png
 
-emulator: $(STAMP) ## Start the Kubernetes API emulator alone (kubeconfigs in .run/)
-	$(BIN)/python -m tests.kube_emulator --port 6443 --state-dir .run $(ARGS)
-
 certs: $(STAMP) ## Generate CA + serving certificate and the caBundle overlay (git-ignored)
 	$(BIN)/python -m certs $(ARGS)
 
@@ -106,4 +103,4 @@ image: ## Build the one container image both components run from (IMAGE=...)
 clean: ## Remove the virtualenv and generated files
 	rm -rf $(VENV) .run .build .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help venv tools helm manifests localkube cluster lint test run dashboard-png emulator certs bench soak fuzz deploy image clean
+.PHONY: help venv tools helm manifests localkube cluster lint test run dashboard-png certs bench soak fuzz deploy image clean

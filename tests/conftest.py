@@ -14,8 +14,6 @@ import pytest
 
 from testbed.controlplane import ControlPlane, kubectl_path
 
-pytest_plugins = ["tests.kube_emulator.fixtures"]  # until every test runs on the control plane
-
 
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[ControlPlane]:
