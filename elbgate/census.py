@@ -133,6 +133,9 @@ class ActiveSearch:
     """Its ``elb-job-id``, or ``<app>/<name>`` for an unlabelled Job."""
     jobs: tuple[JobRef, ...]
     reason: str
+    used_before: tuple[str, ...] = ()
+    """Databases its finished Jobs named (a cold search's completed setup Jobs): the
+    search still reads them until it ends."""
 
     @property
     def stages(self) -> tuple[str, ...]:
@@ -141,9 +144,11 @@ class ActiveSearch:
 
     @property
     def uses(self) -> tuple[str, ...]:
-        """Databases this search's unfinished Jobs stage or search; ``()`` when
-        none of them names one (seen only through submit/finalizer Jobs)."""
-        return _union(r.uses for r in self.jobs)
+        """Databases this search stages or searches: those its unfinished Jobs name,
+        and those its finished Jobs named (a cold search whose setup Jobs completed
+        reads the staged database until it ends, even before its batch Jobs exist);
+        ``()`` when none names one (seen only through submit/finalizer Jobs)."""
+        return _union([self.used_before, *(r.uses for r in self.jobs)])
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +210,7 @@ def census(
     non-search Jobs may be included). ``batch_work_ids`` names searches known to
     have had batch work whose Jobs are not in ``jobs``."""
     had_batch_work = set(batch_work_ids)
+    used_before: dict[str, tuple[str, ...]] = {}
     unfinished: list[JobRef] = []
     for job in jobs:
         labels = (job.get("metadata") or {}).get("labels") or {}
@@ -212,11 +218,18 @@ def census(
         if app not in SEARCH_APPS:
             continue
         if is_terminal(job):
-            if app in BATCH_WORK_EVIDENCE_APPS and labels.get(JOB_ID_LABEL):
-                had_batch_work.add(str(labels[JOB_ID_LABEL]))
+            job_id = labels.get(JOB_ID_LABEL)
+            if job_id:
+                if app in BATCH_WORK_EVIDENCE_APPS:
+                    had_batch_work.add(str(job_id))
+                if dbs := job_databases(job).uses:
+                    key = str(job_id)
+                    used_before[key] = _union([used_before.get(key, ()), dbs])
             continue
         unfinished.append(JobRef.from_dict(job))
-    return census_of_refs(unfinished, now, finalizer_grace_seconds, had_batch_work)
+    return census_of_refs(
+        unfinished, now, finalizer_grace_seconds, had_batch_work, used_before=used_before
+    )
 
 
 def census_of_refs(
@@ -224,6 +237,8 @@ def census_of_refs(
     now: datetime,
     finalizer_grace_seconds: float,
     batch_work_ids: Collection[str] = frozenset(),
+    *,
+    used_before: Mapping[str, tuple[str, ...]] | None = None,
 ) -> Census:
     """:func:`census` for callers that already hold the unfinished Jobs as
     :class:`JobRef` (the controller's cache) and the ids of searches whose batch
@@ -249,7 +264,9 @@ def census_of_refs(
     for key, refs in companions.items():
         refs_all = tuple(refs) + tuple(finalizers.get(key, ()))
         names = ", ".join(sorted(f"{r.app}/{r.name}" for r in refs))
-        active[key] = ActiveSearch(key, refs_all, f"unfinished work: {names}")
+        active[key] = ActiveSearch(
+            key, refs_all, f"unfinished work: {names}", (used_before or {}).get(key, ())
+        )
 
     orphans: list[JobRef] = []
     finishing: list[JobRef] = []

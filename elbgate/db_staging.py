@@ -6,7 +6,10 @@ alias or index file found"; 7 to 8 of a 10-search burst). So, for a Job of
 search S (databases read by :mod:`elbgate.databases`):
 
 * a Job that stages X is refused while another search stages X, or another
-  active search uses X (re-staging under a running search breaks its reads);
+  active search uses X (re-staging under a running search breaks its reads); an
+  active search uses what its unfinished Jobs name and what its finished setup Jobs
+  staged (:attr:`elbgate.census.ActiveSearch.uses`), so the window between a cold
+  search's staging and its batch Jobs is covered;
 * a Job that uses X is refused while another search stages X;
 * the first Job of a new search that names no database (the cloud-job-submission
   ``submit`` Job, a finalizer) is refused while any database is being staged by

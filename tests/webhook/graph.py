@@ -87,8 +87,17 @@ class Namespace:
         self.jobs = [j for j in self.jobs if labels_of(j).get("elb-job-id") != job_id]
 
     def finish_setup(self, job_id: str) -> None:
-        """The setup Jobs of ``job_id`` complete: its database is staged."""
-        self.jobs = [j for j in self.jobs if labels_of(j) != {"app": "setup", "elb-job-id": job_id}]
+        """The setup Jobs of ``job_id`` complete: its database is staged. They stay in
+        the LIST, as the Job controller leaves them (init Jobs carry no TTL)."""
+        for job in self.jobs:
+            if labels_of(job) == {"app": "setup", "elb-job-id": job_id}:
+                job["status"] = {
+                    "succeeded": 1,
+                    "conditions": [
+                        {"type": "SuccessCriteriaMet", "status": "True"},
+                        {"type": "Complete", "status": "True"},
+                    ],
+                }
 
     def names(self) -> list[str]:
         return [j["metadata"]["name"] for j in self.jobs]

@@ -170,6 +170,22 @@ def test_staging_a_database_under_a_running_search_is_refused() -> None:
     assert f"Retry when {S1} completes" in decision.message
 
 
+def test_a_staged_database_stays_in_use_between_its_setup_and_its_batch_jobs() -> None:
+    # Cloud job submission: S1's init-ssd Jobs complete, then its submit-jobs pod
+    # creates the batch Jobs. In between, S1's only live Job names no database, yet
+    # S1 reads core_nt: a second staging of it then would be under S1's batch Jobs
+    # (which, created in-cluster, nobody retries).
+    ns = busy(0)
+    cold = [elb.init_ssd(S1, n, "core_nt") for n in range(3)] + [elb.submit_jobs(S1)]
+    assert all(d.allowed for d in ns.apply(cold))
+    ns.finish_setup(S1)
+    decision = ns.judge(elb.init_ssd(S2, 0, "core_nt"))
+    assert (decision.code, decision.reason) == (429, "db_staging")
+    assert f"while active search {S1} uses it" in decision.message
+    assert ns.judge(elb.blast_batch(S1, 0, "core_nt"), IN_CLUSTER).reason == "joins_active"
+    assert ns.judge(elb.init_ssd(S2, 0, "swissprot")).allowed  # another database proceeds
+
+
 def test_batch_jobs_created_in_cluster_wait_while_their_database_is_staged_by_another_search() -> None:
     ns = busy(0)
     assert all(d.allowed for d in ns.apply(elb.flow("cloud-job-submission", S1)))
