@@ -46,6 +46,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--searches", type=int, help="searches of the elb-gate submit burst")
     parser.add_argument("--poll-searches", type=int, help="searches of the polling burst")
+    parser.add_argument(
+        "--submit-bursts", type=int, help="bursts of elb-gate submit, pooled (default 1)"
+    )
     parser.add_argument("--search-seconds", type=float, help="how long each search's pods run")
     parser.add_argument(
         "--reclaim-runs", type=int, help="runs per dead-holder reclaim case (0: skip)"
@@ -67,6 +70,7 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
             load,
             searches=args.searches or load.searches,
             poll_searches=args.poll_searches or load.poll_searches,
+            submit_bursts=args.submit_bursts or load.submit_bursts,
             search_seconds=args.search_seconds or load.search_seconds,
         )
     return dataclasses.replace(

@@ -263,11 +263,20 @@ def controller_figures(result: Mapping[str, Any]) -> list[Figure]:
     return out
 
 
+def _floats(value: Any) -> list[float]:
+    """A per-burst figure: one number, or one per burst."""
+    values = value if isinstance(value, list) else [value]
+    return [math.nan if v is None else float(v) for v in values]
+
+
 def burst_figures(key: str, burst: Mapping[str, Any], targets: bool) -> list[Figure]:
-    """Handoff latency and makespan of one burst (``targets``: the issue's, which are
-    for ``elb-gate submit``)."""
+    """Handoff latency and makespan of a burst, or of several pooled (``targets``: the
+    issue's, which are for ``elb-gate submit``)."""
     r = burst["result"]
-    label = f"{burst['label']}, {burst['searches']} searches"
+    bursts = int(burst.get("bursts", 1))
+    label = f"{burst['label']}, {burst['searches']} searches" + (
+        f" (x{bursts} bursts)" if bursts > 1 else ""
+    )
     handoffs = [float(x) for x in r["handoffs_s"]]
     out = [
         paired(
@@ -295,26 +304,26 @@ def burst_figures(key: str, burst: Mapping[str, Any], targets: bool) -> list[Fig
         paired(
             f"{key}.makespan",
             "  makespan, against sum(durations) / ceiling",
-            [float(r["makespan_s"] or math.nan)],
+            _floats(r["makespan_s"]),
             "s",
-            [float(r["ideal_s"] or math.nan)],
+            _floats(r["ideal_s"]),
             "ideal packing",
             Target(MAKESPAN_RATIO, on="ratio") if targets else None,
         ),
         paired(
             f"{key}.span",
             "  same, from the first admission (without the submitters' start-up)",
-            [float(r["span_s"] or math.nan)],
+            _floats(r["span_s"]),
             "s",
-            [float(r["ideal_s"] or math.nan)],
+            _floats(r["ideal_s"]),
             "ideal packing",
         ),
         paired(
             f"{key}.makespan_waves",
             "  makespan, against whole waves: ceil(n / ceiling) x mean duration",
-            [float(r["makespan_s"] or math.nan)],
+            _floats(r["makespan_s"]),
             "s",
-            [float(r["waves_s"] or math.nan)],
+            _floats(r["waves_s"]),
             "whole waves",
         ),
         paired(

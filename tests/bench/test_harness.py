@@ -14,6 +14,7 @@ import orjson
 import pytest
 
 from bench.api_counts import classify, tally
+from bench.cluster_load import merge_bursts
 from bench.figures import all_figures, controller_figures, load_figures
 from bench.handoff import Timeline, analyse
 from bench.load import outcome_of
@@ -230,6 +231,36 @@ def test_load_figures_hold_the_issue_targets_for_elb_gate_submit_only() -> None:
     assert makespan.met is False
     assert figs["burst.polling.handoff.p50"].target is None
     assert figs["burst.polling.handoff.p50"].value.median == 12.0
+
+
+def test_bursts_merge_into_pooled_handoffs_and_one_makespan_per_burst() -> None:
+    def report(handoffs: list[float], makespan: float, units: float, reads: int) -> dict:
+        r = _burst("elb-gate submit", handoffs)
+        r["result"].update(searches=4, finished=4, makespan_ratio=1.5, waves_ratio=1.1)
+        r["peak_active"] = 3
+        r["failed"] = {}
+        r["result"]["makespan_s"] = makespan
+        per = {"read": reads / units, "watch": 0.0, "write": 1.0, "all": reads / units + 1.0}
+        r["api_per_search"] = {
+            "webhook": per,
+            "all": per,
+            "units": units,
+            "detail": {"webhook": {"read jobs:list": reads}},
+        }
+        r["phases_s"] = {"command": [0.2] * len(handoffs)}
+        return r
+
+    merged = merge_bursts([report([0.4], 20.0, 4, 8), report([0.6, 2.0], 30.0, 4, 16)])
+    assert merged["bursts"] == 2
+    assert merged["result"]["handoffs_s"] == [0.4, 0.6, 2.0]
+    assert merged["result"]["makespan_s"] == [20.0, 30.0]
+    assert merged["result"]["searches"] == 8
+    assert merged["api_per_search"]["webhook"]["read"] == 3.0  # (8 + 16) / 8 searches
+    assert merged["api_per_search"]["detail"] == {"webhook": {"read jobs:list": 24}}
+    assert merged["phases_s"]["command"] == [0.2, 0.2, 0.2]
+    figs = {f.key: f for f in load_figures({"jobs": 30, "burst_elb_gate": merged})}
+    makespan = figs["burst.elb_gate.makespan"]
+    assert makespan.value.runs == 2 and makespan.ratio is not None
 
 
 # -- workload ---------------------------------------------------------------------------
