@@ -134,8 +134,9 @@ class ActiveSearch:
     jobs: tuple[JobRef, ...]
     reason: str
     used_before: tuple[str, ...] = ()
-    """Databases its finished Jobs named (a cold search's completed setup Jobs): the
-    search still reads them until it ends."""
+    """Databases its finished setup Jobs staged (a cold search's completed init
+    Jobs): the search still reads them until it ends. Finished batch Jobs add
+    nothing: a search that still searches a database has a live Job naming it."""
 
     @property
     def stages(self) -> tuple[str, ...]:
@@ -222,7 +223,7 @@ def census(
             if job_id:
                 if app in BATCH_WORK_EVIDENCE_APPS:
                     had_batch_work.add(str(job_id))
-                if dbs := job_databases(job).uses:
+                if app == SETUP_APP and (dbs := job_databases(job).uses):
                     key = str(job_id)
                     used_before[key] = _union([used_before.get(key, ()), dbs])
             continue
