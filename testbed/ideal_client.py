@@ -1,0 +1,151 @@
+"""An idealised Lease client, and the same client with one real client's habit switched on.
+
+:mod:`testbed.clients` reproduces the two existing clients as they behave on the wire.
+Each departs from the protocol as elb-gate's design writes it in a few ways; this client
+speaks that protocol exactly, over raw HTTPS, and each departure can be switched on
+alone (:class:`Habits`), so a test can tell which of them, if any, changes an outcome:
+
+=====================  ==================================================  ===========
+habit                  what the client does                                who does it
+=====================  ==================================================  ===========
+``fresh_body``         acquire, renew and take over with a body built      OpenAPI
+                       from scratch (holder, duration, times,
+                       resourceVersion): annotations (elb-gate's stamps)
+                       and ``leaseTransitions`` are dropped
+``reset_acquire``      a renew sets ``acquireTime`` = now as well          both
+``skew``               judges expiry on its own clock with a 30 s margin   both
+``fresh_release``      releases with a body built from scratch (the        OpenAPI
+                       stored times, holder ``""``)
+=====================  ==================================================  ===========
+
+The ideal client (no habit): GET; POST a new Lease when there is none; PUT of the
+object it read, with itself as holder and ``acquireTime`` = ``renewTime`` = now, to
+take a free or expired Lease; PUT of the object it read with only ``renewTime`` moved
+to renew; PUT of the object it read with holder ``""`` to release; expiry judged with
+no margin of its own (its clock is the webhook's); 409 is busy. Like
+:mod:`testbed.clients`, nothing here imports elb-gate.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+from testbed.clients import (
+    SKEW_SECONDS,
+    TTL_SECONDS,
+    DashboardLeaseClient,
+    JsonObj,
+    Outcome,
+    _judge,
+    micro_time,
+)
+from testbed.controlplane import ControlPlane
+
+
+@dataclass(frozen=True)
+class Habits:
+    """Which of the real clients' departures from the protocol to make."""
+
+    fresh_body: bool = False
+    reset_acquire: bool = False
+    skew: bool = False
+    fresh_release: bool = False
+
+    @property
+    def name(self) -> str:
+        names = ("fresh_body", "reset_acquire", "skew", "fresh_release")
+        return "+".join(k for k in names if getattr(self, k)) or "ideal"
+
+
+OPENAPI_HABITS = Habits(fresh_body=True, reset_acquire=True, skew=True, fresh_release=True)
+"""The OpenAPI service's client (:class:`~testbed.clients.OpenApiLeaseClient`), which
+also speaks through kubectl and reads "busy" from its error text."""
+DASHBOARD_HABITS = Habits(reset_acquire=True, skew=True)
+"""The dashboard's client (:class:`~testbed.clients.DashboardLeaseClient`)."""
+
+
+class IdealLeaseClient(DashboardLeaseClient):
+    """The protocol as designed, over raw HTTPS, with ``habits`` switched on."""
+
+    source = "ideal"
+
+    def __init__(
+        self,
+        server: str,
+        ca_file: str,
+        token: str,
+        namespace: str,
+        holder: str | None = None,
+        *,
+        habits: Habits = Habits(),
+        ttl: int = TTL_SECONDS,
+        clock_offset: float = 0.0,
+    ) -> None:
+        skew = SKEW_SECONDS if habits.skew else 0.0
+        super().__init__(
+            server, ca_file, token, namespace, holder, ttl=ttl, skew=skew, clock_offset=clock_offset
+        )
+        self.habits = habits
+
+    @classmethod
+    def on(cls, cp: ControlPlane, user: str, namespace: str, **kwargs: Any) -> IdealLeaseClient:
+        return cls(cp.server, cp.ca_file, cp.token(user), namespace, **kwargs)
+
+    def acquire(self) -> Outcome:
+        status, stored = self.get()
+        if status == 404:
+            status, answer = self._call("POST", self.collection, self.fresh_body(self.holder))
+            return _judge(status, answer, "acquired")
+        if status != 200:
+            return _judge(status, stored, "acquired")
+        mine = (stored.get("spec") or {}).get("holderIdentity") == self.holder
+        if not mine and not self.sees_expired(stored):
+            return "busy"
+        stamp = micro_time(self.clock.now())
+        if self.habits.fresh_body:
+            body = self.fresh_body(self.holder)
+            body["metadata"]["resourceVersion"] = stored["metadata"]["resourceVersion"]
+            if mine and not self.habits.reset_acquire:
+                body["spec"]["acquireTime"] = (stored.get("spec") or {}).get("acquireTime")
+        else:
+            body = copy.deepcopy(stored)
+            body["spec"].update(holderIdentity=self.holder, renewTime=stamp)
+            if not mine or self.habits.reset_acquire:
+                body["spec"]["acquireTime"] = stamp
+        status, answer = self._call("PUT", f"{self.collection}/{self.name}", body)
+        return _judge(status, answer, "renewed" if mine else "acquired")
+
+    def release(self) -> Outcome:
+        for _attempt in range(2):
+            status, stored = self.get()
+            if status == 404:
+                return "not_holder"
+            spec = stored.get("spec") or {}
+            if status != 200 or spec.get("holderIdentity") != self.holder:
+                return "not_holder"
+            body: JsonObj
+            if self.habits.fresh_release:
+                body = {
+                    "apiVersion": "coordination.k8s.io/v1",
+                    "kind": "Lease",
+                    "metadata": {
+                        "name": self.name,
+                        "namespace": self.namespace,
+                        "resourceVersion": stored["metadata"]["resourceVersion"],
+                    },
+                    "spec": {
+                        "holderIdentity": "",
+                        "leaseDurationSeconds": spec.get("leaseDurationSeconds"),
+                        "acquireTime": spec.get("acquireTime"),
+                        "renewTime": spec.get("renewTime"),
+                    },
+                }
+            else:
+                body = copy.deepcopy(stored)
+                body["spec"]["holderIdentity"] = ""
+            status, answer = self._call("PUT", f"{self.collection}/{self.name}", body)
+            if _judge(status, answer, "released") == "released":
+                return "released"
+        return "busy"
