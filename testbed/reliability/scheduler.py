@@ -26,8 +26,8 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -112,6 +112,27 @@ class ScheduleResult:
     violations: list[str] = field(default_factory=list)
 
 
+class UserPool:
+    """Plain users for the submitters: a schedule's users go back to the pool when it has
+    been judged, so a soak of any length fits the control plane's token file, and no two
+    schedules running at once share a user."""
+
+    def __init__(self, fresh: Callable[[], str]) -> None:
+        self._fresh = fresh
+        self._free: list[str] = []
+        self._lock = threading.Lock()
+
+    def take(self) -> str:
+        with self._lock:
+            if self._free:
+                return self._free.pop(0)
+        return self._fresh()
+
+    def give_back(self, names: Iterable[str]) -> None:
+        with self._lock:
+            self._free.extend(names)
+
+
 class Runner:
     """Runs schedules on a rig, several at once, each in a namespace slot of its own."""
 
@@ -131,6 +152,7 @@ class Runner:
         self.observer = Observer(rig.cp.admin, rig.namespaces, report=printer).start()
         self.last_submitters: dict[int, list[Submitter]] = {}
         """Each seed's submitters (their traces explain a failing schedule)."""
+        self.users = UserPool(rig.cp.plain_user)
         self._slots: Queue[str] = Queue()
         for ns in rig.namespaces:
             self._slots.put(ns)
@@ -153,6 +175,13 @@ class Runner:
         with ThreadPoolExecutor(max_workers=min(parallel, len(self.rig.namespaces))) as pool:
             return list(pool.map(self.run, seeds))
 
+    def run_each(self, seeds: Iterable[int], parallel: int) -> Iterator[ScheduleResult]:
+        """Like :meth:`run_many`, but yield each result as its schedule ends: a slot
+        freed starts the next seed at once, never waiting for a batch."""
+        with ThreadPoolExecutor(max_workers=min(parallel, len(self.rig.namespaces))) as pool:
+            for done in as_completed([pool.submit(self.run, seed) for seed in seeds]):
+                yield done.result()
+
     def run(self, seed: int) -> ScheduleResult:
         """Run one schedule to its end and judge it."""
         with self._slot() as ns:
@@ -168,7 +197,9 @@ class Runner:
         workdir = self.workdir / f"seed-{seed}"
         board = StallBoard(others=sum(p.stall is None for p in spec.plans))
         submitters = [
-            Submitter(self.rig.cp, ns, plan, f"s{seed}-{i}", workdir, self.nodes, board)
+            Submitter(
+                self.rig.cp, ns, plan, f"s{seed}-{i}", workdir, self.nodes, board, self.users.take
+            )
             for i, plan in enumerate(spec.plans)
         ]
         with self._lock:
@@ -196,6 +227,7 @@ class Runner:
         finally:
             self.observer.unwatch(ns)
         self._judge(result, record, submitters, start_rv, end_rv)
+        self.users.give_back(s.username for s in submitters if s.identity.pod is None)
         result.seconds = time.monotonic() - started
         return result
 

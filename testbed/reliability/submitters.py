@@ -192,8 +192,10 @@ class Submitter:
         workdir: Path,
         nodes: HolderNodes,
         board: StallBoard | None = None,
+        users: Callable[[], str] | None = None,
     ) -> None:
         self.cp = cp
+        self._users = users or cp.plain_user
         self.board = board or StallBoard()
         self.namespace = namespace
         self.plan = plan
@@ -238,7 +240,7 @@ class Submitter:
 
     def _identity(self) -> Identity:
         if not self.plan.pod_identity:
-            name = self.cp.plain_user()
+            name = self._users()
             return Identity(name, self.cp.kubeconfig(name), self.cp.token(name))
         selector = None
         if self.plan.death == "node_not_ready":
