@@ -144,14 +144,12 @@ class KubeApi:
         url = self.config.host + url_path + (f"?{urlencode(query)}" if query else "")
         data = orjson.dumps(body) if body is not None else None
         deadline = self.timeout if deadline is None else deadline
+        # Before the deadline starts: obtaining the token may run an exec plugin
+        # (kubelogin), whose seconds are not the API server's.
+        headers = self._headers(content_type if data is not None else None)
         try:
             async with asyncio.timeout(deadline):
-                async with self._session.request(
-                    method,
-                    url,
-                    data=data,
-                    headers=self._headers(content_type if data is not None else None),
-                ) as resp:
+                async with self._session.request(method, url, data=data, headers=headers) as resp:
                     raw = await resp.read()
                     status = resp.status
         except TimeoutError:

@@ -292,13 +292,22 @@ def test_a_missing_kubeconfig_names_what_to_fix(tmp_path: Path) -> None:
         KubeConfig.from_kubeconfig(str(tmp_path / "nope"))
 
 
-def exec_plugin_kubeconfig(cp: ControlPlane, tmp_path: Path, token_file: Path) -> Path:
+def exec_plugin_kubeconfig(
+    cp: ControlPlane, tmp_path: Path, token_file: Path, slow: Path | None = None
+) -> Path:
     """A kubeconfig whose user runs an exec plugin (as kubelogin on AKS) that
-    prints the token currently in ``token_file``."""
+    prints the token currently in ``token_file`` (after the seconds written in
+    ``slow``, if that file exists)."""
     plugin = tmp_path / "plugin.py"
+    pause = (
+        f"p = pathlib.Path({str(slow)!r})\nif p.exists(): time.sleep(float(p.read_text()))\n"
+        if slow
+        else ""
+    )
     plugin.write_text(
-        "import json, pathlib\n"
-        "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1beta1',"
+        "import json, pathlib, time\n"
+        + pause
+        + "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1beta1',"
         " 'kind': 'ExecCredential',"
         f" 'status': {{'token': pathlib.Path({str(token_file)!r}).read_text()}}}}))\n"
     )
@@ -356,6 +365,27 @@ async def test_an_exec_plugin_token_is_obtained_again_when_due(
         # The clock, not the host's uptime, decides when the plugin runs again.
         source.clock = lambda: loaded + source.reread_seconds - 1
         assert await whoami(client) == "alice", "not due yet: the plugin is not run again"
+        source.clock = lambda: loaded + source.reread_seconds
+        assert await whoami(client) == "bob"
+
+
+async def test_a_slow_exec_plugin_does_not_count_against_the_api_deadline(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    # kubelogin may take seconds (a busy node, a round trip to the identity provider):
+    # that is not the API server failing to answer. Counted against the call's
+    # deadline, it made the call above fail as "no answer" on a loaded machine.
+    current, slow = tmp_path / "current-token", tmp_path / "slow"
+    current.write_text(control_plane.token("alice"))
+    config = KubeConfig.from_kubeconfig(
+        str(exec_plugin_kubeconfig(control_plane, tmp_path, current, slow))
+    )
+    source = config.token
+    assert source.loaded_at is not None
+    loaded = source.loaded_at
+    async with KubeApi(config, timeout=5.0) as client:
+        slow.write_text("6")  # longer than the whole deadline
+        current.write_text(control_plane.token("bob"))
         source.clock = lambda: loaded + source.reread_seconds
         assert await whoami(client) == "bob"
 
