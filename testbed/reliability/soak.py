@@ -74,9 +74,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--parallel",
         type=int,
-        default=20,
-        help="schedules at once, each in a namespace of its own (default 20: a schedule "
-        "mostly waits on Jobs and Lease expiries, so 1,000 fit in about an hour on two cores)",
+        default=16,
+        help="schedules at once, each in a namespace of its own (default 16: a schedule "
+        "mostly waits on Jobs and Lease expiries; more starve the controller on two cores)",
     )
     parser.add_argument(
         "--fault-trials", type=int, default=300, help="webhook fault trials (default 300)"

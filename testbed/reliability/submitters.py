@@ -421,13 +421,13 @@ class Submitter:
 
     def _stall(self, lease: SubmitLease) -> None:
         """Stop renewing the hold just taken and sleep until it has certainly ended (the
-        controller's expiry, and 5 s more for a loaded machine), then wake to create Jobs."""
+        controller's expiry, and 8 s more for a loaded machine), then wake to create Jobs."""
         lease.stop_heartbeat()
         view = lease.view
         self.stalled_rv = int(view.resource_version) if view is not None else -1
         self.board.post(lease.holder)
         self.note(f"stalls at Lease rv {self.stalled_rv}")
-        time.sleep(self.ttl + CONTROLLER_SKEW_SECONDS + 5.0)
+        time.sleep(self.ttl + CONTROLLER_SKEW_SECONDS + 8.0)
         self.note("wakes")
         self._resuming = True
 
