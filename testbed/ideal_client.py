@@ -16,14 +16,18 @@ habit                  what the client does                                who d
 ``skew``               judges expiry on its own clock with a 30 s margin   both
 ``fresh_release``      releases with a body built from scratch (the        OpenAPI
                        stored times, holder ``""``)
+``keeps_duration``     takes over and renews with the                      dashboard
+                       ``leaseDurationSeconds`` the Lease had (the
+                       previous holder's), not its own
 =====================  ==================================================  ===========
 
 The ideal client (no habit): GET; POST a new Lease when there is none; PUT of the
-object it read, with itself as holder and ``acquireTime`` = ``renewTime`` = now, to
-take a free or expired Lease; PUT of the object it read with only ``renewTime`` moved
-to renew; PUT of the object it read with holder ``""`` to release; expiry judged with
-no margin of its own (its clock is the webhook's); 409 is busy. Like
-:mod:`testbed.clients`, nothing here imports elb-gate.
+object it read, with itself as holder, its own ``leaseDurationSeconds`` and
+``acquireTime`` = ``renewTime`` = now, to take a free or expired Lease; PUT of the
+object it read with ``renewTime`` moved (and its own duration) to renew; PUT of the
+object it read with holder ``""`` to release; expiry judged with no margin of its own
+(its clock is the webhook's); 409 is busy. Like :mod:`testbed.clients`, nothing here
+imports elb-gate.
 """
 
 from __future__ import annotations
@@ -52,17 +56,18 @@ class Habits:
     reset_acquire: bool = False
     skew: bool = False
     fresh_release: bool = False
+    keeps_duration: bool = False
 
     @property
     def name(self) -> str:
-        names = ("fresh_body", "reset_acquire", "skew", "fresh_release")
+        names = ("fresh_body", "reset_acquire", "skew", "fresh_release", "keeps_duration")
         return "+".join(k for k in names if getattr(self, k)) or "ideal"
 
 
 OPENAPI_HABITS = Habits(fresh_body=True, reset_acquire=True, skew=True, fresh_release=True)
 """The OpenAPI service's client (:class:`~testbed.clients.OpenApiLeaseClient`), which
 also speaks through kubectl and reads "busy" from its error text."""
-DASHBOARD_HABITS = Habits(reset_acquire=True, skew=True)
+DASHBOARD_HABITS = Habits(reset_acquire=True, skew=True, keeps_duration=True)
 """The dashboard's client (:class:`~testbed.clients.DashboardLeaseClient`)."""
 
 
@@ -112,6 +117,8 @@ class IdealLeaseClient(DashboardLeaseClient):
         else:
             body = copy.deepcopy(stored)
             body["spec"].update(holderIdentity=self.holder, renewTime=stamp)
+            if not self.habits.keeps_duration:
+                body["spec"]["leaseDurationSeconds"] = self.ttl
             if not mine or self.habits.reset_acquire:
                 body["spec"]["acquireTime"] = stamp
         status, answer = self._call("PUT", f"{self.collection}/{self.name}", body)

@@ -7,10 +7,19 @@ reproductions (:mod:`testbed.clients`). What is compared is what anyone could ob
 each call's outcome as the client sees it, whether a write was sent, Gate A's answer to
 each Job, and the stored Lease's decision-relevant state after each step (who holds it,
 whether elb-gate's stamp names the holder's user, whether ``renewTime`` is fresh and
-``acquireTime`` still the acquisition's).
+``acquireTime`` still the acquisition's, and ``leaseDurationSeconds``, which with
+``renewTime`` decides the expiry).
 
-Found: only the 30 s skew margin changes an outcome, and only when: a client with it
-does not take over a Lease the moment the webhook would allow it, but its margin later.
+Found, two habits change an outcome:
+
+* the 30 s skew margin (both clients) changes when, not whether: a client with it does
+  not take over an expired Lease the moment the webhook would allow it, but its margin
+  later;
+* keeping the duration the Lease had (the dashboard) makes its hold last as long as the
+  previous holder's did: taking over from an in-cluster holder (120 s in the
+  reliability runs), a dashboard that dies blocks the namespace for 120 s, not for its
+  own TTL.
+
 The fresh bodies (stamps dropped: the webhook carries them over), the ``acquireTime``
 reset (the webhook keeps the stamped one), the fresh release body and the kubectl
 transport change nothing observable.
@@ -35,7 +44,9 @@ from tests.webhook.shapes import blast_job, finalizer_job, new_job_id
 pytestmark = pytest.mark.kubectl
 
 TTL = 2
-"""Every client's leaseDurationSeconds: short, so a hold expires within the test."""
+"""x's leaseDurationSeconds: short, so a hold expires within the test."""
+Y_TTL = 3
+"""y's: another, so a client that keeps the duration it found shows it."""
 Client = IdealLeaseClient | DashboardLeaseClient | OpenApiLeaseClient
 Maker = Callable[..., Client]
 """``(cp, user, namespace, **kwargs) -> client``."""
@@ -46,12 +57,21 @@ HABITS = {
     "reset_acquire": Habits(reset_acquire=True),
     "skew": Habits(skew=True),
     "fresh_release": Habits(fresh_release=True),
+    "keeps_duration": Habits(keeps_duration=True),
 }
+KEPT_Y_DURATION = {
+    TAKEOVER_AT_EXPIRY,
+    "x takes over, past its margin",
+    "y, woken, releases",
+    "x releases again",
+}
+"""The steps after x takes y's expired hold over, where the stored duration is y's."""
 EXPECTED: dict[str, set[str]] = {
     "fresh_body": set(),
     "reset_acquire": set(),
     "skew": {TAKEOVER_AT_EXPIRY},
     "fresh_release": set(),
+    "keeps_duration": KEPT_Y_DURATION,
 }
 """The steps whose outcome each habit alone changes."""
 
@@ -87,16 +107,16 @@ class Run:
         self.users = {"x": cp.plain_user(), "y": cp.plain_user()}
         self.make = make
         self.x = make(cp, self.users["x"], self.ns)
-        self.y = IdealLeaseClient.on(cp, self.users["y"], self.ns, ttl=TTL)
+        self.y = IdealLeaseClient.on(cp, self.users["y"], self.ns, ttl=Y_TTL)
         self.trace: dict[str, Any] = {}
         self.acquired_at = ""
 
     def lease(self) -> JsonObj:
         return self.cp.admin.get("leases", self.ns, f"elb-blast-submit-{self.ns}")
 
-    def view(self) -> tuple[str, bool, bool, bool]:
+    def view(self) -> tuple[str, bool, bool, bool, int]:
         """(holder: x/y/free, stamp names the holder's user, renewTime fresh,
-        acquireTime the acquisition's)."""
+        acquireTime the acquisition's, leaseDurationSeconds)."""
         lease = self.lease()
         spec, notes = lease["spec"], lease["metadata"].get("annotations") or {}
         who = {self.x.holder: "x", self.y.holder: "y"}.get(spec.get("holderIdentity") or "", "")
@@ -108,7 +128,8 @@ class Run:
             kept = False
         else:
             kept = bool(who)
-        return who or "free", stamped, fresh, kept
+        duration = int(spec.get("leaseDurationSeconds") or 0)
+        return who or "free", stamped, fresh, kept, duration
 
     def call(self, step: str, who: str, op: str) -> None:
         client = self.x if who == "x" else self.y
@@ -166,14 +187,13 @@ def ideal_trace(control_plane: ControlPlane, hook: WebhookProcess) -> dict[str, 
 
 def test_the_ideal_client_plays_the_protocol_as_designed(ideal_trace: dict[str, Any]) -> None:
     held_by = {step: o[2][0] for step, o in ideal_trace.items() if isinstance(o, tuple)}
-    assert ideal_trace["x acquires the absent Lease"] == (
-        "acquired",
-        True,
-        ("x", True, True, False),
-    )
-    assert ideal_trace["x renews"] == ("renewed", True, ("x", True, True, True))
+    acquired = ("acquired", True, ("x", True, True, False, TTL))
+    assert ideal_trace["x acquires the absent Lease"] == acquired
+    assert ideal_trace["x renews"] == ("renewed", True, ("x", True, True, True, TTL))
     assert ideal_trace["y finds it busy"][:2] == ("busy", False)
-    assert ideal_trace[TAKEOVER_AT_EXPIRY] == ("acquired", True, ("x", True, True, False))
+    y_acquired = ("acquired", True, ("y", True, True, False, Y_TTL))
+    assert ideal_trace["y acquires the free Lease"] == y_acquired
+    assert ideal_trace[TAKEOVER_AT_EXPIRY] == acquired
     assert held_by["y, woken, releases"] == "x"
     assert [ideal_trace[s] for s in ("x opens search 1", "x adds search 1's finalizer")] == [
         201
@@ -191,7 +211,10 @@ def test_each_habit_alone_changes_only_what_it_is_expected_to(
     assert differences(trace, ideal_trace) == EXPECTED[habit], (trace, ideal_trace)
     if habit == "skew":  # later, not never: past its margin it takes over all the same
         assert trace["x takes over, past its margin"] == ideal_trace[TAKEOVER_AT_EXPIRY]
-        assert trace[TAKEOVER_AT_EXPIRY] == ("busy", False, ("y", True, True, True))
+        assert trace[TAKEOVER_AT_EXPIRY] == ("busy", False, ("y", True, True, True, Y_TTL))
+    if habit == "keeps_duration":  # it holds for y's duration, not its own
+        y_duration = ("x", True, True, False, Y_TTL)
+        assert trace[TAKEOVER_AT_EXPIRY] == ("acquired", True, y_duration)
 
 
 @pytest.mark.parametrize(
