@@ -5,17 +5,39 @@ JSON event a line (:mod:`testbed.reliability.gate_a` reads them). A soak writes
 hundreds of thousands of them: :class:`AuditTail` reads only what was appended since
 its last call, and keeps the committed writes of the namespaces it was asked about, and
 their deletes answered with a ``Status`` by ``uid`` (the watch's ``DELETED`` event
-gives such a delete its revision: :meth:`AuditTail.of`).
+gives such a delete its revision), and their writes answered ``504`` (the watch event
+they account for gives them theirs): :meth:`AuditTail.account`.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from testbed.reliability.gate_a import Delete, Write, committed_deletes, committed_writes
+from testbed.reliability.gate_a import (
+    Delete,
+    LostAnswer,
+    Write,
+    committed_deletes,
+    committed_writes,
+    lost_answers,
+)
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A write a watch delivered: its revision, the object and its previous revision."""
+
+    rv: int
+    resource: str
+    name: str
+    previous: int | None
+    """The object's revision before (``None``: it was created here)."""
+    obj: Mapping[str, Any]
 
 
 class AuditTail:
@@ -30,6 +52,7 @@ class AuditTail:
         self.writes: dict[str, list[Write]] = {ns: [] for ns in self.namespaces}
         self.rvs: dict[str, set[int]] = {ns: set() for ns in self.namespaces}
         self.deletes: dict[str, dict[str, Delete]] = {ns: {} for ns in self.namespaces}
+        self.lost: dict[str, list[LostAnswer]] = {ns: [] for ns in self.namespaces}
 
     def skip_to_end(self) -> None:
         """Ignore what is in the log now (earlier runs' writes)."""
@@ -71,26 +94,47 @@ class AuditTail:
             for delete in committed_deletes(events):
                 self.deletes[delete.namespace][delete.uid] = delete
                 kept += 1
+            for lost in lost_answers(events):
+                self.lost[lost.namespace].append(lost)
+                kept += 1
             for ns in {e["objectRef"]["namespace"] for e in events}:
                 self.writes[ns].sort(key=lambda w: w.rv)
             return kept
 
-    def of(self, namespace: str, deleted: Mapping[str, int] | None = None) -> list[Write]:
+    def account(
+        self, namespace: str, seen: Sequence[Seen], deleted: Mapping[str, int]
+    ) -> tuple[list[Write], set[int], set[int]]:
         """The namespace's committed writes in resourceVersion order, with each delete of
-        ``deleted`` (``uid`` → the revision of its watch ``DELETED`` event) placed at its
-        revision."""
+        ``deleted`` (``uid`` → the revision of its watch ``DELETED`` event) and each write
+        answered ``504`` that accounts for a ``seen`` revision placed there; and the
+        revisions of ``seen`` and of ``deleted`` the log does not account for (yet)."""
         with self._lock:
             writes = list(self.writes[namespace])
-            known = self.deletes[namespace]
-            placed = [known[uid].at(rv) for uid, rv in (deleted or {}).items() if uid in known]
-        return sorted(writes + placed, key=lambda w: w.rv)
-
-    def missing(
-        self, namespace: str, rvs: Iterable[int], deleted: Iterable[str] = ()
-    ) -> tuple[set[int], set[str]]:
-        """Which of ``rvs`` the log has no committed write of (yet), and which of the
-        deleted ``uid``\\ s it has no delete of."""
-        with self._lock:
             known = self.rvs[namespace]
             gone = self.deletes[namespace]
-            return {rv for rv in rvs if rv not in known}, {u for u in deleted if u not in gone}
+            unused = list(self.lost[namespace])
+        placed = [gone[uid].at(rv) for uid, rv in deleted.items() if uid in gone]
+        missing_deletes = {rv for uid, rv in deleted.items() if uid not in gone}
+        missing: set[int] = set()
+        for s in sorted(seen, key=lambda s: s.rv):
+            if s.rv in known:
+                continue
+            found = _answer_lost(unused, s)
+            if found is None:
+                missing.add(s.rv)
+            else:
+                unused.remove(found)
+                placed.append(found.at(s.rv, s.obj))
+        return sorted(writes + placed, key=lambda w: w.rv), missing, missing_deletes
+
+
+def _answer_lost(lost: Sequence[LostAnswer], s: Seen) -> LostAnswer | None:
+    """The write answered ``504`` that made ``s``: the same object; a create for an
+    object created there; else an update whose precondition was the previous revision,
+    or failing that the first write without one."""
+    same = [w for w in lost if (w.resource, w.name) == (s.resource, s.name)]
+    if s.previous is None:
+        return next((w for w in same if w.verb == "create"), None)
+    changes = [w for w in same if w.verb != "create"]
+    cas = next((w for w in changes if w.precondition == str(s.previous)), None)
+    return cas or next((w for w in changes if not w.precondition), None)

@@ -22,6 +22,15 @@ deleted once), so :func:`committed_deletes` keeps such records by ``uid`` and
 :meth:`Delete.at` places one at the revision the watch saw. Who deleted, and when the
 request arrived, still come from the audit log alone.
 
+Lost answers. A write whose client went away before the answer (its own deadline, a
+dropped connection) is logged with ``504`` ("request did not complete within requested
+timeout - context canceled") and no object, though it may have committed: the watch
+then shows a revision no committed record names. :func:`lost_answers` keeps such
+records, and :meth:`LostAnswer.at` places one at the revision of the watch event it
+accounts for: the same object, and, for a compare-and-swap update, the revision its
+precondition named was the object's previous one. The user and the times still come
+from the audit log; the object from the watch.
+
 Ordering. ``resourceVersion`` is etcd's revision: one counter for the whole store, so
 two writes' order is the order of their resourceVersions, compared as integers. That
 holds here because the control plane runs a single etcd member (the Kubernetes API
@@ -199,6 +208,74 @@ def committed_deletes(events: Iterable[Mapping[str, Any]]) -> list[Delete]:
                 user=str((event.get("user") or {}).get("username") or ""),
                 received=received,
                 answered=answered,
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class LostAnswer:
+    """A write answered ``504`` (its client's context ended first): it may have
+    committed, at a revision the audit log does not name."""
+
+    verb: str
+    resource: str
+    namespace: str
+    name: str
+    user: str
+    received: datetime
+    answered: datetime
+    precondition: str
+    """The ``resourceVersion`` its body named (a compare-and-swap), or ``""``."""
+
+    def at(self, rv: int, obj: Mapping[str, Any]) -> Write:
+        """This write as committed at revision ``rv`` with ``obj`` (the watch's)."""
+        return Write(
+            rv=rv,
+            verb=self.verb,
+            resource=self.resource,
+            namespace=self.namespace,
+            name=self.name,
+            user=self.user,
+            received=self.received,
+            answered=self.answered,
+            obj=obj,
+        )
+
+
+def lost_answers(events: Iterable[Mapping[str, Any]]) -> list[LostAnswer]:
+    """The create/update/patch requests among audit ``events`` answered ``504``, in log
+    order (dry runs and subresources left out)."""
+    out: list[LostAnswer] = []
+    for event in events:
+        if event.get("stage") != "ResponseComplete":
+            continue
+        if (event.get("responseStatus") or {}).get("code") != 504:
+            continue
+        verb = str(event.get("verb") or "")
+        ref = event.get("objectRef") or {}
+        if verb not in ("create", "update", "patch") or ref.get("subresource"):
+            continue
+        if "dryRun" in str(event.get("requestURI") or ""):
+            continue
+        body = event.get("requestObject")
+        meta = body.get("metadata") if isinstance(body, Mapping) else None
+        meta = meta if isinstance(meta, Mapping) else {}
+        received = parse_time(event.get("requestReceivedTimestamp"))
+        answered = parse_time(event.get("stageTimestamp"))
+        name = str(ref.get("name") or meta.get("name") or "")
+        if received is None or answered is None or not name:
+            continue
+        out.append(
+            LostAnswer(
+                verb=verb,
+                resource=str(ref.get("resource") or ""),
+                namespace=str(ref.get("namespace") or ""),
+                name=name,
+                user=str((event.get("user") or {}).get("username") or ""),
+                received=received,
+                answered=answered,
+                precondition=str(meta.get("resourceVersion") or ""),
             )
         )
     return out

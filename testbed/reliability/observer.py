@@ -32,6 +32,7 @@ from typing import Any
 from elbgate.census import census
 from testbed.api import Api, JsonObj, wait_until
 from testbed.reliability import oracle
+from testbed.reliability.audit import Seen
 from testbed.reliability.watch import Watch
 
 SENTINEL_NAMESPACE = "reliability-sync"
@@ -49,6 +50,7 @@ class Added:
     key: str | None
     active_before: bool
     """Its search was active (by the oracle) just before this Job committed."""
+    obj: JsonObj
 
 
 @dataclass
@@ -66,8 +68,8 @@ class NamespaceRecord:
     oracle_bugs: list[str] = field(default_factory=list)
     gaps: list[str] = field(default_factory=list)
     added: list[Added] = field(default_factory=list)
-    lease_rvs: list[int] = field(default_factory=list)
-    """Revisions of the Lease writes it saw (``ADDED``/``MODIFIED``)."""
+    leases: list[Seen] = field(default_factory=list)
+    """The Lease writes it saw (``ADDED``/``MODIFIED``)."""
     lease_deletes: dict[str, int] = field(default_factory=dict)
     """Leases it saw deleted: ``uid`` → the revision of the ``DELETED`` event (the audit
     log's record of a delete names the ``uid``, not the revision)."""
@@ -117,6 +119,8 @@ class Observer:
         self._jobs: dict[str, dict[str, JsonObj]] = {ns: {} for ns in self.namespaces}
         self._active: dict[str, set[str]] = {ns: set() for ns in self.namespaces}
         self._records: dict[str, NamespaceRecord] = {}
+        self._lease_rvs: dict[str, dict[str, int]] = {}
+        """Each Lease's last revision seen, per namespace (a write's previous one)."""
         self._lock = threading.Lock()
         self._sentinel_lock = threading.Lock()
         self._sentinels = False
@@ -224,10 +228,20 @@ class Observer:
         with self._lock:
             record = self._records.get(ns)
             if record is None:
+                if kind != "DELETED":
+                    self._lease_rvs.setdefault(ns, {})[
+                        str((obj.get("metadata") or {}).get("name") or "")
+                    ] = _rv(obj)
                 return
+            name = str((obj.get("metadata") or {}).get("name") or "")
+            last = self._lease_rvs.setdefault(ns, {})
             if kind in ("ADDED", "MODIFIED"):
-                record.lease_rvs.append(_rv(obj))
+                previous = last.get(name) if kind == "MODIFIED" else None
+                record.leases.append(Seen(_rv(obj), "leases", name, previous, obj))
+            if kind in ("ADDED", "MODIFIED", "LISTED"):
+                last[name] = _rv(obj)
             elif kind == "DELETED":
+                last.pop(name, None)
                 record.lease_deletes[str((obj.get("metadata") or {}).get("uid") or "")] = _rv(obj)
 
     def _on_job(self, kind: str, obj: JsonObj) -> None:
@@ -280,6 +294,7 @@ class Observer:
                     str(labels.get("app") or ""),
                     key,
                     key is not None and key in before,
+                    obj,
                 )
             )
         keys = [a.key for a in found]

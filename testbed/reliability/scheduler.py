@@ -36,7 +36,7 @@ from queue import Queue
 
 from testbed.api import wait_until
 from testbed.controller_process import CONTROLLER_USER
-from testbed.reliability.audit import AuditTail
+from testbed.reliability.audit import AuditTail, Seen
 from testbed.reliability.gate_a import (
     LeaseState,
     Terms,
@@ -288,14 +288,18 @@ class Runner:
             f"census disagrees with the oracle: {d}" for d in record.disagreements
         )
 
-        wanted = {rv for rv in record.lease_rvs if start_rv < rv <= end_rv}
-        wanted |= {a.rv for a in record.added if start_rv < a.rv <= end_rv}
+        seen = [s for s in record.leases if start_rv < s.rv <= end_rv]
+        seen += [
+            Seen(a.rv, "jobs", a.name, None, a.obj)
+            for a in record.added
+            if start_rv < a.rv <= end_rv
+        ]
         deleted = {u: rv for u, rv in record.lease_deletes.items() if start_rv < rv <= end_rv}
 
         def complete() -> bool:
             self.audit.poll()
-            rvs, uids = self.audit.missing(ns, wanted, deleted)
-            return not rvs and not uids
+            _, rvs, deletes = self.audit.account(ns, seen, deleted)
+            return not rvs and not deletes
 
         try:
             wait_until(
@@ -305,12 +309,12 @@ class Runner:
                 interval=0.2,
             )
         except AssertionError:
-            rvs, uids = self.audit.missing(ns, wanted, deleted)
+            _, rvs, deletes = self.audit.account(ns, seen, deleted)
             result.violations.append(
                 f"the audit log lacks the writes at rv {sorted(rvs)} and the deletes at rv "
-                f"{sorted(deleted[u] for u in uids)}"
+                f"{sorted(deletes)}"
             )
-        writes = self.audit.of(ns, deleted)
+        writes, _, _ = self.audit.account(ns, seen, deleted)
         timeline = lease_timeline(writes, ns)
         first = state_before(timeline, start_rv + 1)
         window = [s for s in timeline if start_rv < s.write.rv <= end_rv]

@@ -10,8 +10,11 @@ atheris). The tools they share live in ``testbed/reliability``.
 promise                tests
 =====================  =======================================================
 1 never over-admit     ``test_never_over_admit`` (``scheduler``, ``submitters``,
-                       ``observer``, ``oracle``, ``gate_a``); the judges' own
-                       tables: ``test_oracle``, ``test_gate_a_judge``
+                       ``observer``, ``oracle``, ``gate_a``, ``audit``); the
+                       judges' own tables: ``test_oracle``,
+                       ``test_gate_a_judge``; what the audit log records:
+                       ``test_audit_records``; which of the real clients'
+                       wire habits change an outcome: ``test_wire_habits``
 2 fail closed          ``test_fail_closed`` (``faults``)
 3 bad input            ``test_bad_input`` (``review_strategies``,
                        ``inprocess_webhook``), ``fuzz``

@@ -13,7 +13,7 @@ from typing import Any
 
 from testbed.api import wait_until
 from testbed.controlplane import ControlPlane
-from testbed.reliability.audit import AuditTail
+from testbed.reliability.audit import AuditTail, Seen
 from testbed.reliability.watch import Watch
 
 
@@ -44,13 +44,15 @@ def test_a_lease_deleted_is_recorded_by_uid_and_placed_at_the_watchs_revision(
     (_, created, uid), (_, patched, _), (_, deleted, gone) = seen
     assert gone == uid and created < patched < deleted
 
+    watched = [Seen(created, "leases", "l", None, {}), Seen(patched, "leases", "l", created, {})]
+
     def recorded() -> bool:
         tail.poll()
-        return tail.missing(ns, {created, patched}, {uid}) == (set(), set())
+        return tail.account(ns, watched, {uid: deleted})[1:] == (set(), set())
 
     wait_until(recorded, 60, "the audit log to record the three writes")
     assert deleted not in tail.rvs[ns]  # the delete's record carries no revision
-    writes = tail.of(ns, {uid: deleted})
+    writes, _, _ = tail.account(ns, watched, {uid: deleted})
     assert [(w.verb, w.rv) for w in writes] == [
         ("create", created),
         ("patch", patched),

@@ -3,11 +3,14 @@ revision each Job committed at, and whether each Lease write kept the guard's ru
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from testbed.reliability.audit import AuditTail, Seen
 from testbed.reliability.gate_a import (
     Terms,
     committed_deletes,
@@ -163,6 +166,50 @@ def test_a_refused_delete_or_one_that_returned_the_object_is_no_status_delete() 
     assert committed_deletes([refused, marked]) == []
     (state,) = lease_timeline(committed_writes([marked]), NS)
     assert not state.deleted and state.holder == "a-1"
+
+
+def lost(verb: str, name: str, user: str, at: float, precondition: str = "") -> dict[str, Any]:
+    """A write whose client went away first, as the API server logs it: 504, no object."""
+    e = event(0, verb, "leases", name, user, {}, at)
+    message = "Timeout: request did not complete within requested timeout - context canceled"
+    e["responseStatus"] = {"code": 504, "message": message}
+    e["responseObject"] = {"kind": "Status", "status": "Failure", "code": 504}
+    e["requestObject"] = {"metadata": {"name": name, "resourceVersion": precondition}}
+    return e
+
+
+def test_a_write_whose_answer_was_lost_is_placed_at_the_revision_the_watch_saw(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "audit.log"
+    events = [
+        lease(10, "create", "alice", "a-1", 0),
+        lost("update", LEASE, "bob", 7, precondition="10"),  # took the expired hold over
+        create_job(13, "bob", 8),
+    ]
+    log.write_text("".join(json.dumps(e) + "\n" for e in events))
+    tail = AuditTail(log, [NS])
+    tail.poll()
+    taken = {
+        "kind": "Lease",
+        "metadata": {"annotations": {"elb-gate.io/holder-user": "bob"}},
+        "spec": {"holderIdentity": "b-1", "leaseDurationSeconds": 5, "renewTime": stamp(7)},
+    }
+    seen = [
+        Seen(10, "leases", LEASE, None, {}),
+        Seen(12, "leases", LEASE, 10, taken),  # the watch: the write committed, at 12
+        Seen(13, "jobs", "job-13", None, {}),
+    ]
+    writes, missing, _ = tail.account(NS, seen, {})
+    assert missing == set()
+    assert [(w.rv, w.verb, w.user) for w in writes] == [
+        (10, "create", "alice"),
+        (12, "update", "bob"),
+        (13, "create", "bob"),
+    ]
+    assert judge_gated_create(writes[-1], lease_timeline(writes, NS), TERMS) is None
+    # A compare-and-swap on another revision accounts for nothing.
+    assert tail.account(NS, [Seen(12, "leases", LEASE, 11, taken)], {})[1] == {12}
 
 
 def test_a_renewal_keeps_the_acquiring_user_and_moves_the_expiry() -> None:
