@@ -46,7 +46,7 @@ from bench.api_counts import Tally, combined, tally
 from bench.cluster import BenchCluster
 from bench.handoff import BurstResult, SearchObserver, analyse
 from bench.processes import pin
-from elbgate.client.submit_lease import SubmitLease
+from client.submit_lease import SubmitLease
 from elbgate.kube.config import KubeConfig
 from elbgate.names import LIVENESS_CONFIGMAP, SEARCH_JOB_SELECTOR
 from elbgate.settings import Settings

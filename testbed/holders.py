@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from elbgate.client.submit_lease import SubmitLease
+from client.submit_lease import SubmitLease
 from elbgate.kube.config import KubeConfig
 from elbgate.lease import parse_microtime
 from elbgate.names import HOLDER_CONTAINER_ANNOTATION, LIVENESS_CONFIGMAP, lease_name

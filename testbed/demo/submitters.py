@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from client import SubmitLease
 from elbgate.census import census
-from elbgate.client import SubmitLease
 from elbgate.kube.config import KubeConfig
 from elbgate.lease import new_holder_identity
 from elbgate.names import SEARCH_JOB_SELECTOR, UNFINISHED_JOB_FIELD_SELECTOR
@@ -43,7 +43,7 @@ from testbed.demo.timeline import Timeline
 from testbed.submit_task import CELERY_COUNTDOWN_SECONDS, SubmitTask
 
 ELB_GATE = str(Path(sys.executable).with_name("elb-gate"))
-"""The console script this virtualenv installs (``elbgate.cli:main``)."""
+"""The console script this virtualenv installs (``client.cli:main``)."""
 
 
 @dataclass
@@ -276,7 +276,7 @@ class ProcessSubmitter:
 class DoomedSubmitter(threading.Thread):
     """The OpenAPI service's second replica: takes the Lease, then dies with its pod.
 
-    It uses the shared client library (``elbgate.client.SubmitLease``) with a token bound
+    It uses the shared client library (``client.SubmitLease``) with a token bound
     to its own pod, which the webhook stamps on the Lease. When the scenario deletes that
     pod, the submitter simply stops: no renewal, no release, as a process killed with its
     pod leaves it."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from elbgate.client import CoordinationError, SubmitLease, SyncKube, read_census
+from client import CoordinationError, SubmitLease, SyncKube, read_census
 from elbgate.kube.api import JOBS, ApiError, ApiUnavailable, KubeApi, path
 from elbgate.kube.config import KubeConfig
 from elbgate.settings import Settings

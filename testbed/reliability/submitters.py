@@ -54,8 +54,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from elbgate.client import CoordinationError, SubmitLease, run_slot
-from elbgate.client.errors import SlotUnavailable
+from client import CoordinationError, SubmitLease, run_slot
+from client.errors import SlotUnavailable
 from elbgate.kube.api import JOBS, ApiError, ApiUnavailable, path
 from elbgate.kube.config import KubeConfig
 from elbgate.settings import Settings
@@ -495,7 +495,7 @@ class Submitter:
                 }
             )
             command = [
-                sys.executable, "-m", "elbgate.cli", "submit", "-n", self.namespace,
+                sys.executable, "-m", "client", "submit", "-n", self.namespace,
                 "--source", "cli", "--poll-interval", str(POLL_SECONDS),
                 "--exec-timeout", str(self.ttl - 1), "--", "sh", str(script),
             ]  # fmt: skip

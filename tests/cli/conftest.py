@@ -84,7 +84,7 @@ class CliRun:
 
 @dataclass
 class Cli:
-    """Starts `python -m elbgate.cli` as `user` with the small settings, in ``ns``
+    """Starts `python -m client` as `user` with the small settings, in ``ns``
     (the namespace of the user's kubeconfig context)."""
 
     cp: ControlPlane
@@ -109,7 +109,7 @@ class Cli:
         err, out = self.tmp / f"cli-{n}.err", self.tmp / f"cli-{n}.out"
         with err.open("wb") as err_f, out.open("wb") as out_f:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "elbgate.cli", *args],
+                [sys.executable, "-m", "client", *args],
                 stdout=out_f,
                 stderr=err_f,
                 env=self.env(user, **env),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from elbgate.cli import build_parser, exit_codes, main
+from client.cli import build_parser, exit_codes, main
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 CODES = {
@@ -103,7 +103,7 @@ def test_a_missing_kubeconfig_names_the_file_and_the_fix(
 
 def test_the_module_entry_point_prints_help_with_the_exit_codes() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "elbgate.cli", "submit", "--help"],
+        [sys.executable, "-m", "client", "submit", "--help"],
         capture_output=True,
         text=True,
         timeout=60,

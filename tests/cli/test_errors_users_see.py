@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from elbgate.cli import exit_codes, main
+from client.cli import exit_codes, main
 from testbed.api import ApiError
 from testbed.controlplane import ControlPlane
 from testbed.faultproxy import FaultProxy

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from elbgate.cli import exit_codes
+from client.cli import exit_codes
 from testbed.clients import DashboardLeaseClient, OpenApiLeaseClient
 from testbed.controlplane import ControlPlane
 from tests.cli.conftest import Cli, wait_until

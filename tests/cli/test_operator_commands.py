@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from elbgate.cli import exit_codes, main
-from elbgate.client import SubmitLease
+from client import SubmitLease
+from client.cli import exit_codes, main
 from elbgate.names import lease_name
 from elbgate.settings import Settings
 from testbed.controlplane import ControlPlane, PodIdentity

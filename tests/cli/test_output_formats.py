@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
+from client.cli import build_parser, exit_codes, main
+from client.cli.census import census_report, render_table
+from client.cli.connection import render
 from elbgate.census import census
-from elbgate.cli import build_parser, exit_codes, main
-from elbgate.cli.census import census_report, render_table
-from elbgate.cli.connection import render
 from elbgate.settings import Settings
 from testbed.controlplane import ControlPlane
 from tests.client.conftest import search_job

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
+from client.cli.census import census_report, render_table, verdict
+from client.cli.lease_report import describe_lease, force_release_verdict, lease_summary
 from elbgate.capacity import NodeView
 from elbgate.census import census
-from elbgate.cli.census import census_report, render_table, verdict
-from elbgate.cli.lease_report import describe_lease, force_release_verdict, lease_summary
 from elbgate.settings import Settings
 from testbed import elastic_blast as elb
 from tests.protocol.builders import NOW, job, lease

@@ -6,9 +6,9 @@ import io
 
 import pytest
 
-from elbgate.cli.status_line import StatusLine, format_elapsed, format_event
-from elbgate.client.slot import SlotEvent
-from elbgate.client.slot_machine import Phase
+from client.cli.status_line import StatusLine, format_elapsed, format_event
+from client.slot import SlotEvent
+from client.slot_machine import Phase
 
 
 class FakeClock:

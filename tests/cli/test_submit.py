@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from elbgate.cli import exit_codes
-from elbgate.client import SubmitLease
+from client import SubmitLease
+from client.cli import exit_codes
 from elbgate.settings import Settings
 from testbed.controlplane import ControlPlane
 from testbed.faultproxy import FaultProxy

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from elbgate.client.sync_kube import SyncKube
+from client.sync_kube import SyncKube
 from elbgate.kube.config import KubeConfig
 from elbgate.lease import LeaseView, expires_at
 from elbgate.names import lease_name

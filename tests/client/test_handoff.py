@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from elbgate.client import AcquireResult, SubmitLease, run_slot
-from elbgate.client.waiting_room import WaitingRoom
+from client import AcquireResult, SubmitLease, run_slot
+from client.waiting_room import WaitingRoom
 from elbgate.kube.config import KubeConfig
 from elbgate.settings import Settings
 from testbed.api import wait_until

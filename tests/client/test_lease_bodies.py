@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from datetime import UTC, datetime
 
-from elbgate.client.lease_ops import claimed_body, describe_holder, new_lease_body, released_body
+from client.lease_ops import claimed_body, describe_holder, new_lease_body, released_body
 from elbgate.lease import LeaseView, parse_microtime
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, 123456, tzinfo=UTC)

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from elbgate.client import (
+from client import (
     CapacityTimeout,
     CoordinationError,
     Phase,

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from elbgate.client.slot_machine import (
+from client.slot_machine import (
     Action,
     ApiFailed,
     Cancelled,

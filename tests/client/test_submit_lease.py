@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from elbgate.client import CoordinationError, LeaseBusy, LeaseLost, SubmitLease, SyncKube
+from client import CoordinationError, LeaseBusy, LeaseLost, SubmitLease, SyncKube
 from elbgate.kube import config as kube_config
 from elbgate.kube.config import KubeConfig
 from elbgate.names import HOLDER_POD_ANNOTATION, HOLDER_USER_ANNOTATION, lease_name

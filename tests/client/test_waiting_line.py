@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from elbgate.client import waiting_line as wl
+from client import waiting_line as wl
 from elbgate.lease import format_microtime
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from elbgate.client.submit_lease import SubmitLease
+from client.submit_lease import SubmitLease
 from elbgate.kube.config import KubeConfig
 from elbgate.settings import Settings
 from testbed.api import Api, JsonObj, wait_until

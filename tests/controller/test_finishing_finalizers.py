@@ -113,7 +113,7 @@ def census(cp: ControlPlane, ns: str) -> dict[str, Any]:
         "KUBECONFIG": cp.kubeconfig("operator"),
     }
     out = subprocess.run(
-        [sys.executable, "-m", "elbgate.cli", "census", "-n", ns, "-o", "json"],
+        [sys.executable, "-m", "client", "census", "-n", ns, "-o", "json"],
         capture_output=True,
         text=True,
         env=env,

@@ -1,7 +1,7 @@
 """A submitter on the control plane, doing what ``elastic-blast submit`` does under a submit path.
 
 It holds the namespace's submit Lease through elb-gate's own client
-(:class:`elbgate.client.SubmitLease`, the protocol both submit paths speak) and
+(:class:`client.SubmitLease`, the protocol both submit paths speak) and
 applies each Job with ``kubectl apply -f <file>`` as its user, in the order
 ElasticBLAST applies them, stopping at the first refusal (ElasticBLAST's
 ``safe_exec`` raises on a failed ``kubectl``).
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from elbgate.client import SubmitLease
+from client import SubmitLease
 from elbgate.kube.config import KubeConfig
 from elbgate.settings import Settings
 from testbed.api import JsonObj, wait_until

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from elbgate.client import SubmitLease
+from client import SubmitLease
 from elbgate.kube.config import KubeConfig
 from elbgate.settings import Settings
 from testbed import elastic_blast as elb

@@ -1,5 +1,5 @@
 """``WaitingRoom``: a waiter's watches and its place in the line (the I/O around
-:mod:`elbgate.client.waiting_line`).
+:mod:`client.waiting_line`).
 
     room = WaitingRoom(kube, namespace, holder, settings)
     room.enter()                       # watch the Lease, the search Jobs and the line; queue
@@ -25,8 +25,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any
 
-from elbgate.client import waiting_line as wl
-from elbgate.client.sync_kube import SyncKube
+from client import waiting_line as wl
+from client.sync_kube import SyncKube
 from elbgate.kube.api import JOBS, LEASES, ApiError, ApiUnavailable, KubeApi, path
 from elbgate.names import SEARCH_JOB_SELECTOR, UNFINISHED_JOB_FIELD_SELECTOR, lease_name
 from elbgate.settings import Settings

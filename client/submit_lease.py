@@ -14,10 +14,10 @@ from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from elbgate.client import lease_ops
-from elbgate.client.errors import CoordinationError, LeaseBusy, LeaseLost
-from elbgate.client.lease_ops import AcquireResult, Json
-from elbgate.client.sync_kube import SyncKube
+from client import lease_ops
+from client.errors import CoordinationError, LeaseBusy, LeaseLost
+from client.lease_ops import AcquireResult, Json
+from client.sync_kube import SyncKube
 from elbgate.kube.api import ApiError, ApiUnavailable, KubeApi
 from elbgate.kube.config import KubeConfig
 from elbgate.lease import LeaseView, new_holder_identity

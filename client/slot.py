@@ -1,5 +1,5 @@
 """``run_slot``: wait for the Lease and for capacity, then hold the slot while
-the submit runs. The I/O around :mod:`elbgate.client.slot_machine`.
+the submit runs. The I/O around :mod:`client.slot_machine`.
 
 ::
 
@@ -21,15 +21,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from elbgate.census import Census
-from elbgate.client.errors import (
+from client.errors import (
     CapacityTimeout,
     CoordinationError,
     SlotCancelled,
     SubmitSlotTimeout,
 )
-from elbgate.client.observe import read_census
-from elbgate.client.slot_machine import (
+from client.observe import read_census
+from client.slot_machine import (
     DEFAULT_POLL_SECONDS,
     Action,
     ApiFailed,
@@ -43,8 +42,9 @@ from elbgate.client.slot_machine import (
     SlotState,
     transition,
 )
-from elbgate.client.submit_lease import DEFAULT_HEARTBEAT_FRACTION, Heartbeat, SubmitLease
-from elbgate.client.waiting_room import WaitingRoom
+from client.submit_lease import DEFAULT_HEARTBEAT_FRACTION, Heartbeat, SubmitLease
+from client.waiting_room import WaitingRoom
+from elbgate.census import Census
 from elbgate.durations import format_duration
 from elbgate.settings import Settings
 
@@ -101,7 +101,7 @@ def run_slot(
     runs; ``census_reader`` replaces the census LIST (tests); ``monotonic`` is the
     clock of the deadlines. With ``watch`` (the default) a waiter watches the Lease
     and the search Jobs and queues in the namespace's waiting line
-    (:mod:`elbgate.client.waiting_line`): it tries again the moment a slot frees, in
+    (:mod:`client.waiting_line`): it tries again the moment a slot frees, in
     its turn; ``waiting_room`` supplies one (tests).
     """
     cancel = cancel or threading.Event()

@@ -1,7 +1,7 @@
 """The submit-slot state machine, pure: ``transition(state, observation, now,
 limits) -> Step``. No I/O and no clock reads, so it is tested as tables.
 
-The driver (:mod:`elbgate.client.slot`) performs the step's action — acquire the
+The driver (:mod:`client.slot`) performs the step's action — acquire the
 Lease, take the census under it, proceed, or fail — after releasing the Lease
 when the step says so and sleeping for ``step.sleep``, then feeds back what it
 observed::

@@ -14,15 +14,15 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
-from elbgate.client.errors import (
+from client.errors import (
     CapacityTimeout,
     CoordinationError,
     SlotCancelled,
     SubmitSlotTimeout,
 )
-from elbgate.client.slot import run_slot
-from elbgate.client.slot_machine import DEFAULT_POLL_SECONDS
-from elbgate.client.submit_lease import SubmitLease
+from client.slot import run_slot
+from client.slot_machine import DEFAULT_POLL_SECONDS
+from client.submit_lease import SubmitLease
 from elbgate.durations import format_duration
 from elbgate.lease import new_holder_identity
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from client.errors import CoordinationError
+from client.sync_kube import SyncKube
 from elbgate.capacity import NodeView
 from elbgate.census import Census, census
-from elbgate.client.errors import CoordinationError
-from elbgate.client.sync_kube import SyncKube
 from elbgate.kube.api import ApiError, ApiUnavailable
 from elbgate.kube.reads import (
     get_submit_lease,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from elbgate.client.lease_ops import describe_holder
+from client.lease_ops import describe_holder
 from elbgate.durations import format_distance
 from elbgate.lease import LeaseView, Unparseable, expires_at, format_microtime, is_expired
 from elbgate.settings import Settings

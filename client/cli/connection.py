@@ -12,8 +12,8 @@ from typing import Any
 
 import yaml
 
-from elbgate.client.errors import CoordinationError
-from elbgate.client.sync_kube import SyncKube
+from client.errors import CoordinationError
+from client.sync_kube import SyncKube
 from elbgate.kube.api import ApiError, ApiUnavailable, resource_path
 from elbgate.kube.config import KubeConfig, KubeConfigError
 from elbgate.settings import Settings, SettingsError

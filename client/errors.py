@@ -3,7 +3,7 @@
 Busy is not an error (``acquire()`` returns it). Everything here is raised:
 a coordination error (the API could not be read or written: callers fail
 closed and never read it as busy), a lost Lease, and the three ways
-:func:`elbgate.client.slot.run_slot` can end without a slot.
+:func:`client.slot.run_slot` can end without a slot.
 """
 
 from __future__ import annotations

@@ -1,9 +1,12 @@
 """The submit-path client: take the Gate A Lease, check capacity, run the submit.
 
+The library a submit path imports, and under :mod:`client.cli` the ``elb-gate``
+command built on it (``python -m client`` is the same command).
+
 A submit path (the dashboard's Celery task, the OpenAPI service, an operator at
 a terminal) uses this instead of its own Lease and count logic::
 
-    from elbgate.client import SubmitLease, run_slot
+    from client import SubmitLease, run_slot
     lease = SubmitLease(namespace, settings=settings, config=KubeConfig.load(), source="dashboard")
     try:
         with run_slot(lease, settings, on_state=print) as slot:
@@ -12,7 +15,7 @@ a terminal) uses this instead of its own Lease and count logic::
         lease.close()
 """
 
-from elbgate.client.errors import (
+from client.errors import (
     CapacityTimeout,
     CoordinationError,
     LeaseBusy,
@@ -21,12 +24,12 @@ from elbgate.client.errors import (
     SlotUnavailable,
     SubmitSlotTimeout,
 )
-from elbgate.client.lease_ops import AcquireResult
-from elbgate.client.observe import read_census, read_lease
-from elbgate.client.slot import Slot, SlotEvent, run_slot
-from elbgate.client.slot_machine import Phase
-from elbgate.client.submit_lease import Heartbeat, SubmitLease
-from elbgate.client.sync_kube import SyncKube
+from client.lease_ops import AcquireResult
+from client.observe import read_census, read_lease
+from client.slot import Slot, SlotEvent, run_slot
+from client.slot_machine import Phase
+from client.submit_lease import Heartbeat, SubmitLease
+from client.sync_kube import SyncKube
 
 __all__ = [
     "AcquireResult",

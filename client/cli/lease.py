@@ -13,10 +13,10 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from elbgate.client.errors import CoordinationError
-from elbgate.client.lease_ops import released_body
-from elbgate.client.observe import read_lease
-from elbgate.client.sync_kube import SyncKube
+from client.errors import CoordinationError
+from client.lease_ops import released_body
+from client.observe import read_lease
+from client.sync_kube import SyncKube
 from elbgate.kube.api import LEASES, ApiError, ApiUnavailable, path
 from elbgate.names import lease_name
 

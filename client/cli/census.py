@@ -10,11 +10,11 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from client.errors import CoordinationError
+from client.observe import read_census, read_lease, read_pool_nodes
 from elbgate import quantity
 from elbgate.capacity import Ceiling, NodeView, PodShape, effective_ceiling, selected
 from elbgate.census import Census
-from elbgate.client.errors import CoordinationError
-from elbgate.client.observe import read_census, read_lease, read_pool_nodes
 from elbgate.durations import format_duration
 from elbgate.lease import format_microtime
 from elbgate.names import lease_name

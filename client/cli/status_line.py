@@ -9,8 +9,8 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
-from elbgate.client.slot import SlotEvent
-from elbgate.client.slot_machine import Phase
+from client.slot import SlotEvent
+from client.slot_machine import Phase
 from elbgate.durations import format_duration
 
 _WAITING = frozenset({Phase.WAITING_FOR_SUBMIT_SLOT, Phase.WAITING_FOR_CAPACITY})

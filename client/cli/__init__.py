@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
-from elbgate.client.errors import CoordinationError
+from client.errors import CoordinationError
 
 from . import census, exit_codes, lease, submit
 from .connection import CliError, add_global_flags
