@@ -11,13 +11,13 @@ import os
 import signal
 import sys
 
-from controller.main import LeaderTiming, serve
+from controller.server import LeaderTiming, serve
 from elbgate import logs
 from elbgate.kube.config import KubeConfig, KubeConfigError
 from elbgate.settings import Settings, SettingsError
 from elbgate.settings_help import server_parser
 
-logger = logging.getLogger("elbgate.controller")
+logger = logging.getLogger("controller.server")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -52,7 +52,7 @@ from elbgate.names import (
     ORPHANED_SINCE_ANNOTATION,
 )
 
-logger = logging.getLogger("elbgate.controller.apply")
+logger = logging.getLogger("controller.apply")
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "elb-gate-controller"}
 

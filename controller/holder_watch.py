@@ -29,7 +29,7 @@ from elbgate.kube.api import PODS, KubeApi, path
 from elbgate.kube.informer import Informer, WatchSpec
 from elbgate.logs import log
 
-logger = logging.getLogger("elbgate.controller.holder_watch")
+logger = logging.getLogger("controller.holder_watch")
 
 NODES = ("v1", "nodes")
 """Cluster-scoped: read only through a name-scoped watch (manifests/base/rbac.yaml)."""

@@ -25,7 +25,7 @@ from elbgate.kube.api import LEASES, ApiError, ApiUnavailable, KubeApi, path
 from elbgate.lease import format_microtime
 from elbgate.logs import log
 
-logger = logging.getLogger("elbgate.controller.leader")
+logger = logging.getLogger("controller.leader")
 
 
 class LeaderElector:

@@ -30,7 +30,7 @@ from elbgate.lease import LeaseView, expires_at
 from elbgate.logs import log
 from elbgate.settings import Settings
 
-logger = logging.getLogger("elbgate.controller.reconciler")
+logger = logging.getLogger("controller.reconciler")
 
 DEBOUNCE_SECONDS = 0.05
 """Coalesce a burst of watch events (a LIST's worth, a search's Jobs) into one reconcile."""

@@ -15,9 +15,9 @@ from elbgate.kube.config import KubeConfig
 from elbgate.logs import log
 from elbgate.settings import Settings
 from webhook.admission import Admission
-from webhook.app import Runtime, create_app, create_ops_app
 from webhook.callers import CallerPolicy
 from webhook.cluster_view import ClusterView
+from webhook.http import Runtime, create_app, create_ops_app
 from webhook.metrics import WebhookMetrics
 from webhook.readiness import ApiReachability
 from webhook.tls import ServingCertificate

@@ -22,7 +22,7 @@ from elbgate.kube.api import KubeApi
 from elbgate.kube.config import KubeConfig
 from elbgate.settings import Settings
 from webhook.admission import Admission
-from webhook.app import Runtime, create_app
+from webhook.http import Runtime, create_app
 from webhook.metrics import WebhookMetrics
 from webhook.readiness import ApiReachability
 from webhook.tls import ServingCertificate

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from controller.main import Controller, LeaderTiming
+from controller.server import Controller, LeaderTiming
 from elbgate.kube.api import KubeApi
 from elbgate.kube.config import KubeConfig
 from elbgate.settings import Settings

@@ -212,7 +212,7 @@ def test_configmap_access_is_limited_to_the_liveness_configmap_except_create(
     # list/watch limited by name only qualify with this field selector: the informer sends it.
     assert (
         'field_selector=f"metadata.name={LIVENESS_CONFIGMAP}"'
-        in (REPO / "controller" / "main.py").read_text()
+        in (REPO / "controller" / "server.py").read_text()
     )
 
 

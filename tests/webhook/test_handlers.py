@@ -17,7 +17,7 @@ from elbgate.settings import Settings
 from testbed.elastic_blast import import_queries, init_ssd
 from tests.webhook.builders import NOW, admission, job, job_object, lease, user
 from webhook.admission import Admission
-from webhook.app import Runtime, create_app, create_ops_app
+from webhook.http import Runtime, create_app, create_ops_app
 from webhook.metrics import WebhookMetrics
 from webhook.readiness import ApiReachability
 from webhook.review import AdmissionRequest

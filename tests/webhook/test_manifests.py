@@ -11,7 +11,7 @@ import yaml
 
 from elbgate.label_values import NEAR_MISS_APP_PATTERN
 from testbed.webhook_process import MANIFEST
-from webhook.app import JOBS_PATH, LEASE_MUTATE_PATH, LEASE_VALIDATE_PATH
+from webhook.http import JOBS_PATH, LEASE_MUTATE_PATH, LEASE_VALIDATE_PATH
 
 DOCS = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
 HOOKS = {hook["name"]: (doc["kind"], hook) for doc in DOCS for hook in doc["webhooks"]}

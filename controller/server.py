@@ -28,7 +28,7 @@ from elbgate.logs import log
 from elbgate.names import BATCH_WORK_EVIDENCE_APPS, LIVENESS_CONFIGMAP, SEARCH_APPS, lease_name
 from elbgate.settings import Settings
 
-logger = logging.getLogger("elbgate.controller")
+logger = logging.getLogger("controller.server")
 
 
 @dataclass(frozen=True)
