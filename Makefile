@@ -55,9 +55,11 @@ localkube: $(LOCALKUBE) ## Build the test control plane and its kubectl (KUBE_VE
 cluster: $(STAMP) $(LOCALKUBE) ## Start a control plane and keep it up (tests reuse it: ELB_GATE_CONTROL_PLANE=.run/cluster)
 	$(BIN)/python -m testbed.cluster --dir .run/cluster $(ARGS)
 
-lint: $(STAMP) ## ruff + mypy
+lint: $(STAMP) ## ruff (lint + format), mypy, the layering contracts (import-linter)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 $(HELM):
 	@echo "==> building helm $(HELM_VERSION) from the Go module proxy into $(dir $(HELM)) (once; a few minutes)"
@@ -101,6 +103,6 @@ image: ## Build the one container image both components run from (IMAGE=...)
 	docker build -t $(IMAGE) .
 
 clean: ## Remove the virtualenv and generated files
-	rm -rf $(VENV) .run .build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .run .build .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
 
 .PHONY: help venv tools helm manifests localkube cluster lint test run dashboard-png certs bench soak fuzz deploy image clean

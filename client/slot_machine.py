@@ -175,9 +175,7 @@ def transition(state: SlotState, obs: Observation, now: float, limits: SlotLimit
             nxt = replace(
                 state, phase=Phase.WAITING_FOR_SUBMIT_SLOT, slot_wait_since=since, detail=obs.detail
             )
-            return Step(
-                nxt, Action.ACQUIRE, sleep=min(limits.poll_seconds, left), deadline_in=left
-            )
+            return Step(nxt, Action.ACQUIRE, sleep=min(limits.poll_seconds, left), deadline_in=left)
         if isinstance(obs, ApiFailed):
             # A write whose answer was lost may have taken the Lease: make sure it is not held.
             nxt = replace(state, phase=Phase.COORDINATION_ERROR, detail=obs.detail)

@@ -65,9 +65,10 @@ def terminating_pods(job: Mapping[str, Any]) -> int:
 
 def is_suspended(job: Mapping[str, Any]) -> bool:
     """The Job is suspended (condition ``Suspended`` True, or ``spec.suspend``)."""
-    return SUSPENDED_CONDITION in true_conditions(job) or (job.get("spec") or {}).get(
-        "suspend"
-    ) is True
+    return (
+        SUSPENDED_CONDITION in true_conditions(job)
+        or (job.get("spec") or {}).get("suspend") is True
+    )
 
 
 def is_terminal(job: Mapping[str, Any]) -> bool:

@@ -32,6 +32,8 @@ import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+# One line per letter: it reads as the table it is.
+# fmt: off
 CONFUSABLES: dict[str, str] = {
     # a
     "\u0430": "a", "\u0251": "a", "\u03b1": "a", "\u237a": "a",
@@ -76,6 +78,7 @@ CONFUSABLES: dict[str, str] = {
     # z
     "\u1d22": "z", "\u0290": "z",
 }
+# fmt: on
 """Look-alike → the ASCII letter it imitates (checked on the character and on its
 lowercase form, so uppercase Cyrillic and Greek are covered too)."""
 
@@ -173,9 +176,7 @@ def job_id_problem(value: str) -> IdProblem | None:
     if not bad:
         return None
     found = tuple(dict.fromkeys(_describe(c) for c in bad))
-    cleaned = "".join(
-        c if c.isascii() else _confusable_keep_case(c) for c in _visible(value)
-    )
+    cleaned = "".join(c if c.isascii() else _confusable_keep_case(c) for c in _visible(value))
     suggestion = cleaned if cleaned.isascii() and LABEL_VALUE.match(cleaned) and cleaned else ""
     return IdProblem(found, suggestion)
 

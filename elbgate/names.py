@@ -72,6 +72,7 @@ def is_submit_lease_name(name: str | None) -> bool:
     """True for Lease names elb-gate guards (others never reach the webhook)."""
     return name is not None and name.startswith(LEASE_PREFIX)
 
+
 BATCH_WORK_SEEN_ANNOTATION = ANNOTATION_PREFIX + "batch-work-seen"
 """Set by the controller on a finalizer Job the first time it sees batch work of the
 finalizer's search: ``<RFC 3339 time> <app>/<Job name>``. Durable evidence that the search

@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from client.submit_lease import SubmitLease
 from elbgate.kube.config import KubeConfig
@@ -398,7 +398,17 @@ class Stage:
 
 
 LEADER_LEASE = ("elb-system", "elb-gate-controller")
-AT_DEFAULTS: dict[str, float] = {
+
+
+class ControllerTiming(TypedDict):
+    """Keyword arguments of :meth:`ControllerProcess.start` that set its timing."""
+
+    resync_seconds: float
+    leader_lease_seconds: float
+    leader_renew_seconds: float
+
+
+AT_DEFAULTS: ControllerTiming = {
     "resync_seconds": 30.0,
     "leader_lease_seconds": 15.0,
     "leader_renew_seconds": 5.0,

@@ -146,7 +146,9 @@ def test_nodes_that_cannot_be_read_leave_the_census_standing() -> None:
     seen = census([], NOW, 300)
     out = census_report("default", seen, None, SETTINGS, NOW, "list nodes: 403 Forbidden")
     assert out["capacity"] == {"rule": "off", "pool": None, "error": "list nodes: 403 Forbidden"}
-    assert "capacity (rule off, every node): unknown (list nodes: 403 Forbidden)" in render_table(out)
+    assert "capacity (rule off, every node): unknown (list nodes: 403 Forbidden)" in render_table(
+        out
+    )
 
 
 @pytest.mark.parametrize(

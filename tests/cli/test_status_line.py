@@ -28,9 +28,7 @@ def test_elapsed_time_is_written_in_the_one_duration_format(seconds: float, text
 
 def test_a_waiting_state_shows_how_long_it_has_waited() -> None:
     event = SlotEvent(Phase.WAITING_FOR_CAPACITY, "3/3 active: a, b, c", 42)
-    assert (
-        format_event(event) == "elb-gate: waiting_for_capacity (waited 42s): 3/3 active: a, b, c"
-    )
+    assert format_event(event) == "elb-gate: waiting_for_capacity (waited 42s): 3/3 active: a, b, c"
 
 
 def test_a_non_waiting_state_shows_no_wait() -> None:

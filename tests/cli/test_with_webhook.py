@@ -64,9 +64,7 @@ def test_the_cli_lease_is_stamped_and_only_its_holder_may_open_a_search(
         input=json.dumps(search_job(ns, "search-2", app="finalizer")),
     )  # fmt: skip
     assert denied.returncode != 0
-    assert (
-        'admission webhook "search-admission.elb-gate.io" denied the request' in denied.stderr
-    )
+    assert 'admission webhook "search-admission.elb-gate.io" denied the request' in denied.stderr
     assert holder in denied.stderr
 
     (tmp_path / "go").write_text("go")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 
 import pytest
 
@@ -78,6 +79,14 @@ class Waiter:
     errors: list[BaseException] = field(default_factory=list)
 
 
+def in_line(waiter: Waiter, position: int) -> bool:
+    return waiter.room.position() == position
+
+
+def watching(waiter: Waiter) -> bool:
+    return waiter.room.watching
+
+
 @pytest.fixture
 def namespace(control_plane: ControlPlane) -> str:
     ns = control_plane.new_namespace("handoff")
@@ -116,9 +125,9 @@ def waiters(control_plane: ControlPlane, namespace: str) -> Iterator[list[Waiter
         thread.start()
         threads.append(thread)
         # Queue one after the other, each behind the ones already in line.
-        wait_until(lambda w=waiter, n=n: w.room.position() == n, 60, f"{waiter.name} in line")
+        wait_until(partial(in_line, waiter, n), 60, f"{waiter.name} in line")
     for w in made:
-        wait_until(lambda w=w: w.room.watching, 60, f"{w.name} watching")
+        wait_until(partial(watching, w), 60, f"{w.name} watching")
     yield made
     stop.set()
     for thread in threads:

@@ -109,9 +109,12 @@ def test_a_busy_lease_is_waited_for_and_then_won(
     settings = small_settings()
     other.acquire()
     seen = Recorder()
-    releaser = threading.Thread(
-        target=lambda: (seen.wait_for(Phase.WAITING_FOR_SUBMIT_SLOT), other.release())
-    )
+
+    def release_when_waiting() -> None:
+        seen.wait_for(Phase.WAITING_FOR_SUBMIT_SLOT)
+        other.release()
+
+    releaser = threading.Thread(target=release_when_waiting)
     releaser.start()
     with run_slot(mine(kube, settings, ns), settings, on_state=seen, poll_seconds=0.05) as slot:
         assert holder_of(control_plane, ns) == slot.holder
@@ -207,9 +210,12 @@ def test_cancel_while_waiting_stops_without_holding_anything(
     other.acquire()
     cancel = threading.Event()
     seen = Recorder()
-    canceller = threading.Thread(
-        target=lambda: (seen.wait_for(Phase.WAITING_FOR_SUBMIT_SLOT), cancel.set())
-    )
+
+    def cancel_when_waiting() -> None:
+        seen.wait_for(Phase.WAITING_FOR_SUBMIT_SLOT)
+        cancel.set()
+
+    canceller = threading.Thread(target=cancel_when_waiting)
     canceller.start()
     with (
         pytest.raises(SlotCancelled),

@@ -38,5 +38,5 @@ def liveness(cp: ControlPlane, namespace: str) -> dict[str, str]:
     return dict((cm or {}).get("data") or {})
 
 
-def annotations(cp: ControlPlane, namespace: str, job: str) -> dict[str, str]:
+def job_annotations(cp: ControlPlane, namespace: str, job: str) -> dict[str, str]:
     return dict(cp.admin.get("jobs", namespace, job)["metadata"].get("annotations") or {})

@@ -44,12 +44,12 @@ async def test_a_reclaim_cancelled_by_lost_leadership_is_still_logged_counted_an
     api = SlowApi()
     metrics = ControllerMetrics()
     applier = Applier(
-        api,
+        api,  # type: ignore[arg-type]
         Cache([NS]),
         metrics,
         "ctl-0",
         lambda: True,
-        lambda: datetime.now(UTC),  # type: ignore[arg-type]
+        lambda: datetime.now(UTC),
     )
     action = ReleaseLease(
         NS, "elb-blast-submit-blast", "41", "openapi-1", "dead_holder", "its pod is gone"
@@ -79,12 +79,12 @@ async def test_a_reclaim_cancelled_by_lost_leadership_is_still_logged_counted_an
 async def test_no_write_starts_without_leadership() -> None:
     api = SlowApi()
     applier = Applier(
-        api,
+        api,  # type: ignore[arg-type]
         Cache([NS]),
         ControllerMetrics(),
         "ctl-0",
         lambda: False,
-        lambda: datetime.now(UTC),  # type: ignore[arg-type]
+        lambda: datetime.now(UTC),
     )
     action = ReleaseLease(NS, "elb-blast-submit-blast", "41", "h", "expired", "expired")
     assert await applier.apply(action) is Outcome.NOT_LEADER

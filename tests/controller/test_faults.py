@@ -5,6 +5,7 @@ re-observe, never overwrite. The faults come from a proxy in front of the API se
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import cast
 
 import pytest
 
@@ -18,7 +19,7 @@ from testbed.controlplane import ControlPlane
 from testbed.faultproxy import FaultProxy
 from testbed.webhook_process import WebhookProcess
 from tests.controller.conftest import controller_settings, eventually, running
-from tests.controller.observed import annotations, events, holder, liveness
+from tests.controller.observed import events, holder, job_annotations, liveness
 from tests.controller.search_jobs import Submitter, finalizer, search_id
 
 
@@ -47,7 +48,7 @@ def lone_finalizer(cp: ControlPlane, ns: str) -> str:
 
 
 def marked(cp: ControlPlane, ns: str, name: str) -> bool:
-    return ORPHANED_SINCE_ANNOTATION in annotations(cp, ns, name)
+    return ORPHANED_SINCE_ANNOTATION in job_annotations(cp, ns, name)
 
 
 async def test_a_failing_initial_list_leaves_the_namespace_alone_until_it_succeeds(
@@ -65,7 +66,8 @@ async def test_a_failing_initial_list_leaves_the_namespace_alone_until_it_succee
         assert not ctl.cache.synced(ns) and not ctl.health.ready()
         assert holder(cp, ns) != ""
         assert liveness(cp, ns) == {}
-        assert ctl.reconciler.liveness_json(True)["namespaces"][ns]["state"] == "unknown"
+        reported = cast(dict[str, dict[str, str]], ctl.reconciler.liveness_json(True)["namespaces"])
+        assert reported[ns]["state"] == "unknown"
         fault_proxy.clear()
         await eventually(lambda: holder(cp, ns) == "", "reclaimed once the LIST succeeds")
         assert ctl.health.ready()

@@ -29,7 +29,7 @@ from testbed.controller_process import ControllerProcess
 from testbed.controlplane import ControlPlane
 from testbed.holders import AT_DEFAULTS, AuditLog, Stage, utc
 from testbed.webhook_process import WebhookProcess
-from tests.controller.observed import annotations, events, liveness, settle
+from tests.controller.observed import events, job_annotations, liveness, settle
 from tests.controller.search_jobs import Submitter, blast_batch, finalizer, search_id, submit_jobs
 
 GRACE_SECONDS = 5
@@ -87,7 +87,9 @@ def search_past_its_batch_jobs(cp: ControlPlane, on: Stage, ns: str) -> Search:
         (fin,) = submitter.create(finalizer(ns, job_id))
     name = fin["metadata"]["name"]
     wait_until(
-        lambda: BATCH_WORK_SEEN_ANNOTATION in annotations(cp, ns, name), 30, "batch work recorded"
+        lambda: BATCH_WORK_SEEN_ANNOTATION in job_annotations(cp, ns, name),
+        30,
+        "batch work recorded",
     )
     (record,) = controller_writes(on.audit, ns, name)
     recorded_after = (
@@ -95,7 +97,11 @@ def search_past_its_batch_jobs(cp: ControlPlane, on: Stage, ns: str) -> Search:
     ).total_seconds()
     batch_names = tuple(j["metadata"]["name"] for j in batch)
     for job in batch_names:
-        wait_until(lambda j=job: cp.admin.find("jobs", ns, j) is None, 120, f"{job} TTL-deleted")
+
+        def gone(job: str = job) -> bool:
+            return cp.admin.find("jobs", ns, job) is None
+
+        wait_until(gone, 120, f"{job} TTL-deleted")
         deleted = [e for e in on.audit.job_writes(ns, job, TTL_CONTROLLER) if e["verb"] == "delete"]
         assert deleted, f"{job} was not deleted by the TTL-after-finished controller"
     born = utc(fin["metadata"]["creationTimestamp"])
@@ -128,7 +134,7 @@ def census(cp: ControlPlane, ns: str) -> dict[str, Any]:
 def assert_finishing(cp: ControlPlane, on: Stage, ctl: ControllerProcess, search: Search) -> None:
     """Recorded, never marked, never deleted, no Event; finishing; the namespace in use."""
     ns, name = search.namespace, search.finalizer
-    found = annotations(cp, ns, name)
+    found = job_annotations(cp, ns, name)
     assert BATCH_WORK_SEEN_ANNOTATION in found
     assert ORPHANED_SINCE_ANNOTATION not in found
     writes = controller_writes(on.audit, ns, name)
@@ -177,7 +183,7 @@ def lone_finalizer(cp: ControlPlane, ns: str) -> str:
 
 
 def marked(cp: ControlPlane, ns: str, name: str) -> str | None:
-    return annotations(cp, ns, name).get(ORPHANED_SINCE_ANNOTATION)
+    return job_annotations(cp, ns, name).get(ORPHANED_SINCE_ANNOTATION)
 
 
 def test_a_true_orphan_under_the_default_policy_is_flagged_and_never_deleted(
@@ -232,7 +238,7 @@ def test_batch_work_appearing_for_a_flagged_orphan_is_recorded_and_unflags_it_in
         with submitter.holding():
             submitter.create(submit_jobs(ns, job_id))
         wait_until(lambda: marked(control_plane, ns, name) is None, 30, "the mark removed")
-        found = annotations(control_plane, ns, name)
+        found = job_annotations(control_plane, ns, name)
         assert found[BATCH_WORK_SEEN_ANNOTATION].endswith(f"submit/submit-jobs-{job_id[-8:]}")
         settle(control_plane, on.leader(), ns)
         (patch,) = controller_writes(on.audit, ns, name)[before:]

@@ -8,7 +8,7 @@ from testbed.api import wait_until
 from testbed.controller_process import ControllerProcess
 from testbed.controlplane import ControlPlane
 from testbed.webhook_process import WebhookProcess
-from tests.controller.observed import annotations, events, free_leader_lease, settle
+from tests.controller.observed import events, free_leader_lease, job_annotations, settle
 from tests.controller.search_jobs import Submitter, blast_batch, finalizer, search_id
 
 
@@ -31,7 +31,7 @@ def test_policy_warn_marks_and_warns_but_never_deletes(
         name = fin["metadata"]["name"]
 
         def mark() -> str | None:
-            return annotations(cp, ns, name).get(ORPHANED_SINCE_ANNOTATION)
+            return job_annotations(cp, ns, name).get(ORPHANED_SINCE_ANNOTATION)
 
         wait_until(lambda: mark() is not None, 30, "marked")
         wait_until(lambda: events(cp, ns, "OrphanedFinalizer"), 30, "warned")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from testbed.controller_process import ControllerProcess
 from testbed.controlplane import ControlPlane
+from testbed.holders import ControllerTiming
 from tests.controller.observed import free_leader_lease
 
 
@@ -13,7 +14,11 @@ def test_a_terminated_leader_releases_its_lease_so_the_other_leads_without_waiti
     # A 60 s leader Lease: the follower can only lead this soon if the Lease was released.
     cp = control_plane
     ns = cp.new_namespace("calm")
-    timing = {"leader_lease_seconds": 60.0, "leader_renew_seconds": 0.5}
+    timing: ControllerTiming = {
+        "resync_seconds": 1.0,
+        "leader_lease_seconds": 60.0,
+        "leader_renew_seconds": 0.5,
+    }
     free_leader_lease(cp)
     with ControllerProcess.start(cp, name="ctl-1", namespaces=[ns], **timing) as first:
         first.wait_until(first.is_leader, "ctl-1 leads", 30)

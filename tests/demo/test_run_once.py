@@ -98,7 +98,9 @@ def test_the_dashboard_is_drawn_from_what_prometheus_scraped_during_the_run(run:
     """``--dashboard`` (``make dashboard-png``): a real Prometheus scraped both replicas
     and the controller, and every panel's query ran (a failed one fails the run)."""
     line = summary_value(run, "dashboard")
-    assert re.fullmatch(rf"{re.escape(str(run.tmp / 'dashboard.png'))} \(15 panels over [\d.]+ min\)", line)
+    assert re.fullmatch(
+        rf"{re.escape(str(run.tmp / 'dashboard.png'))} \(15 panels over [\d.]+ min\)", line
+    )
     assert (run.tmp / "dashboard.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "[FAILED]" not in run.output
 

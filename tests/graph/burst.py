@@ -49,7 +49,7 @@ BATCH_SECONDS = 3.0
 RETRY_SECONDS = (1.0, 2.0)
 """A refused search is tried again after a pause in this range."""
 
-_DENIED = re.compile(r'denied the request: ([A-Za-z ]+?):')
+_DENIED = re.compile(r"denied the request: ([A-Za-z ]+?):")
 
 
 def refusal_kind(text: str) -> str:
@@ -154,7 +154,11 @@ class InCluster:
         self._tokens: dict[str, str] = {}
         self._stop = threading.Event()
         self._watch = ResourceWatch(
-            self.cp.admin, "pods", self.namespace, self._on_pod, label_selector="app in (submit,finalizer)"
+            self.cp.admin,
+            "pods",
+            self.namespace,
+            self._on_pod,
+            label_selector="app in (submit,finalizer)",
         )
         self._thread = threading.Thread(target=self._run, name="in-cluster", daemon=True)
 
@@ -181,7 +185,8 @@ class InCluster:
         return [
             p
             for p in pods
-            if (p.get("status") or {}).get("phase") == "Running" and p["metadata"]["uid"] not in self._done
+            if (p.get("status") or {}).get("phase") == "Running"
+            and p["metadata"]["uid"] not in self._done
         ]
 
     def _run(self) -> None:
@@ -381,6 +386,4 @@ def run_burst(
             task.submitter.close()
         in_cluster.stop()
         log.stop()
-    return BurstRun(
-        log.snapshot(), cp.admin.list("nodes"), tasks, in_cluster, started, finished
-    )
+    return BurstRun(log.snapshot(), cp.admin.list("nodes"), tasks, in_cluster, started, finished)

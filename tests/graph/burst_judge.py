@@ -250,7 +250,10 @@ def judge(
                         search_pairs.add((db, stager, other))
         _track(pairs, open_overlaps, verdict.overlaps, event.at)
         _track(search_pairs, open_search_overlaps, verdict.search_overlaps, event.at)
-    for still, found in ((open_overlaps, verdict.overlaps), (open_search_overlaps, verdict.search_overlaps)):
+    for still, found in (
+        (open_overlaps, verdict.overlaps),
+        (open_search_overlaps, verdict.search_overlaps),
+    ):
         found.extend(Overlap(*pair, start, None) for pair, start in still.items())
     return verdict
 

@@ -30,9 +30,13 @@ def ordinal_nodes(control_plane: ControlPlane) -> list[str]:
     """The blast-pool nodes labelled ``ordinal=0..2``, as ``elastic-blast`` labels them
     when it initialises a cluster: the local-SSD and sharded Jobs select them by it."""
     pool = ",".join(f"{k}={v}" for k, v in BLAST_POOL.items())
-    nodes = sorted(n["metadata"]["name"] for n in control_plane.admin.list("nodes", label_selector=pool))
+    nodes = sorted(
+        n["metadata"]["name"] for n in control_plane.admin.list("nodes", label_selector=pool)
+    )
     for ordinal, node in enumerate(nodes):
-        control_plane.admin.patch("nodes", None, node, {"metadata": {"labels": {"ordinal": str(ordinal)}}})
+        control_plane.admin.patch(
+            "nodes", None, node, {"metadata": {"labels": {"ordinal": str(ordinal)}}}
+        )
     return nodes
 
 

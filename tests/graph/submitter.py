@@ -116,7 +116,10 @@ def search_jobs(cp: ControlPlane, namespace: str, job_id: str) -> subprocess.Com
 def nothing_left(cp: ControlPlane, namespace: str, job_id: str) -> bool:
     """``kubectl get jobs`` finds no Job of the search."""
     out = search_jobs(cp, namespace, job_id)
-    return out.returncode == 0 and out.stderr.strip() == f"No resources found in {namespace} namespace."
+    return (
+        out.returncode == 0
+        and out.stderr.strip() == f"No resources found in {namespace} namespace."
+    )
 
 
 def complete(job: JsonObj | None) -> bool:
@@ -125,11 +128,17 @@ def complete(job: JsonObj | None) -> bool:
     return any(c.get("type") == "Complete" and c.get("status") == "True" for c in conditions)
 
 
-def wait_complete(cp: ControlPlane, namespace: str, names: Iterable[str], timeout: float = 180) -> None:
+def wait_complete(
+    cp: ControlPlane, namespace: str, names: Iterable[str], timeout: float = 180
+) -> None:
     """Wait until the Job controller has marked every named Job Complete."""
     for job in names:
+
+        def done(job: str = job) -> bool:
+            return complete(cp.admin.find("jobs", namespace, job))
+
         wait_until(
-            lambda job=job: complete(cp.admin.find("jobs", namespace, job)),
+            done,
             timeout,
             f"Job {namespace}/{job} Complete",
             0.3,

@@ -91,7 +91,10 @@ def test_ten_cold_searches_over_two_databases_never_overlap_a_staging_nor_pass_t
             "searches at 6 CPU / 3.8Gi per batch pod (ELB_GATE_CAPACITY_POD_CPU/_MEMORY): one pod "
             "per node on 3 ready nodes; tightest node aks-blastpool-"
         ) in line
-        assert "effective ceiling min(BLAST_MAX_RUN_CONCURRENCY 3, 2) = 2. 2/2 searches are active" in line
+        assert (
+            "effective ceiling min(BLAST_MAX_RUN_CONCURRENCY 3, 2) = 2. 2/2 searches are active"
+            in line
+        )
 
 
 # -- the judge itself -------------------------------------------------------------------------
@@ -106,7 +109,11 @@ def job(name: str, app: str, job_id: str, *, db: str = "", done: bool = False) -
     elif db:
         labels["db"] = db
     containers = [{"name": "c", "env": env, "resources": {"requests": {"cpu": "6"}}}]
-    status = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]} if done else {"active": 1}
+    status = (
+        {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
+        if done
+        else {"active": 1}
+    )
     return {
         "metadata": {"name": name, "labels": labels, "creationTimestamp": "2026-01-01T00:00:00Z"},
         "spec": {"completions": 1, "template": {"spec": {"containers": containers}}},
@@ -124,7 +131,13 @@ def node(name: str, cpu: str = "15740m", ready: bool = True, pool: str = "blastp
     }
 
 
-NODES = [node("n0"), node("n1"), node("n2", "20"), node("sys", "3860m", pool="system"), node("down", "1", ready=False)]
+NODES = [
+    node("n0"),
+    node("n1"),
+    node("n2", "20"),
+    node("sys", "3860m", pool="system"),
+    node("down", "1", ready=False),
+]
 
 
 def events(*jobs: tuple[float, dict]) -> list[burst_judge.Event]:
@@ -132,13 +145,21 @@ def events(*jobs: tuple[float, dict]) -> list[burst_judge.Event]:
     seen: set[str] = set()
     out = []
     for at, j in jobs:
-        out.append(burst_judge.Event(at, "MODIFIED" if j["metadata"]["name"] in seen else "ADDED", j))
+        out.append(
+            burst_judge.Event(at, "MODIFIED" if j["metadata"]["name"] in seen else "ADDED", j)
+        )
         seen.add(j["metadata"]["name"])
     return out
 
 
 def verdict_of(history: list[burst_judge.Event], ceiling: int = 3) -> burst_judge.Verdict:
-    return burst_judge.judge(history, NODES, pool={"agentpool": "blastpool"}, max_run_concurrency=ceiling, finalizer_grace_seconds=GRACE)
+    return burst_judge.judge(
+        history,
+        NODES,
+        pool={"agentpool": "blastpool"},
+        max_run_concurrency=ceiling,
+        finalizer_grace_seconds=GRACE,
+    )
 
 
 def test_the_judge_finds_a_search_reading_a_database_another_stages() -> None:
@@ -190,7 +211,9 @@ def test_the_judge_counts_active_searches_against_what_the_tightest_pool_node_ho
     assert verdict_of(history[:2], ceiling=1).over_ceiling == [(2, ("a", "b"))]
 
 
-@pytest.mark.parametrize(("quantity", "millis"), [("15740m", 15740), ("6", 6000), ("0.5", 500), ("2.0005", 2001)])
+@pytest.mark.parametrize(
+    ("quantity", "millis"), [("15740m", 15740), ("6", 6000), ("0.5", 500), ("2.0005", 2001)]
+)
 def test_cpu_quantities(quantity: str, millis: int) -> None:
     assert burst_judge.cpu_millis(quantity) == millis
 

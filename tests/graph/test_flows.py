@@ -106,7 +106,9 @@ def test_cloud_job_submission_batch_jobs_come_later_from_the_namespace_service_a
         lambda: next(
             (
                 p
-                for p in control_plane.admin.list("pods", scene.namespace, label_selector=f"job-name={submit_job}")
+                for p in control_plane.admin.list(
+                    "pods", scene.namespace, label_selector=f"job-name={submit_job}"
+                )
                 if (p.get("status") or {}).get("phase") == "Running"
             ),
             None,
@@ -122,11 +124,18 @@ def test_cloud_job_submission_batch_jobs_come_later_from_the_namespace_service_a
             "kind": "TokenRequest",
             "spec": {
                 "expirationSeconds": 3600,
-                "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]},
+                "boundObjectRef": {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": pod["metadata"]["name"],
+                    "uid": pod["metadata"]["uid"],
+                },
             },
         },
     )["status"]["token"]
-    in_cluster = control_plane.write_kubeconfig(tmp_path / "submit-jobs.kubeconfig", "submit-jobs", token, scene.namespace)
+    in_cluster = control_plane.write_kubeconfig(
+        tmp_path / "submit-jobs.kubeconfig", "submit-jobs", token, scene.namespace
+    )
     batches = [scene.ready(elb.blast_batch(S1, n)) for n in range(3)]
     for batch in batches:
         applied = alice.apply(batch, kubeconfig=in_cluster)
@@ -139,11 +148,18 @@ def test_cloud_job_submission_batch_jobs_come_later_from_the_namespace_service_a
         and (e.get("objectRef") or {}).get("namespace") == scene.namespace
         and (e.get("responseStatus") or {}).get("code") == 201
     }
-    assert {creators[name(b)] for b in batches} == {f"system:serviceaccount:{scene.namespace}:default"}
+    assert {creators[name(b)] for b in batches} == {
+        f"system:serviceaccount:{scene.namespace}:default"
+    }
     # The same identity cannot open a search of its own: it holds no Lease.
-    other = alice.apply(scene.ready(elb.blast_batch(elb.search_id(2), 0, "other-db-y")), kubeconfig=in_cluster)
+    other = alice.apply(
+        scene.ready(elb.blast_batch(elb.search_id(2), 0, "other-db-y")), kubeconfig=in_cluster
+    )
     assert not other.ok and "Error from server (Forbidden)" in other.stderr
-    assert f"Gate A: Lease {scene.namespace}/elb-blast-submit-{scene.namespace} is not held by anyone" in other.stderr
+    assert (
+        f"Gate A: Lease {scene.namespace}/elb-blast-submit-{scene.namespace} is not held by anyone"
+        in other.stderr
+    )
 
 
 def test_a_refusal_is_logged_once_with_its_reason(
@@ -155,5 +171,7 @@ def test_a_refusal_is_logged_once_with_its_reason(
     refused = alice.apply(scene.ready(elb.init_ssd(S1, 0)))
     assert not refused.ok
     records = [json.loads(line) for line in hook.log().splitlines() if line.startswith("{")]
-    mine = [r for r in records if r.get("name") == refused.job and r.get("namespace") == scene.namespace]
+    mine = [
+        r for r in records if r.get("name") == refused.job and r.get("namespace") == scene.namespace
+    ]
     assert [(r["decision"], r["reason"], r["code"]) for r in mine] == [("denied", "ceiling", 429)]

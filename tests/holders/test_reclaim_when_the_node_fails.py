@@ -77,7 +77,7 @@ def test_without_the_nodes_binding_other_cases_still_reclaim_and_a_warning_is_lo
             lambda: len(node_watch_warnings(leader)) > warnings_before,
             "a warning about the node watch",
         )
-        assert "403" in node_watch_warnings(leader)[-1]["detail"]
+        assert "403" in str(node_watch_warnings(leader)[-1]["detail"])
         errors = leader.metric(
             "elb_gate_api_errors_total",
             {"component": "controller", "verb": "watch", "resource": "nodes"},

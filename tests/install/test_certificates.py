@@ -364,6 +364,7 @@ def test_a_client_trusting_only_the_generated_ca_completes_a_handshake(
                 peer = tls.getpeercert()
         thread.join(timeout=10)
     assert reply == b"pong" and served == ["ping"]
+    assert peer is not None
     assert ("DNS", "elb-gate-webhook.elb-system.svc") in peer["subjectAltName"]
 
 

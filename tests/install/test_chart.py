@@ -80,7 +80,12 @@ COMBINATIONS: dict[str, dict[str, Any]] = {
     },
     "security: submitter RBAC and policy, client certificates, admission port peers": {
         "submitters": [
-            {"name": "dashboard", "holderPrefix": "dashboard-", "users": ["dash"], "groups": ["web"]}
+            {
+                "name": "dashboard",
+                "holderPrefix": "dashboard-",
+                "users": ["dash"],
+                "groups": ["web"],
+            }
         ],
         "submitterAccess.rbac": True,
         "submitterAccess.admissionPolicy": True,

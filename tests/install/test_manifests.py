@@ -113,7 +113,9 @@ def test_both_deployments_run_two_hardened_replicas(
     assert {"cpu", "memory"} <= set(container["resources"]["limits"])
     assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
     if component == "webhook":  # two replicas on two nodes, required (test_chart.py)
-        hard = [c for c in pod["topologySpreadConstraints"] if c["whenUnsatisfiable"] == "DoNotSchedule"]
+        hard = [
+            c for c in pod["topologySpreadConstraints"] if c["whenUnsatisfiable"] == "DoNotSchedule"
+        ]
         assert hard and hard[0]["topologyKey"] == "kubernetes.io/hostname"
     else:
         assert pod["affinity"]["podAntiAffinity"]

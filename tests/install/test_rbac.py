@@ -130,10 +130,11 @@ def calls_in(source: Path) -> Iterator[Grant]:
                 if found := _path_call(arg):
                     yield (found[0], "list")
                     yield (found[0], "watch")
-        receiver = func.value if isinstance(func, ast.Attribute) else None
-        if receiver is None or not (_target_key(receiver) or "").endswith("api"):
+        if not isinstance(func, ast.Attribute):
             continue
-        method = func.attr  # type: ignore[union-attr]
+        if not (_target_key(func.value) or "").endswith("api"):
+            continue
+        method = func.attr
         args = list(node.args)
         if method == "request":
             http, url = args[0], args[1]
@@ -222,10 +223,14 @@ def test_the_node_roles_grant_exactly_the_table_and_are_the_only_cluster_wide_bi
 ) -> None:
     name = f"elb-gate-{component}-nodes"
     role = one(rendered["base"], "ClusterRole", name)
-    assert granted(role["rules"]) == EXPECTED[(component, "cluster")] == {
-        ("nodes", "list"),
-        ("nodes", "watch"),
-    }
+    assert (
+        granted(role["rules"])
+        == EXPECTED[(component, "cluster")]
+        == {
+            ("nodes", "list"),
+            ("nodes", "watch"),
+        }
+    )
     bindings = {b["roleRef"]["name"]: b for b in select(rendered["base"], "ClusterRoleBinding")}
     assert set(bindings) == {"elb-gate-webhook-nodes", "elb-gate-controller-nodes"}
     (subject,) = bindings[name]["subjects"]
@@ -269,5 +274,10 @@ def test_roles_are_bound_per_namespace_and_never_cluster_wide(
 
 def test_the_webhook_can_write_nothing() -> None:
     writes = {"create", "update", "patch", "delete", "deletecollection"}
-    webhook = {v for (component, _), grants in EXPECTED.items() if component == "webhook" for _r, v in grants}
+    webhook = {
+        v
+        for (component, _), grants in EXPECTED.items()
+        if component == "webhook"
+        for _r, v in grants
+    }
     assert webhook and not webhook & writes

@@ -67,7 +67,9 @@ def test_every_page_of_docs_a_file_names_is_in_the_repository() -> None:
         named = set(re.findall(r"\bdocs/([A-Za-z0-9_-]+\.md)", text))
         if name.startswith("docs/"):
             named |= set(re.findall(r"\]\(([A-Za-z0-9_-]+\.md)", text))
-        missing += [f"{name}: docs/{page}" for page in sorted(named) if not (REPO / "docs" / page).is_file()]
+        missing += [
+            f"{name}: docs/{page}" for page in sorted(named) if not (REPO / "docs" / page).is_file()
+        ]
     assert missing == []
 
 

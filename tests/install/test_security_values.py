@@ -58,7 +58,11 @@ def test_by_default_nothing_restricts_submitters_or_callers() -> None:
 def test_rbac_binds_the_submitters_and_the_in_cluster_account_in_every_gated_namespace() -> None:
     objects = render({**ACCESS, "submitterAccess.rbac": True})
     for ns in ("default", "blast"):
-        submitters = one([o for o in objects if o["metadata"].get("namespace") == ns], "RoleBinding", "elb-gate-submitters")
+        submitters = one(
+            [o for o in objects if o["metadata"].get("namespace") == ns],
+            "RoleBinding",
+            "elb-gate-submitters",
+        )
         assert submitters["roleRef"]["name"] == "elb-gate-submitter"
         assert submitters["subjects"] == [
             {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "dashboard-lease"},
@@ -66,15 +70,23 @@ def test_rbac_binds_the_submitters_and_the_in_cluster_account_in_every_gated_nam
             {"kind": "ServiceAccount", "namespace": "web", "name": "openapi"},
             {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "dashboard"},
         ]
-        in_cluster = one([o for o in objects if o["metadata"].get("namespace") == ns], "RoleBinding", "elb-gate-in-cluster-submit")
-        assert in_cluster["subjects"] == [{"kind": "ServiceAccount", "namespace": ns, "name": "default"}]
+        in_cluster = one(
+            [o for o in objects if o["metadata"].get("namespace") == ns],
+            "RoleBinding",
+            "elb-gate-in-cluster-submit",
+        )
+        assert in_cluster["subjects"] == [
+            {"kind": "ServiceAccount", "namespace": ns, "name": "default"}
+        ]
 
 
 def _verbs(role: Obj) -> dict[str, set[str]]:
     return {res: set(rule["verbs"]) for rule in role["rules"] for res in rule["resources"]}
 
 
-def test_the_submit_paths_may_not_delete_the_lease_and_the_in_cluster_job_may_not_touch_it() -> None:
+def test_the_submit_paths_may_not_delete_the_lease_and_the_in_cluster_job_may_not_touch_it() -> (
+    None
+):
     objects = render({**ACCESS, "submitterAccess.rbac": True})
     submitter = _verbs(one(objects, "ClusterRole", "elb-gate-submitter"))
     assert submitter["leases"] == {"get", "list", "watch", "create", "update", "patch"}
@@ -86,7 +98,13 @@ def test_the_submit_paths_may_not_delete_the_lease_and_the_in_cluster_job_may_no
 
 
 def test_another_in_cluster_service_account_is_bound_instead_of_default() -> None:
-    objects = render({**ACCESS, "submitterAccess.rbac": True, "submitterAccess.inClusterServiceAccount": "elb-submit"})
+    objects = render(
+        {
+            **ACCESS,
+            "submitterAccess.rbac": True,
+            "submitterAccess.inClusterServiceAccount": "elb-submit",
+        }
+    )
     bindings = select(objects, "RoleBinding", "elb-gate-in-cluster-submit")
     assert {b["subjects"][0]["name"] for b in bindings} == {"elb-submit"}
 
@@ -110,7 +128,12 @@ def test_the_policy_judges_what_search_admission_judges_in_the_same_namespaces()
 
 def test_the_policy_names_exactly_the_submitters_and_the_in_cluster_account() -> None:
     objects = render({**ACCESS, "submitterAccess.admissionPolicy": True})
-    variables = {v["name"]: v["expression"] for v in one(objects, "ValidatingAdmissionPolicy", "elb-gate-search-jobs")["spec"]["variables"]}
+    variables = {
+        v["name"]: v["expression"]
+        for v in one(objects, "ValidatingAdmissionPolicy", "elb-gate-search-jobs")["spec"][
+            "variables"
+        ]
+    }
     assert variables == {
         "users": '["dashboard-lease","system:serviceaccount:web:dashboard","system:serviceaccount:web:openapi"]',
         "groups": '["dashboard"]',
@@ -118,15 +141,29 @@ def test_the_policy_names_exactly_the_submitters_and_the_in_cluster_account() ->
     }
 
 
-@pytest.mark.parametrize(("enforcement", "actions"), [("deny", ["Deny"]), ("warn", ["Warn", "Audit"])])
-def test_the_policy_only_warns_while_enforcement_is_warn(enforcement: str, actions: list[str]) -> None:
-    objects = render({**ACCESS, "submitterAccess.admissionPolicy": True, "enforcement": enforcement})
-    assert one(objects, "ValidatingAdmissionPolicyBinding", "elb-gate-search-jobs")["spec"]["validationActions"] == actions
+@pytest.mark.parametrize(
+    ("enforcement", "actions"), [("deny", ["Deny"]), ("warn", ["Warn", "Audit"])]
+)
+def test_the_policy_only_warns_while_enforcement_is_warn(
+    enforcement: str, actions: list[str]
+) -> None:
+    objects = render(
+        {**ACCESS, "submitterAccess.admissionPolicy": True, "enforcement": enforcement}
+    )
+    assert (
+        one(objects, "ValidatingAdmissionPolicyBinding", "elb-gate-search-jobs")["spec"][
+            "validationActions"
+        ]
+        == actions
+    )
 
 
 @pytest.mark.parametrize("value", ["submitterAccess.rbac", "submitterAccess.admissionPolicy"])
 def test_restricting_submitters_without_naming_them_is_refused(value: str) -> None:
-    with pytest.raises(ChartError, match="submitterAccess: list the submit paths' users and groups in submitters first"):
+    with pytest.raises(
+        ChartError,
+        match="submitterAccess: list the submit paths' users and groups in submitters first",
+    ):
         render({value: True})
 
 
@@ -135,7 +172,15 @@ def test_restricting_submitters_without_naming_them_is_refused(value: str) -> No
 
 @pytest.mark.parametrize("mode", ["verify", "require"])
 def test_client_auth_mounts_the_ca_and_sets_the_webhook_settings(mode: str) -> None:
-    objects = render({"webhook.clientAuth": {"mode": mode, "caBundle": CA, "names": ["kube-apiserver-webhook-client", "front-proxy"]}})
+    objects = render(
+        {
+            "webhook.clientAuth": {
+                "mode": mode,
+                "caBundle": CA,
+                "names": ["kube-apiserver-webhook-client", "front-proxy"],
+            }
+        }
+    )
     settings = _settings(objects)
     assert settings["ELB_GATE_CLIENT_AUTH"] == mode
     assert settings["ELB_GATE_CLIENT_NAMES"] == "kube-apiserver-webhook-client,front-proxy"
@@ -143,15 +188,26 @@ def test_client_auth_mounts_the_ca_and_sets_the_webhook_settings(mode: str) -> N
     pod = _webhook_pod(objects)
     mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "client-ca")
     assert settings["ELB_GATE_CLIENT_CA_FILE"] == mount["mountPath"] + "/ca.crt"
-    assert {"name": "client-ca", "configMap": {"name": "elb-gate-webhook-client-ca"}} in pod["volumes"]
+    assert {"name": "client-ca", "configMap": {"name": "elb-gate-webhook-client-ca"}} in pod[
+        "volumes"
+    ]
 
 
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ({"mode": "verify", "caBundle": "", "names": ["x"]}, "webhook.clientAuth.mode verify needs caBundle"),
-        ({"mode": "require", "caBundle": CA, "names": []}, "webhook.clientAuth.mode require needs caBundle"),
-        ({"mode": "mtls", "caBundle": CA, "names": ["x"]}, "webhook.clientAuth.mode: off, verify or require"),
+        (
+            {"mode": "verify", "caBundle": "", "names": ["x"]},
+            "webhook.clientAuth.mode verify needs caBundle",
+        ),
+        (
+            {"mode": "require", "caBundle": CA, "names": []},
+            "webhook.clientAuth.mode require needs caBundle",
+        ),
+        (
+            {"mode": "mtls", "caBundle": CA, "names": ["x"]},
+            "webhook.clientAuth.mode: off, verify or require",
+        ),
     ],
 )
 def test_an_incomplete_client_auth_is_refused(value: dict[str, Any], message: str) -> None:

@@ -149,7 +149,7 @@ def test_only_labelled_namespaces_and_gated_objects_can_ever_be_refused() -> Non
 
 SERVER_METADATA = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields")
 """What the API server writes into every object's metadata."""
-SERVER_DEFAULTS = {"objectSelector": {}}
+SERVER_DEFAULTS: dict[str, Any] = {"objectSelector": {}}
 """What the API server fills into a webhook the manifest leaves it out of (the
 same meaning as absent: every object matches)."""
 

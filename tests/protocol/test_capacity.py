@@ -9,7 +9,9 @@ from elbgate.capacity import NodeView, infeasible, pool_capacity
 GI = 2**30
 
 
-def node(name: str, cpu: str = "15740m", memory: str = "123596Mi", ready: bool = True, **spec: Any) -> NodeView:
+def node(
+    name: str, cpu: str = "15740m", memory: str = "123596Mi", ready: bool = True, **spec: Any
+) -> NodeView:
     """An AKS Standard_E16s_v5 node as the API server shows it."""
     return NodeView.from_dict(
         {
@@ -38,7 +40,9 @@ def test_at_4_cpus_per_pod_the_same_pool_holds_three() -> None:
 
 def test_searches_occupying_whole_nodes_divide_the_ready_nodes() -> None:
     held = pool_capacity(POOL, 6000, 4 * 10**9, nodes_per_search=4)
-    assert held.searches == 2 and "floor(10 ready nodes / 4 nodes per search) = 2" in held.explanation
+    assert (
+        held.searches == 2 and "floor(10 ready nodes / 4 nodes per search) = 2" in held.explanation
+    )
 
 
 def test_not_ready_cordoned_and_tainted_nodes_do_not_count() -> None:

@@ -221,11 +221,8 @@ def test_batch_work_known_only_by_id_makes_a_finalizer_finishing() -> None:
 # -- the whole job graph: setup Jobs, databases, Job status ---------------------------------
 
 
-
 def test_a_setup_job_with_an_id_makes_its_search_active_and_keeps_its_finalizer_live() -> None:
-    seen = census(
-        [elb.init_ssd("s1", 0), job("finalizer", "s1").aged(3600).build()], NOW, GRACE
-    )
+    seen = census([elb.init_ssd("s1", 0), job("finalizer", "s1").aged(3600).build()], NOW, GRACE)
     assert seen.active_ids == ("s1",)
     assert "setup/init-ssd-s1-0" in seen.active[0].reason
     assert seen.orphans == ()
@@ -239,8 +236,12 @@ def test_a_setup_job_without_an_id_is_no_search_but_is_unfinished_work() -> None
 
 def test_staging_names_each_database_and_who_stages_it() -> None:
     seen = census(
-        [elb.init_ssd("s1", 0, "core_nt"), elb.init_ssd("s1", 1, "core_nt"),
-         elb.init_pv(None, "swissprot"), elb.blast_batch("s2", 0, "16S_ribosomal_RNA")],
+        [
+            elb.init_ssd("s1", 0, "core_nt"),
+            elb.init_ssd("s1", 1, "core_nt"),
+            elb.init_pv(None, "swissprot"),
+            elb.blast_batch("s2", 0, "16S_ribosomal_RNA"),
+        ],
         NOW,
         GRACE,
     )
@@ -263,11 +264,24 @@ def test_a_search_seen_only_through_submit_and_finalizer_uses_no_known_database(
     [
         ({"succeeded": 1, "active": 2}, True),
         ({"succeeded": 3}, False),
-        ({"succeeded": 3, "conditions": [{"type": "SuccessCriteriaMet", "status": "True"}], "terminating": 1}, True),
+        (
+            {
+                "succeeded": 3,
+                "conditions": [{"type": "SuccessCriteriaMet", "status": "True"}],
+                "terminating": 1,
+            },
+            True,
+        ),
     ],
-    ids=["completions 3 with one success still counts", "all three succeeded", "decided but a pod still terminates"],
+    ids=[
+        "completions 3 with one success still counts",
+        "all three succeeded",
+        "decided but a pod still terminates",
+    ],
 )
-def test_a_multi_pod_job_counts_until_the_job_controller_says_it_is_done(status: dict, counts: bool) -> None:
+def test_a_multi_pod_job_counts_until_the_job_controller_says_it_is_done(
+    status: dict, counts: bool
+) -> None:
     body = job("blast", "m").build()
     body["spec"] = {"completions": 3, "parallelism": 3}
     body["status"] = status
@@ -275,7 +289,9 @@ def test_a_multi_pod_job_counts_until_the_job_controller_says_it_is_done(status:
 
 
 def test_a_suspended_job_keeps_its_slot_and_says_so() -> None:
-    body = job("blast", "p").with_status(conditions=[{"type": "Suspended", "status": "True"}]).build()
+    body = (
+        job("blast", "p").with_status(conditions=[{"type": "Suspended", "status": "True"}]).build()
+    )
     seen = census([body], NOW, GRACE)
     assert seen.is_active("p")
     assert seen.active[0].jobs[0].suspended

@@ -41,14 +41,19 @@ def test_an_unpartitioned_search_needs_the_whole_database_on_one_node(job: dict)
 
 
 @pytest.mark.parametrize(
-    "prefix", ["https://elbstorage.blob.core.windows.net/db/core_nt_part_", "https://e/db/core_nt/part_"]
+    "prefix",
+    ["https://elbstorage.blob.core.windows.net/db/core_nt_part_", "https://e/db/core_nt/part_"],
 )
 def test_a_partitioned_init_needs_one_partition_per_node(prefix: str) -> None:
     job = elb.init_pv_partitioned(S1)
     env = job["spec"]["template"]["spec"]["initContainers"][0]["env"]
     next(e for e in env if e["name"] == "ELB_PARTITION_PREFIX")["value"] = prefix
     need = memory_need(job, TABLE, pool_nodes=3)
-    assert need is not None and (need.db, need.parts, need.per_node) == ("core_nt", 10, 25_170_000_000)
+    assert need is not None and (need.db, need.parts, need.per_node) == (
+        "core_nt",
+        10,
+        25_170_000_000,
+    )
     assert need.parts_from == "ELB_NUM_PARTITIONS=10"
     assert need.text == (
         "one part of database core_nt (251.7G (234.5Gi) in 10 parts: ELB_NUM_PARTITIONS=10) "
@@ -67,7 +72,11 @@ def test_a_shard_needs_its_share_of_the_pool_one_shard_per_node() -> None:
 def test_a_shard_the_operator_lists_by_name_needs_what_is_listed() -> None:
     table = DbMemoryTable.from_data({"core_nt": "251.7G", "core_nt_shard_03": "30G"})
     need = memory_need(elb.init_ssd_shard(S1, 3), table, pool_nodes=10)
-    assert need is not None and (need.db, need.per_node, need.parts) == ("core_nt_shard_03", 30 * 10**9, 1)
+    assert need is not None and (need.db, need.per_node, need.parts) == (
+        "core_nt_shard_03",
+        30 * 10**9,
+        1,
+    )
 
 
 def test_a_part_whose_number_of_parts_is_unknown_is_not_judged_by_the_whole() -> None:

@@ -63,7 +63,11 @@ def test_the_effective_request_is_the_larger_of_the_containers_sum_and_one_init_
                 "spec": {
                     "initContainers": [
                         {"name": "big-init", "resources": {"requests": {"cpu": "10"}}},
-                        {"name": "sidecar", "restartPolicy": "Always", "resources": {"requests": {"cpu": "1"}}},
+                        {
+                            "name": "sidecar",
+                            "restartPolicy": "Always",
+                            "resources": {"requests": {"cpu": "1"}},
+                        },
                     ],
                     "containers": [
                         {"name": "a", "resources": {"requests": {"cpu": "2", "memory": "1Gi"}}},
@@ -93,8 +97,15 @@ def test_env_and_node_selector_are_read_from_the_pod_template() -> None:
 @pytest.mark.parametrize(
     ("body", "stages", "uses"),
     [
-        pytest.param(elb.init_ssd("s", 0, "core_nt"), ("core_nt",), ("core_nt",), id="init-ssd stages ELB_DB"),
-        pytest.param(elb.init_pv("s", "swissprot"), ("swissprot",), ("swissprot",), id="init-pv stages ELB_DB"),
+        pytest.param(
+            elb.init_ssd("s", 0, "core_nt"), ("core_nt",), ("core_nt",), id="init-ssd stages ELB_DB"
+        ),
+        pytest.param(
+            elb.init_pv("s", "swissprot"),
+            ("swissprot",),
+            ("swissprot",),
+            id="init-pv stages ELB_DB",
+        ),
         pytest.param(
             elb.init_ssd_shard("s", 3, "core_nt_shard_"),
             ("core_nt_shard_03",),
@@ -109,7 +120,9 @@ def test_env_and_node_selector_are_read_from_the_pod_template() -> None:
         ),
         pytest.param(elb.import_queries(), (), (), id="import-queries stages nothing"),
         pytest.param(elb.cloud_split(), (), (), id="the cloud split stages nothing"),
-        pytest.param(elb.blast_batch("s", 0, "core_nt"), (), ("core_nt",), id="a batch Job uses its db"),
+        pytest.param(
+            elb.blast_batch("s", 0, "core_nt"), (), ("core_nt",), id="a batch Job uses its db"
+        ),
         pytest.param(elb.submit_jobs("s"), (), (), id="the submit Job names no database"),
         pytest.param(elb.finalizer("s"), (), (), id="the finalizer names no database"),
     ],
@@ -123,7 +136,13 @@ def test_the_databases_a_job_stages_and_uses(
 
 @pytest.mark.parametrize(
     ("raw", "key"),
-    [("core_nt", "core_nt"), (" core_nt ", "core_nt"), ("https://x.blob/db/core_nt", "core_nt"), ("a/b/", "b"), ("", "")],
+    [
+        ("core_nt", "core_nt"),
+        (" core_nt ", "core_nt"),
+        ("https://x.blob/db/core_nt", "core_nt"),
+        ("a/b/", "b"),
+        ("", ""),
+    ],
 )
 def test_database_names_compare_without_their_path(raw: str, key: str) -> None:
     assert db_key(raw) == key

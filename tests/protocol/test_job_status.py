@@ -28,11 +28,21 @@ WORK_QUEUE = {"parallelism": 3}
         pytest.param(job(ONE, active=1), False, id="one-pod Job running"),
         pytest.param(job(ONE, succeeded=1), True, id="one-pod Job whose pod succeeded"),
         pytest.param(job({}, succeeded=1), True, id="no completions set: the default is 1"),
-        pytest.param(job(THREE, succeeded=1, active=2), False, id="completions 3, one succeeded: still running"),
+        pytest.param(
+            job(THREE, succeeded=1, active=2),
+            False,
+            id="completions 3, one succeeded: still running",
+        ),
         pytest.param(job(THREE, succeeded=2, active=1), False, id="completions 3, two succeeded"),
         pytest.param(job(THREE, succeeded=3), True, id="completions 3, three succeeded"),
-        pytest.param(job(WORK_QUEUE, succeeded=1, active=2), False, id="work queue: a success, pods still active"),
-        pytest.param(job(WORK_QUEUE, succeeded=1, active=0), True, id="work queue: a success and no pod left"),
+        pytest.param(
+            job(WORK_QUEUE, succeeded=1, active=2),
+            False,
+            id="work queue: a success, pods still active",
+        ),
+        pytest.param(
+            job(WORK_QUEUE, succeeded=1, active=0), True, id="work queue: a success and no pod left"
+        ),
         pytest.param(
             job(ONE, succeeded=1, conditions=[cond("SuccessCriteriaMet")], terminating=0),
             True,
@@ -59,8 +69,12 @@ WORK_QUEUE = {"parallelism": 3}
             id="Failed",
         ),
         pytest.param(
-            job(THREE, succeeded=3, conditions=[cond("SuccessCriteriaMet"), cond("Complete")],
-                completionTime="2026-11-29T11:00:00Z"),
+            job(
+                THREE,
+                succeeded=3,
+                conditions=[cond("SuccessCriteriaMet"), cond("Complete")],
+                completionTime="2026-11-29T11:00:00Z",
+            ),
             True,
             id="Complete with completionTime",
         ),
@@ -69,14 +83,22 @@ WORK_QUEUE = {"parallelism": 3}
             True,
             id="Complete is final even where an older controller wrote it with pods terminating",
         ),
-        pytest.param(job(ONE, failed=3, active=1), False, id="failures below backoffLimit: retrying"),
+        pytest.param(
+            job(ONE, failed=3, active=1), False, id="failures below backoffLimit: retrying"
+        ),
         pytest.param(
             job({**ONE, "suspend": True}, conditions=[cond("Suspended")]),
             False,
             id="suspended: no pod, but it resumes without passing a gate",
         ),
-        pytest.param(job(ONE, succeeded=0, terminating=1), False, id="a pod terminating, nothing decided"),
-        pytest.param(job(ONE, conditions=[cond("SuccessCriteriaMet", "False")]), False, id="a False condition decides nothing"),
+        pytest.param(
+            job(ONE, succeeded=0, terminating=1), False, id="a pod terminating, nothing decided"
+        ),
+        pytest.param(
+            job(ONE, conditions=[cond("SuccessCriteriaMet", "False")]),
+            False,
+            id="a False condition decides nothing",
+        ),
         pytest.param(job(ONE, succeeded=True), False, id="a wrongly typed count is no proof"),
     ],
 )

@@ -36,8 +36,12 @@ from elbgate.names import SEARCH_APPS
         pytest.param("s\u0435tup", "setup", id="Cyrillic ie for e"),
         pytest.param("f\u0456nalizer", "finalizer", id="Cyrillic dotted i"),
         pytest.param("FIN\u0410LIZER", "finalizer", id="upper-case Cyrillic A"),
-        pytest.param("\uff46\uff49\uff4e\uff41\uff4c\uff49\uff5a\uff45\uff52", "finalizer", id="fullwidth"),
-        pytest.param("\U0001d41b\U0001d425\U0001d41a\U0001d42c\U0001d42d", "blast", id="mathematical bold"),
+        pytest.param(
+            "\uff46\uff49\uff4e\uff41\uff4c\uff49\uff5a\uff45\uff52", "finalizer", id="fullwidth"
+        ),
+        pytest.param(
+            "\U0001d41b\U0001d425\U0001d41a\U0001d42c\U0001d42d", "blast", id="mathematical bold"
+        ),
         pytest.param("bl\u03b1st", "blast", id="Greek alpha"),
         pytest.param("s\u03c5bmit", "submit", id="Greek upsilon for u"),
         pytest.param("bl\u00e1st", "blast", id="an accent"),
@@ -84,7 +88,20 @@ def test_a_look_alike_app_names_the_exact_gated_value(value: str, expected: str)
 
 @pytest.mark.parametrize(
     "value",
-    ["finalizer", "setup", "submit", "blast", "web", "blaster", "blasts", "setup-db", "", "elb-db-warmup", "janitor", "fina"],
+    [
+        "finalizer",
+        "setup",
+        "submit",
+        "blast",
+        "web",
+        "blaster",
+        "blasts",
+        "setup-db",
+        "",
+        "elb-db-warmup",
+        "janitor",
+        "fina",
+    ],
 )
 def test_exact_and_unrelated_values_are_no_near_miss(value: str) -> None:
     assert near_miss(value, SEARCH_APPS) is None

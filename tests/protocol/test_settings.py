@@ -133,13 +133,21 @@ def test_every_setting_is_documented_under_a_distinct_variable() -> None:
 @pytest.mark.parametrize(
     ("env", "says"),
     [
-        ({"ELB_GATE_DB_STAGING": "maybe"}, "ELB_GATE_DB_STAGING='maybe': must be one of deny, warn, off"),
-        ({"ELB_GATE_CAPACITY_POD_CPU": "lots"}, "ELB_GATE_CAPACITY_POD_CPU='lots': not a Kubernetes quantity"),
+        (
+            {"ELB_GATE_DB_STAGING": "maybe"},
+            "ELB_GATE_DB_STAGING='maybe': must be one of deny, warn, off",
+        ),
+        (
+            {"ELB_GATE_CAPACITY_POD_CPU": "lots"},
+            "ELB_GATE_CAPACITY_POD_CPU='lots': not a Kubernetes quantity",
+        ),
         ({"ELB_GATE_CAPACITY_POD_MEMORY": "0"}, "ELB_GATE_CAPACITY_POD_MEMORY='0': must be > 0"),
         ({"ELB_GATE_CAPACITY_POOL_SELECTOR": "a=(b"}, "ELB_GATE_CAPACITY_POOL_SELECTOR"),
     ],
 )
-def test_the_new_rule_settings_are_checked_naming_the_variable(env: dict[str, str], says: str) -> None:
+def test_the_new_rule_settings_are_checked_naming_the_variable(
+    env: dict[str, str], says: str
+) -> None:
     with pytest.raises(SettingsError) as caught:
         Settings.from_env(env)
     assert any(says in p for p in caught.value.problems), caught.value.problems
@@ -148,4 +156,6 @@ def test_the_new_rule_settings_are_checked_naming_the_variable(env: dict[str, st
 def test_db_staging_is_on_and_the_node_rules_off_by_default() -> None:
     settings = Settings.from_env({})
     assert (settings.db_staging, settings.capacity, settings.feasibility) == ("deny", "off", "off")
-    assert Settings.from_env({"ELB_GATE_CAPACITY_POOL_SELECTOR": "agentpool=blastpool"}).capacity_pool_selector
+    assert Settings.from_env(
+        {"ELB_GATE_CAPACITY_POOL_SELECTOR": "agentpool=blastpool"}
+    ).capacity_pool_selector

@@ -102,7 +102,9 @@ def webhook(
         cp.admin.delete("pods", SYSTEM_NAMESPACE, pod, grace_seconds=0)
 
 
-def job(namespace: str, body: dict[str, Any], name: str | None = None, app: str | None = None) -> str:
+def job(
+    namespace: str, body: dict[str, Any], name: str | None = None, app: str | None = None
+) -> str:
     """An ElasticBLAST Job body ready for ``namespace`` (JSON for ``kubectl create -f -``),
     renamed and relabelled when asked."""
     out = ready(body, namespace)
@@ -130,7 +132,9 @@ def policy_refuses(cp: ControlPlane, namespace: str, user: str = "mallory") -> b
     return False
 
 
-def admission_review(namespace: str, username: str, body: str, groups: tuple[str, ...] = ()) -> bytes:
+def admission_review(
+    namespace: str, username: str, body: str, groups: tuple[str, ...] = ()
+) -> bytes:
     """The AdmissionReview the API server sends for ``username`` creating Job ``body``:
     what any pod can write by hand."""
     obj = json.loads(body)
@@ -149,14 +153,18 @@ def admission_review(namespace: str, username: str, body: str, groups: tuple[str
         "dryRun": False,
         "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
     }
-    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}).encode()
+    return json.dumps(
+        {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+    ).encode()
 
 
 def post_directly(
     hook: WebhookProcess, path: str, body: bytes, context: ssl.SSLContext | None = None
 ) -> tuple[int, dict[str, Any]]:
     """POST to the webhook's admission port as a pod would, bypassing the API server."""
-    connection = http.client.HTTPSConnection("127.0.0.1", hook.port, context=context or hook.client_context(), timeout=30)
+    connection = http.client.HTTPSConnection(
+        "127.0.0.1", hook.port, context=context or hook.client_context(), timeout=30
+    )
     try:
         connection.request("POST", path, body, {"Content-Type": "application/json"})
         response = connection.getresponse()

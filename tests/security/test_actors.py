@@ -27,7 +27,9 @@ GUARD = 'admission webhook "lease-guard.elb-gate.io" denied the request: '
 
 
 @pytest.fixture(scope="module")
-def hook(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebhookProcess]:
+def hook(
+    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WebhookProcess]:
     workdir = tmp_path_factory.mktemp("actors")
     with webhook(control_plane, workdir, "actors") as process:
         yield process
@@ -71,7 +73,12 @@ class Scene:
 
 
 @pytest.fixture
-def scene(control_plane: ControlPlane, hook: WebhookProcess, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Scene]:
+def scene(
+    control_plane: ControlPlane,
+    hook: WebhookProcess,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> Iterator[Scene]:
     prefix = request.node.originalname.removeprefix("test_").replace("_", "-")[:18].rstrip("-")
     namespace = hook.gate_namespace(control_plane.new_namespace(prefix))
     yield Scene(control_plane, namespace, tmp_path)
@@ -79,7 +86,9 @@ def scene(control_plane: ControlPlane, hook: WebhookProcess, tmp_path: Path, req
     if lease and lease["spec"].get("holderIdentity"):  # a live submit Lease is never deleted
         lease["spec"]["holderIdentity"] = None
         try:
-            control_plane.api(lease["metadata"]["annotations"][HOLDER_USER_ANNOTATION]).update(lease)
+            control_plane.api(lease["metadata"]["annotations"][HOLDER_USER_ANNOTATION]).update(
+                lease
+            )
         except (ApiError, KeyError):
             pass
     control_plane.admin.delete("namespaces", None, namespace)
@@ -91,14 +100,21 @@ def scene(control_plane: ControlPlane, hook: WebhookProcess, tmp_path: Path, req
 def test_a_submit_without_the_lease_is_refused_saying_how_to_get_it(scene: Scene) -> None:
     code, _, stderr = scene.create("alice", finalizer(scene.namespace, elb.search_id(1)))
     assert code == 1
-    assert stderr.startswith('Error from server (Forbidden): error when creating "STDIN": ' + DENIED + "Gate A: ")
-    assert f"Fix: acquire Lease {scene.namespace}/{scene.lease_name} before running elastic-blast submit" in stderr
+    assert stderr.startswith(
+        'Error from server (Forbidden): error when creating "STDIN": ' + DENIED + "Gate A: "
+    )
+    assert (
+        f"Fix: acquire Lease {scene.namespace}/{scene.lease_name} before running elastic-blast submit"
+        in stderr
+    )
 
 
 def test_a_look_alike_app_label_is_refused_naming_the_exact_value(scene: Scene) -> None:
     holder = scene.submitter().acquire()
     try:
-        code, _, stderr = scene.create("alice", finalizer(scene.namespace, elb.search_id(2), "typo", "Finalizer"))
+        code, _, stderr = scene.create(
+            "alice", finalizer(scene.namespace, elb.search_id(2), "typo", "Finalizer")
+        )
     finally:
         holder.release()
         holder.close()
@@ -112,18 +128,25 @@ def test_an_id_that_differs_from_an_active_search_only_in_case_is_refused(scene:
     scene.open_search(search)
     holder = scene.submitter().acquire()
     try:
-        code, _, stderr = scene.create("alice", job(scene.namespace, elb.blast_batch(search.upper(), 0), "twin"))
+        code, _, stderr = scene.create(
+            "alice", job(scene.namespace, elb.blast_batch(search.upper(), 0), "twin")
+        )
     finally:
         holder.release()
         holder.close()
     assert code == 1
-    assert f"differs from active search {search} only in case or look-alike characters: did you mean elb-job-id={search}?" in stderr
+    assert (
+        f"differs from active search {search} only in case or look-alike characters: did you mean elb-job-id={search}?"
+        in stderr
+    )
 
 
 # -- a hostile user with Lease rights: the guard keys on who the API server says wrote ----------
 
 
-def test_a_live_lease_cannot_be_taken_over_released_or_deleted_by_another_user(scene: Scene) -> None:
+def test_a_live_lease_cannot_be_taken_over_released_or_deleted_by_another_user(
+    scene: Scene,
+) -> None:
     alice = scene.submitter().acquire()
     try:
         holder = scene.lease()["spec"]["holderIdentity"]
@@ -142,7 +165,9 @@ def test_a_live_lease_cannot_be_taken_over_released_or_deleted_by_another_user(s
         alice.close()
 
 
-def test_the_stamp_records_who_wrote_and_the_webhooks_clock_not_what_the_client_claims(scene: Scene) -> None:
+def test_the_stamp_records_who_wrote_and_the_webhooks_clock_not_what_the_client_claims(
+    scene: Scene,
+) -> None:
     forged = {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
@@ -177,10 +202,15 @@ def test_a_submit_paths_holder_prefix_cannot_be_borrowed(scene: Scene) -> None:
             }
         )
     assert refused.value.status == 403
-    assert "carries the holderPrefix 'dashboard-' of submitter `dashboard`, and user mallory is not one of its users" in refused.value.message
+    assert (
+        "carries the holderPrefix 'dashboard-' of submitter `dashboard`, and user mallory is not one of its users"
+        in refused.value.message
+    )
 
 
-def test_not_guaranteed_anyone_with_lease_rights_may_hold_a_free_lease_until_it_expires(scene: Scene) -> None:
+def test_not_guaranteed_anyone_with_lease_rights_may_hold_a_free_lease_until_it_expires(
+    scene: Scene,
+) -> None:
     mallory = scene.submitter("mallory", "mallory")
     assert mallory.try_acquire()
     try:
@@ -196,12 +226,26 @@ def test_an_operator_clears_a_live_lease_by_acting_as_the_controller(scene: Scen
     mallory.close()  # and gone: only its TTL would free the Lease
     patch = json.dumps({"spec": {"holderIdentity": None}})
     done = scene.cp.kubectl(
-        "admin", "-n", scene.namespace, "patch", "lease", scene.lease_name, "--type=merge", "-p", patch,
+        "admin",
+        "-n",
+        scene.namespace,
+        "patch",
+        "lease",
+        scene.lease_name,
+        "--type=merge",
+        "-p",
+        patch,
         # The controller's username, which the guard lets release any holder, with the
         # operator's own rights (the controller's RBAC may patch a Lease, not get it).
-        "--as", "system:serviceaccount:elb-system:elb-gate-controller", "--as-group", "system:masters",
+        "--as",
+        "system:serviceaccount:elb-system:elb-gate-controller",
+        "--as-group",
+        "system:masters",
     )
-    assert (done.returncode, done.stdout) == (0, f"lease.coordination.k8s.io/{scene.lease_name} patched\n"), done.stderr
+    assert (done.returncode, done.stdout) == (
+        0,
+        f"lease.coordination.k8s.io/{scene.lease_name} patched\n",
+    ), done.stderr
     alice = scene.submitter()
     assert alice.try_acquire()
     alice.close()
@@ -211,11 +255,19 @@ def test_an_operator_clears_a_live_lease_by_acting_as_the_controller(scene: Scen
 
 
 def test_without_the_lease_no_one_opens_a_search(scene: Scene) -> None:
-    code, _, stderr = scene.create("mallory", job(scene.namespace, elb.blast_batch(elb.search_id(5), 0)))
-    assert code == 1 and DENIED + "Gate A: Lease" in stderr and "so user mallory does not hold it" in stderr
+    code, _, stderr = scene.create(
+        "mallory", job(scene.namespace, elb.blast_batch(elb.search_id(5), 0))
+    )
+    assert (
+        code == 1
+        and DENIED + "Gate A: Lease" in stderr
+        and "so user mallory does not hold it" in stderr
+    )
 
 
-def test_not_guaranteed_a_job_copying_an_active_search_id_joins_it_without_the_lease(scene: Scene) -> None:
+def test_not_guaranteed_a_job_copying_an_active_search_id_joins_it_without_the_lease(
+    scene: Scene,
+) -> None:
     search = elb.search_id(6)
     scene.open_search(search)
     body = ready(elb.blast_batch(search, 7), scene.namespace)
@@ -224,20 +276,36 @@ def test_not_guaranteed_a_job_copying_an_active_search_id_joins_it_without_the_l
 
 
 def test_not_guaranteed_a_job_without_a_gated_app_label_is_not_judged(scene: Scene) -> None:
-    code, stdout, stderr = scene.create("mallory", finalizer(scene.namespace, elb.search_id(8), "unlabelled", "blast-runner"))
+    code, stdout, stderr = scene.create(
+        "mallory", finalizer(scene.namespace, elb.search_id(8), "unlabelled", "blast-runner")
+    )
     assert (code, stdout) == (0, "job.batch/unlabelled created\n"), stderr
 
 
-def test_the_webhook_itself_may_write_nothing_in_a_gated_namespace(control_plane: ControlPlane, hook: WebhookProcess) -> None:
+def test_the_webhook_itself_may_write_nothing_in_a_gated_namespace(
+    control_plane: ControlPlane, hook: WebhookProcess
+) -> None:
     # A namespace where only elb-gate's own RoleBindings grant anything.
     namespace = hook.install.gate(control_plane.new_namespace("webhook-rights"), open_to_all=False)
     webhook_user = "system:serviceaccount:elb-system:elb-gate-webhook"
     try:
-        for verb, resource in [("create", "jobs"), ("delete", "jobs"), ("update", "leases"), ("create", "pods")]:
-            done = control_plane.kubectl("admin", "auth", "can-i", verb, resource, "-n", namespace, "--as", webhook_user)
+        for verb, resource in [
+            ("create", "jobs"),
+            ("delete", "jobs"),
+            ("update", "leases"),
+            ("create", "pods"),
+        ]:
+            done = control_plane.kubectl(
+                "admin", "auth", "can-i", verb, resource, "-n", namespace, "--as", webhook_user
+            )
             assert done.stdout.strip() == "no", (verb, resource)
         wait_until(  # the census; the authorizer reads the RoleBinding from its informer
-            lambda: control_plane.kubectl("admin", "auth", "can-i", "list", "jobs", "-n", namespace, "--as", webhook_user).stdout.strip() == "yes",
+            lambda: (
+                control_plane.kubectl(
+                    "admin", "auth", "can-i", "list", "jobs", "-n", namespace, "--as", webhook_user
+                ).stdout.strip()
+                == "yes"
+            ),
             60,
             "the webhook's RoleBinding in effect",
             0.2,

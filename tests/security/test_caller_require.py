@@ -75,22 +75,47 @@ def node_certificate(cp: ControlPlane, directory: Path) -> tuple[Path, Path]:
     (directory / "node.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     (directory / "node.key").write_bytes(
         key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
         )
     )
     return directory / "node.crt", directory / "node.key"
 
 
 def test_the_api_server_is_answered_as_ever(scene: Scene) -> None:
-    done = scene.cp.kubectl("mallory", "-n", scene.namespace, "create", "-f", "-", input=finalizer(scene.namespace, elb.search_id(1), "by-mallory"))
+    done = scene.cp.kubectl(
+        "mallory",
+        "-n",
+        scene.namespace,
+        "create",
+        "-f",
+        "-",
+        input=finalizer(scene.namespace, elb.search_id(1), "by-mallory"),
+    )
     assert done.returncode == 1
-    assert 'admission webhook "search-admission.elb-gate.io" denied the request: Gate A: Lease' in done.stderr
-    assert sample(scene.hook, "elb_gate_admission_callers_total", caller="api-server", outcome="answered") >= 2
-    assert sample(scene.hook, "elb_gate_admission_callers_total", caller="unverified", outcome="answered") == 0
+    assert (
+        'admission webhook "search-admission.elb-gate.io" denied the request: Gate A: Lease'
+        in done.stderr
+    )
+    assert (
+        sample(
+            scene.hook, "elb_gate_admission_callers_total", caller="api-server", outcome="answered"
+        )
+        >= 2
+    )
+    assert (
+        sample(
+            scene.hook, "elb_gate_admission_callers_total", caller="unverified", outcome="answered"
+        )
+        == 0
+    )
 
 
 def test_a_caller_without_a_certificate_fails_the_handshake(scene: Scene) -> None:
-    review = admission_review(scene.namespace, "mallory", finalizer(scene.namespace, elb.search_id(3), "anonymous"))
+    review = admission_review(
+        scene.namespace, "mallory", finalizer(scene.namespace, elb.search_id(3), "anonymous")
+    )
     head = f"POST /validate/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {len(review)}\r\n\r\n"
     with socket.create_connection(("127.0.0.1", scene.hook.port), timeout=30) as raw:
         # With TLS 1.3 the client's side of the handshake ends first; the server refuses
@@ -102,18 +127,30 @@ def test_a_caller_without_a_certificate_fails_the_handshake(scene: Scene) -> Non
         except (ssl.SSLError, ConnectionError) as exc:
             answer = f"<{exc.__class__.__name__}>".encode()
     assert not answer.startswith(b"HTTP/"), answer
-    assert sample(scene.hook, "elb_gate_admission_callers_total", caller="unverified", outcome="answered") == 0
+    assert (
+        sample(
+            scene.hook, "elb_gate_admission_callers_total", caller="unverified", outcome="answered"
+        )
+        == 0
+    )
 
 
 def test_another_certificate_of_the_clusters_ca_gets_a_403(scene: Scene, tmp_path: Path) -> None:
     cert, key = node_certificate(scene.cp, tmp_path)
     context = scene.hook.client_context()
     context.load_cert_chain(cert, key)
-    review = admission_review(scene.namespace, "mallory", finalizer(scene.namespace, elb.search_id(2), "as-node"))
+    review = admission_review(
+        scene.namespace, "mallory", finalizer(scene.namespace, elb.search_id(2), "as-node")
+    )
     status, answer = post_directly(scene.hook, "/validate/jobs", review, context)
     assert (status, answer["reason"]) == (403, "Forbidden")
     assert answer["message"] == (
         f"client certificate ({NODE}) is not one of ELB_GATE_CLIENT_NAMES ({API_SERVER_NAME}); "
         "only the API server is answered here"
     )
-    assert sample(scene.hook, "elb_gate_admission_callers_total", caller="unverified", outcome="refused") == 1
+    assert (
+        sample(
+            scene.hook, "elb_gate_admission_callers_total", caller="unverified", outcome="refused"
+        )
+        == 1
+    )

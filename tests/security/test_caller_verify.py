@@ -55,7 +55,10 @@ def scene(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory)
         # The OpenAPI service's pod holds the submit Lease: its pod is stamped on it.
         holder = control_plane.pod_identity(namespace, "openapi")
         lease = SubmitLease(
-            namespace, settings=Settings(), config=KubeConfig.from_kubeconfig(holder.kubeconfig), source="in-cluster"
+            namespace,
+            settings=Settings(),
+            config=KubeConfig.from_kubeconfig(holder.kubeconfig),
+            source="in-cluster",
         )
         assert lease.acquire().acquired
         try:
@@ -67,37 +70,64 @@ def scene(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory)
 
 
 def test_the_api_servers_calls_carry_its_certificate_and_get_the_whole_answer(scene: Scene) -> None:
-    before = sample(scene.hook, "elb_gate_admission_callers_total", caller="api-server", outcome="answered")
-    code, stderr = scene.kubectl_create("mallory", finalizer(scene.namespace, elb.search_id(1), "by-mallory"))
+    before = sample(
+        scene.hook, "elb_gate_admission_callers_total", caller="api-server", outcome="answered"
+    )
+    code, stderr = scene.kubectl_create(
+        "mallory", finalizer(scene.namespace, elb.search_id(1), "by-mallory")
+    )
     assert code == 1
     assert "Gate A: user mallory does not hold Lease" in stderr
     assert f"(user {scene.holder.username}, pod {scene.holder.stamp})" in stderr
-    after = sample(scene.hook, "elb_gate_admission_callers_total", caller="api-server", outcome="answered")
+    after = sample(
+        scene.hook, "elb_gate_admission_callers_total", caller="api-server", outcome="answered"
+    )
     assert after > before
-    assert sample(scene.hook, "elb_gate_admission_callers_total", caller="unverified", outcome="answered") == 0
+    assert (
+        sample(
+            scene.hook, "elb_gate_admission_callers_total", caller="unverified", outcome="answered"
+        )
+        == 0
+    )
 
 
 def test_a_pod_like_caller_gets_the_decision_without_the_holder(scene: Scene) -> None:
-    review = admission_review(scene.namespace, "mallory", finalizer(scene.namespace, elb.search_id(2), "direct"))
+    review = admission_review(
+        scene.namespace, "mallory", finalizer(scene.namespace, elb.search_id(2), "direct")
+    )
     status, answer = post_directly(scene.hook, "/validate/jobs", review)
     assert status == 200
     response = answer["response"]
-    assert (response["allowed"], response["status"]["code"], response["status"]["reason"]) == (False, 403, "Forbidden")
+    assert (response["allowed"], response["status"]["code"], response["status"]["reason"]) == (
+        False,
+        403,
+        "Forbidden",
+    )
     assert response["status"]["message"] == (
         "refused (403 Forbidden); elb-gate gives its reasons only to the API server, and this caller "
         "presented no client certificate that ELB_GATE_CLIENT_CA_FILE verifies with a name in "
         "ELB_GATE_CLIENT_NAMES"
     )
     assert scene.holder.pod not in json.dumps(answer) and "in-cluster-" not in json.dumps(answer)
-    assert sample(scene.hook, "elb_gate_admission_callers_total", caller="unverified", outcome="answered") >= 1
+    assert (
+        sample(
+            scene.hook, "elb_gate_admission_callers_total", caller="unverified", outcome="answered"
+        )
+        >= 1
+    )
 
 
 def test_a_pod_like_caller_gets_a_small_body_cap(scene: Scene) -> None:
     body = json.loads(finalizer(scene.namespace, elb.search_id(3), "padded"))
     body["metadata"]["annotations"] = {"pad": "x" * 300_000}  # a Job the API server would accept
-    status, answer = post_directly(scene.hook, "/validate/jobs", admission_review(scene.namespace, "mallory", json.dumps(body)))
+    status, answer = post_directly(
+        scene.hook, "/validate/jobs", admission_review(scene.namespace, "mallory", json.dumps(body))
+    )
     assert (status, answer["code"], answer["reason"]) == (413, 413, "RequestEntityTooLarge")
-    assert answer["message"] == "AdmissionReview larger than 262144 bytes (ELB_GATE_UNVERIFIED_MAX_REQUEST_BYTES)"
+    assert (
+        answer["message"]
+        == "AdmissionReview larger than 262144 bytes (ELB_GATE_UNVERIFIED_MAX_REQUEST_BYTES)"
+    )
 
 
 def _start_and_hold(hook: WebhookProcess, review: bytes) -> ssl.SSLSocket:
@@ -121,31 +151,55 @@ def _finish(tls: ssl.SSLSocket, review: bytes) -> str:
     return b"".join(chunks).decode()
 
 
-def test_a_pod_like_caller_gets_two_requests_in_flight_while_the_api_server_goes_on(scene: Scene) -> None:
-    review = admission_review(scene.namespace, "mallory", finalizer(scene.namespace, elb.search_id(4), "held"))
+def test_a_pod_like_caller_gets_two_requests_in_flight_while_the_api_server_goes_on(
+    scene: Scene,
+) -> None:
+    review = admission_review(
+        scene.namespace, "mallory", finalizer(scene.namespace, elb.search_id(4), "held")
+    )
     held = [_start_and_hold(scene.hook, review) for _ in range(2)]
     try:
-        wait_until(lambda: sample(scene.hook, "elb_gate_unverified_in_flight") == 2, 60, "two requests in flight")
+        wait_until(
+            lambda: sample(scene.hook, "elb_gate_unverified_in_flight") == 2,
+            60,
+            "two requests in flight",
+        )
         status, answer = post_directly(scene.hook, "/validate/jobs", review)
         assert (status, answer["reason"]) == (429, "TooManyRequests")
         assert answer["message"] == (
             "2 requests from 127.0.0.1 are in flight (ELB_GATE_UNVERIFIED_IN_FLIGHT_PER_SOURCE); "
             "callers not verified as the API server get no more"
         )
-        code, stderr = scene.kubectl_create("mallory", finalizer(scene.namespace, elb.search_id(4), "meanwhile"))
-        assert code == 1 and f"pod {scene.holder.stamp}" in stderr  # the API server is answered in full
+        code, stderr = scene.kubectl_create(
+            "mallory", finalizer(scene.namespace, elb.search_id(4), "meanwhile")
+        )
+        assert (
+            code == 1 and f"pod {scene.holder.stamp}" in stderr
+        )  # the API server is answered in full
     finally:
         answers = [_finish(tls, review) for tls in held]
     assert all(a.startswith("HTTP/1.1 200 OK") and "refused (403 Forbidden)" in a for a in answers)
-    wait_until(lambda: sample(scene.hook, "elb_gate_unverified_in_flight") == 0, 60, "nothing in flight")
-    assert sample(scene.hook, "elb_gate_admission_callers_total", caller="unverified", outcome="limited") == 1
+    wait_until(
+        lambda: sample(scene.hook, "elb_gate_unverified_in_flight") == 0, 60, "nothing in flight"
+    )
+    assert (
+        sample(
+            scene.hook, "elb_gate_admission_callers_total", caller="unverified", outcome="limited"
+        )
+        == 1
+    )
 
 
 def test_a_forged_review_changes_nothing_in_the_cluster(scene: Scene) -> None:
     """Anyone can claim to be anyone in a hand-made AdmissionReview; only the API
     server's own calls decide real writes, so the answer is all a forger gets."""
     body = finalizer(scene.namespace, elb.search_id(9), "forged")
-    review = admission_review(scene.namespace, scene.holder.username, body)  # claims to be the holder
+    review = admission_review(
+        scene.namespace, scene.holder.username, body
+    )  # claims to be the holder
     status, answer = post_directly(scene.hook, "/validate/jobs", review)
-    assert (status, answer["response"]) == (200, {"uid": answer["response"]["uid"], "allowed": True})
+    assert (status, answer["response"]) == (
+        200,
+        {"uid": answer["response"]["uid"], "allowed": True},
+    )
     assert scene.cp.admin.find("jobs", scene.namespace, "forged") is None

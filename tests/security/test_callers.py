@@ -31,15 +31,45 @@ def peercert(cn: str | None = None, *dns: str) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("mode", "cert", "kind", "refused"),
     [
-        pytest.param("off", None, "unknown", False, id="off: no certificate asked, every caller alike"),
-        pytest.param("off", peercert(API_SERVER), "unknown", False, id="off: a certificate changes nothing"),
-        pytest.param("verify", peercert(API_SERVER), "api-server", False, id="verify: the API server's CN"),
-        pytest.param("verify", peercert("x", API_SERVER), "api-server", False, id="verify: the API server's name as a DNS SAN"),
-        pytest.param("verify", None, "unverified", False, id="verify: no certificate is served, unverified"),
-        pytest.param("verify", peercert("system:node:aks-1"), "unverified", False, id="verify: another client of the same CA"),
-        pytest.param("verify", peercert(None), "unverified", False, id="verify: a certificate without names"),
-        pytest.param("require", peercert(API_SERVER), "api-server", False, id="require: the API server"),
-        pytest.param("require", peercert("system:node:aks-1"), "unverified", True, id="require: another client of the same CA is refused"),
+        pytest.param(
+            "off", None, "unknown", False, id="off: no certificate asked, every caller alike"
+        ),
+        pytest.param(
+            "off", peercert(API_SERVER), "unknown", False, id="off: a certificate changes nothing"
+        ),
+        pytest.param(
+            "verify", peercert(API_SERVER), "api-server", False, id="verify: the API server's CN"
+        ),
+        pytest.param(
+            "verify",
+            peercert("x", API_SERVER),
+            "api-server",
+            False,
+            id="verify: the API server's name as a DNS SAN",
+        ),
+        pytest.param(
+            "verify", None, "unverified", False, id="verify: no certificate is served, unverified"
+        ),
+        pytest.param(
+            "verify",
+            peercert("system:node:aks-1"),
+            "unverified",
+            False,
+            id="verify: another client of the same CA",
+        ),
+        pytest.param(
+            "verify", peercert(None), "unverified", False, id="verify: a certificate without names"
+        ),
+        pytest.param(
+            "require", peercert(API_SERVER), "api-server", False, id="require: the API server"
+        ),
+        pytest.param(
+            "require",
+            peercert("system:node:aks-1"),
+            "unverified",
+            True,
+            id="require: another client of the same CA is refused",
+        ),
     ],
 )
 def test_a_caller_is_the_api_server_only_with_a_verified_certificate_of_an_allowed_name(
@@ -110,8 +140,12 @@ HELD = (
             id="warn mode: the warnings go too",
         ),
         pytest.param(
-            patched([{"op": "add", "path": "/spec/renewTime", "value": "2026-11-29T12:00:00.000000Z"}]),
-            patched([{"op": "add", "path": "/spec/renewTime", "value": "2026-11-29T12:00:00.000000Z"}]),
+            patched(
+                [{"op": "add", "path": "/spec/renewTime", "value": "2026-11-29T12:00:00.000000Z"}]
+            ),
+            patched(
+                [{"op": "add", "path": "/spec/renewTime", "value": "2026-11-29T12:00:00.000000Z"}]
+            ),
             id="the stamp's patch is kept",
         ),
     ],

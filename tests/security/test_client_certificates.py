@@ -107,7 +107,9 @@ def review(name: str = "elb-blast-submit-t", pad: int = 0) -> bytes:
         "userInfo": {"username": "mallory"},
         "object": {"metadata": {"name": name, "annotations": {"pad": "x" * pad}}},
     }
-    return orjson.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
+    return orjson.dumps(
+        {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+    )
 
 
 @pytest.fixture
@@ -122,7 +124,10 @@ async def serve(pki: Pki) -> AsyncIterator[Callable[[str], Any]]:
     async def start(mode: str) -> Server:
         env = {"ELB_GATE_CLIENT_AUTH": mode}
         if mode != "off":
-            env |= {"ELB_GATE_CLIENT_CA_FILE": str(pki.client_ca), "ELB_GATE_CLIENT_NAMES": API_SERVER}
+            env |= {
+                "ELB_GATE_CLIENT_CA_FILE": str(pki.client_ca),
+                "ELB_GATE_CLIENT_NAMES": API_SERVER,
+            }
         env |= {"ELB_GATE_UNVERIFIED_MAX_REQUEST_BYTES": str(UNVERIFIED_MAX)}
         settings = Settings.from_env(env)
         recorded: list[tuple[str, str]] = []
@@ -173,7 +178,9 @@ def message(answer: dict[str, Any]) -> str:
 
 
 @pytest.mark.parametrize("mode", ["verify", "require"])
-async def test_the_api_servers_certificate_gets_the_whole_answer(serve: Any, pki: Pki, mode: str) -> None:
+async def test_the_api_servers_certificate_gets_the_whole_answer(
+    serve: Any, pki: Pki, mode: str
+) -> None:
     server = await serve(mode)
     status, answer = await post(server, pki.client(API_SERVER), review(pad=UNVERIFIED_MAX))
     assert status == 200
@@ -189,19 +196,25 @@ async def test_with_verify_a_caller_without_a_certificate_is_told_only_the_decis
     assert status == 200
     assert answer["response"]["allowed"] is False
     assert answer["response"]["status"]["code"] == 409
-    assert message(answer).startswith("refused (409 Conflict); elb-gate gives its reasons only to the API server")
+    assert message(answer).startswith(
+        "refused (409 Conflict); elb-gate gives its reasons only to the API server"
+    )
     assert "dashboard" not in message(answer)
     assert server.recorded == [("unverified", "answered")]
 
 
-async def test_with_verify_another_client_of_the_same_ca_is_unverified(serve: Any, pki: Pki) -> None:
+async def test_with_verify_another_client_of_the_same_ca_is_unverified(
+    serve: Any, pki: Pki
+) -> None:
     server = await serve("verify")
     status, answer = await post(server, pki.client(NODE, dns="aks-blastpool-0"), review())
     assert status == 200 and "dashboard" not in message(answer)
     assert server.recorded == [("unverified", "answered")]
 
 
-async def test_with_verify_an_unverified_body_over_its_smaller_cap_is_a_413(serve: Any, pki: Pki) -> None:
+async def test_with_verify_an_unverified_body_over_its_smaller_cap_is_a_413(
+    serve: Any, pki: Pki
+) -> None:
     server = await serve("verify")
     status, answer = await post(server, pki.client(), review(pad=UNVERIFIED_MAX))
     assert status == 413
@@ -211,7 +224,9 @@ async def test_with_verify_an_unverified_body_over_its_smaller_cap_is_a_413(serv
     assert server.recorded == [("unverified", "too_large")]
 
 
-async def test_with_require_a_caller_without_a_certificate_fails_the_handshake(serve: Any, pki: Pki) -> None:
+async def test_with_require_a_caller_without_a_certificate_fails_the_handshake(
+    serve: Any, pki: Pki
+) -> None:
     server = await serve("require")
     with pytest.raises(aiohttp.ClientConnectionError):
         await post(server, pki.client(), review())
@@ -230,7 +245,9 @@ async def test_with_require_another_client_of_the_same_ca_gets_a_403(serve: Any,
 
 
 @pytest.mark.parametrize("mode", ["verify", "require"])
-async def test_a_certificate_from_another_ca_fails_the_handshake(serve: Any, pki: Pki, mode: str) -> None:
+async def test_a_certificate_from_another_ca_fails_the_handshake(
+    serve: Any, pki: Pki, mode: str
+) -> None:
     server = await serve(mode)
     with pytest.raises(aiohttp.ClientConnectionError):
         await post(server, pki.client(API_SERVER, ca=pki.stranger), review())
@@ -262,17 +279,23 @@ async def test_an_unverified_source_gets_two_requests_in_flight_while_the_api_se
         "2 requests from 127.0.0.1 are in flight (ELB_GATE_UNVERIFIED_IN_FLIGHT_PER_SOURCE); "
         "callers not verified as the API server get no more"
     )
-    api = [asyncio.create_task(post(server, pki.client(API_SERVER), review("hold"))) for _ in range(3)]
+    api = [
+        asyncio.create_task(post(server, pki.client(API_SERVER), review("hold"))) for _ in range(3)
+    ]
     await server.handler.wait_holding(5)  # the API server's three are in too
     server.handler.release.set()
     assert [s for s, _ in await asyncio.gather(*held, *api)] == [200] * 5
     assert server.in_flight == [1, 2, 1, 0]
     assert sorted(server.recorded) == sorted(
-        [("unverified", "limited")] + [("unverified", "answered")] * 2 + [("api-server", "answered")] * 3
+        [("unverified", "limited")]
+        + [("unverified", "answered")] * 2
+        + [("api-server", "answered")] * 3
     )
 
 
 def test_an_unreadable_client_ca_is_refused_naming_the_setting(tmp_path: Path) -> None:
     (tmp_path / "ca.crt").write_text("not a certificate")
-    with pytest.raises(CertificateInvalid, match=r"ELB_GATE_CLIENT_CA_FILE '.*ca\.crt' holds no usable CA"):
+    with pytest.raises(
+        CertificateInvalid, match=r"ELB_GATE_CLIENT_CA_FILE '.*ca\.crt' holds no usable CA"
+    ):
         ServingCertificate("a", "b", client_auth="verify", client_ca_file=str(tmp_path / "ca.crt"))

@@ -31,7 +31,9 @@ def test_every_claim_names_at_least_one_test() -> None:
     assert [claim for claim, tests in claims.items() if not tests] == []
 
 
-@pytest.mark.parametrize(("path", "name", "param"), sorted({t for tests in rows().values() for t in tests}))
+@pytest.mark.parametrize(
+    ("path", "name", "param"), sorted({t for tests in rows().values() for t in tests})
+)
 def test_every_named_test_exists(path: str, name: str, param: str | None) -> None:
     source = (REPO / path).read_text()
     assert re.search(rf"^(async )?def {name}\(", source, re.M), f"{path} has no {name}"

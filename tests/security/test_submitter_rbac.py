@@ -29,7 +29,9 @@ class Rbac:
     workdir: Path
 
     def create(self, user: str, body: str, kubeconfig: str | None = None) -> tuple[int, str, str]:
-        done = self.cp.kubectl(user, "-n", self.namespace, "create", "-f", "-", input=body, kubeconfig=kubeconfig)
+        done = self.cp.kubectl(
+            user, "-n", self.namespace, "create", "-f", "-", input=body, kubeconfig=kubeconfig
+        )
         return done.returncode, done.stdout, done.stderr
 
     def can_i(self, *args: str) -> str:
@@ -51,7 +53,12 @@ def rbac(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) 
         with submitter_access(control_plane, namespace, {"submitterAccess.rbac": True}):
             scene = Rbac(control_plane, hook, namespace, workdir)
             # The authorizer reads RoleBindings from its informer: wait until it has them.
-            wait_until(lambda: scene.can_i("create", "jobs", "--as", "alice") == "yes", 60, "the RoleBindings in effect", 0.2)
+            wait_until(
+                lambda: scene.can_i("create", "jobs", "--as", "alice") == "yes",
+                60,
+                "the RoleBindings in effect",
+                0.2,
+            )
             yield scene
     control_plane.admin.delete("namespaces", None, namespace)
 
@@ -86,7 +93,10 @@ def test_a_user_outside_the_map_cannot_take_the_submit_lease(rbac: Rbac) -> None
         "spec": {"holderIdentity": "dashboard-0b3f", "leaseDurationSeconds": 900},
     }
     code, _, stderr = rbac.create("mallory", json.dumps(lease))
-    assert (code, stderr) == (1, forbidden("mallory", "leases", "coordination.k8s.io", rbac.namespace))
+    assert (code, stderr) == (
+        1,
+        forbidden("mallory", "leases", "coordination.k8s.io", rbac.namespace),
+    )
 
 
 def test_the_mapped_submit_path_takes_the_lease_with_one_credential_and_submits_with_another(
@@ -115,7 +125,9 @@ def test_the_in_cluster_account_joins_the_open_search_but_may_not_touch_the_leas
         alice.release()  # elastic-blast submit returned; the submit Job carries on in-cluster
         alice.close()
     token = rbac.cp.service_account_token(rbac.namespace, "default")
-    in_cluster = rbac.cp.write_kubeconfig(tmp_path / "in-cluster.kubeconfig", "submit-jobs", token, rbac.namespace)
+    in_cluster = rbac.cp.write_kubeconfig(
+        tmp_path / "in-cluster.kubeconfig", "submit-jobs", token, rbac.namespace
+    )
     batch = ready(elb.blast_batch(search, 0), rbac.namespace)
     code, stdout, stderr = rbac.create("admin", json.dumps(batch), kubeconfig=in_cluster)
     assert (code, stdout) == (0, f"job.batch/{batch['metadata']['name']} created\n"), stderr
@@ -134,6 +146,11 @@ def test_kubectl_auth_can_i_lists_exactly_the_mapped_creators(rbac: Rbac) -> Non
     assert rbac.can_i("create", "jobs", "--as", "mallory") == "no"
     assert rbac.can_i("create", "jobs", "--as", "carol", "--as-group", "team") == "no"
     assert rbac.can_i("create", "jobs", "--as", "alice") == "yes"
-    assert rbac.can_i("create", "jobs", "--as", "dashboard-apply", "--as-group", "dashboard") == "yes"
-    assert rbac.can_i("create", "jobs", "--as", f"system:serviceaccount:{rbac.namespace}:default") == "yes"
+    assert (
+        rbac.can_i("create", "jobs", "--as", "dashboard-apply", "--as-group", "dashboard") == "yes"
+    )
+    assert (
+        rbac.can_i("create", "jobs", "--as", f"system:serviceaccount:{rbac.namespace}:default")
+        == "yes"
+    )
     assert rbac.can_i("delete", "leases", "--as", "dashboard-lease") == "no"

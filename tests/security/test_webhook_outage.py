@@ -33,11 +33,18 @@ def test_an_outage_refuses_only_the_writes_the_gates_judge(
         with webhook(control_plane, tmp_path_factory.mktemp("outage"), namespace) as hook:
             hook.gate_namespace(namespace)
             ordinary = finalizer(namespace, elb.search_id(1), "before", "web")
-            assert control_plane.kubectl("alice", "-n", namespace, "create", "-f", "-", input=ordinary).returncode == 0
+            assert (
+                control_plane.kubectl(
+                    "alice", "-n", namespace, "create", "-f", "-", input=ordinary
+                ).returncode
+                == 0
+            )
             hook.kill()
 
             def create(body: str) -> tuple[int, str]:
-                done = control_plane.kubectl("alice", "-n", namespace, "create", "-f", "-", input=body)
+                done = control_plane.kubectl(
+                    "alice", "-n", namespace, "create", "-f", "-", input=body
+                )
                 return done.returncode, done.stderr
 
             assert create(finalizer(namespace, elb.search_id(2), "ordinary", "web")) == (0, "")

@@ -279,6 +279,7 @@ def test_a_takeover_of_a_lease_deleted_meanwhile_ends_in_a_create_admission(
         # The object it read carries the deleted Lease's uid: the API server
         # answers 409 (uid precondition), busy; its next attempt creates it.
         assert outcome == "busy"
+        assert isinstance(taker.client, DashboardLeaseClient)
         assert taker.client.last_status == 409
         assert "Precondition failed: UID in precondition" in str(
             taker.client.last_answer.get("message")

@@ -57,11 +57,12 @@ def fault_for(proxy: FaultProxy, ns: str, read: str, how: str) -> Fault:
         if read == "census"
         else {"resource": "leases", "namespace": ns, "name": f"elb-blast-submit-{ns}"}
     )
-    behaviour: dict[str, Any] = {
+    behaviours: dict[str, dict[str, Any]] = {
         "500": {"status": 500},
         "hang": {"delay": HANG},
         "reset": {"drop": True},
-    }[how]
+    }
+    behaviour = behaviours[how]
     return proxy.add(method="GET", count=None, **target, **behaviour)
 
 

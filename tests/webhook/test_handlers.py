@@ -76,8 +76,11 @@ class FakeApi:
 
 def make(api: FakeApi, **settings: Any) -> Admission:
     return Admission(
-        Settings(**settings), api, WebhookMetrics(CollectorRegistry()), clock=lambda: NOW
-    )  # type: ignore[arg-type]
+        Settings(**settings),
+        api,  # type: ignore[arg-type]
+        WebhookMetrics(CollectorRegistry()),
+        clock=lambda: NOW,
+    )
 
 
 def sample(admission: Admission, name: str, **labels: str) -> float:

@@ -55,10 +55,18 @@ def test_warm_reuse_at_the_ceiling_passes_import_queries_but_refuses_the_search_
 def test_warm_reuse_at_ceiling_minus_one_passes_end_to_end_and_counts_once() -> None:
     ns = busy(2)
     decisions = ns.apply(elb.flow("warm-reuse", elb.search_id(1)))
-    assert [d.reason for d in decisions] == ["holder_setup", "ok", "joins_active", "joins_active", "joins_active"]
+    assert [d.reason for d in decisions] == [
+        "holder_setup",
+        "ok",
+        "joins_active",
+        "joins_active",
+        "joins_active",
+    ]
 
 
-def test_cloud_job_submission_batch_jobs_pass_under_the_in_cluster_account_without_a_lease() -> None:
+def test_cloud_job_submission_batch_jobs_pass_under_the_in_cluster_account_without_a_lease() -> (
+    None
+):
     ns = busy(2)
     job_id = elb.search_id(1)
     assert all(d.allowed for d in ns.apply(elb.flow("cloud-job-submission", job_id)))
@@ -186,14 +194,18 @@ def test_a_staged_database_stays_in_use_between_its_setup_and_its_batch_jobs() -
     assert ns.judge(elb.init_ssd(S2, 0, "swissprot")).allowed  # another database proceeds
 
 
-def test_batch_jobs_created_in_cluster_wait_while_their_database_is_staged_by_another_search() -> None:
+def test_batch_jobs_created_in_cluster_wait_while_their_database_is_staged_by_another_search() -> (
+    None
+):
     ns = busy(0)
     assert all(d.allowed for d in ns.apply(elb.flow("cloud-job-submission", S1)))
     assert all(d.allowed for d in ns.apply([elb.init_pv(S2, "16S_ribosomal_RNA")]))
     decision = ns.judge(elb.blast_batch(S1, 0, "16S_ribosomal_RNA"), IN_CLUSTER)
     assert decision.reason == "db_staging"
     ns.finish_setup(S2)
-    assert ns.judge(elb.blast_batch(S1, 0, "16S_ribosomal_RNA"), IN_CLUSTER).reason == "joins_active"
+    assert (
+        ns.judge(elb.blast_batch(S1, 0, "16S_ribosomal_RNA"), IN_CLUSTER).reason == "joins_active"
+    )
 
 
 def test_a_search_staging_its_own_database_is_not_blocked_by_itself() -> None:

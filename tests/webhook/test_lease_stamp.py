@@ -37,7 +37,7 @@ def stamp(
     return jsonpatch.apply_patch(new, list(decision.patch)), decision.reason
 
 
-def annotations(obj: dict[str, Any] | None) -> dict[str, str]:
+def annotations_of(obj: dict[str, Any] | None) -> dict[str, str]:
     return dict(((obj or {}).get("metadata") or {}).get("annotations") or {})
 
 
@@ -51,14 +51,14 @@ def bare(holder: str, client_time: str = "2020-01-01T00:00:00.000000Z") -> dict[
 def test_an_acquisition_stamps_user_and_the_webhook_clock() -> None:
     result, reason = stamp("CREATE", bare(A), None)
     assert reason == "acquired"
-    assert annotations(result) == {HOLDER_USER_ANNOTATION: "alice"}
+    assert annotations_of(result) == {HOLDER_USER_ANNOTATION: "alice"}
     assert result is not None
     assert result["spec"]["renewTime"] == STAMP and result["spec"]["acquireTime"] == STAMP
 
 
 def test_a_bound_service_account_token_stamps_its_pod() -> None:
     result, _ = stamp("CREATE", bare(A), None, OPENAPI_POD)
-    assert annotations(result) == {
+    assert annotations_of(result) == {
         HOLDER_USER_ANNOTATION: "system:serviceaccount:blast:elb-openapi",
         HOLDER_POD_ANNOTATION: "blast/elb-openapi-7f9c/3f1d-uid",
     }
@@ -71,7 +71,7 @@ def test_a_bound_service_account_token_stamps_its_pod() -> None:
 )
 def test_no_pod_stamp_without_a_complete_service_account_pod(who: UserInfo) -> None:
     result, _ = stamp("CREATE", bare(A), None, who)
-    assert HOLDER_POD_ANNOTATION not in annotations(result)
+    assert HOLDER_POD_ANNOTATION not in annotations_of(result)
 
 
 def test_a_full_object_put_that_drops_annotations_keeps_the_stamps() -> None:
@@ -83,7 +83,7 @@ def test_a_full_object_put_that_drops_annotations_keeps_the_stamps() -> None:
     )
     result, reason = stamp("UPDATE", bare(A), stored, OPENAPI_POD)
     assert reason == "renewed"
-    assert annotations(result) == annotations(stored)
+    assert annotations_of(result) == annotations_of(stored)
     assert result is not None
     assert result["spec"]["renewTime"] == STAMP
     # A renew is not an acquisition: the stored acquisition time stays.
@@ -107,14 +107,14 @@ def test_a_renew_cannot_rewrite_the_stamps() -> None:
     stored = lease(A, holder_user="alice", renewed_ago=60)
     forged = lease(A, holder_user="mallory", holder_pod="x/y/z")
     result, _ = stamp("UPDATE", forged, stored, user("mallory"))
-    assert annotations(result) == {HOLDER_USER_ANNOTATION: "alice"}
+    assert annotations_of(result) == {HOLDER_USER_ANNOTATION: "alice"}
 
 
 def test_other_annotations_are_left_alone() -> None:
     new = lease(A)
     new["metadata"]["annotations"] = {"team": "blast"}
     result, _ = stamp("CREATE", new, None)
-    assert annotations(result) == {"team": "blast", HOLDER_USER_ANNOTATION: "alice"}
+    assert annotations_of(result) == {"team": "blast", HOLDER_USER_ANNOTATION: "alice"}
 
 
 def test_a_takeover_restamps_user_pod_and_acquire_time() -> None:
@@ -131,7 +131,7 @@ def test_a_takeover_restamps_user_pod_and_acquire_time() -> None:
     )
     result, reason = stamp("UPDATE", new, stored, user("dash"))
     assert reason == "acquired"
-    assert annotations(result) == {HOLDER_USER_ANNOTATION: "dash"}
+    assert annotations_of(result) == {HOLDER_USER_ANNOTATION: "dash"}
     assert result is not None and result["spec"]["acquireTime"] == STAMP
 
 
@@ -140,14 +140,14 @@ def test_a_release_clears_the_stamps_and_leaves_the_times() -> None:
     released = lease("", holder_user="alice", holder_pod="a/b/c", renewed_ago=60)
     result, reason = stamp("UPDATE", released, stored)
     assert reason == "released"
-    assert annotations(result) == {}
+    assert annotations_of(result) == {}
     assert result is not None and result["spec"]["renewTime"] == stored["spec"]["renewTime"]
 
 
 def test_an_unstamped_lease_is_adopted_by_its_renewer() -> None:
     result, reason = stamp("UPDATE", bare(A), bare(A), user("bob"))
     assert reason == "renewed"
-    assert annotations(result) == {HOLDER_USER_ANNOTATION: "bob"}
+    assert annotations_of(result) == {HOLDER_USER_ANNOTATION: "bob"}
 
 
 def test_other_leases_and_deletes_are_not_stamped() -> None:

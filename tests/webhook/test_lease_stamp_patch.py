@@ -134,9 +134,7 @@ def test_the_built_patch_gives_what_the_diff_gave(
 
 
 @given(holder=HOLDERS.filter(bool), who=requesters())
-def test_a_lease_without_metadata_gets_it_as_the_diff_added_it(
-    holder: str, who: UserInfo
-) -> None:
+def test_a_lease_without_metadata_gets_it_as_the_diff_added_it(holder: str, who: UserInfo) -> None:
     new: dict[str, Any] = {"spec": {"holderIdentity": holder}}
     request = LeaseRequest.from_admission(
         admission("CREATE", new, None, who=who, resource="leases", name=NAME)
@@ -148,8 +146,13 @@ def test_a_lease_without_metadata_gets_it_as_the_diff_added_it(
 
 def test_annotation_keys_are_escaped_as_json_pointers() -> None:
     request = LeaseRequest.from_admission(
-        admission("CREATE", lease("openapi-a", holder_user="bob"), None, who=user("alice"),
-                  resource="leases")
+        admission(
+            "CREATE",
+            lease("openapi-a", holder_user="bob"),
+            None,
+            who=user("alice"),
+            resource="leases",
+        )
     )
     paths = {op["path"] for op in lease_stamp.decide(request, NOW).patch}
     assert "/metadata/annotations/elb-gate.io~1holder-user" in paths

@@ -16,7 +16,11 @@ POOL = "agentpool=blastpool"
 
 
 def node(
-    name: str, cpu: str = "15740m", memory: str = "126544352Ki", pool: str = "blastpool", **extra: Any
+    name: str,
+    cpu: str = "15740m",
+    memory: str = "126544352Ki",
+    pool: str = "blastpool",
+    **extra: Any,
 ) -> NodeView:
     """A node as the API server shows it (blast pool: Standard_E16s_v5 allocatable)."""
     labels = {"agentpool": pool, **extra.pop("labels", {})}
@@ -92,7 +96,10 @@ def test_the_configured_ceiling_still_wins_when_it_is_lower() -> None:
     assert [d.reason for d in searches(ns, 2, cpus=6)] == ["ok", "ceiling"]
 
 
-@pytest.mark.parametrize("kind", ["cold-local-ssd", "cold-pv", "partitioned", "sharded", "cloud-job-submission", "prepare-only"])
+@pytest.mark.parametrize(
+    "kind",
+    ["cold-local-ssd", "cold-pv", "partitioned", "sharded", "cloud-job-submission", "prepare-only"],
+)
 def test_a_search_opened_by_a_setup_or_submit_job_is_sized_by_the_settings(kind: str) -> None:
     ns = cluster(capacity="deny", capacity_pod_cpu="6")
     searches(ns, 2, cpus=8, first=10)
@@ -120,8 +127,10 @@ def test_warn_admits_with_the_refusal_as_a_warning() -> None:
     ns = cluster(capacity="warn")
     decision = searches(ns, 3, cpus=8)[2]
     assert decision.allowed and [w.reason for w in decision.warned] == ["capacity"]
-    assert decision.response().warnings[0].startswith(
-        "search-admission.elb-gate.io would deny: Capacity: the ready nodes"
+    assert (
+        decision.response()
+        .warnings[0]
+        .startswith("search-admission.elb-gate.io would deny: Capacity: the ready nodes")
     )
 
 
@@ -195,7 +204,10 @@ def test_a_core_nt_search_is_refused_at_its_first_job_from_its_database_alone(ki
     before = ns.names()
     first = submit(ns, elb.flow(kind, elb.search_id(1), "core_nt"))
     assert (first.allowed, first.code, first.reason) == (False, 422, "db_memory_infeasible")
-    assert "database core_nt needs 251.7G (234.5Gi) of memory on one node (ConfigMap elb-system/elb-gate-db-memory)" in first.message
+    assert (
+        "database core_nt needs 251.7G (234.5Gi) of memory on one node (ConfigMap elb-system/elb-gate-db-memory)"
+        in first.message
+    )
     assert "the largest ready node of the pool agentpool=blastpool" in first.message
     assert "has 15740m CPU / 120.6Gi memory allocatable: no node can ever run it" in first.message
     assert "split it so each part fits in 120.6Gi: at least 2 partitions or shards" in first.message
@@ -255,7 +267,10 @@ def test_a_batch_job_of_an_active_search_is_judged_too() -> None:
 
 def test_an_unlisted_database_and_a_missing_table_need_nothing() -> None:
     ns = feasible()
-    assert all(d.allowed for d in ns.apply(elb.flow("cold-local-ssd", elb.search_id(1), "16S_ribosomal_RNA")))
+    assert all(
+        d.allowed
+        for d in ns.apply(elb.flow("cold-local-ssd", elb.search_id(1), "16S_ribosomal_RNA"))
+    )
     ns = cluster(feasibility="deny")
     assert ns.judge(elb.init_ssd(elb.search_id(2), 0, "core_nt")).allowed
 

@@ -66,7 +66,9 @@ def update(
             id="any DELETE of a Job costs no API call",
         ),
         pytest.param(create("other"), Reads.NONE, id="a Job that is not a search Job"),
-        pytest.param(create("Blast", "a"), Reads.NONE, id="a near-miss app is refused on the request alone"),
+        pytest.param(
+            create("Blast", "a"), Reads.NONE, id="a near-miss app is refused on the request alone"
+        ),
         pytest.param(create(None), Reads.NONE, id="a Job with no labels"),
         pytest.param(
             update("blast", "a", "blast", "a"),
@@ -89,7 +91,9 @@ def update(
             id="a finalizer needs the census and the Lease, read together",
         ),
         pytest.param(create("submit", "a"), Reads.JOBS, id="a submit Job reads the census first"),
-        pytest.param(create("setup", "a"), Reads.JOBS, id="a setup Job of a search reads the census first"),
+        pytest.param(
+            create("setup", "a"), Reads.JOBS, id="a setup Job of a search reads the census first"
+        ),
         pytest.param(
             create("setup"),
             Reads.LEASE,
