@@ -66,7 +66,6 @@ class Reconciler:
         self.may_act = may_act
         self.clock = clock
         self.views: dict[str, LivenessView] = {}
-        self.last_plans: dict[str, Plan] = {}
         self._last_seen_active: dict[str, datetime] = {}
         self._dirty: set[str] = set()
         self._wake = asyncio.Event()
@@ -219,7 +218,6 @@ class Reconciler:
         if view.in_use:
             self._last_seen_active[plan.namespace] = now
         self.views[plan.namespace] = view
-        self.last_plans[plan.namespace] = plan
         self.metrics.set_namespace_state(
             plan.namespace,
             active_searches=plan.census.count,

@@ -288,11 +288,6 @@ class Infeasible:
         """Memory is what does not fit on the largest node."""
         return self.need_memory_bytes > self.largest.memory_bytes
 
-    @property
-    def cpu_short(self) -> bool:
-        """CPU is what does not fit on the largest node."""
-        return self.need_cpu_milli > self.largest.cpu_milli
-
 
 def infeasible(
     nodes: tuple[NodeView, ...],

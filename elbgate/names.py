@@ -34,8 +34,6 @@ SEARCH_APPS: tuple[str, ...] = (FINALIZER_APP, SETUP_APP, SUBMIT_APP, BLAST_APP)
 work (init-ssd per node, init-pv, partitioned and sharded init: all carry the
 search's ``elb-job-id``); the warm-reuse ``import-queries`` Job and the
 cloud-split Job are ``setup`` Jobs without one."""
-WORK_APPS: frozenset[str] = frozenset({SETUP_APP, SUBMIT_APP, BLAST_APP})
-"""Jobs whose unfinished presence makes their search active (and keeps its finalizer live)."""
 COMPANION_APPS: frozenset[str] = frozenset({SUBMIT_APP, BLAST_APP})
 """Batch work proper: the Jobs a finalizer waits for. What proves a search had batch work
 (finishing, not an orphan) is :data:`BATCH_WORK_EVIDENCE_APPS`."""

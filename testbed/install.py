@@ -18,9 +18,7 @@ import copy
 import functools
 import subprocess
 import threading
-from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -252,18 +250,3 @@ def authorizer_allows(
         },
     )
     return bool(review["status"].get("allowed"))
-
-
-def clear_namespace_objects(
-    cp: ControlPlane, namespaces: Iterable[str], kinds: Iterable[str]
-) -> None:
-    """Delete every object of ``kinds`` in ``namespaces`` (test clean-up)."""
-    for ns in namespaces:
-        for kind in kinds:
-            for obj in cp.admin.list(kind, ns):
-                cp.admin.delete(kind, ns, obj["metadata"]["name"], grace_seconds=0)
-
-
-def object_ref(obj: dict[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{obj.get('kind')}/{meta.get('namespace', '')}/{meta.get('name')}"

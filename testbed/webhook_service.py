@@ -48,13 +48,6 @@ class ServiceProxy:
         self.connections: dict[int, int] = {port: 0 for port in endpoints}
         """Connections handed to each endpoint (by port)."""
 
-    def set_endpoints(self, endpoints: list[int]) -> None:
-        """Change where new connections go (open ones stay where they are)."""
-        with self._lock:
-            self._endpoints = list(endpoints)
-            for port in endpoints:
-                self.connections.setdefault(port, 0)
-
     def _pick(self) -> int:
         with self._lock:
             if not self._endpoints:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from elbgate.durations import format_distance, format_duration
+from elbgate.durations import format_distance
 from webhook.review import STATUS_REASONS, AdmissionResponse, allowed, denied, patched
 
 WARNING_WIDTH = 120
@@ -88,11 +88,6 @@ def when(moment: datetime, now: datetime) -> str:
     stamp = moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     delta = (moment - now).total_seconds()
     return f"{stamp} ({format_distance(delta)})"
-
-
-def span(seconds: float) -> str:
-    """``1h2m3s``, ``4m10s``, ``7s``: :func:`elbgate.durations.format_duration`."""
-    return format_duration(seconds)
 
 
 def unverified(subject: str, failure: str) -> Decision:

@@ -197,12 +197,6 @@ class KubeApi:
             "PATCH", url_path, body=patch, content_type="application/merge-patch+json", **kw
         )
 
-    async def json_patch(self, url_path: str, ops: list[Json], **kw: Any) -> Json:
-        """JSON Patch; include a ``test`` op on resourceVersion to make it a CAS."""
-        return await self.request(
-            "PATCH", url_path, body=ops, content_type="application/json-patch+json", **kw
-        )
-
     async def delete(
         self,
         url_path: str,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -72,7 +72,6 @@ class Informer:
         watch_timeout_seconds: int = 300,
         backoff_initial: float = 0.2,
         backoff_max: float = 5.0,
-        on_synced: Callable[[str, str], None] | None = None,
     ) -> None:
         self.api = api
         self.cache = cache
@@ -81,7 +80,6 @@ class Informer:
         self.watch_timeout_seconds = watch_timeout_seconds
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
-        self._on_synced = on_synced or (lambda _k, _ns: None)
         self.resource_version = ""
         self.last_error = ""
         """Why the last list/watch failed (``""`` once a LIST succeeded again)."""
@@ -158,7 +156,6 @@ class Informer:
             rv=self.resource_version,
             **self._fields(),
         )
-        self._on_synced(self.spec.kind, self.spec.namespace)
 
     async def _watch_until_broken(self) -> None:
         """Watch, resuming after normal ends; return on 410 Gone (caller relists);

@@ -53,7 +53,6 @@ class Observations:
     """What the observer saw; times are timeline seconds."""
 
     peak: int = 0
-    peak_ids: tuple[str, ...] = ()
     active: tuple[str, ...] = ()
     opened: dict[str, float] = field(default_factory=dict)
     """elb-job-id -> when it first counted as active."""
@@ -61,7 +60,6 @@ class Observations:
     """When a slot freed (the active count went down), once per slot."""
     finished: dict[str, float] = field(default_factory=dict)
     """elb-job-id -> when its finalizer succeeded."""
-    jobs_created: int = 0
     created: dict[str, float] = field(default_factory=dict)
     """Job name -> when it was created."""
     lease_holder: str = ""
@@ -183,13 +181,12 @@ class Observer:
             list(self.jobs.values()), datetime.now(UTC), self.settings.finalizer_grace_seconds
         )
         if counted.count > seen.peak:
-            seen.peak, seen.peak_ids = counted.count, counted.active_ids
+            seen.peak = counted.count
         # One entry per slot freed (two searches may end in one event).
         seen.freed.extend([now] * (len(seen.active) - counted.count))
         seen.active = counted.active_ids
         tally = f"{counted.count}/{self.settings.max_run_concurrency} active"
         if kind == "ADDED" and before is None:
-            seen.jobs_created += 1
             seen.created.setdefault(name, now)
             for opened in counted.active_ids:
                 if opened not in seen.opened:

@@ -28,7 +28,6 @@ METHOD_VERBS = {
     "create": "create",
     "replace": "update",
     "merge_patch": "patch",
-    "json_patch": "patch",
     "delete": "delete",
     "watch": "watch",
 }
