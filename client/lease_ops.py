@@ -19,7 +19,7 @@ from typing import Any
 
 from elbgate.kube.api import LEASES, ApiError, KubeApi, path
 from elbgate.kube.reads import get_submit_lease
-from elbgate.lease import LeaseView, expires_at, format_microtime, is_expired
+from elbgate.lease import Expiry, LeaseView, format_microtime
 from elbgate.names import lease_name
 
 Json = dict[str, Any]
@@ -87,10 +87,10 @@ class AcquireResult:
         return None if self.lease is None else LeaseView.from_dict(self.lease)
 
 
-def describe_holder(view: LeaseView, skew_seconds: float, default_duration: int) -> str:
+def describe_holder(view: LeaseView, expiry: Expiry) -> str:
     """``held by X (user U) until T`` for busy reasons and refusals."""
     user = f" (user {view.holder_user})" if view.holder_user else ""
-    until = expires_at(view, skew_seconds, default_duration)
+    until = expiry.at(view)
     when = format_microtime(until) if isinstance(until, datetime) else "an unknown time"
     return f"held by {view.holder}{user} until {when}"
 
@@ -104,12 +104,13 @@ async def try_acquire(
     holder: str,
     *,
     ttl_seconds: int,
-    skew_seconds: float,
+    expiry: Expiry,
     now: datetime,
 ) -> AcquireResult:
-    """GET; create if absent; renew if ours; take over (CAS) if free or expired;
-    otherwise busy. Raises :class:`ApiError`/:class:`ApiUnavailable` on anything
-    but a 409, which is busy."""
+    """GET; create if absent; renew if ours; take over (CAS) if free or expired
+    (``expiry``); otherwise busy. ``ttl_seconds`` is the duration it writes.
+    Raises :class:`ApiError`/:class:`ApiUnavailable` on anything but a 409, which
+    is busy."""
     current = await get_submit_lease(api, namespace)
     if current is None:
         try:
@@ -122,8 +123,8 @@ async def try_acquire(
             raise
         return AcquireResult(True, created, "acquired")
     view = LeaseView.from_dict(current)
-    if view.held and view.holder != holder and not is_expired(view, now, skew_seconds, ttl_seconds):
-        return AcquireResult(False, current, describe_holder(view, skew_seconds, ttl_seconds))
+    if view.held and view.holder != holder and not expiry.passed(view, now):
+        return AcquireResult(False, current, describe_holder(view, expiry))
     try:
         written = await api.replace(
             path(LEASES, namespace, lease_name(namespace)),

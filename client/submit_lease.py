@@ -99,7 +99,7 @@ class SubmitLease:
                     self.namespace,
                     self.holder,
                     ttl_seconds=self.settings.lease_ttl_seconds,
-                    skew_seconds=self.settings.clock_skew_seconds,
+                    expiry=self.settings.expiry,
                     now=now,
                 ),
                 uncertain_write=True,

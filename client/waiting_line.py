@@ -37,11 +37,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from elbgate.census import census
-from elbgate.lease import LeaseView, format_microtime, is_expired, parse_microtime
+from elbgate.lease import Expiry, LeaseView, format_microtime, parse_microtime
 
 ENTRY_PREFIX = "elb-blast-wait-"
 WAITING_LABEL = "elb-gate.io/waiting-for"
@@ -119,10 +119,10 @@ class Entry:
         )
 
     def stale(self, now: datetime, skew_seconds: float) -> bool:
-        """Not renewed within its TTL plus skew: its waiter is gone."""
+        """Not renewed within its TTL plus skew (the Lease-expiry rule): its waiter is gone."""
         if self.renewed is None:
             return True
-        return now > self.renewed + timedelta(seconds=self.ttl_seconds + skew_seconds)
+        return now >= Expiry(skew_seconds, ENTRY_TTL_SECONDS).after(self.renewed, self.ttl_seconds)
 
 
 def line(entries: Iterable[Entry], now: datetime, skew_seconds: float) -> list[Entry]:
@@ -207,12 +207,11 @@ def slot_view(
     now: datetime,
     *,
     ceiling: int,
-    ttl_seconds: int,
-    skew_seconds: float,
+    expiry: Expiry,
     grace_seconds: float,
 ) -> SlotView:
     """Judge the watched Lease and unfinished search Jobs the way a try would. Judged
     again as time passes (a Lease expires, a lone finalizer's grace runs out)."""
-    free = lease is None or is_expired(LeaseView.from_dict(lease), now, skew_seconds, ttl_seconds)
+    free = lease is None or expiry.passed(LeaseView.from_dict(lease), now)
     counted = census(jobs, now, grace_seconds)
     return SlotView(free, counted.count, ceiling)

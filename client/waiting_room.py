@@ -223,8 +223,7 @@ class WaitingRoom:
             self._jobs.values(),
             self._clock(),
             ceiling=settings.max_run_concurrency,
-            ttl_seconds=settings.lease_ttl_seconds,
-            skew_seconds=settings.clock_skew_seconds,
+            expiry=settings.expiry,
             grace_seconds=settings.finalizer_grace_seconds,
         )
         trusted = self._jobs_generation > self._doubt_generation

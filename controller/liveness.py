@@ -13,7 +13,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from controller.reclaim import is_stale
 from elbgate.census import Census, JobRef
 from elbgate.lease import LeaseView, parse_microtime
 from elbgate.settings import Settings
@@ -125,7 +124,7 @@ def judge_liveness(
     best ``lastActiveTime`` at the moment activity ends)."""
     reasons: list[str] = []
     holder = ""
-    if lease is not None and lease.held and not is_stale(lease, now, settings):
+    if lease is not None and lease.held and not settings.expiry.stale(lease, now):
         holder = lease.holder
         reasons.append(f"Lease held by {holder}")
     apps = frozenset(settings.liveness_apps)

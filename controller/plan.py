@@ -19,7 +19,7 @@ from controller.batch_work import plan_batch_work_records
 from controller.cache import Snapshot
 from controller.liveness import LivenessView, judge_liveness
 from controller.orphans import plan_orphans
-from controller.reclaim import PodSeen, is_stale, plan_reclaim
+from controller.reclaim import PodSeen, plan_reclaim
 from elbgate.census import Census, JobRef, census_of_refs
 from elbgate.lease import parse_microtime
 from elbgate.names import FINALIZER_APP
@@ -88,7 +88,7 @@ def make_plan(
         actions=tuple(actions),
         census=found,
         liveness=decision.view,
-        lease_expired=is_stale(lease, now, settings),
+        lease_expired=settings.expiry.stale(lease, now),
         look_again_at=min((d for d in deadlines if d is not None and d > now), default=None),
     )
 

@@ -17,14 +17,12 @@ from controller.holders import PodSeen, judge_holder
 from elbgate.durations import format_distance, format_duration
 from elbgate.lease import (
     LeaseView,
-    expires_at,
     format_microtime,
-    is_expired,
     parse_holder_pod,
 )
 from elbgate.settings import Settings
 
-__all__ = ["PodSeen", "ReclaimDecision", "holder_pod_to_check", "is_stale", "plan_reclaim"]
+__all__ = ["PodSeen", "ReclaimDecision", "holder_pod_to_check", "plan_reclaim"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,21 +33,12 @@ class ReclaimDecision:
     look_again_at: datetime | None = None
 
 
-def is_stale(lease: LeaseView | None, now: datetime, settings: Settings) -> bool:
-    """Held, and past renewTime + duration + skew on the controller's clock."""
-    return (
-        lease is not None
-        and lease.held
-        and is_expired(lease, now, settings.clock_skew_seconds, settings.lease_ttl_seconds)
-    )
-
-
 def holder_pod_to_check(
     lease: LeaseView | None, now: datetime, settings: Settings
 ) -> tuple[str, str, str] | None:
     """``(namespace, pod, uid)`` of a held, unexpired Lease's stamped holder pod (the pod
     the controller watches); ``None`` when there is nothing to judge."""
-    if lease is None or not lease.held or is_stale(lease, now, settings):
+    if lease is None or not lease.held or settings.expiry.stale(lease, now):
         return None
     if not isinstance(lease.renew_time, datetime):
         return None
@@ -63,8 +52,8 @@ def plan_reclaim(
     :func:`holder_pod_to_check`'s pod (``None``: nothing known)."""
     if lease is None or not lease.held:
         return ReclaimDecision()
-    if is_stale(lease, now, settings):
-        when = expires_at(lease, settings.clock_skew_seconds, settings.lease_ttl_seconds)
+    if settings.expiry.stale(lease, now):
+        when = settings.expiry.at(lease)
         expiry = (
             f"expired at {format_microtime(when)}"
             if isinstance(when, datetime)
@@ -85,7 +74,7 @@ def plan_reclaim(
                 evidence_since=when if isinstance(when, datetime) else None,
             )
         )
-    expiry_at = expires_at(lease, settings.clock_skew_seconds, settings.lease_ttl_seconds)
+    expiry_at = settings.expiry.at(lease)
     at_expiry = expiry_at if isinstance(expiry_at, datetime) else None
     stamp = holder_pod_to_check(lease, now, settings)
     renewed = lease.renew_time

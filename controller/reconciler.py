@@ -26,7 +26,7 @@ from controller.metrics import ControllerMetrics
 from controller.plan import Plan, make_plan
 from controller.reclaim import holder_pod_to_check
 from elbgate.kube.api import PODS, ApiError, ApiUnavailable, KubeApi, path
-from elbgate.lease import LeaseView, expires_at
+from elbgate.lease import LeaseView
 from elbgate.logs import log
 from elbgate.settings import Settings
 
@@ -232,11 +232,7 @@ class Reconciler:
     def _publish_lease(self, namespace: str, lease: LeaseView | None) -> None:
         """Who holds the submit Lease and until when, for the dashboard."""
         held = lease is not None and lease.held
-        until = (
-            expires_at(lease, self.settings.clock_skew_seconds, self.settings.lease_ttl_seconds)
-            if lease is not None and held
-            else None
-        )
+        until = self.settings.expiry.at(lease) if lease is not None and held else None
         self.metrics.set_lease_holder(
             namespace,
             lease.holder if lease is not None and held else "",

@@ -1,5 +1,9 @@
-"""The one way elb-gate writes a duration: Kubernetes' (Go's ``time.Duration``)
-style, ``7s``, ``4m10s``, ``15m0s``, ``1h2m3s``, ``26h0m0s``.
+"""How elb-gate writes time for people, in one module.
+
+A duration in Kubernetes' (Go's ``time.Duration``) style, ``7s``, ``4m10s``,
+``15m0s``, ``1h2m3s``, ``26h0m0s``; a distance from now (``in 4m10s``, ``4m10s
+ago``); a moment with its distance (``2026-01-02T03:04:05Z (in 4m10s)``). The
+API's own MicroTime format is :func:`elbgate.lease.format_microtime`.
 
 Denials, the CLI, Events and logs all write durations through
 :func:`format_duration`, so an operator reads the same shape everywhere and can
@@ -12,7 +16,7 @@ seconds, and ``928.374s`` would only add noise.
 from __future__ import annotations
 
 import math
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 
 def format_duration(value: float | timedelta) -> str:
@@ -41,4 +45,11 @@ def format_distance(seconds: float) -> str:
     return f"in {format_duration(seconds)}" if seconds >= 0 else f"{format_duration(-seconds)} ago"
 
 
-__all__ = ["format_distance", "format_duration"]
+def format_moment(moment: datetime, now: datetime) -> str:
+    """``2026-01-02T03:04:05Z (in 4m10s)``: a moment in UTC to the second, and its
+    distance from ``now``."""
+    stamp = moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return f"{stamp} ({format_distance((moment - now).total_seconds())})"
+
+
+__all__ = ["format_distance", "format_duration", "format_moment"]

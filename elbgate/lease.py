@@ -112,26 +112,44 @@ class LeaseView:
         return self.holder != ""
 
 
-def expires_at(
-    lease: LeaseView, skew_seconds: float, default_duration: int
-) -> datetime | Unparseable | None:
-    """When a held Lease may be taken over: renewTime + duration + skew.
-    ``None`` for a free Lease or one never renewed; :data:`UNPARSEABLE` if renewTime is."""
-    if not lease.held or lease.renew_time is None:
-        return None
-    if isinstance(lease.renew_time, Unparseable):
-        return UNPARSEABLE
-    duration = lease.duration_seconds if lease.duration_seconds is not None else default_duration
-    return lease.renew_time + timedelta(seconds=duration + skew_seconds)
+@dataclass(frozen=True, slots=True)
+class Expiry:
+    """The one Lease-expiry rule, applied alike by the webhook, the controller and every
+    submit path: a held Lease may be taken over at renewTime + leaseDurationSeconds +
+    skew, the duration being ``default_duration_seconds`` (the configured TTL) when the
+    Lease carries none. Each judges on its own clock; the skew covers the difference.
+    Build it from the settings (``settings.expiry``), never from loose numbers."""
 
+    skew_seconds: float
+    default_duration_seconds: int
 
-def is_expired(lease: LeaseView, now: datetime, skew_seconds: float, default_duration: int) -> bool:
-    """True when nobody holds the Lease in force: free, never renewed, or past
-    expiry. An unparseable renewTime counts as held (never steal on bad data)."""
-    when = expires_at(lease, skew_seconds, default_duration)
-    if isinstance(when, Unparseable):
-        return False
-    return when is None or now >= when
+    def at(self, lease: LeaseView) -> datetime | Unparseable | None:
+        """When ``lease`` may be taken over. ``None`` for a free Lease or one never
+        renewed; :data:`UNPARSEABLE` if its renewTime is."""
+        if not lease.held or lease.renew_time is None:
+            return None
+        if isinstance(lease.renew_time, Unparseable):
+            return UNPARSEABLE
+        return self.after(lease.renew_time, lease.duration_seconds)
+
+    def after(self, renewed: datetime, duration_seconds: int | None) -> datetime:
+        """The arithmetic itself: ``renewed`` + the duration (the default when ``None``)
+        + skew."""
+        duration = self.default_duration_seconds if duration_seconds is None else duration_seconds
+        return renewed + timedelta(seconds=duration + self.skew_seconds)
+
+    def passed(self, lease: LeaseView, now: datetime) -> bool:
+        """Nobody holds ``lease`` in force: free, never renewed, or past expiry. An
+        unparseable renewTime counts as held (never steal on bad data)."""
+        when = self.at(lease)
+        if isinstance(when, Unparseable):
+            return False
+        return when is None or now >= when
+
+    def stale(self, lease: LeaseView | None, now: datetime) -> bool:
+        """Held, and past expiry: a holder that stopped renewing (what the controller
+        clears)."""
+        return lease is not None and lease.held and self.passed(lease, now)
 
 
 def parse_holder_pod(stamp: str) -> tuple[str, str, str] | None:

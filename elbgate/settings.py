@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from elbgate import quantity
+from elbgate.lease import Expiry
 from elbgate.selectors import SelectorError, parse_selector
 
 Enforcement = Literal["deny", "warn"]
@@ -310,6 +311,11 @@ class Settings:
         "`json` (one object per line) or `text`.",
         parse="log_format",
     )
+
+    @property
+    def expiry(self) -> Expiry:
+        """The Lease-expiry rule these settings set (TTL as the default duration, skew)."""
+        return Expiry(self.clock_skew_seconds, self.lease_ttl_seconds)
 
     @property
     def effective_exec_timeout_seconds(self) -> int:

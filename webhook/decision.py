@@ -10,10 +10,8 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from typing import Any
 
-from elbgate.durations import format_distance
 from webhook.review import STATUS_REASONS, AdmissionResponse, allowed, denied, patched
 
 WARNING_WIDTH = 120
@@ -81,13 +79,6 @@ def refuse(code: int, reason: str, message: str, **details: Any) -> Decision:
 def warning_lines(text: str) -> list[str]:
     """``text`` cut into lines of at most :data:`WARNING_WIDTH` characters."""
     return textwrap.wrap(text, WARNING_WIDTH, break_long_words=True, break_on_hyphens=False)
-
-
-def when(moment: datetime, now: datetime) -> str:
-    """``2026-01-02T03:04:05Z (in 4m10s)``; an absolute time and its distance from now."""
-    stamp = moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    delta = (moment - now).total_seconds()
-    return f"{stamp} ({format_distance(delta)})"
 
 
 def unverified(subject: str, failure: str) -> Decision:

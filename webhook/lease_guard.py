@@ -31,7 +31,6 @@ from __future__ import annotations
 from datetime import datetime
 
 from elbgate.identities import SubmitterIdentities
-from elbgate.lease import LeaseView, is_expired
 from elbgate.names import NAMESPACE_CONTROLLER_USER, is_submit_lease_name
 from elbgate.settings import Settings
 from webhook.decision import Decision, admit, refuse
@@ -71,10 +70,6 @@ def decide(
     return _hold(request, settings, now, ids)
 
 
-def _expired(lease: LeaseView, settings: Settings, now: datetime) -> bool:
-    return is_expired(lease, now, settings.clock_skew_seconds, settings.lease_ttl_seconds)
-
-
 def _delete(request: LeaseRequest, settings: Settings, now: datetime) -> Decision:
     old = request.old
     if old is None:
@@ -86,7 +81,7 @@ def _delete(request: LeaseRequest, settings: Settings, now: datetime) -> Decisio
         )
     if old.held and request.requester.username == NAMESPACE_CONTROLLER_USER:
         return admit("namespace_deleted", holder=old.holder)
-    if old.held and not _expired(old, settings, now):
+    if old.held and not settings.expiry.passed(old, now):
         return refuse(
             409,
             "delete_live",
@@ -107,7 +102,7 @@ def _release(
     user = request.requester.username
     if user in settings.controller_users:
         return admit("released_by_controller", holder=old.holder)
-    if _expired(old, settings, now):
+    if settings.expiry.passed(old, now):
         return admit("released_expired", holder=old.holder)
     match = holds(old, request.requester, ids)
     if match.matched:
@@ -177,7 +172,7 @@ def _hold(
             f"`{reserved.name}` in {IDENTITIES_VAR}.",
         )
     if old is not None and old.held:
-        if not _expired(old, settings, now):
+        if not settings.expiry.passed(old, now):
             return refuse(
                 409,
                 "takeover_live",

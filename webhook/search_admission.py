@@ -35,7 +35,7 @@ from elbgate.db_staging import staging_conflict
 from elbgate.identities import SubmitterIdentities
 from elbgate.job_status import required_completions, runs_one_pod
 from elbgate.label_values import job_id_problem, near_miss
-from elbgate.lease import LeaseView, holder_source, is_expired
+from elbgate.lease import LeaseView, holder_source
 from elbgate.names import (
     APP_LABEL,
     FINALIZER_APP,
@@ -481,7 +481,7 @@ def _gate_a(
             f"it; {job.ref} refused. Fix: {acquire}.",
         )
     expiry = expiry_phrase(lease, settings, now)
-    if is_expired(lease, now, settings.clock_skew_seconds, settings.lease_ttl_seconds):
+    if settings.expiry.passed(lease, now):
         return refuse(
             403,
             "lease_expired",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from elbgate.lease import LeaseView, Unparseable, expires_at
+from elbgate.durations import format_moment
+from elbgate.lease import LeaseView, Unparseable
 from elbgate.settings import Settings
-from webhook.decision import when
 
 IDENTITIES_VAR = "ELB_GATE_SUBMITTER_IDENTITIES_FILE"
 """Where operators map users to submitters; denials name it so the fix is a copy-paste."""
@@ -21,10 +21,10 @@ def holder_phrase(lease: LeaseView) -> str:
 
 def expiry_phrase(lease: LeaseView, settings: Settings, now: datetime) -> str:
     """``expires 2026-…Z (in 4m10s)`` on the webhook's clock (renewTime + duration + skew)."""
-    moment = expires_at(lease, settings.clock_skew_seconds, settings.lease_ttl_seconds)
+    moment = settings.expiry.at(lease)
     if moment is None:
         return "has no renewTime (treated as expired)"
     if isinstance(moment, Unparseable):
         return "has an unparseable renewTime (treated as held)"
     verb = "expires" if moment > now else "expired"
-    return f"{verb} {when(moment, now)}"
+    return f"{verb} {format_moment(moment, now)}"

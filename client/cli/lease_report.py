@@ -9,7 +9,7 @@ from typing import Any
 
 from client.lease_ops import describe_holder
 from elbgate.durations import format_distance
-from elbgate.lease import LeaseView, Unparseable, expires_at, format_microtime, is_expired
+from elbgate.lease import LeaseView, Unparseable, format_microtime
 from elbgate.settings import Settings
 
 
@@ -28,9 +28,8 @@ def lease_summary(
     if lease is None:
         return {"name": name, "exists": False, "held": False, "state": "absent"}
     view = LeaseView.from_dict(lease)
-    skew, ttl = settings.clock_skew_seconds, settings.lease_ttl_seconds
-    until = expires_at(view, skew, ttl)
-    expired = is_expired(view, now, skew, ttl)
+    until = settings.expiry.at(view)
+    expired = settings.expiry.passed(view, now)
     state = "free" if not view.held else ("expired" if expired else "held")
     return {
         "name": name,
@@ -90,9 +89,8 @@ def force_release_verdict(
     view = LeaseView.from_dict(lease)
     if not view.held:
         return ForceVerdict(False, f"Lease {view.name} is already free; nothing to release")
-    skew, ttl = settings.clock_skew_seconds, settings.lease_ttl_seconds
-    held = describe_holder(view, skew, ttl)
-    if not is_expired(view, now, skew, ttl):
+    held = describe_holder(view, settings.expiry)
+    if not settings.expiry.passed(view, now):
         return ForceVerdict(
             False,
             f"refusing to release Lease {view.name}: it is live, {held}. Only its holder "

@@ -17,7 +17,7 @@ import pytest
 
 from client.sync_kube import SyncKube
 from elbgate.kube.config import KubeConfig
-from elbgate.lease import LeaseView, expires_at
+from elbgate.lease import Expiry, LeaseView
 from elbgate.names import lease_name
 from elbgate.settings import Settings
 from testbed.api import JsonObj, wait_until
@@ -134,7 +134,7 @@ def wait_until_expired(cp: ControlPlane, namespace: str, skew_seconds: float = 0
     def expired() -> JsonObj | None:
         stored = lease_of(cp, namespace)
         assert stored is not None
-        until = expires_at(LeaseView.from_dict(stored), skew_seconds, 900)
+        until = Expiry(skew_seconds, 900).at(LeaseView.from_dict(stored))
         assert isinstance(until, datetime)
         return stored if datetime.now(UTC) >= until else None
 

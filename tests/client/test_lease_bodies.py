@@ -6,7 +6,7 @@ import copy
 from datetime import UTC, datetime
 
 from client.lease_ops import claimed_body, describe_holder, new_lease_body, released_body
-from elbgate.lease import LeaseView, parse_microtime
+from elbgate.lease import Expiry, LeaseView, parse_microtime
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, 123456, tzinfo=UTC)
 EARLIER = "2026-11-29T11:50:00.000000Z"
@@ -84,6 +84,6 @@ def test_a_release_only_clears_the_holder_and_keeps_the_version_for_the_cas() ->
 
 def test_the_busy_reason_names_holder_user_and_takeover_time() -> None:
     view = LeaseView.from_dict(existing("dashboard-aa"))
-    assert describe_holder(view, 30, 900) == (
+    assert describe_holder(view, Expiry(30, 900)) == (
         "held by dashboard-aa (user dash) until 2026-11-29T12:05:30.000000Z"
     )

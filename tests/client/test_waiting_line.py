@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from client import waiting_line as wl
-from elbgate.lease import format_microtime
+from elbgate.lease import Expiry, format_microtime
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 
@@ -180,7 +180,5 @@ def job(app: str, job_id: str, age: float = 10.0, *, done: bool = False) -> dict
 def test_the_watched_gates_say_whether_a_try_could_succeed(
     the_lease: dict[str, Any] | None, jobs: list[dict[str, Any]], is_open: bool
 ) -> None:
-    view = wl.slot_view(
-        the_lease, jobs, NOW, ceiling=3, ttl_seconds=900, skew_seconds=30, grace_seconds=300
-    )
+    view = wl.slot_view(the_lease, jobs, NOW, ceiling=3, expiry=Expiry(30, 900), grace_seconds=300)
     assert view.open is is_open

@@ -9,11 +9,10 @@ import pytest
 
 from elbgate.lease import (
     UNPARSEABLE,
+    Expiry,
     LeaseView,
-    expires_at,
     format_microtime,
     holder_source,
-    is_expired,
     new_holder_identity,
     parse_holder_pod,
     parse_microtime,
@@ -75,13 +74,13 @@ SKEW = 30
 )
 def test_expiry_is_judged_on_one_clock_with_skew(obj: dict, expired: bool) -> None:
     view = LeaseView.from_dict(obj)
-    assert is_expired(view, NOW, SKEW, default_duration=900) is expired
+    assert Expiry(SKEW, default_duration_seconds=900).passed(view, NOW) is expired
 
 
 def test_expiry_moment_includes_duration_and_skew() -> None:
     view = LeaseView.from_dict(lease(holder="h", renewed_ago=0, duration=60))
-    assert expires_at(view, SKEW, 900) == NOW + timedelta(seconds=90)
-    assert expires_at(LeaseView.from_dict(lease()), SKEW, 900) is None
+    assert Expiry(SKEW, 900).at(view) == NOW + timedelta(seconds=90)
+    assert Expiry(SKEW, 900).at(LeaseView.from_dict(lease())) is None
 
 
 def test_lease_view_reads_the_stamps() -> None:
