@@ -64,8 +64,14 @@ def configure(log_format: str, stream: TextIO | None = None, level: int = loggin
 
 
 def log(
-    logger: logging.Logger, level: int, msg: str, *, exc_info: bool = False, **fields: Any
+    logger: logging.Logger,
+    level: int,
+    msg: str,
+    *,
+    exc_info: bool | BaseException = False,
+    **fields: Any,
 ) -> None:
-    """Log ``msg`` with structured ``fields`` (JSON keys or key=value)."""
+    """Log ``msg`` with structured ``fields`` (JSON keys or key=value); ``exc_info``:
+    the exception being handled (``True``) or one caught earlier."""
     if logger.isEnabledFor(level):
         logger.log(level, msg, extra={_FIELDS: fields}, exc_info=exc_info)

@@ -1,16 +1,15 @@
-"""The three admission handlers: read what a policy needs, decide, answer, record.
+"""The three admission handlers: read what a policy needs, decide, answer.
 
-Each handler is ``AdmissionRequest -> AdmissionResponse`` with no HTTP inside.
+Each handler is ``AdmissionRequest -> Answer`` with no HTTP inside; the HTTP
+layer (:mod:`webhook.endpoint`) counts, times and logs every answer the same way.
 The reads are uncached, each under ``settings.api_timeout_seconds``; a failed
 or late read is a 503 denial naming what could not be verified (fail-closed).
-Every answer is counted, timed and logged the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -19,15 +18,15 @@ from typing import Any
 from elbgate.identities import SubmitterIdentities
 from elbgate.kube.api import ApiError, ApiUnavailable, KubeApi
 from elbgate.kube.reads import get_submit_lease, list_unfinished_search_jobs
-from elbgate.logs import log
 from elbgate.names import lease_name
 from elbgate.settings import Settings
 from webhook import lease_guard, lease_stamp, search_admission
 from webhook.decision import Decision, unverified
+from webhook.endpoint import Answer
 from webhook.lease_request import LeaseRequest
 from webhook.metrics import LEASE_GUARD, LEASE_STAMP, SEARCH_ADMISSION, WebhookMetrics
 from webhook.node_rules import NodesSeen
-from webhook.review import AdmissionRequest, AdmissionResponse
+from webhook.review import AdmissionRequest
 from webhook.search_admission import NOT_READ, JobRequest, Observed, Reads, node_rules_on
 
 _log = logging.getLogger("webhook.admission")
@@ -58,15 +57,15 @@ class Admission:
 
     # -- handlers ------------------------------------------------------------
 
-    async def validate_job(self, request: AdmissionRequest) -> AdmissionResponse:
+    async def validate_job(self, request: AdmissionRequest) -> Answer:
         """``/validate/jobs``: Gate A + Gate B on search Jobs."""
         return await self._answer(SEARCH_ADMISSION, request, self._judge_job, warn=True)
 
-    async def mutate_lease(self, request: AdmissionRequest) -> AdmissionResponse:
+    async def mutate_lease(self, request: AdmissionRequest) -> Answer:
         """``/mutate/leases``: stamp holder-user/holder-pod and the webhook's clock."""
         return await self._answer(LEASE_STAMP, request, self._stamp_lease, warn=False)
 
-    async def validate_lease(self, request: AdmissionRequest) -> AdmissionResponse:
+    async def validate_lease(self, request: AdmissionRequest) -> Answer:
         """``/validate/leases``: the Lease guard (always enforcing, see docs/denials.md)."""
         return await self._answer(LEASE_GUARD, request, self._guard_lease, warn=False)
 
@@ -166,16 +165,10 @@ class Admission:
         judge: Callable[[AdmissionRequest], Awaitable[Decision]],
         *,
         warn: bool,
-    ) -> AdmissionResponse:
-        """Decide, turn the decision into a response (warn mode where it applies),
-        then count, time and log it."""
-        started = time.perf_counter()
-        with self.metrics.in_flight(webhook):
-            try:
-                decision = await judge(request)
-            except Exception:
-                self._record(webhook, request, "errored", "internal", started, 500, "")
-                raise
+    ) -> Answer:
+        """Decide and turn the decision into a response (warn mode where it applies).
+        The HTTP layer (:mod:`webhook.endpoint`) counts, times and logs the answer."""
+        decision = await judge(request)
         if decision.allowed:
             outcome, response = "allowed", decision.response()
             for soft in decision.warned:  # a rule in warn mode would have refused
@@ -185,46 +178,6 @@ class Admission:
             self.metrics.record_would_deny(webhook, decision.reason)
         else:
             outcome, response = "denied", decision.response()
-        self._record(
-            webhook,
-            request,
-            outcome,
-            decision.reason,
-            started,
-            decision.code,
-            decision.message,
-            decision.details,
+        return Answer(
+            response, outcome, decision.reason, decision.code, decision.message, decision.details
         )
-        return response
-
-    def _record(
-        self,
-        webhook: str,
-        request: AdmissionRequest,
-        outcome: str,
-        reason: str,
-        started: float,
-        code: int,
-        message: str,
-        details: Any = None,
-    ) -> None:
-        seconds = time.perf_counter() - started
-        self.metrics.record_admission(webhook, request.operation, outcome, reason, seconds)
-        fields: dict[str, Any] = {
-            "webhook": webhook,
-            "uid": request.uid,
-            "namespace": request.namespace,
-            "name": request.name,
-            "operation": request.operation,
-            "user": request.user.username,
-            "decision": outcome,
-            "reason": reason,
-            "code": code,
-            "duration_ms": round(seconds * 1000, 3),
-            "dry_run": request.dry_run,
-        }
-        if message:
-            fields["message"] = message
-        if details:
-            fields["details"] = dict(details)
-        log(_log, logging.INFO, "admission", **fields)

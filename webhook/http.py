@@ -20,6 +20,7 @@ from webhook.admission import Admission
 from webhook.callers import CallerPolicy
 from webhook.cluster_view import ClusterView
 from webhook.endpoint import admission_endpoint
+from webhook.metrics import LEASE_GUARD, LEASE_STAMP, SEARCH_ADMISSION
 from webhook.readiness import ApiReachability
 from webhook.tls import ServingCertificate
 
@@ -97,12 +98,13 @@ def create_app(runtime: Runtime) -> web.Application:
     app[RUNTIME] = runtime
     app.cleanup_ctx.append(_resources)
     admission, callers = runtime.admission, runtime.callers
-    for path, handler in (
-        (JOBS_PATH, admission.validate_job),
-        (LEASE_MUTATE_PATH, admission.mutate_lease),
-        (LEASE_VALIDATE_PATH, admission.validate_lease),
+    for path, webhook, judge in (
+        (JOBS_PATH, SEARCH_ADMISSION, admission.validate_job),
+        (LEASE_MUTATE_PATH, LEASE_STAMP, admission.mutate_lease),
+        (LEASE_VALIDATE_PATH, LEASE_GUARD, admission.validate_lease),
     ):
-        app.router.add_post(path, admission_endpoint(handler, max_bytes, callers))
+        endpoint = admission_endpoint(webhook, judge, max_bytes, admission.metrics, callers)
+        app.router.add_post(path, endpoint)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     return app

@@ -62,6 +62,17 @@ WARN_MODE_WEBHOOKS = (SEARCH_ADMISSION,)
 """Where ``ELB_GATE_ENFORCEMENT=warn`` turns a refusal into a warning (``warned``)."""
 API_READS = (("list", "jobs"), ("get", "leases"), ("watch", "nodes"), ("watch", "configmaps"))
 """The API calls the webhook makes: the census, the Lease, the node rules' watch caches."""
+REJECTIONS: tuple[tuple[int, str], ...] = (
+    (415, "content_type"),
+    (413, "too_large"),
+    (400, "not_json"),
+    (400, "not_admission_review"),
+    (403, "caller_refused"),
+    (429, "caller_limited"),
+)
+"""Every (code, reason) the HTTP layer answers with before or instead of a decision:
+not JSON, not an AdmissionReview, too large, the wrong content type; and, with
+``ELB_GATE_CLIENT_AUTH`` verify or require, a caller refused or over its limit."""
 CALLER_KINDS = ("api-server", "unverified")
 CALLER_OUTCOMES = ("answered", "refused", "limited", "too_large", "malformed")
 
@@ -101,6 +112,14 @@ class WebhookMetrics:
             "elb_gate_watch_restarts_total",
             "Relists after a watch ended in error (410 Gone, disconnect, API error).",
             ["resource"],
+            registry=registry,
+        )
+        self._rejected = Counter(
+            "elb_gate_admission_rejected_total",
+            "Admission HTTP requests answered with a 4xx before a decision, by webhook, "
+            "code and reason (content_type, too_large, not_json, not_admission_review, "
+            "caller_refused, caller_limited).",
+            ["webhook", "code", "reason"],
             registry=registry,
         )
         self._would_deny = Counter(
@@ -160,6 +179,8 @@ class WebhookMetrics:
                 self._requests.labels(webhook, operation, "errored", "internal")
             for reason in DENIAL_REASONS[webhook] if webhook in WARN_MODE_WEBHOOKS else ():
                 self._would_deny.labels(webhook, reason)
+            for code, reason in REJECTIONS:
+                self._rejected.labels(webhook, str(code), reason)
         for verb, resource in API_READS:
             self._api_errors.labels(COMPONENT, verb, resource)
             if verb == "watch":
@@ -192,6 +213,10 @@ class WebhookMetrics:
         counter, histogram = children
         counter.inc()
         histogram.observe(seconds)
+
+    def record_rejected(self, webhook: str, code: int, reason: str) -> None:
+        """One request answered with a 4xx before a decision (:data:`REJECTIONS`)."""
+        self._rejected.labels(webhook, str(code), reason).inc()
 
     def record_would_deny(self, webhook: str, reason: str) -> None:
         self._would_deny.labels(webhook, reason).inc()

@@ -21,11 +21,13 @@ import orjson
 import pytest
 import trustme
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 
 from elbgate.settings import Settings
 from webhook.callers import CallerPolicy
-from webhook.endpoint import admission_endpoint
-from webhook.review import AdmissionRequest, AdmissionResponse, denied
+from webhook.endpoint import Answer, admission_endpoint
+from webhook.metrics import LEASE_GUARD, WebhookMetrics
+from webhook.review import AdmissionRequest, denied
 from webhook.tls import CertificateInvalid, ServingCertificate
 
 API_SERVER = "kube-apiserver-webhook-client"
@@ -75,13 +77,13 @@ class Held:
         self.holding = 0
         self._entered = asyncio.Condition()
 
-    async def __call__(self, request: AdmissionRequest) -> AdmissionResponse:
+    async def __call__(self, request: AdmissionRequest) -> Answer:
         if request.name == "hold":
             async with self._entered:
                 self.holding += 1
                 self._entered.notify_all()
             await self.release.wait()
-        return denied(409, "Conflict", HELD)
+        return Answer(denied(409, "Conflict", HELD), "denied", "takeover_live", 409, HELD)
 
     async def wait_holding(self, count: int) -> None:
         """Until ``count`` requests are inside the handler."""
@@ -144,7 +146,9 @@ async def serve(pki: Pki) -> AsyncIterator[Callable[[str], Any]]:
         assert certificate.reload_if_changed()
         handler = Held()
         app = web.Application(client_max_size=MAX + 1)
-        app.router.add_post("/validate/leases", admission_endpoint(handler, MAX, policy))
+        metrics = WebhookMetrics(CollectorRegistry())
+        endpoint = admission_endpoint(LEASE_GUARD, handler, MAX, metrics, policy)
+        app.router.add_post("/validate/leases", endpoint)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         runners.append(runner)

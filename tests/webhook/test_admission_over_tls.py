@@ -6,6 +6,7 @@ What a person sees: ``kubectl create -f`` of elastic-blast's finalizer prints
 
 from __future__ import annotations
 
+import http.client
 import json
 from datetime import datetime
 from typing import Any
@@ -260,3 +261,80 @@ def test_metrics_count_the_decisions(
     create(control_plane, "bob", finalizer_job(ns, new_job_id()))
     assert no_lease_denials() == before + 1
     assert "elb_gate_certificate_expiry_timestamp_seconds" in hook.metrics()
+
+
+def rejected_total(hook: WebhookProcess, webhook: str, code: int, reason: str) -> float:
+    series = (
+        f'elb_gate_admission_rejected_total{{code="{code}",reason="{reason}",webhook="{webhook}"}} '
+    )
+    (line,) = [x for x in hook.metrics().splitlines() if x.startswith(series)]
+    return float(line.split()[-1])
+
+
+def post_raw(hook: WebhookProcess, path: str, body: bytes, content_type: str) -> int:
+    """POST to the webhook's HTTPS port as a caller that is not the API server would."""
+    conn = http.client.HTTPSConnection(
+        "127.0.0.1", hook.port, context=hook.client_context(), timeout=30
+    )
+    try:
+        conn.request("POST", path, body=body, headers={"Content-Type": content_type})
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+REVIEW = json.dumps(
+    {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "u"}}
+).encode()
+BAD_REQUESTS = [
+    ("/validate/jobs", b"{not json", "application/json", 400, "not_json"),
+    (
+        "/validate/leases",
+        b'{"kind": "AdmissionReview"}',
+        "application/json",
+        400,
+        "not_admission_review",
+    ),
+    ("/mutate/leases", REVIEW, "text/plain", 415, "content_type"),
+    (
+        "/validate/jobs",
+        b"{" + b" " * (8 * 1024 * 1024) + b"}",
+        "application/json",
+        413,
+        "too_large",
+    ),
+]
+WEBHOOK_OF = {
+    "/validate/jobs": "search-admission.elb-gate.io",
+    "/validate/leases": "lease-guard.elb-gate.io",
+    "/mutate/leases": "lease-stamp.elb-gate.io",
+}
+
+
+def test_every_4xx_answer_is_counted_by_its_reason_from_zero_and_logged(
+    hook: WebhookProcess,
+) -> None:
+    before = {
+        (path, reason): rejected_total(hook, WEBHOOK_OF[path], code, reason)
+        for path, _body, _type, code, reason in BAD_REQUESTS
+    }
+    # Exported from start: each series is there, at 0, before its first request.
+    assert set(before.values()) == {0.0}
+    for path, body, content_type, code, _reason in BAD_REQUESTS:
+        assert post_raw(hook, path, body, content_type) == code
+    for path, _body, _type, code, reason in BAD_REQUESTS:
+        webhook = WEBHOOK_OF[path]
+        assert rejected_total(hook, webhook, code, reason) == before[(path, reason)] + 1
+    rejected = [
+        json.loads(line)
+        for line in hook.log().splitlines()
+        if line.startswith("{") and json.loads(line).get("msg") == "request rejected"
+    ]
+    for path, _body, _type, code, reason in BAD_REQUESTS:
+        assert any(
+            (r["path"], r["code"], r["reason"], r["webhook"], r["level"])
+            == (path, code, reason, WEBHOOK_OF[path], "warning")
+            for r in rejected
+        ), (path, reason)

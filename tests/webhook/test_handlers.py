@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import pytest
@@ -11,7 +10,6 @@ from aiohttp.test_utils import TestClient
 from prometheus_client import CollectorRegistry
 
 from elbgate.kube.api import ApiError, ApiUnavailable
-from elbgate.logs import JsonFormatter
 from elbgate.names import SEARCH_JOB_SELECTOR, UNFINISHED_JOB_FIELD_SELECTOR
 from elbgate.settings import Settings
 from testbed.elastic_blast import import_queries, init_ssd
@@ -87,6 +85,21 @@ def sample(admission: Admission, name: str, **labels: str) -> float:
     return admission.metrics.registry.get_sample_value(name, labels) or 0.0
 
 
+def review_of(request_: AdmissionRequest) -> dict[str, Any]:
+    """The AdmissionReview the API server would POST for ``request_``."""
+    req: dict[str, Any] = {
+        "uid": request_.uid,
+        "operation": request_.operation,
+        "namespace": request_.namespace,
+        "name": request_.name,
+        "resource": {"resource": request_.resource},
+        "userInfo": {"username": request_.user.username},
+        "object": request_.obj,
+        "oldObject": request_.old_object,
+    }
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req}
+
+
 def alice_holds() -> dict[str, Any]:
     return lease(HOLDER, holder_user="alice")
 
@@ -105,7 +118,7 @@ def alice_holds() -> dict[str, Any]:
 )
 async def test_a_non_gated_job_request_costs_no_api_call(request_: AdmissionRequest) -> None:
     api = FakeApi()
-    response = await make(api).validate_job(request_)
+    response = (await make(api).validate_job(request_)).response
     assert response.allowed and api.calls == []
 
 
@@ -118,16 +131,18 @@ async def test_leases_never_cost_an_api_call() -> None:
         admission("UPDATE", other, other, resource="leases"),
         admission("UPDATE", submit, submit, resource="leases"),
     ):
-        assert (await handlers.mutate_lease(request_)).allowed
-        assert (await handlers.validate_lease(request_)).allowed
+        assert ((await handlers.mutate_lease(request_)).response).allowed
+        assert ((await handlers.validate_lease(request_)).response).allowed
     assert api.calls == []
 
 
 async def test_a_blast_job_of_an_active_search_reads_only_the_census() -> None:
     api = FakeApi(jobs=[job("blast", "a").build()])
-    response = await make(api, api_timeout_seconds=0.75).validate_job(
-        admission("CREATE", job_object("blast", "a"), who=user("system:serviceaccount:x:y"))
-    )
+    response = (
+        await make(api, api_timeout_seconds=0.75).validate_job(
+            admission("CREATE", job_object("blast", "a"), who=user("system:serviceaccount:x:y"))
+        )
+    ).response
     assert response.allowed
     assert [c[0] for c in api.calls] == ["list"]
     _, path, kw = api.calls[0]
@@ -141,7 +156,9 @@ async def test_a_blast_job_of_an_active_search_reads_only_the_census() -> None:
 
 async def test_the_first_job_of_a_search_reads_the_lease_after_the_census() -> None:
     api = FakeApi(lease_obj=alice_holds())
-    response = await make(api).validate_job(admission("CREATE", job_object("submit", "new")))
+    response = (
+        await make(api).validate_job(admission("CREATE", job_object("submit", "new")))
+    ).response
     assert response.allowed
     assert [c[0] for c in api.calls] == ["list", "get"]
     assert api.calls[1][1].endswith("/leases/elb-blast-submit-default")
@@ -149,7 +166,7 @@ async def test_the_first_job_of_a_search_reads_the_lease_after_the_census() -> N
 
 async def test_import_queries_of_the_holder_reads_only_the_lease() -> None:
     api = FakeApi(lease_obj=alice_holds())
-    response = await make(api).validate_job(admission("CREATE", import_queries()))
+    response = (await make(api).validate_job(admission("CREATE", import_queries()))).response
     assert response.allowed
     assert [c[0] for c in api.calls] == ["get"]
 
@@ -158,7 +175,9 @@ async def test_a_rule_in_warn_mode_admits_with_the_warning_and_counts_a_would_de
     staging_job = init_ssd("job-1", 0, "core_nt")
     api = FakeApi(jobs=[staging_job], lease_obj=alice_holds())
     handlers = make(api, db_staging="warn")
-    response = await handlers.validate_job(admission("CREATE", init_ssd("job-2", 0, "core_nt")))
+    response = (
+        await handlers.validate_job(admission("CREATE", init_ssd("job-2", 0, "core_nt")))
+    ).response
     assert response.allowed
     assert response.warnings and "would deny: DB staging:" in response.warnings[0]
     labels = {"webhook": "search-admission.elb-gate.io", "reason": "db_staging"}
@@ -167,7 +186,9 @@ async def test_a_rule_in_warn_mode_admits_with_the_warning_and_counts_a_would_de
 
 async def test_a_finalizer_reads_census_and_lease_concurrently() -> None:
     api = FakeApi(lease_obj=alice_holds(), require_concurrency=True)
-    response = await make(api).validate_job(admission("CREATE", job_object("finalizer", "a")))
+    response = (
+        await make(api).validate_job(admission("CREATE", job_object("finalizer", "a")))
+    ).response
     assert response.allowed, response.message
     assert sorted(c[0] for c in api.calls) == ["get", "list"]
 
@@ -201,7 +222,9 @@ async def test_a_failed_read_is_a_503_denial_never_an_admit(
 ) -> None:
     api = FakeApi(lease_obj=alice_holds(), fail={failing: error})
     handlers = make(api)
-    response = await handlers.validate_job(admission("CREATE", job_object("finalizer", "a")))
+    response = (
+        await handlers.validate_job(admission("CREATE", job_object("finalizer", "a")))
+    ).response
     assert not response.allowed
     assert (response.code, response.reason) == (503, "ServiceUnavailable")
     assert "could not verify Gate A/B" in response.message and "fail-closed" in response.message
@@ -220,7 +243,9 @@ async def test_a_failed_read_is_a_503_denial_never_an_admit(
 async def test_in_warn_mode_an_unverified_request_is_admitted_with_a_warning() -> None:
     api = FakeApi(fail={"list": ApiUnavailable("down")})
     handlers = make(api, enforcement="warn")
-    response = await handlers.validate_job(admission("CREATE", job_object("finalizer", "a")))
+    response = (
+        await handlers.validate_job(admission("CREATE", job_object("finalizer", "a")))
+    ).response
     # Warn mode never blocks (staged rollout), but it says so and counts the would-deny.
     assert response.allowed and any("could not verify" in w for w in response.warnings)
     assert (
@@ -240,22 +265,12 @@ async def test_in_warn_mode_an_unverified_request_is_admitted_with_a_warning() -
 async def test_warn_mode_admits_with_the_denial_text_and_counts_it() -> None:
     api = FakeApi(jobs=[job("blast", i).build() for i in "abc"], lease_obj=alice_holds())
     handlers = make(api, enforcement="warn")
-    response = await handlers.validate_job(admission("CREATE", job_object("submit", "d")))
-    assert response.allowed
+    answer = await handlers.validate_job(admission("CREATE", job_object("submit", "d")))
+    response = answer.response
+    assert response.allowed and (answer.decision, answer.reason) == ("warned", "ceiling")
     joined = " ".join(response.warnings)
     assert "Gate B: 3/3 searches" in joined and "Retry when one of a, b, c completes" in joined
     assert all(len(w) <= 120 for w in response.warnings)
-    assert (
-        sample(
-            handlers,
-            "elb_gate_admission_requests_total",
-            webhook="search-admission.elb-gate.io",
-            operation="CREATE",
-            decision="warned",
-            reason="ceiling",
-        )
-        == 1
-    )
     assert (
         sample(
             handlers,
@@ -271,75 +286,37 @@ async def test_warn_mode_never_relaxes_the_lease_guard() -> None:
     handlers = make(FakeApi(), enforcement="warn")
     live = lease(HOLDER, holder_user="alice", renewed_ago=10)
     new = lease("openapi-6a1c0e6b5f8f4b83a1d2c3e4f5a6b7c8", holder_user="bob")
-    response = await handlers.validate_lease(
-        admission("UPDATE", new, live, who=user("bob"), resource="leases")
-    )
+    response = (
+        await handlers.validate_lease(
+            admission("UPDATE", new, live, who=user("bob"), resource="leases")
+        )
+    ).response
     assert not response.allowed and response.code == 409 and response.reason == "Conflict"
 
 
 async def test_a_dry_run_gets_the_same_decision() -> None:
     api = FakeApi(jobs=[job("blast", i).build() for i in "abc"], lease_obj=alice_holds())
     handlers = make(api)
-    real = await handlers.validate_job(admission("CREATE", job_object("submit", "d")))
-    dry = await handlers.validate_job(admission("CREATE", job_object("submit", "d"), dry_run=True))
+    real = (await handlers.validate_job(admission("CREATE", job_object("submit", "d")))).response
+    dry = (
+        await handlers.validate_job(admission("CREATE", job_object("submit", "d"), dry_run=True))
+    ).response
     assert (dry.allowed, dry.code, dry.message) == (real.allowed, real.code, real.message)
 
 
-async def test_every_answer_is_counted_timed_and_the_census_exported() -> None:
+async def test_each_judged_search_job_exports_the_census_it_was_judged_on() -> None:
     api = FakeApi(jobs=[job("blast", "a").build()], lease_obj=alice_holds())
     handlers = make(api)
-    await handlers.validate_job(admission("CREATE", job_object("submit", "d")))
-    await handlers.validate_job(admission("CREATE", job_object("submit", "e"), who=user("bob")))
-    webhook = "search-admission.elb-gate.io"
-    assert (
-        sample(
-            handlers,
-            "elb_gate_admission_requests_total",
-            webhook=webhook,
-            operation="CREATE",
-            decision="allowed",
-            reason="ok",
-        )
-        == 1
+    first = await handlers.validate_job(admission("CREATE", job_object("submit", "d")))
+    second = await handlers.validate_job(
+        admission("CREATE", job_object("submit", "e"), who=user("bob"))
     )
-    assert (
-        sample(
-            handlers,
-            "elb_gate_admission_requests_total",
-            webhook=webhook,
-            operation="CREATE",
-            decision="denied",
-            reason="not_holder",
-        )
-        == 1
-    )
-    assert sample(handlers, "elb_gate_admission_duration_seconds_count", webhook=webhook) == 2
-    assert sample(handlers, "elb_gate_admission_in_flight", webhook=webhook) == 0
+    assert [(a.decision, a.reason) for a in (first, second)] == [
+        ("allowed", "ok"),
+        ("denied", "not_holder"),
+    ]
     assert sample(handlers, "elb_gate_active_searches", namespace="default") == 1
     assert sample(handlers, "elb_gate_search_ceiling", namespace="default") == 3
-
-
-async def test_one_structured_log_line_per_decision(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level("INFO", logger="webhook.admission")
-    await make(FakeApi(lease_obj=alice_holds())).validate_job(
-        admission("CREATE", job_object("finalizer", "a"), who=user("bob"))
-    )
-    [record] = [r for r in caplog.records if r.name == "webhook.admission"]
-    fields = json.loads(JsonFormatter().format(record))  # the line production writes
-    assert (fields["level"], fields["msg"]) == ("info", "admission")
-    assert {
-        k: fields[k]
-        for k in ("uid", "namespace", "name", "operation", "user", "decision", "reason")
-    } == {
-        "uid": "uid-1",
-        "namespace": "default",
-        "name": "finalizer-a",
-        "operation": "CREATE",
-        "user": "bob",
-        "decision": "denied",
-        "reason": "not_holder",
-    }
-    assert fields["duration_ms"] >= 0
 
 
 # -- the applications ------------------------------------------------------------------------
@@ -354,8 +331,10 @@ def runtime(tmp_path: Any) -> Runtime:
 
 
 async def test_metrics_are_served_in_prometheus_text(aiohttp_client: Any, runtime: Runtime) -> None:
+    app: TestClient = await aiohttp_client(create_app(runtime))
     ops: TestClient = await aiohttp_client(create_ops_app(runtime))
-    await runtime.admission.validate_job(admission("CREATE", job_object("finalizer", "a")))
+    review = review_of(admission("CREATE", job_object("finalizer", "a")))
+    assert (await app.post("/validate/jobs", json=review)).status == 200
     resp = await ops.get("/metrics")
     text = await resp.text()
     assert resp.status == 200
@@ -385,8 +364,8 @@ async def test_admission_paths_are_served_and_the_app_owns_the_api_session(
     assert runtime.admission.api.closed  # type: ignore[attr-defined]
 
 
-async def test_a_policy_that_raises_is_counted_as_errored_and_left_to_the_http_layer(
-    monkeypatch: pytest.MonkeyPatch,
+async def test_a_policy_that_raises_is_left_to_the_http_layer_which_counts_it_errored(
+    aiohttp_client: Any, runtime: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from webhook import lease_guard
 
@@ -394,19 +373,24 @@ async def test_a_policy_that_raises_is_counted_as_errored_and_left_to_the_http_l
         raise KeyError("spec")
 
     monkeypatch.setattr(lease_guard, "decide", broken)
-    handlers = make(FakeApi())
     submit = lease(HOLDER, holder_user="alice")
+    request_ = admission("UPDATE", submit, submit, resource="leases")
     with pytest.raises(KeyError):
-        await handlers.validate_lease(admission("UPDATE", submit, submit, resource="leases"))
+        await runtime.admission.validate_lease(request_)
+    app: TestClient = await aiohttp_client(create_app(runtime))
+    resp = await app.post("/validate/leases", json=review_of(request_))
+    answer = (await resp.json())["response"]
+    assert resp.status == 200 and not answer["allowed"] and answer["status"]["code"] == 500
+    guard = "lease-guard.elb-gate.io"
     assert (
         sample(
-            handlers,
+            runtime.admission,
             "elb_gate_admission_requests_total",
-            webhook="lease-guard.elb-gate.io",
+            webhook=guard,
             operation="UPDATE",
             decision="errored",
             reason="internal",
         )
         == 1
     )
-    assert sample(handlers, "elb_gate_admission_in_flight", webhook="lease-guard.elb-gate.io") == 0
+    assert sample(runtime.admission, "elb_gate_admission_in_flight", webhook=guard) == 0

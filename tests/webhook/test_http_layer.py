@@ -1,16 +1,22 @@
-"""The HTTP layer: bad input gets a clear 4xx, a raising handler an errored response, never a trace."""
+"""The HTTP layer: bad input gets a clear 4xx, counted and logged; a raising handler an
+errored response, never a trace."""
 
 from __future__ import annotations
 
+import json
+import logging
 from typing import Any
 
 import orjson
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
+from prometheus_client import CollectorRegistry
 
-from webhook.endpoint import admission_endpoint
-from webhook.review import AdmissionRequest, AdmissionResponse, allowed, denied
+from elbgate.logs import JsonFormatter
+from webhook.endpoint import Answer, admission_endpoint
+from webhook.metrics import LEASE_GUARD, SEARCH_ADMISSION, WebhookMetrics
+from webhook.review import AdmissionRequest, allowed, denied
 
 MAX = 4096
 
@@ -22,24 +28,41 @@ def review(uid: Any = "5d7d6c1e", **request: Any) -> dict[str, Any]:
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req}
 
 
-async def echo_user(request: AdmissionRequest) -> AdmissionResponse:
-    return (
-        denied(403, "Forbidden", f"{request.user.username} may not")
-        if request.user.username
-        else allowed()
-    )
+async def echo_user(request: AdmissionRequest) -> Answer:
+    if request.user.username:
+        message = f"{request.user.username} may not"
+        return Answer(denied(403, "Forbidden", message), "denied", "not_holder", 403, message)
+    return Answer(allowed(), "allowed", "ok")
 
 
-async def explode(_request: AdmissionRequest) -> AdmissionResponse:
+async def explode(_request: AdmissionRequest) -> Answer:
     raise RuntimeError("secret internals /etc/elb-gate/tls/tls.key")
 
 
 @pytest.fixture
-async def client(aiohttp_client: Any) -> TestClient:
+def metrics() -> WebhookMetrics:
+    return WebhookMetrics(CollectorRegistry())
+
+
+@pytest.fixture
+async def client(aiohttp_client: Any, metrics: WebhookMetrics) -> TestClient:
     app = web.Application()
-    app.router.add_post("/ok", admission_endpoint(echo_user, MAX))
-    app.router.add_post("/boom", admission_endpoint(explode, MAX))
+    app.router.add_post("/ok", admission_endpoint(SEARCH_ADMISSION, echo_user, MAX, metrics))
+    app.router.add_post("/boom", admission_endpoint(LEASE_GUARD, explode, MAX, metrics))
     return await aiohttp_client(app)
+
+
+def sample(metrics: WebhookMetrics, name: str, **labels: str) -> float:
+    return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def lines(caplog: pytest.LogCaptureFixture, msg: str) -> list[dict[str, Any]]:
+    """The JSON lines production writes for the layer's records of ``msg``."""
+    return [
+        json.loads(JsonFormatter().format(r))
+        for r in caplog.records
+        if r.name == "webhook.admission" and r.getMessage() == msg
+    ]
 
 
 async def post(
@@ -76,13 +99,16 @@ async def test_a_denial_is_http_200_with_allowed_false_and_a_status(client: Test
     }
 
 
+NOT_A_REVIEW = "not_admission_review"
+
+
 @pytest.mark.parametrize(
-    ("body", "content_type", "code", "says"),
+    ("body", "content_type", "code", "reason", "says"),
     [
-        (b"{not json", "application/json", 400, "not valid JSON"),
-        (review(uid=None), "application/json", 400, "request.uid is missing"),
-        (review(uid=""), "application/json", 400, "request.uid is missing"),
-        (review(uid=7), "application/json", 400, "request.uid is missing"),
+        (b"{not json", "application/json", 400, "not_json", "not valid JSON"),
+        (review(uid=None), "application/json", 400, NOT_A_REVIEW, "request.uid is missing"),
+        (review(uid=""), "application/json", 400, NOT_A_REVIEW, "request.uid is missing"),
+        (review(uid=7), "application/json", 400, NOT_A_REVIEW, "request.uid is missing"),
         (
             {
                 "kind": "AdmissionReview",
@@ -91,18 +117,26 @@ async def test_a_denial_is_http_200_with_allowed_false_and_a_status(client: Test
             },
             "application/json",
             400,
+            NOT_A_REVIEW,
             "expected kind AdmissionReview",
         ),
         (
             {"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1"},
             "application/json",
             400,
+            NOT_A_REVIEW,
             "no request object",
         ),
-        ([1, 2], "application/json", 400, "not a JSON object"),
-        (review(), "text/plain", 415, "Content-Type must be application/json"),
-        (review(), "application/x-www-form-urlencoded", 415, "Content-Type"),
-        (b"{" + b" " * MAX + b"}", "application/json", 413, "ELB_GATE_MAX_REQUEST_BYTES"),
+        ([1, 2], "application/json", 400, NOT_A_REVIEW, "not a JSON object"),
+        (review(), "text/plain", 415, "content_type", "Content-Type must be application/json"),
+        (review(), "application/x-www-form-urlencoded", 415, "content_type", "Content-Type"),
+        (
+            b"{" + b" " * MAX + b"}",
+            "application/json",
+            413,
+            "too_large",
+            "ELB_GATE_MAX_REQUEST_BYTES",
+        ),
     ],
     ids=[
         "malformed JSON is a 400",
@@ -117,14 +151,38 @@ async def test_a_denial_is_http_200_with_allowed_false_and_a_status(client: Test
         "a body over the cap is a 413",
     ],
 )
-async def test_bad_input_gets_a_clear_4xx(
-    client: TestClient, body: Any, content_type: str, code: int, says: str
+async def test_bad_input_gets_a_clear_4xx_counted_and_logged_by_its_reason(
+    client: TestClient,
+    metrics: WebhookMetrics,
+    caplog: pytest.LogCaptureFixture,
+    body: Any,
+    content_type: str,
+    code: int,
+    reason: str,
+    says: str,
 ) -> None:
+    caplog.set_level(logging.WARNING, logger="webhook.admission")
+    rejected = {"webhook": SEARCH_ADMISSION, "code": str(code), "reason": reason}
+    assert metrics.registry.get_sample_value("elb_gate_admission_rejected_total", rejected) == 0
     status, answer, text = await post(client, "/ok", body, content_type)
     assert status == code
     assert answer["kind"] == "Status" and answer["code"] == code
     assert says in answer["message"]
     assert "Traceback" not in text
+    assert sample(metrics, "elb_gate_admission_rejected_total", **rejected) == 1
+    [line] = lines(caplog, "request rejected")
+    assert (line["level"], line["webhook"], line["path"], line["code"], line["reason"]) == (
+        "warning",
+        SEARCH_ADMISSION,
+        "/ok",
+        code,
+        reason,
+    )
+    assert says in line["detail"]
+    # Never a decision: nothing is counted as one.
+    assert (
+        sample(metrics, "elb_gate_admission_duration_seconds_count", webhook=SEARCH_ADMISSION) == 0
+    )
 
 
 async def test_a_chunked_body_over_the_cap_is_a_413(client: TestClient) -> None:
@@ -160,15 +218,18 @@ async def test_a_body_over_the_apps_own_size_limit_is_still_a_status_413(
     aiohttp_client: Any,
 ) -> None:
     app = web.Application(client_max_size=1024)
-    app.router.add_post("/ok", admission_endpoint(echo_user, MAX))
+    metrics = WebhookMetrics(CollectorRegistry())
+    app.router.add_post("/ok", admission_endpoint(SEARCH_ADMISSION, echo_user, MAX, metrics))
     small_cap_client = await aiohttp_client(app)
     body = orjson.dumps(review(padding=" " * 2048))
     status, answer, _ = await post(small_cap_client, "/ok", body)
     assert status == 413 and answer["kind"] == "Status"
+    labels = {"webhook": SEARCH_ADMISSION, "code": "413", "reason": "too_large"}
+    assert sample(metrics, "elb_gate_admission_rejected_total", **labels) == 1
 
 
 async def test_a_raising_handler_answers_errored_with_the_uid_and_no_trace(
-    client: TestClient, caplog: pytest.LogCaptureFixture
+    client: TestClient, metrics: WebhookMetrics, caplog: pytest.LogCaptureFixture
 ) -> None:
     status, body, text = await post(client, "/boom", review())
     assert status == 200
@@ -177,7 +238,39 @@ async def test_a_raising_handler_answers_errored_with_the_uid_and_no_trace(
     assert response["status"]["code"] == 500
     assert "RuntimeError" in response["status"]["message"]
     assert "Traceback" not in text and "tls.key" not in text
-    assert any("Traceback" in (r.exc_text or "") or r.exc_info for r in caplog.records)
+    # One log line, with the trace for the operator; counted as errored, internal.
+    [line] = lines(caplog, "admission")
+    assert (line["level"], line["decision"], line["reason"], line["error"]) == (
+        "error",
+        "errored",
+        "internal",
+        "RuntimeError",
+    )
+    assert "tls.key" in line["exc"]
+    errored = {"operation": "CREATE", "decision": "errored", "reason": "internal"}
+    assert sample(metrics, "elb_gate_admission_requests_total", webhook=LEASE_GUARD, **errored) == 1
+    assert sample(metrics, "elb_gate_admission_in_flight", webhook=LEASE_GUARD) == 0
+
+
+async def test_every_decision_is_counted_timed_and_logged_once(
+    client: TestClient, metrics: WebhookMetrics, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="webhook.admission")
+    await post(client, "/ok", review())
+    await post(client, "/ok", review(uid="u-2", userInfo={"username": "bob"}))
+    total = "elb_gate_admission_requests_total"
+    on = {"webhook": SEARCH_ADMISSION, "operation": "CREATE"}
+    assert sample(metrics, total, **on, decision="allowed", reason="ok") == 1
+    assert sample(metrics, total, **on, decision="denied", reason="not_holder") == 1
+    count = "elb_gate_admission_duration_seconds_count"
+    assert sample(metrics, count, webhook=SEARCH_ADMISSION) == 2
+    assert sample(metrics, "elb_gate_admission_in_flight", webhook=SEARCH_ADMISSION) == 0
+    logged = lines(caplog, "admission")
+    assert [(x["uid"], x["decision"], x["reason"], x["user"]) for x in logged] == [
+        ("5d7d6c1e", "allowed", "ok", ""),
+        ("u-2", "denied", "not_holder", "bob"),
+    ]
+    assert all(x["duration_ms"] >= 0 and x["namespace"] == "default" for x in logged)
 
 
 async def test_the_server_keeps_serving_after_a_handler_raised(client: TestClient) -> None:

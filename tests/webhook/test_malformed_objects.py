@@ -10,9 +10,11 @@ import orjson
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
+from prometheus_client import CollectorRegistry
 
-from webhook.endpoint import admission_endpoint
-from webhook.review import AdmissionRequest, AdmissionResponse, MalformedReview, allowed
+from webhook.endpoint import Answer, admission_endpoint
+from webhook.metrics import SEARCH_ADMISSION, WebhookMetrics
+from webhook.review import AdmissionRequest, MalformedReview, allowed
 
 JOB = {
     "apiVersion": "batch/v1",
@@ -41,12 +43,15 @@ def asked() -> list[AdmissionRequest]:
 
 @pytest.fixture
 async def client(aiohttp_client: Any, asked: list[AdmissionRequest]) -> TestClient:
-    async def handler(request: AdmissionRequest) -> AdmissionResponse:
+    async def handler(request: AdmissionRequest) -> Answer:
         asked.append(request)
-        return allowed()
+        return Answer(allowed(), "allowed", "ok")
 
     app = web.Application()
-    app.router.add_post("/validate/jobs", admission_endpoint(handler, 1 << 20))
+    metrics = WebhookMetrics(CollectorRegistry())
+    app.router.add_post(
+        "/validate/jobs", admission_endpoint(SEARCH_ADMISSION, handler, 1 << 20, metrics)
+    )
     return await aiohttp_client(app)
 
 
