@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 
-from controller.server import LeaderTiming, serve
+from controller.server import serve
 from elbgate import logs
 from elbgate.kube.config import KubeConfig, KubeConfigError
 from elbgate.settings import Settings, SettingsError
@@ -29,20 +29,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "environment (below).",
     )
     parser.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG or in-cluster")
-    parser.add_argument(
-        "--leader-lease-seconds",
-        type=float,
-        default=15.0,
-        help="leader Lease duration (client-go default 15)",
-    )
-    parser.add_argument(
-        "--leader-renew-seconds", type=float, default=5.0, help="leader renew period (default 5)"
-    )
     return parser.parse_args(argv)
 
 
-async def _main(settings: Settings, config: KubeConfig, timing: LeaderTiming) -> None:
-    task = asyncio.create_task(serve(settings, config, timing))
+async def _main(settings: Settings, config: KubeConfig) -> None:
+    task = asyncio.create_task(serve(settings, config))
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, task.cancel)
@@ -58,16 +49,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"elb-gate controller: {exc}", file=sys.stderr)
         return 2
     logs.configure(settings.log_format)
-    if not 0 < args.leader_renew_seconds < args.leader_lease_seconds:
-        logs.log(logger, logging.ERROR, "need 0 < --leader-renew-seconds < --leader-lease-seconds")
-        return 2
     try:
         config = KubeConfig.load(args.kubeconfig)
     except KubeConfigError as exc:
         logs.log(logger, logging.ERROR, "no API configuration", detail=str(exc))
         return 2
-    timing = LeaderTiming(args.leader_lease_seconds, args.leader_renew_seconds)
-    asyncio.run(_main(settings, config, timing))
+    asyncio.run(_main(settings, config))
     return 0
 
 

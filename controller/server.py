@@ -8,7 +8,6 @@ import logging
 import socket
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from aiohttp import web
@@ -29,14 +28,6 @@ from elbgate.names import BATCH_WORK_EVIDENCE_APPS, LIVENESS_CONFIGMAP, SEARCH_A
 from elbgate.settings import Settings
 
 logger = logging.getLogger("controller.server")
-
-
-@dataclass(frozen=True)
-class LeaderTiming:
-    """Leader-election timing (client-go defaults: 15 s Lease, renewed every 5 s)."""
-
-    lease_seconds: float = 15.0
-    renew_seconds: float = 5.0
 
 
 def identity(settings: Settings) -> str:
@@ -81,7 +72,6 @@ class Controller:
         settings: Settings,
         api: KubeApi,
         *,
-        timing: LeaderTiming | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         watch_timeout_seconds: int = 300,
     ) -> None:
@@ -89,7 +79,6 @@ class Controller:
         self.api = api
         self.identity = identity(settings)
         self.metrics = ControllerMetrics()
-        timing = timing or LeaderTiming()
         self.cache = Cache(settings.namespaces, on_change=self._changed)
         self.leader = LeaderElector(
             api,
@@ -97,8 +86,8 @@ class Controller:
             settings.leader_lease_name,
             self.identity,
             self.metrics,
-            lease_seconds=timing.lease_seconds,
-            renew_seconds=timing.renew_seconds,
+            lease_seconds=settings.leader_lease_seconds,
+            renew_seconds=settings.leader_renew_seconds,
             on_started=self._leading,
             on_stopped=self._not_leading,
         )
@@ -178,9 +167,9 @@ class Controller:
             log(logger, logging.INFO, "controller stopped", identity=self.identity)
 
 
-async def serve(settings: Settings, config: KubeConfig, timing: LeaderTiming) -> None:
+async def serve(settings: Settings, config: KubeConfig) -> None:
     """Run a controller against ``config`` until cancelled (SIGTERM/SIGINT)."""
     async with KubeApi(
-        config, timeout=max(5.0, settings.api_timeout_seconds), user_agent="elb-gate-controller"
+        config, timeout=settings.controller_api_timeout_seconds, user_agent="elb-gate-controller"
     ) as api:
-        await Controller(settings, api, timing=timing).run()
+        await Controller(settings, api).run()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from elbgate import quantity
 from elbgate.lease import Expiry
@@ -22,6 +22,7 @@ RuleMode = Literal["deny", "warn", "off"]
 """A search-admission rule beyond the two gates: refuse, admit with a warning, or skip.
 ``deny`` still admits with a warning while ``ELB_GATE_ENFORCEMENT=warn``."""
 OrphanPolicy = Literal["delete", "warn"]
+LogFormat = Literal["json", "text"]
 ClientAuth = Literal["off", "verify", "require"]
 """What the webhook asks of a caller's client certificate (docs/security.md)."""
 
@@ -44,338 +45,9 @@ class SettingsError(ValueError):
         super().__init__("invalid settings: " + "; ".join(problems))
 
 
-def _setting(env: str, default: Any, doc: str, parse: str = "int", minimum: float = 0) -> Any:
-    return field(
-        default=default, metadata={"env": env, "doc": doc, "parse": parse, "minimum": minimum}
-    )
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Every knob of elb-gate. Build with :meth:`from_env`; pass explicitly."""
-
-    # --- shared with the existing submit paths -------------------------------
-    max_run_concurrency: int = _setting(
-        "BLAST_MAX_RUN_CONCURRENCY", 3, "Gate B ceiling: active searches per namespace.", minimum=1
-    )
-    lease_ttl_seconds: int = _setting(
-        "BLAST_SUBMIT_LEASE_TTL_SECONDS",
-        900,
-        "leaseDurationSeconds of a new submit Lease.",
-        minimum=1,
-    )
-    clock_skew_seconds: int = _setting(
-        "BLAST_LEASE_CLOCK_SKEW_SECONDS", 30, "Margin added to a Lease's expiry before takeover."
-    )
-    finalizer_grace_seconds: int = _setting(
-        "BLAST_FINALIZER_GRACE_SECONDS",
-        300,
-        "A lone finalizer younger than this is still a live search (its batch work may be coming).",
-    )
-    capacity_wait_max_seconds: int = _setting(
-        "BLAST_CAPACITY_WAIT_MAX_SECONDS", 1800, "Client: longest wait for a free search slot."
-    )
-    submit_slot_wait_max_seconds: int = _setting(
-        "BLAST_SUBMIT_SLOT_WAIT_MAX_SECONDS",
-        900,
-        "Client: longest wait for the submit Lease (default: one Lease TTL).",
-    )
-    celery_soft_time_limit: int = _setting(
-        "CELERY_TASK_SOFT_TIME_LIMIT",
-        3300,
-        "Dashboard task soft limit (checked for coherence).",
-        minimum=1,
-    )
-    celery_hard_time_limit: int = _setting(
-        "CELERY_TASK_TIME_LIMIT",
-        3600,
-        "Dashboard task hard limit (checked for coherence).",
-        minimum=1,
-    )
-    # --- elb-gate's own ------------------------------------------------------
-    submit_exec_timeout_seconds: int = _setting(
-        "ELB_GATE_SUBMIT_EXEC_TIMEOUT_SECONDS",
-        0,
-        "Client: exec timeout of `elastic-blast submit`; 0 means TTL - 2 x skew (at least 1 s "
-        "below the TTL). Must be < TTL.",
-    )
-    enforcement: Enforcement = _setting(
-        "ELB_GATE_ENFORCEMENT",
-        "deny",
-        "`deny` refuses; `warn` admits with an AdmissionReview warning (staged rollout).",
-        parse="enforcement",
-    )
-    namespaces: tuple[str, ...] = _setting(
-        "ELB_GATE_NAMESPACES",
-        ("default",),
-        "Comma-separated gated namespaces (controller, CLI).",
-        parse="names",
-    )
-    submitter_identities_file: str = _setting(
-        "ELB_GATE_SUBMITTER_IDENTITIES_FILE",
-        "",
-        "YAML/JSON file mapping holder prefixes to the users/groups of one submit path.",
-        parse="str",
-    )
-    controller_users: tuple[str, ...] = _setting(
-        "ELB_GATE_CONTROLLER_USERS",
-        (DEFAULT_CONTROLLER_USER,),
-        "Usernames allowed to clear any holder (the controller's service account).",
-        parse="names",
-    )
-    lease_min_duration_seconds: int = _setting(
-        "ELB_GATE_LEASE_MIN_DURATION_SECONDS",
-        15,
-        "Lease guard: smallest leaseDurationSeconds.",
-        minimum=1,
-    )
-    lease_max_duration_seconds: int = _setting(
-        "ELB_GATE_LEASE_MAX_DURATION_SECONDS",
-        3600,
-        "Lease guard: largest leaseDurationSeconds.",
-        minimum=1,
-    )
-    orphan_policy: OrphanPolicy = _setting(
-        "ELB_GATE_ORPHAN_POLICY",
-        "warn",
-        "`warn` flags an orphaned finalizer (annotation, Warning Event, metric, alert) for an "
-        "operator to delete; `delete` also deletes it after the delete grace.",
-        parse="orphan_policy",
-    )
-    orphan_delete_after_seconds: int = _setting(
-        "ELB_GATE_ORPHAN_DELETE_AFTER_SECONDS", 900, "Time an orphan stays flagged before deletion."
-    )
-    reclaim_grace_seconds: int = _setting(
-        "ELB_GATE_RECLAIM_GRACE_SECONDS",
-        0,
-        "Extra wait before a dead-holder reclaim: the Lease must also be unrenewed this long "
-        "(0: reclaim as soon as the holder is gone; docs/holder-gone.md).",
-    )
-    holder_node_not_ready_seconds: int = _setting(
-        "ELB_GATE_HOLDER_NODE_NOT_READY_SECONDS",
-        10,
-        "A holder whose pod's node has not been Ready for this long is gone "
-        "(counted from the node's Ready condition lastTransitionTime).",
-    )
-    resync_seconds: float = _setting(
-        "ELB_GATE_RESYNC_SECONDS",
-        30.0,
-        "Controller: full reconcile period.",
-        parse="float",
-        minimum=0.1,
-    )
-    liveness_apps: tuple[str, ...] = _setting(
-        "ELB_GATE_LIVENESS_APPS",
-        DEFAULT_LIVENESS_APPS,
-        "`app` labels whose unfinished Jobs mean the cluster is in use.",
-        parse="names",
-    )
-    api_timeout_seconds: float = _setting(
-        "ELB_GATE_API_TIMEOUT_SECONDS",
-        1.5,
-        "Deadline of one API call made while deciding; well inside the webhook timeoutSeconds.",
-        parse="float",
-        minimum=0.01,
-    )
-    db_staging: RuleMode = _setting(
-        "ELB_GATE_DB_STAGING",
-        "deny",
-        "One staging per database: `deny` refuses a search that would stage a database "
-        "another active search uses (or use one being staged), 429 db_staging; `warn` or `off`.",
-        parse="rule_mode",
-    )
-    capacity: RuleMode = _setting(
-        "ELB_GATE_CAPACITY",
-        "off",
-        "Lower the ceiling to what the ready nodes hold at the search's per-pod requests "
-        "(429 capacity): `deny`, `warn` or `off`. Needs the Nodes read (docs/capacity.md).",
-        parse="rule_mode",
-    )
-    feasibility: RuleMode = _setting(
-        "ELB_GATE_FEASIBILITY",
-        "off",
-        "Refuse at once a search whose pod no ready node can ever hold (422 "
-        "db_memory_infeasible): `deny`, `warn` or `off`. Needs the Nodes read.",
-        parse="rule_mode",
-    )
-    capacity_pool_selector: str = _setting(
-        "ELB_GATE_CAPACITY_POOL_SELECTOR",
-        "",
-        "Label selector of the nodes searches run on (e.g. `agentpool=blastpool`); "
-        "empty: every node.",
-        parse="selector",
-    )
-    capacity_pod_cpu: str = _setting(
-        "ELB_GATE_CAPACITY_POD_CPU",
-        "6",
-        "CPU request of one batch pod, for a search whose first Job does not carry it "
-        "(ElasticBLAST requests num-cpus - 2).",
-        parse="cpu",
-    )
-    capacity_pod_memory: str = _setting(
-        "ELB_GATE_CAPACITY_POD_MEMORY",
-        "4G",
-        "Memory request of one batch pod, when the search's first Job does not carry it.",
-        parse="memory",
-    )
-    capacity_nodes_per_search: int = _setting(
-        "ELB_GATE_CAPACITY_NODES_PER_SEARCH",
-        0,
-        "0: every search puts one pod on every pool node (sharded/local-SSD layout), so "
-        "per-node packing bounds the ceiling; N: a search occupies N whole nodes.",
-    )
-    db_memory_configmap: str = _setting(
-        "ELB_GATE_DB_MEMORY_CONFIGMAP",
-        "elb-gate-db-memory",
-        "Optional ConfigMap in elb-gate's namespace mapping a database to the memory one "
-        "node needs to search it (`core_nt: 251.7G`); read when the feasibility rule is on.",
-        parse="str",
-    )
-    webhook_port: int = _setting("ELB_GATE_WEBHOOK_PORT", 8443, "HTTPS admission port.")
-    metrics_port: int = _setting("ELB_GATE_METRICS_PORT", 9090, "Plain-HTTP metrics/health port.")
-    bind_address: str = _setting(
-        "ELB_GATE_BIND_ADDRESS", "0.0.0.0", "Address the servers listen on.", parse="str"
-    )
-    tls_cert_file: str = _setting(
-        "ELB_GATE_TLS_CERT_FILE",
-        "/etc/elb-gate/tls/tls.crt",
-        "Serving certificate (PEM).",
-        parse="str",
-    )
-    tls_key_file: str = _setting(
-        "ELB_GATE_TLS_KEY_FILE", "/etc/elb-gate/tls/tls.key", "Serving key (PEM).", parse="str"
-    )
-    max_request_bytes: int = _setting(
-        "ELB_GATE_MAX_REQUEST_BYTES",
-        8 * 1024 * 1024,
-        "Largest AdmissionReview accepted (UPDATE carries two objects of <= 3 MiB each).",
-        minimum=1024,
-    )
-    client_auth: ClientAuth = _setting(
-        "ELB_GATE_CLIENT_AUTH",
-        "off",
-        "The API server's admission client certificate: `off` asks for none (AKS cannot send "
-        "one); `verify` serves callers without it with no reasons in denials and per-source "
-        "limits; `require` answers no one else (docs/security.md).",
-        parse="client_auth",
-    )
-    client_ca_file: str = _setting(
-        "ELB_GATE_CLIENT_CA_FILE",
-        "",
-        "CA (PEM) that verifies the API server's admission client certificate "
-        "(read at start-up; needed unless ELB_GATE_CLIENT_AUTH=off).",
-        parse="str",
-    )
-    client_names: tuple[str, ...] = _setting(
-        "ELB_GATE_CLIENT_NAMES",
-        (),
-        "Comma-separated names (subject CN or DNS SAN) the API server's certificate may "
-        "carry; needed unless ELB_GATE_CLIENT_AUTH=off (a CA signs other clients too).",
-        parse="names",
-    )
-    unverified_in_flight_per_source: int = _setting(
-        "ELB_GATE_UNVERIFIED_IN_FLIGHT_PER_SOURCE",
-        2,
-        "ELB_GATE_CLIENT_AUTH=verify: requests in flight per source address from callers "
-        "not verified as the API server (429 beyond).",
-        minimum=1,
-    )
-    unverified_max_request_bytes: int = _setting(
-        "ELB_GATE_UNVERIFIED_MAX_REQUEST_BYTES",
-        256 * 1024,
-        "ELB_GATE_CLIENT_AUTH=verify: largest AdmissionReview from a caller not verified as "
-        "the API server (413 beyond).",
-        minimum=1024,
-    )
-    leader_lease_name: str = _setting(
-        "ELB_GATE_LEADER_LEASE",
-        "elb-gate-controller",
-        "Controller leader-election Lease.",
-        parse="str",
-    )
-    pod_namespace: str = _setting(
-        "ELB_GATE_POD_NAMESPACE",
-        "elb-system",
-        "Namespace elb-gate runs in (downward API).",
-        parse="str",
-    )
-    pod_name: str = _setting(
-        "ELB_GATE_POD_NAME",
-        "",
-        "This replica's name (downward API); leader identity.",
-        parse="str",
-    )
-    log_format: Literal["json", "text"] = _setting(
-        "ELB_GATE_LOG_FORMAT",
-        "json",
-        "`json` (one object per line) or `text`.",
-        parse="log_format",
-    )
-
-    @property
-    def expiry(self) -> Expiry:
-        """The Lease-expiry rule these settings set (TTL as the default duration, skew)."""
-        return Expiry(self.clock_skew_seconds, self.lease_ttl_seconds)
-
-    @property
-    def effective_exec_timeout_seconds(self) -> int:
-        """Exec timeout of the submit command: the configured one, or TTL - 2 x skew and
-        at least one second below the TTL (a skew of 0 still leaves the release time)."""
-        if self.submit_exec_timeout_seconds:
-            return self.submit_exec_timeout_seconds
-        return self.lease_ttl_seconds - max(2 * self.clock_skew_seconds, 1)
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str], **overrides: Any) -> Settings:
-        """Parse ``env`` (usually ``os.environ``); raise :class:`SettingsError` naming
-        every bad variable. ``overrides`` (field names) win over the environment."""
-        values: dict[str, Any] = {}
-        problems: list[str] = []
-        for f in dataclasses.fields(cls):
-            meta = f.metadata
-            raw = env.get(meta["env"])
-            if raw is None or raw.strip() == "":
-                continue
-            try:
-                values[f.name] = _PARSERS[meta["parse"]](raw.strip(), meta["minimum"])
-            except ValueError as exc:
-                problems.append(f"{meta['env']}={raw!r}: {exc}")
-        values.update(overrides)
-        settings = cls(**values)
-        problems.extend(settings.incoherences())
-        if problems:
-            raise SettingsError(problems)
-        return settings
-
-    def incoherences(self) -> list[str]:
-        """Cross-field rules, each problem naming the variables involved."""
-        out: list[str] = []
-        ttl, ex = self.lease_ttl_seconds, self.effective_exec_timeout_seconds
-        if ex <= 0 or ex >= ttl:
-            out.append(
-                f"ELB_GATE_SUBMIT_EXEC_TIMEOUT_SECONDS ({ex}) must be > 0 and < "
-                f"BLAST_SUBMIT_LEASE_TTL_SECONDS ({ttl}), so a submit never outlives its Lease"
-            )
-        soft, hard = self.celery_soft_time_limit, self.celery_hard_time_limit
-        if not ex < soft < hard:
-            out.append(
-                f"need ELB_GATE_SUBMIT_EXEC_TIMEOUT_SECONDS ({ex}) < CELERY_TASK_SOFT_TIME_LIMIT "
-                f"({soft}) < CELERY_TASK_TIME_LIMIT ({hard})"
-            )
-        lo, hi = self.lease_min_duration_seconds, self.lease_max_duration_seconds
-        if not lo <= ttl <= hi:
-            out.append(
-                f"BLAST_SUBMIT_LEASE_TTL_SECONDS ({ttl}) must lie within "
-                f"ELB_GATE_LEASE_MIN_DURATION_SECONDS ({lo}) and "
-                f"ELB_GATE_LEASE_MAX_DURATION_SECONDS ({hi})"
-            )
-        if self.client_auth != "off" and not (self.client_ca_file and self.client_names):
-            out.append(
-                f"ELB_GATE_CLIENT_AUTH={self.client_auth} needs ELB_GATE_CLIENT_CA_FILE (the CA "
-                "that signs the API server's admission client certificate) and "
-                "ELB_GATE_CLIENT_NAMES (the names that certificate carries)"
-            )
-        return out
+T = TypeVar("T")
+Parser = Callable[[str, float], T]
+"""Turns a variable's raw value into its setting, or raises ValueError saying why."""
 
 
 def _parse_int(raw: str, minimum: float) -> int:
@@ -398,7 +70,9 @@ def _parse_float(raw: str, minimum: float) -> float:
     return value
 
 
-def _choice(*allowed: str) -> Callable[[str, float], str]:
+def _choice(*allowed: str) -> Parser[Any]:
+    """One of ``allowed`` (typed by the Literal each use is annotated with)."""
+
     def parse(raw: str, _minimum: float) -> str:
         if raw not in allowed:
             raise ValueError("must be one of " + ", ".join(allowed))
@@ -435,20 +109,415 @@ def _parse_selector(raw: str, _minimum: float) -> str:
     return raw
 
 
-_PARSERS: dict[str, Callable[[str, float], Any]] = {
-    "int": _parse_int,
-    "float": _parse_float,
-    "str": lambda raw, _m: raw,
-    "names": _parse_names,
-    "enforcement": _choice("deny", "warn"),
-    "orphan_policy": _choice("delete", "warn"),
-    "log_format": _choice("json", "text"),
-    "rule_mode": _choice("deny", "warn", "off"),
-    "client_auth": _choice("off", "verify", "require"),
-    "cpu": _parse_quantity(quantity.millicores),
-    "memory": _parse_quantity(quantity.bytes_of),
-    "selector": _parse_selector,
-}
+def _parse_str(raw: str, _minimum: float) -> str:
+    return raw
+
+
+_parse_enforcement: Parser[Enforcement] = _choice("deny", "warn")
+_parse_orphan_policy: Parser[OrphanPolicy] = _choice("delete", "warn")
+_parse_log_format: Parser[LogFormat] = _choice("json", "text")
+_parse_rule_mode: Parser[RuleMode] = _choice("deny", "warn", "off")
+_parse_client_auth: Parser[ClientAuth] = _choice("off", "verify", "require")
+_parse_cpu = _parse_quantity(quantity.millicores)
+_parse_memory = _parse_quantity(quantity.bytes_of)
+
+
+def _setting(env: str, default: T, doc: str, parse: Parser[T], minimum: float = 0) -> T:
+    """A field read from ``env``: ``default`` and ``parse`` have the field's own type, so
+    mypy checks every default against what the variable parses to."""
+    out: T = field(
+        default=default, metadata={"env": env, "doc": doc, "parse": parse, "minimum": minimum}
+    )
+    return out
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every knob of elb-gate. Build with :meth:`from_env`; pass explicitly."""
+
+    # --- shared with the existing submit paths -------------------------------
+    max_run_concurrency: int = _setting(
+        "BLAST_MAX_RUN_CONCURRENCY",
+        3,
+        "Gate B ceiling: active searches per namespace.",
+        parse=_parse_int,
+        minimum=1,
+    )
+    lease_ttl_seconds: int = _setting(
+        "BLAST_SUBMIT_LEASE_TTL_SECONDS",
+        900,
+        "leaseDurationSeconds of a new submit Lease.",
+        parse=_parse_int,
+        minimum=1,
+    )
+    clock_skew_seconds: int = _setting(
+        "BLAST_LEASE_CLOCK_SKEW_SECONDS",
+        30,
+        "Margin added to a Lease's expiry before takeover.",
+        parse=_parse_int,
+    )
+    finalizer_grace_seconds: int = _setting(
+        "BLAST_FINALIZER_GRACE_SECONDS",
+        300,
+        "A lone finalizer younger than this is still a live search (its batch work may be coming).",
+        parse=_parse_int,
+    )
+    capacity_wait_max_seconds: int = _setting(
+        "BLAST_CAPACITY_WAIT_MAX_SECONDS",
+        1800,
+        "Client: longest wait for a free search slot.",
+        parse=_parse_int,
+    )
+    submit_slot_wait_max_seconds: int = _setting(
+        "BLAST_SUBMIT_SLOT_WAIT_MAX_SECONDS",
+        900,
+        "Client: longest wait for the submit Lease (default: one Lease TTL).",
+        parse=_parse_int,
+    )
+    celery_soft_time_limit: int = _setting(
+        "CELERY_TASK_SOFT_TIME_LIMIT",
+        3300,
+        "Dashboard task soft limit (checked for coherence).",
+        parse=_parse_int,
+        minimum=1,
+    )
+    celery_hard_time_limit: int = _setting(
+        "CELERY_TASK_TIME_LIMIT",
+        3600,
+        "Dashboard task hard limit (checked for coherence).",
+        parse=_parse_int,
+        minimum=1,
+    )
+    # --- elb-gate's own ------------------------------------------------------
+    submit_exec_timeout_seconds: int = _setting(
+        "ELB_GATE_SUBMIT_EXEC_TIMEOUT_SECONDS",
+        0,
+        "Client: exec timeout of `elastic-blast submit`; 0 means TTL - 2 x skew (at least 1 s "
+        "below the TTL). Must be < TTL.",
+        parse=_parse_int,
+    )
+    enforcement: Enforcement = _setting(
+        "ELB_GATE_ENFORCEMENT",
+        "deny",
+        "`deny` refuses; `warn` admits with an AdmissionReview warning (staged rollout).",
+        parse=_parse_enforcement,
+    )
+    namespaces: tuple[str, ...] = _setting(
+        "ELB_GATE_NAMESPACES",
+        ("default",),
+        "Comma-separated gated namespaces (controller, CLI).",
+        parse=_parse_names,
+    )
+    submitter_identities_file: str = _setting(
+        "ELB_GATE_SUBMITTER_IDENTITIES_FILE",
+        "",
+        "YAML/JSON file mapping holder prefixes to the users/groups of one submit path.",
+        parse=_parse_str,
+    )
+    controller_users: tuple[str, ...] = _setting(
+        "ELB_GATE_CONTROLLER_USERS",
+        (DEFAULT_CONTROLLER_USER,),
+        "Usernames allowed to clear any holder (the controller's service account).",
+        parse=_parse_names,
+    )
+    lease_min_duration_seconds: int = _setting(
+        "ELB_GATE_LEASE_MIN_DURATION_SECONDS",
+        15,
+        "Lease guard: smallest leaseDurationSeconds.",
+        parse=_parse_int,
+        minimum=1,
+    )
+    lease_max_duration_seconds: int = _setting(
+        "ELB_GATE_LEASE_MAX_DURATION_SECONDS",
+        3600,
+        "Lease guard: largest leaseDurationSeconds.",
+        parse=_parse_int,
+        minimum=1,
+    )
+    orphan_policy: OrphanPolicy = _setting(
+        "ELB_GATE_ORPHAN_POLICY",
+        "warn",
+        "`warn` flags an orphaned finalizer (annotation, Warning Event, metric, alert) for an "
+        "operator to delete; `delete` also deletes it after the delete grace.",
+        parse=_parse_orphan_policy,
+    )
+    orphan_delete_after_seconds: int = _setting(
+        "ELB_GATE_ORPHAN_DELETE_AFTER_SECONDS",
+        900,
+        "Time an orphan stays flagged before deletion.",
+        parse=_parse_int,
+    )
+    reclaim_grace_seconds: int = _setting(
+        "ELB_GATE_RECLAIM_GRACE_SECONDS",
+        0,
+        "Extra wait before a dead-holder reclaim: the Lease must also be unrenewed this long "
+        "(0: reclaim as soon as the holder is gone; docs/holder-gone.md).",
+        parse=_parse_int,
+    )
+    holder_node_not_ready_seconds: int = _setting(
+        "ELB_GATE_HOLDER_NODE_NOT_READY_SECONDS",
+        10,
+        "A holder whose pod's node has not been Ready for this long is gone "
+        "(counted from the node's Ready condition lastTransitionTime).",
+        parse=_parse_int,
+    )
+    resync_seconds: float = _setting(
+        "ELB_GATE_RESYNC_SECONDS",
+        30.0,
+        "Controller: full reconcile period.",
+        parse=_parse_float,
+        minimum=0.1,
+    )
+    liveness_apps: tuple[str, ...] = _setting(
+        "ELB_GATE_LIVENESS_APPS",
+        DEFAULT_LIVENESS_APPS,
+        "`app` labels whose unfinished Jobs mean the cluster is in use.",
+        parse=_parse_names,
+    )
+    api_timeout_seconds: float = _setting(
+        "ELB_GATE_API_TIMEOUT_SECONDS",
+        1.5,
+        "Webhook: deadline of one API call made while deciding; well inside the webhook "
+        "timeoutSeconds (the controller's is ELB_GATE_CONTROLLER_API_TIMEOUT_SECONDS).",
+        parse=_parse_float,
+        minimum=0.01,
+    )
+    db_staging: RuleMode = _setting(
+        "ELB_GATE_DB_STAGING",
+        "deny",
+        "One staging per database: `deny` refuses a search that would stage a database "
+        "another active search uses (or use one being staged), 429 db_staging; `warn` or `off`.",
+        parse=_parse_rule_mode,
+    )
+    capacity: RuleMode = _setting(
+        "ELB_GATE_CAPACITY",
+        "off",
+        "Lower the ceiling to what the ready nodes hold at the search's per-pod requests "
+        "(429 capacity): `deny`, `warn` or `off`. Needs the Nodes read (docs/capacity.md).",
+        parse=_parse_rule_mode,
+    )
+    feasibility: RuleMode = _setting(
+        "ELB_GATE_FEASIBILITY",
+        "off",
+        "Refuse at once a search whose pod no ready node can ever hold (422 "
+        "db_memory_infeasible): `deny`, `warn` or `off`. Needs the Nodes read.",
+        parse=_parse_rule_mode,
+    )
+    capacity_pool_selector: str = _setting(
+        "ELB_GATE_CAPACITY_POOL_SELECTOR",
+        "",
+        "Label selector of the nodes searches run on (e.g. `agentpool=blastpool`); "
+        "empty: every node.",
+        parse=_parse_selector,
+    )
+    capacity_pod_cpu: str = _setting(
+        "ELB_GATE_CAPACITY_POD_CPU",
+        "6",
+        "CPU request of one batch pod, for a search whose first Job does not carry it "
+        "(ElasticBLAST requests num-cpus - 2).",
+        parse=_parse_cpu,
+    )
+    capacity_pod_memory: str = _setting(
+        "ELB_GATE_CAPACITY_POD_MEMORY",
+        "4G",
+        "Memory request of one batch pod, when the search's first Job does not carry it.",
+        parse=_parse_memory,
+    )
+    capacity_nodes_per_search: int = _setting(
+        "ELB_GATE_CAPACITY_NODES_PER_SEARCH",
+        0,
+        "0: every search puts one pod on every pool node (sharded/local-SSD layout), so "
+        "per-node packing bounds the ceiling; N: a search occupies N whole nodes.",
+        parse=_parse_int,
+    )
+    db_memory_configmap: str = _setting(
+        "ELB_GATE_DB_MEMORY_CONFIGMAP",
+        "elb-gate-db-memory",
+        "Optional ConfigMap in elb-gate's namespace mapping a database to the memory one "
+        "node needs to search it (`core_nt: 251.7G`); read when the feasibility rule is on.",
+        parse=_parse_str,
+    )
+    webhook_port: int = _setting(
+        "ELB_GATE_WEBHOOK_PORT", 8443, "HTTPS admission port.", parse=_parse_int
+    )
+    metrics_port: int = _setting(
+        "ELB_GATE_METRICS_PORT", 9090, "Plain-HTTP metrics/health port.", parse=_parse_int
+    )
+    bind_address: str = _setting(
+        "ELB_GATE_BIND_ADDRESS", "0.0.0.0", "Address the servers listen on.", parse=_parse_str
+    )
+    tls_cert_file: str = _setting(
+        "ELB_GATE_TLS_CERT_FILE",
+        "/etc/elb-gate/tls/tls.crt",
+        "Serving certificate (PEM).",
+        parse=_parse_str,
+    )
+    tls_key_file: str = _setting(
+        "ELB_GATE_TLS_KEY_FILE", "/etc/elb-gate/tls/tls.key", "Serving key (PEM).", parse=_parse_str
+    )
+    max_request_bytes: int = _setting(
+        "ELB_GATE_MAX_REQUEST_BYTES",
+        8 * 1024 * 1024,
+        "Largest AdmissionReview accepted (UPDATE carries two objects of <= 3 MiB each).",
+        parse=_parse_int,
+        minimum=1024,
+    )
+    client_auth: ClientAuth = _setting(
+        "ELB_GATE_CLIENT_AUTH",
+        "off",
+        "The API server's admission client certificate: `off` asks for none (AKS cannot send "
+        "one); `verify` serves callers without it with no reasons in denials and per-source "
+        "limits; `require` answers no one else (docs/security.md).",
+        parse=_parse_client_auth,
+    )
+    client_ca_file: str = _setting(
+        "ELB_GATE_CLIENT_CA_FILE",
+        "",
+        "CA (PEM) that verifies the API server's admission client certificate "
+        "(read at start-up; needed unless ELB_GATE_CLIENT_AUTH=off).",
+        parse=_parse_str,
+    )
+    client_names: tuple[str, ...] = _setting(
+        "ELB_GATE_CLIENT_NAMES",
+        (),
+        "Comma-separated names (subject CN or DNS SAN) the API server's certificate may "
+        "carry; needed unless ELB_GATE_CLIENT_AUTH=off (a CA signs other clients too).",
+        parse=_parse_names,
+    )
+    unverified_in_flight_per_source: int = _setting(
+        "ELB_GATE_UNVERIFIED_IN_FLIGHT_PER_SOURCE",
+        2,
+        "ELB_GATE_CLIENT_AUTH=verify: requests in flight per source address from callers "
+        "not verified as the API server (429 beyond).",
+        parse=_parse_int,
+        minimum=1,
+    )
+    unverified_max_request_bytes: int = _setting(
+        "ELB_GATE_UNVERIFIED_MAX_REQUEST_BYTES",
+        256 * 1024,
+        "ELB_GATE_CLIENT_AUTH=verify: largest AdmissionReview from a caller not verified as "
+        "the API server (413 beyond).",
+        parse=_parse_int,
+        minimum=1024,
+    )
+    leader_lease_seconds: float = _setting(
+        "ELB_GATE_LEADER_LEASE_SECONDS",
+        15.0,
+        "Controller leader-election Lease duration (client-go's default): a standby leads "
+        "within it once the leader is gone.",
+        parse=_parse_float,
+        minimum=1,
+    )
+    leader_renew_seconds: float = _setting(
+        "ELB_GATE_LEADER_RENEW_SECONDS",
+        5.0,
+        "How often the controller leader renews its Lease; below ELB_GATE_LEADER_LEASE_SECONDS.",
+        parse=_parse_float,
+        minimum=0.1,
+    )
+    controller_api_timeout_seconds: float = _setting(
+        "ELB_GATE_CONTROLLER_API_TIMEOUT_SECONDS",
+        5.0,
+        "Controller: deadline of one API call (its LIST/WATCH streams are not cut by it). "
+        "The webhook's, which must fit its timeoutSeconds, is ELB_GATE_API_TIMEOUT_SECONDS.",
+        parse=_parse_float,
+        minimum=0.01,
+    )
+    leader_lease_name: str = _setting(
+        "ELB_GATE_LEADER_LEASE",
+        "elb-gate-controller",
+        "Controller leader-election Lease.",
+        parse=_parse_str,
+    )
+    pod_namespace: str = _setting(
+        "ELB_GATE_POD_NAMESPACE",
+        "elb-system",
+        "Namespace elb-gate runs in (downward API).",
+        parse=_parse_str,
+    )
+    pod_name: str = _setting(
+        "ELB_GATE_POD_NAME",
+        "",
+        "This replica's name (downward API); leader identity.",
+        parse=_parse_str,
+    )
+    log_format: LogFormat = _setting(
+        "ELB_GATE_LOG_FORMAT",
+        "json",
+        "`json` (one object per line) or `text`.",
+        parse=_parse_log_format,
+    )
+
+    @property
+    def expiry(self) -> Expiry:
+        """The Lease-expiry rule these settings set (TTL as the default duration, skew)."""
+        return Expiry(self.clock_skew_seconds, self.lease_ttl_seconds)
+
+    @property
+    def effective_exec_timeout_seconds(self) -> int:
+        """Exec timeout of the submit command: the configured one, or TTL - 2 x skew and
+        at least one second below the TTL (a skew of 0 still leaves the release time)."""
+        if self.submit_exec_timeout_seconds:
+            return self.submit_exec_timeout_seconds
+        return self.lease_ttl_seconds - max(2 * self.clock_skew_seconds, 1)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], **overrides: Any) -> Settings:
+        """Parse ``env`` (usually ``os.environ``); raise :class:`SettingsError` naming
+        every bad variable. ``overrides`` (field names) win over the environment."""
+        values: dict[str, Any] = {}
+        problems: list[str] = []
+        for f in dataclasses.fields(cls):
+            meta = f.metadata
+            raw = env.get(meta["env"])
+            if raw is None or raw.strip() == "":
+                continue
+            try:
+                values[f.name] = meta["parse"](raw.strip(), meta["minimum"])
+            except ValueError as exc:
+                problems.append(f"{meta['env']}={raw!r}: {exc}")
+        values.update(overrides)
+        settings = cls(**values)
+        problems.extend(settings.incoherences())
+        if problems:
+            raise SettingsError(problems)
+        return settings
+
+    def incoherences(self) -> list[str]:
+        """Cross-field rules, each problem naming the variables involved."""
+        out: list[str] = []
+        ttl, ex = self.lease_ttl_seconds, self.effective_exec_timeout_seconds
+        if ex <= 0 or ex >= ttl:
+            out.append(
+                f"ELB_GATE_SUBMIT_EXEC_TIMEOUT_SECONDS ({ex}) must be > 0 and < "
+                f"BLAST_SUBMIT_LEASE_TTL_SECONDS ({ttl}), so a submit never outlives its Lease"
+            )
+        soft, hard = self.celery_soft_time_limit, self.celery_hard_time_limit
+        if not ex < soft < hard:
+            out.append(
+                f"need ELB_GATE_SUBMIT_EXEC_TIMEOUT_SECONDS ({ex}) < CELERY_TASK_SOFT_TIME_LIMIT "
+                f"({soft}) < CELERY_TASK_TIME_LIMIT ({hard})"
+            )
+        lo, hi = self.lease_min_duration_seconds, self.lease_max_duration_seconds
+        if not lo <= ttl <= hi:
+            out.append(
+                f"BLAST_SUBMIT_LEASE_TTL_SECONDS ({ttl}) must lie within "
+                f"ELB_GATE_LEASE_MIN_DURATION_SECONDS ({lo}) and "
+                f"ELB_GATE_LEASE_MAX_DURATION_SECONDS ({hi})"
+            )
+        lease, renew = self.leader_lease_seconds, self.leader_renew_seconds
+        if not renew < lease:
+            out.append(
+                f"ELB_GATE_LEADER_RENEW_SECONDS ({renew:g}) must be below "
+                f"ELB_GATE_LEADER_LEASE_SECONDS ({lease:g}), or leadership lapses between renewals"
+            )
+        if self.client_auth != "off" and not (self.client_ca_file and self.client_names):
+            out.append(
+                f"ELB_GATE_CLIENT_AUTH={self.client_auth} needs ELB_GATE_CLIENT_CA_FILE (the CA "
+                "that signs the API server's admission client certificate) and "
+                "ELB_GATE_CLIENT_NAMES (the names that certificate carries)"
+            )
+        return out
 
 
 def describe() -> list[tuple[str, str, str]]:

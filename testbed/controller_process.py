@@ -74,6 +74,8 @@ class ControllerProcess:
             "KUBECONFIG": kubeconfig,
             "ELB_GATE_NAMESPACES": ",".join(namespaces),
             "ELB_GATE_RESYNC_SECONDS": str(resync_seconds),
+            "ELB_GATE_LEADER_LEASE_SECONDS": str(leader_lease_seconds),
+            "ELB_GATE_LEADER_RENEW_SECONDS": str(leader_renew_seconds),
             "ELB_GATE_METRICS_PORT": "0",
             "ELB_GATE_BIND_ADDRESS": "127.0.0.1",
             "ELB_GATE_POD_NAME": identity.pod,
@@ -83,15 +85,7 @@ class ControllerProcess:
             **(env or {}),
         }
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "controller",
-                "--leader-lease-seconds",
-                str(leader_lease_seconds),
-                "--leader-renew-seconds",
-                str(leader_renew_seconds),
-            ],
+            [sys.executable, "-m", "controller"],
             cwd=REPO,
             env=full_env,
             stdin=subprocess.DEVNULL,

@@ -408,12 +408,14 @@ class ControllerTiming(TypedDict):
     leader_renew_seconds: float
 
 
+_SHIPPED = Settings()
 AT_DEFAULTS: ControllerTiming = {
-    "resync_seconds": 30.0,
-    "leader_lease_seconds": 15.0,
-    "leader_renew_seconds": 5.0,
+    "resync_seconds": _SHIPPED.resync_seconds,
+    "leader_lease_seconds": _SHIPPED.leader_lease_seconds,
+    "leader_renew_seconds": _SHIPPED.leader_renew_seconds,
 }
-"""The controller's shipped timing (``ELB_GATE_RESYNC_SECONDS``, the leader Lease)."""
+"""The controller's shipped timing (``ELB_GATE_RESYNC_SECONDS``, the leader Lease), as
+:class:`~elbgate.settings.Settings` defines it."""
 
 
 def free_leader_lease(cp: ControlPlane) -> None:

@@ -151,9 +151,8 @@ def start_system(root: Path, timeline: Timeline) -> System:
                     name=f"elb-gate-controller-{_suffix()}-{_suffix()}",
                     namespaces=[namespace],
                     resync_seconds=settings.resync_seconds,
-                    # The controller's own defaults (client-go's 15 s / 5 s).
-                    leader_lease_seconds=15.0,
-                    leader_renew_seconds=5.0,
+                    leader_lease_seconds=settings.leader_lease_seconds,
+                    leader_renew_seconds=settings.leader_renew_seconds,
                     env=env,
                     ready_timeout=90,
                 )

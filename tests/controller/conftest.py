@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from controller.server import Controller, LeaderTiming
+from controller.server import Controller
 from elbgate.kube.api import KubeApi
 from elbgate.kube.config import KubeConfig
 from elbgate.settings import Settings
@@ -89,6 +89,8 @@ def controller_settings(namespace: str, **overrides: Any) -> Settings:
         "finalizer_grace_seconds": 0,
         "clock_skew_seconds": 0,
         "submit_exec_timeout_seconds": 600,
+        "leader_lease_seconds": 3.0,
+        "leader_renew_seconds": 0.3,
     }
     base.update(overrides)
     return Settings(**base)
@@ -108,11 +110,9 @@ async def controller_api(
 
 
 @contextlib.asynccontextmanager
-async def running(
-    api: KubeApi, settings: Settings, timing: LeaderTiming | None = None, **kw: Any
-) -> AsyncIterator[Controller]:
+async def running(api: KubeApi, settings: Settings, **kw: Any) -> AsyncIterator[Controller]:
     """A Controller running on this event loop until the block ends."""
-    ctl = Controller(settings, api, timing=timing or LeaderTiming(3.0, 0.3), **kw)
+    ctl = Controller(settings, api, **kw)
     task = asyncio.create_task(ctl.run())
     try:
         await eventually(lambda: ctl.metrics_port or task.done(), "controller started")

@@ -159,3 +159,29 @@ def test_db_staging_is_on_and_the_node_rules_off_by_default() -> None:
     assert Settings.from_env(
         {"ELB_GATE_CAPACITY_POOL_SELECTOR": "agentpool=blastpool"}
     ).capacity_pool_selector
+
+
+def test_leader_timing_and_the_controllers_api_deadline_are_settings_like_the_rest() -> None:
+    s = Settings.from_env({})
+    assert (s.leader_lease_seconds, s.leader_renew_seconds) == (15.0, 5.0)  # client-go's
+    assert (s.api_timeout_seconds, s.controller_api_timeout_seconds) == (1.5, 5.0)
+    s = Settings.from_env(
+        {
+            "ELB_GATE_LEADER_LEASE_SECONDS": "30",
+            "ELB_GATE_LEADER_RENEW_SECONDS": "10",
+            "ELB_GATE_CONTROLLER_API_TIMEOUT_SECONDS": "2",
+        }
+    )
+    assert (s.leader_lease_seconds, s.leader_renew_seconds) == (30.0, 10.0)
+    assert s.controller_api_timeout_seconds == 2.0
+
+
+def test_a_leader_renewal_no_shorter_than_its_lease_is_refused() -> None:
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env(
+            {"ELB_GATE_LEADER_LEASE_SECONDS": "5", "ELB_GATE_LEADER_RENEW_SECONDS": "5"}
+        )
+    assert any(
+        "ELB_GATE_LEADER_RENEW_SECONDS (5) must be below ELB_GATE_LEADER_LEASE_SECONDS (5)" in p
+        for p in caught.value.problems
+    ), caught.value.problems
