@@ -102,9 +102,7 @@ class BenchCluster:
     def apiserver_pids(self) -> list[int]:
         """What answers API requests: kube-apiserver and localkube (etcd)."""
         pids = self.pids()
-        return [
-            p for p in pids if p == pids[0] or any("kube-apiserver" in a for a in _cmdline(p))
-        ]
+        return [p for p in pids if p == pids[0] or any("kube-apiserver" in a for a in _cmdline(p))]
 
     # -- namespaces ----------------------------------------------------------------
 

@@ -61,6 +61,8 @@ from testbed.submit_task import CELERY_COUNTDOWN_SECONDS, SubmitTask
 from testbed.watch import ResourceWatch
 from testbed.webhook_process import WebhookProcess
 
+SHIPPED = Settings()
+"""The shipped defaults (the leader's timing is measured at them)."""
 ELB_GATE = str(Path(sys.executable).with_name("elb-gate"))
 WEBHOOK_POD = "elb-gate-webhook-load"
 CONTROLLER_POD = "elb-gate-controller-load"
@@ -210,11 +212,9 @@ def stage(
             name=CONTROLLER_POD,
             namespaces=[namespace],
             resync_seconds=config.resync_seconds,
-            leader_lease_seconds=15.0,
-            leader_renew_seconds=5.0,
-            env={
-                "KUBECONFIG": proxies["controller"].kubeconfig(ctl_identity.token, "controller")
-            },
+            leader_lease_seconds=SHIPPED.leader_lease_seconds,
+            leader_renew_seconds=SHIPPED.leader_renew_seconds,
+            env={"KUBECONFIG": proxies["controller"].kubeconfig(ctl_identity.token, "controller")},
             ready_timeout=90,
         )
         stack.callback(controller.stop)
@@ -442,9 +442,7 @@ def burst_elb_gate_submit(st: Stage, config: LoadConfig, tag: int) -> dict[str, 
     for job_id, o in outputs.items():
         (logs / f"{job_id}.log").write_text(o.text(started) + "\n")
     failed = {
-        i: outputs[i].text(started)[-500:]
-        for i, c in zip(ids, codes, strict=False)
-        if c != 0
+        i: outputs[i].text(started)[-500:] for i, c in zip(ids, codes, strict=False) if c != 0
     }
     report = _burst_report(observer, tallies, failed, "elb-gate submit", config.searches)
     phases = submit_phases(analyse(observer.timeline), outputs, observer.timeline.admitted)

@@ -143,8 +143,7 @@ def search_figures(s: Series, n: int) -> list[Figure]:
         ),
         paired(
             f"search.n{n}.rate",
-            f"  measured admissions/s at c=16 (webhook {util:.0%} busy, "
-            f"API server {api_busy:.0%})",
+            f"  measured admissions/s at c=16 (webhook {util:.0%} busy, API server {api_busy:.0%})",
             s.get(f"{hook}.rate"),
             "/s",
             note="wall-clock rate; below the per-core figure when the API server's core is "

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -199,7 +200,7 @@ def test_controller_figures_take_their_targets_from_what_run_returned() -> None:
     assert figs["controller.resync_cpu_ms"].met is True
 
 
-def _burst(label: str, handoffs: list[float]) -> dict[str, object]:
+def _burst(label: str, handoffs: list[float]) -> dict[str, Any]:
     per = {"read": 4.0, "watch": 1.0, "write": 5.0, "all": 10.0}
     return {
         "label": label,
