@@ -220,36 +220,8 @@ class WebhookProcess:
         self._wait_effective()
 
     def _wait_effective(self) -> None:
-        # The API server applies a new configuration from its informer a moment
-        # after the write; wait until a Lease write in a probe namespace is
-        # stamped by THIS process (its log shows the request).
-        probe = self.gate_namespace("elb-gate-probe")
-        name = f"elb-blast-submit-{probe}"
-
-        def stamped_by_us() -> bool:
-            try:
-                self.cp.admin.delete("leases", probe, name, grace_seconds=0)
-            except ApiError:
-                pass  # a live probe Lease is refused deletion by the guard: fine
-            before = self.log().count(probe)
-            try:
-                self.cp.admin.request(
-                    "POST",
-                    self.cp.admin.resource("leases").path(probe),
-                    {
-                        "apiVersion": "coordination.k8s.io/v1",
-                        "kind": "Lease",
-                        "metadata": {"name": name, "namespace": probe},
-                        "spec": {},
-                    },
-                    query={"dryRun": "All"},
-                )
-            except ApiError:
-                pass
-            return self.log().count(probe) > before
-
-        wait_until(
-            stamped_by_us, 60, "the API server to call the newly registered webhook", interval=0.2
+        await_webhooks_called(
+            self.install, [self], 60, "the API server to call the newly registered webhook"
         )
 
     def unregister(self) -> None:
@@ -297,3 +269,43 @@ class WebhookProcess:
     def registered(self) -> list[JsonObj]:
         """What is registered now (copies)."""
         return [copy.deepcopy(self.cp.admin.get(r, None, n)) for r, n in self._registered]
+
+
+def await_webhooks_called(
+    install: Installation,
+    processes: Sequence[WebhookProcess],
+    timeout: float,
+    what: str,
+    probe_namespace: str = "elb-gate-probe",
+) -> None:
+    """Wait until the API server calls one of ``processes`` for a dry-run Lease write in
+    a probe namespace (their logs show the request).
+
+    The API server applies a new webhook configuration from its informer a moment after
+    the write; until then gated writes are not sent to the new webhook."""
+    probe = install.gate(probe_namespace)
+    name = f"elb-blast-submit-{probe}"
+    cp = install.cp
+
+    def seen() -> int:
+        return sum(p.log().count(probe) for p in processes)
+
+    def reached() -> bool:
+        before = seen()
+        try:
+            cp.admin.request(
+                "POST",
+                cp.admin.resource("leases").path(probe),
+                {
+                    "apiVersion": "coordination.k8s.io/v1",
+                    "kind": "Lease",
+                    "metadata": {"name": name, "namespace": probe},
+                    "spec": {},
+                },
+                query={"dryRun": "All"},
+            )
+        except ApiError:
+            pass  # refused is fine: the webhook was called (or will be)
+        return seen() > before
+
+    wait_until(reached, timeout, what, interval=0.2)

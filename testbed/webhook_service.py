@@ -21,12 +21,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from testbed.api import ApiError, wait_until
 from testbed.controlplane import ControlPlane
 from testbed.install import Installation
 from testbed.webhook_process import (
     CONFIGURATION_KINDS,
     WebhookProcess,
+    await_webhooks_called,
     point_at,
     shipped_configurations,
 )
@@ -179,28 +179,13 @@ class WebhookService:
     def _wait_effective(self) -> None:
         # The API server applies new configurations from its informer a moment later:
         # wait until a dry-run Lease write in a probe namespace reaches a replica.
-        probe = self.install.gate(PROBE_NAMESPACE)
-        name = f"elb-blast-submit-{probe}"
-
-        def reached() -> bool:
-            before = sum(h.log().count(probe) for h in self.replicas)
-            try:
-                self.cp.admin.request(
-                    "POST",
-                    self.cp.admin.resource("leases").path(probe),
-                    {
-                        "apiVersion": "coordination.k8s.io/v1",
-                        "kind": "Lease",
-                        "metadata": {"name": name, "namespace": probe},
-                        "spec": {},
-                    },
-                    query={"dryRun": "All"},
-                )
-            except ApiError:
-                pass
-            return sum(h.log().count(probe) for h in self.replicas) > before
-
-        wait_until(reached, 60, "the API server to call the webhook Service", interval=0.2)
+        await_webhooks_called(
+            self.install,
+            self.replicas,
+            60,
+            "the API server to call the webhook Service",
+            PROBE_NAMESPACE,
+        )
 
     def unregister(self) -> None:
         assert self.proxy is not None or not self._registered

@@ -24,6 +24,7 @@ from testbed.reliability.service import Service
 from testbed.webhook_process import (
     CONFIGURATION_KINDS,
     WebhookProcess,
+    await_webhooks_called,
     point_at,
     shipped_configurations,
 )
@@ -131,28 +132,9 @@ class Rig:
     def _wait_effective(self) -> None:
         # The API server picks a new configuration up from its informer a moment after
         # the write: wait until a dry-run Lease write reaches one of our replicas.
-        probe = self.install.gate("elb-gate-probe")
-        name = f"elb-blast-submit-{probe}"
-
-        def reached() -> bool:
-            before = sum(h.log().count(probe) for h in self.hooks)
-            try:
-                self.cp.admin.request(
-                    "POST",
-                    self.cp.admin.resource("leases").path(probe),
-                    {
-                        "apiVersion": "coordination.k8s.io/v1",
-                        "kind": "Lease",
-                        "metadata": {"name": name, "namespace": probe},
-                        "spec": {},
-                    },
-                    query={"dryRun": "All"},
-                )
-            except ApiError:
-                pass
-            return sum(h.log().count(probe) for h in self.hooks) > before
-
-        wait_until(reached, 120, "the API server to call the registered webhooks", interval=0.2)
+        await_webhooks_called(
+            self.install, self.hooks, 120, "the API server to call the registered webhooks"
+        )
 
     def start_controller(self, index: int) -> ControllerProcess:
         """Start controller replica ``index`` (replacing a stopped one)."""
