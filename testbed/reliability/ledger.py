@@ -84,11 +84,6 @@ class Ledger:
                 details.append(f"- {row.promise}: {shown}")
         return "\n".join(lines + (["", *details] if details else []))
 
-    @property
-    def total_violations(self) -> int:
-        with self._lock:
-            return sum(r.violations for r in self.rows.values())
-
 
 def _fmt(value: int | float | str) -> str:
     return f"{value:.2f}" if isinstance(value, float) else str(value)

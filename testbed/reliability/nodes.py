@@ -37,7 +37,6 @@ class HolderNodes:
         self.cp = cp
         self._made: set[str] = set()
         self._lock = threading.Lock()
-        self.not_ready_count = 0
 
     @staticmethod
     def name(namespace: str) -> str:
@@ -88,7 +87,6 @@ class HolderNodes:
 
     def not_ready(self, name: str) -> None:
         """The node's kubelet reports ``Ready=False`` from now on."""
-        self.not_ready_count += 1
         self.cp.admin.patch(
             "nodes", None, name, {"metadata": {"annotations": {KUBELET_ANNOTATION: "not-ready"}}}
         )

@@ -124,8 +124,6 @@ class Observer:
         self._lock = threading.Lock()
         self._sentinel_lock = threading.Lock()
         self._sentinels = False
-        self.disagreements_total = 0
-        self.checks_total = 0
         self._watches = [
             Watch(admin, "jobs", self._on_job, self._on_gap),
             Watch(admin, "leases", self._on_lease, self._on_gap),
@@ -280,7 +278,6 @@ class Observer:
         now: datetime,
     ) -> None:
         record.job_events += 1
-        self.checks_total += 1
         rv = _rv(obj)
         name = (obj.get("metadata") or {}).get("name")
         if kind == "ADDED":
@@ -314,7 +311,6 @@ class Observer:
         counted = list(census(jobs, now, record.grace_seconds).active_ids)
         if counted != keys:
             record.disagreement_count += 1
-            self.disagreements_total += 1
             differ = set(counted) ^ set(keys)
             involved = [_brief(j) for j in jobs if (oracle.search_key(j) or "") in differ] or [
                 _brief(j) for j in jobs

@@ -46,7 +46,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 SEARCH_APPS = frozenset({"setup", "submit", "blast", "finalizer"})
-WORK_APPS = frozenset({"setup", "submit", "blast"})
 FINALIZER = "finalizer"
 SETUP = "setup"
 APP = "app"

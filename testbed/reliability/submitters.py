@@ -224,7 +224,6 @@ class Submitter:
         self.holders: set[str] = set()
         """The holder identities this submitter acquired the Lease as (two submitters
         may share a user: the replicas of one Deployment share its ServiceAccount)."""
-        self._cli_dir: Path | None = None
         self._deadline = 0.0
         self.trace: list[tuple[float, str]] = []
         """(monotonic time, what) of each step, for a failing schedule's report."""
@@ -499,7 +498,6 @@ class Submitter:
                 "--source", "cli", "--poll-interval", str(POLL_SECONDS),
                 "--exec-timeout", str(self.ttl - 1), "--", "sh", str(script),
             ]  # fmt: skip
-            self._cli_dir = directory
             with open(directory / "cli.err", "wb") as err:
                 proc = subprocess.Popen(
                     command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err
@@ -515,7 +513,6 @@ class Submitter:
                 self.acquired += 1
             if code == 0 and len(self.created) == len(self.plan.jobs):
                 return
-            self._cli_dir = None
             time.sleep(POLL_SECONDS)
 
     def _collect_cli(self, directory: Path) -> None:

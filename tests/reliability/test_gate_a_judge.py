@@ -46,7 +46,15 @@ def event(
     uri: str = "",
 ) -> dict[str, Any]:
     """An audit.k8s.io/v1 Event as the API server logs it at RequestResponse level."""
-    obj = {**obj, "metadata": {**obj.get("metadata", {}), "name": name, "namespace": NS, "resourceVersion": str(rv)}}
+    obj = {
+        **obj,
+        "metadata": {
+            **obj.get("metadata", {}),
+            "name": name,
+            "namespace": NS,
+            "resourceVersion": str(rv),
+        },
+    }
     return {
         "kind": "Event",
         "apiVersion": "audit.k8s.io/v1",
@@ -63,18 +71,39 @@ def event(
     }
 
 
-def lease(rv: int, verb: str, user: str, holder: str, at: float, *, stamped: str | None = None, duration: int = 5, renewed: float | None = None) -> dict[str, Any]:
-    annotations = {"elb-gate.io/holder-user": stamped if stamped is not None else user} if holder else {}
+def lease(
+    rv: int,
+    verb: str,
+    user: str,
+    holder: str,
+    at: float,
+    *,
+    stamped: str | None = None,
+    duration: int = 5,
+    renewed: float | None = None,
+) -> dict[str, Any]:
+    annotations = (
+        {"elb-gate.io/holder-user": stamped if stamped is not None else user} if holder else {}
+    )
     body = {
         "kind": "Lease",
         "metadata": {"annotations": annotations},
-        "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration, "renewTime": stamp(at if renewed is None else renewed)},
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": duration,
+            "renewTime": stamp(at if renewed is None else renewed),
+        },
     }
     return event(rv, verb, "leases", LEASE, user, body, at)
 
 
-def create_job(rv: int, user: str, at: float, app: str = "finalizer", took: float = 0.01) -> dict[str, Any]:
-    body = {"kind": "Job", "metadata": {"labels": {"app": app, "elb-job-id": "s1"}, "uid": f"j{rv}"}}
+def create_job(
+    rv: int, user: str, at: float, app: str = "finalizer", took: float = 0.01
+) -> dict[str, Any]:
+    body = {
+        "kind": "Job",
+        "metadata": {"labels": {"app": app, "elb-job-id": "s1"}, "uid": f"j{rv}"},
+    }
     return event(rv, "create", "jobs", f"job-{rv}", user, body, at, took=took, code=201)
 
 
@@ -96,7 +125,11 @@ def test_anyone_else_is_caught_by_the_authenticated_identity_not_the_stamp() -> 
 
 def test_a_create_while_the_lease_is_free_or_missing_fails() -> None:
     assert "did not exist" in str(judge([create_job(5, "alice", 1)])[0])
-    events = [lease(10, "create", "alice", "a-1", 0), lease(11, "update", "alice", "", 1), create_job(12, "alice", 2)]
+    events = [
+        lease(10, "create", "alice", "a-1", 0),
+        lease(11, "update", "alice", "", 1),
+        create_job(12, "alice", 2),
+    ]
     assert "was free" in str(judge(events)[0])
 
 
@@ -122,7 +155,11 @@ def test_the_hold_is_the_one_in_force_at_the_jobs_revision() -> None:
 
 
 def test_revisions_are_ordered_as_integers() -> None:
-    events = [lease(9, "create", "alice", "a-1", 0), lease(10, "update", "alice", "", 1), create_job(100, "alice", 2)]
+    events = [
+        lease(9, "create", "alice", "a-1", 0),
+        lease(10, "update", "alice", "", 1),
+        create_job(100, "alice", 2),
+    ]
     writes = committed_writes(events)
     assert [w.rv for w in writes] == [9, 10, 100]
     assert state_before(lease_timeline(writes, NS), 100).write.rv == 10  # type: ignore[union-attr]
@@ -140,15 +177,24 @@ def test_refused_dry_run_and_status_writes_are_not_commits() -> None:
 
 def delete_lease(user: str, at: float, uid: str = "lease-uid") -> dict[str, Any]:
     """A Lease DELETE as the API server logs it: answered with a Status naming the uid."""
-    status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-              "details": {"name": LEASE, "group": "coordination.k8s.io", "kind": "leases", "uid": uid}}
+    status = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": {"name": LEASE, "group": "coordination.k8s.io", "kind": "leases", "uid": uid},
+    }
     e = event(0, "delete", "leases", LEASE, user, {}, at)
     e["responseObject"] = status
     return e
 
 
 def test_a_delete_answered_with_a_status_is_placed_at_the_revision_the_watch_saw() -> None:
-    events = [lease(10, "create", "alice", "", 0), delete_lease("alice", 1), create_job(13, "alice", 2)]
+    events = [
+        lease(10, "create", "alice", "", 0),
+        delete_lease("alice", 1),
+        create_job(13, "alice", 2),
+    ]
     assert [w.rv for w in committed_writes(events)] == [10, 13]  # no revision in the answer
     (delete,) = committed_deletes(events)
     assert (delete.uid, delete.user, delete.name) == ("lease-uid", "alice", LEASE)
@@ -241,7 +287,12 @@ def test_lease_writes_follow_the_guards_rules() -> None:
     )
     found = judge_lease(timeline, TERMS)
     assert found.takeovers == 3 and found.live_takeovers == 1
-    assert [v.split(":")[0] for v in found.violations] == ["Lease rv 2", "Lease rv 4", "Lease rv 5", "Lease rv 8"]
+    assert [v.split(":")[0] for v in found.violations] == [
+        "Lease rv 2",
+        "Lease rv 4",
+        "Lease rv 5",
+        "Lease rv 8",
+    ]
     assert [s.holder for s in found.cleared_live_by_controller] == ["e-1", "g-1"]
 
 

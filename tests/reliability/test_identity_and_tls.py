@@ -130,7 +130,9 @@ def attempt(rig: Rig, ns: str, who: Who, transport: str, attacker: str, action: 
         job = running_job(ns, name, app, uuid.uuid4().hex)
         if transport == "raw":
             return http(cp, who.token, "POST", jobs_path(ns), job)[0]
-        return kubectl_status(cp, who.kubeconfig, "-n", ns, "create", "-f", "-", input=json.dumps(job))[0]
+        return kubectl_status(
+            cp, who.kubeconfig, "-n", ns, "create", "-f", "-", input=json.dumps(job)
+        )[0]
     if action == "delete":
         if transport == "raw":
             return http(cp, who.token, "DELETE", lease_path(ns, lease_name(ns)))[0]
@@ -138,7 +140,9 @@ def attempt(rig: Rig, ns: str, who: Who, transport: str, attacker: str, action: 
     body = lease_body(rig, ns, action, attacker)
     if transport == "raw":
         return http(cp, who.token, "PUT", lease_path(ns, lease_name(ns)), body)[0]
-    return kubectl_status(cp, who.kubeconfig, "-n", ns, "replace", "-f", "-", input=json.dumps(body))[0]
+    return kubectl_status(
+        cp, who.kubeconfig, "-n", ns, "replace", "-f", "-", input=json.dumps(body)
+    )[0]
 
 
 def test_every_attempt_by_a_non_holder_is_refused_with_the_right_code(

@@ -46,50 +46,183 @@ def cond(kind: str, status: str = "True") -> dict[str, Any]:
 
 
 RUNNING = {"active": 1, "ready": 1}
-SUCCEEDED = {"succeeded": 1, "completionTime": "2026-11-30T11:59:00Z", "conditions": [cond("SuccessCriteriaMet"), cond("Complete")]}
+SUCCEEDED = {
+    "succeeded": 1,
+    "completionTime": "2026-11-30T11:59:00Z",
+    "conditions": [cond("SuccessCriteriaMet"), cond("Complete")],
+}
 FAILED = {"failed": 2, "conditions": [cond("FailureTarget"), cond("Failed")]}
 
 CASES: list[tuple[str, list[dict[str, Any]], list[str]]] = [
     ("nothing", [], []),
     ("a running blast Job", [job("b", "blast", "s1", status=RUNNING)], ["s1"]),
     ("a succeeded blast Job", [job("b", "blast", "s1", status=SUCCEEDED)], []),
-    ("succeeded > 0 alone finishes a one-pod Job", [job("b", "blast", "s1", status={"succeeded": 1})], []),
-    ("a failed pod is retried: still active", [job("b", "blast", "s1", status={"failed": 1, "active": 1})], ["s1"]),
-    ("failed pods without a decision: still active", [job("b", "blast", "s1", status={"failed": 3})], ["s1"]),
+    (
+        "succeeded > 0 alone finishes a one-pod Job",
+        [job("b", "blast", "s1", status={"succeeded": 1})],
+        [],
+    ),
+    (
+        "a failed pod is retried: still active",
+        [job("b", "blast", "s1", status={"failed": 1, "active": 1})],
+        ["s1"],
+    ),
+    (
+        "failed pods without a decision: still active",
+        [job("b", "blast", "s1", status={"failed": 3})],
+        ["s1"],
+    ),
     ("a Failed condition finishes it", [job("b", "blast", "s1", status=FAILED)], []),
-    ("a False Complete condition is nothing", [job("b", "blast", "s1", status={"conditions": [cond("Complete", "False")]})], ["s1"]),
-    ("completionTime finishes it", [job("b", "blast", "s1", status={"completionTime": "2026-11-30T11:59:00Z"})], []),
-    ("decided, pods still terminating: active", [job("b", "blast", "s1", status={"terminating": 1, "conditions": [cond("SuccessCriteriaMet")]})], ["s1"]),
-    ("decided, nothing terminating: finished", [job("b", "blast", "s1", status={"terminating": 0, "conditions": [cond("SuccessCriteriaMet")]})], []),
-    ("FailureTarget, nothing terminating: finished", [job("b", "blast", "s1", status={"failed": 1, "conditions": [cond("FailureTarget")]})], []),
-    ("succeeded with pods terminating: active", [job("b", "blast", "s1", status={"succeeded": 1, "terminating": 1})], ["s1"]),
-    ("completions 3, one succeeded: active", [job("b", "blast", "s1", status={"succeeded": 1, "active": 2}, spec={"completions": 3})], ["s1"]),
-    ("completions 3, three succeeded: finished", [job("b", "blast", "s1", status={"succeeded": 3}, spec={"completions": 3})], []),
-    ("work queue, one succeeded, one active: active", [job("b", "blast", "s1", status={"succeeded": 1, "active": 1}, spec={"parallelism": 2})], ["s1"]),
-    ("work queue, one succeeded, none active: finished", [job("b", "blast", "s1", status={"succeeded": 1}, spec={"parallelism": 2})], []),
-    ("suspended: still active", [job("b", "blast", "s1", status={"conditions": [cond("Suspended")]}, spec={"suspend": True})], ["s1"]),
+    (
+        "a False Complete condition is nothing",
+        [job("b", "blast", "s1", status={"conditions": [cond("Complete", "False")]})],
+        ["s1"],
+    ),
+    (
+        "completionTime finishes it",
+        [job("b", "blast", "s1", status={"completionTime": "2026-11-30T11:59:00Z"})],
+        [],
+    ),
+    (
+        "decided, pods still terminating: active",
+        [
+            job(
+                "b",
+                "blast",
+                "s1",
+                status={"terminating": 1, "conditions": [cond("SuccessCriteriaMet")]},
+            )
+        ],
+        ["s1"],
+    ),
+    (
+        "decided, nothing terminating: finished",
+        [
+            job(
+                "b",
+                "blast",
+                "s1",
+                status={"terminating": 0, "conditions": [cond("SuccessCriteriaMet")]},
+            )
+        ],
+        [],
+    ),
+    (
+        "FailureTarget, nothing terminating: finished",
+        [job("b", "blast", "s1", status={"failed": 1, "conditions": [cond("FailureTarget")]})],
+        [],
+    ),
+    (
+        "succeeded with pods terminating: active",
+        [job("b", "blast", "s1", status={"succeeded": 1, "terminating": 1})],
+        ["s1"],
+    ),
+    (
+        "completions 3, one succeeded: active",
+        [job("b", "blast", "s1", status={"succeeded": 1, "active": 2}, spec={"completions": 3})],
+        ["s1"],
+    ),
+    (
+        "completions 3, three succeeded: finished",
+        [job("b", "blast", "s1", status={"succeeded": 3}, spec={"completions": 3})],
+        [],
+    ),
+    (
+        "work queue, one succeeded, one active: active",
+        [job("b", "blast", "s1", status={"succeeded": 1, "active": 1}, spec={"parallelism": 2})],
+        ["s1"],
+    ),
+    (
+        "work queue, one succeeded, none active: finished",
+        [job("b", "blast", "s1", status={"succeeded": 1}, spec={"parallelism": 2})],
+        [],
+    ),
+    (
+        "suspended: still active",
+        [
+            job(
+                "b",
+                "blast",
+                "s1",
+                status={"conditions": [cond("Suspended")]},
+                spec={"suspend": True},
+            )
+        ],
+        ["s1"],
+    ),
     ("a young lone finalizer", [job("f", "finalizer", "s1", age=5, status=RUNNING)], ["s1"]),
-    ("an old lone finalizer holds no slot", [job("f", "finalizer", "s1", age=900, status=RUNNING)], []),
-    ("a finalizer just at the grace holds no slot", [job("f", "finalizer", "s1", age=GRACE, status=RUNNING)], []),
+    (
+        "an old lone finalizer holds no slot",
+        [job("f", "finalizer", "s1", age=900, status=RUNNING)],
+        [],
+    ),
+    (
+        "a finalizer just at the grace holds no slot",
+        [job("f", "finalizer", "s1", age=GRACE, status=RUNNING)],
+        [],
+    ),
     ("a finalizer of unknown age", [job("f", "finalizer", "s1", age=None, status=RUNNING)], ["s1"]),
-    ("an old finalizer with its submit Job running", [job("f", "finalizer", "s1", age=900), job("s", "submit", "s1", status=RUNNING)], ["s1"]),
-    ("an old finalizer, its batch done", [job("f", "finalizer", "s1", age=900), job("b", "blast", "s1", status=SUCCEEDED)], []),
-    ("an old finalizer, another search running", [job("f", "finalizer", "s1", age=900), job("b", "blast", "s2", status=RUNNING)], ["s2"]),
+    (
+        "an old finalizer with its submit Job running",
+        [job("f", "finalizer", "s1", age=900), job("s", "submit", "s1", status=RUNNING)],
+        ["s1"],
+    ),
+    (
+        "an old finalizer, its batch done",
+        [job("f", "finalizer", "s1", age=900), job("b", "blast", "s1", status=SUCCEEDED)],
+        [],
+    ),
+    (
+        "an old finalizer, another search running",
+        [job("f", "finalizer", "s1", age=900), job("b", "blast", "s2", status=RUNNING)],
+        ["s2"],
+    ),
     ("a finished finalizer", [job("f", "finalizer", "s1", age=5, status=SUCCEEDED)], []),
-    ("a young finalizer without elb-job-id is its own search", [job("f", "finalizer", None, age=5)], ["finalizer/f"]),
+    (
+        "a young finalizer without elb-job-id is its own search",
+        [job("f", "finalizer", None, age=5)],
+        ["finalizer/f"],
+    ),
     ("an empty elb-job-id is no id", [job("f", "finalizer", "", age=5)], ["finalizer/f"]),
     ("a submit Job without elb-job-id is its own search", [job("s", "submit", None)], ["submit/s"]),
     ("a setup Job without elb-job-id is no search", [job("i", "setup", None, status=RUNNING)], []),
-    ("a setup Job with elb-job-id opens its search", [job("i", "setup", "s1", status=RUNNING)], ["s1"]),
-    ("a setup Job keeps its search's finalizer live", [job("i", "setup", "s1"), job("f", "finalizer", "s1", age=900)], ["s1"]),
-    ("one search of many Jobs is one", [job("i", "setup", "s1"), job("b1", "blast", "s1"), job("b2", "blast", "s1"), job("f", "finalizer", "s1")], ["s1"]),
-    ("other apps are not searches", [job("x", "elb-db-warmup", "s1"), job("y", "Finalizer", "s2"), job("z", None, "s3")], []),
-    ("three searches", [job("a", "blast", "s1"), job("b", "submit", "s2"), job("c", "finalizer", "s3", age=1)], ["s1", "s2", "s3"]),
+    (
+        "a setup Job with elb-job-id opens its search",
+        [job("i", "setup", "s1", status=RUNNING)],
+        ["s1"],
+    ),
+    (
+        "a setup Job keeps its search's finalizer live",
+        [job("i", "setup", "s1"), job("f", "finalizer", "s1", age=900)],
+        ["s1"],
+    ),
+    (
+        "one search of many Jobs is one",
+        [
+            job("i", "setup", "s1"),
+            job("b1", "blast", "s1"),
+            job("b2", "blast", "s1"),
+            job("f", "finalizer", "s1"),
+        ],
+        ["s1"],
+    ),
+    (
+        "other apps are not searches",
+        [job("x", "elb-db-warmup", "s1"), job("y", "Finalizer", "s2"), job("z", None, "s3")],
+        [],
+    ),
+    (
+        "three searches",
+        [job("a", "blast", "s1"), job("b", "submit", "s2"), job("c", "finalizer", "s3", age=1)],
+        ["s1", "s2", "s3"],
+    ),
 ]
 
 
 @pytest.mark.parametrize(("what", "jobs", "active"), CASES, ids=[c[0] for c in CASES])
-def test_the_oracle_counts_as_documented(what: str, jobs: list[dict[str, Any]], active: list[str]) -> None:
+def test_the_oracle_counts_as_documented(
+    what: str, jobs: list[dict[str, Any]], active: list[str]
+) -> None:
     assert [a.key for a in oracle.active_searches(jobs, NOW, GRACE)] == active
 
 
@@ -101,7 +234,9 @@ def test_the_census_agrees_with_the_oracle_on_every_documented_case(
 
 
 @pytest.mark.parametrize(("what", "jobs", "active"), CASES, ids=[c[0] for c in CASES])
-def test_the_crude_bound_is_never_below_the_oracle(what: str, jobs: list[dict[str, Any]], active: list[str]) -> None:
+def test_the_crude_bound_is_never_below_the_oracle(
+    what: str, jobs: list[dict[str, Any]], active: list[str]
+) -> None:
     assert oracle.crude_bound(jobs) >= set(active)
 
 
@@ -116,7 +251,9 @@ def test_the_crude_bound_counts_what_the_oracle_does_not() -> None:
 
 
 def test_an_active_search_says_why_and_names_its_jobs() -> None:
-    found = oracle.active_searches([job("f", "finalizer", "s1", age=5), job("b", "blast", "s1")], NOW, GRACE)
+    found = oracle.active_searches(
+        [job("f", "finalizer", "s1", age=5), job("b", "blast", "s1")], NOW, GRACE
+    )
     assert found == [oracle.Active("s1", "unfinished b", ("b", "f"))]
 
 

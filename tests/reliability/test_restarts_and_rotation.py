@@ -128,8 +128,10 @@ def test_disruptions_cost_only_what_the_failure_policy_allows(
         assert successor is not leader
         holder = abandoned_lease(rig, reclaim_ns)
         wait_until(
-            lambda: not rig.cp.admin.get("leases", reclaim_ns, lease_name(reclaim_ns))["spec"].get(
-                "holderIdentity"
+            lambda: (
+                not rig.cp.admin.get("leases", reclaim_ns, lease_name(reclaim_ns))["spec"].get(
+                    "holderIdentity"
+                )
             ),
             60,
             f"the new leader reclaims {holder}",
