@@ -309,18 +309,7 @@ class ControlPlane:
             120,
             f"pod {namespace}/{name} Running",
         )
-        token = self.admin.request(
-            "POST",
-            self.admin.resource("serviceaccounts").path(namespace, service_account, "token"),
-            {
-                "apiVersion": "authentication.k8s.io/v1",
-                "kind": "TokenRequest",
-                "spec": {
-                    "expirationSeconds": expiration_seconds,
-                    "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid},
-                },
-            },
-        )["status"]["token"]
+        token = self.pod_token(running, expiration_seconds)
         path = self.state_dir / "kubeconfigs" / f"sa-{namespace}-{name}.kubeconfig"
         self.write_kubeconfig(path, f"{namespace}-{name}", token, namespace)
         return PodIdentity(
@@ -345,6 +334,30 @@ class ControlPlane:
         ):
             return existing
         return self.admin.create(body)
+
+    def pod_token(self, pod: JsonObj, expiration_seconds: int = 3600) -> str:
+        """A token of the Pod's ServiceAccount bound to the Pod (TokenRequest with a
+        ``boundObjectRef``), as the kubelet projects it into the Pod."""
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        account = spec.get("serviceAccountName") or "default"
+        answer = self.admin.request(
+            "POST",
+            self.admin.resource("serviceaccounts").path(meta["namespace"], account, "token"),
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {
+                    "expirationSeconds": expiration_seconds,
+                    "boundObjectRef": {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "name": meta["name"],
+                        "uid": meta["uid"],
+                    },
+                },
+            },
+        )
+        return str(answer["status"]["token"])
 
     def service_account_token(
         self, namespace: str, service_account: str, expiration_seconds: int = 86400

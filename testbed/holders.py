@@ -133,18 +133,7 @@ def submitter_pod(
         return None
 
     pod = wait_until(running, timeout, f"pod {namespace}/{name} Running", interval=0.05)
-    token = cp.admin.request(
-        "POST",
-        cp.admin.resource("serviceaccounts").path(namespace, SUBMITTER_SA, "token"),
-        {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {
-                "expirationSeconds": 3600,
-                "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid},
-            },
-        },
-    )["status"]["token"]
+    token = cp.pod_token(pod)
     path = cp.state_dir / "kubeconfigs" / f"holder-{namespace}-{name}-{uid[:8]}.kubeconfig"
     cp.write_kubeconfig(path, f"{namespace}-{name}", token, namespace)
     return PodIdentity(

@@ -77,23 +77,7 @@ class SubmitPods:
         submit = self.cp.admin.find("jobs", self.namespace, job_name) if job_name else None
         if submit is None:
             return
-        token = self.cp.admin.request(
-            "POST",
-            self.cp.admin.resource("serviceaccounts").path(self.namespace, "default", "token"),
-            {
-                "apiVersion": "authentication.k8s.io/v1",
-                "kind": "TokenRequest",
-                "spec": {
-                    "expirationSeconds": 3600,
-                    "boundObjectRef": {
-                        "apiVersion": "v1",
-                        "kind": "Pod",
-                        "name": pod["metadata"]["name"],
-                        "uid": pod["metadata"]["uid"],
-                    },
-                },
-            },
-        )["status"]["token"]
+        token = self.cp.pod_token(pod)
         as_pod = self.cp.api_for_token(token)
         for body in batch_jobs(submit, self.namespace):
             as_pod.create(body)

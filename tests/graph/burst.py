@@ -237,23 +237,7 @@ class InCluster:
     def _token(self, pod: JsonObj) -> str:
         uid = pod["metadata"]["uid"]
         if uid not in self._tokens:
-            self._tokens[uid] = self.cp.admin.request(
-                "POST",
-                self.cp.admin.resource("serviceaccounts").path(self.namespace, "default", "token"),
-                {
-                    "apiVersion": "authentication.k8s.io/v1",
-                    "kind": "TokenRequest",
-                    "spec": {
-                        "expirationSeconds": 3600,
-                        "boundObjectRef": {
-                            "apiVersion": "v1",
-                            "kind": "Pod",
-                            "name": pod["metadata"]["name"],
-                            "uid": uid,
-                        },
-                    },
-                },
-            )["status"]["token"]
+            self._tokens[uid] = self.cp.pod_token(pod)
         return self._tokens[uid]
 
     def _exit(self, pod: JsonObj) -> None:

@@ -116,23 +116,7 @@ def test_cloud_job_submission_batch_jobs_come_later_from_the_namespace_service_a
         120,
         f"the Pod of {submit_job} Running",
     )
-    token = control_plane.admin.request(
-        "POST",
-        control_plane.admin.resource("serviceaccounts").path(scene.namespace, "default", "token"),
-        {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {
-                "expirationSeconds": 3600,
-                "boundObjectRef": {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "name": pod["metadata"]["name"],
-                    "uid": pod["metadata"]["uid"],
-                },
-            },
-        },
-    )["status"]["token"]
+    token = control_plane.pod_token(pod)
     in_cluster = control_plane.write_kubeconfig(
         tmp_path / "submit-jobs.kubeconfig", "submit-jobs", token, scene.namespace
     )

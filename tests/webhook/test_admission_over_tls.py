@@ -100,27 +100,7 @@ def pod_of(cp: ControlPlane, ns: str, job_name: str) -> JsonObj:
 
 def token_of(cp: ControlPlane, pod: JsonObj) -> str:
     """A token of the Pod's ServiceAccount bound to the Pod, as the kubelet projects it."""
-    meta, spec = pod["metadata"], pod["spec"]
-    answer = cp.admin.request(
-        "POST",
-        cp.admin.resource("serviceaccounts").path(
-            meta["namespace"], spec.get("serviceAccountName") or "default", "token"
-        ),
-        {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {
-                "expirationSeconds": 3600,
-                "boundObjectRef": {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "name": meta["name"],
-                    "uid": meta["uid"],
-                },
-            },
-        },
-    )
-    return str(answer["status"]["token"])
+    return cp.pod_token(pod)
 
 
 def test_the_in_cluster_submit_job_adds_batch_jobs_to_its_active_search_without_the_lease(
