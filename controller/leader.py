@@ -3,7 +3,9 @@
 * acquire when the Lease is absent, free, or its record has not changed for its
   ``leaseDurationSeconds`` as timed on *this* process's monotonic clock (so replicas'
   wall clocks never need to agree); every write is a CAS on resourceVersion;
-* renew every ``renew_seconds``; act only while
+* renew every ``renew_seconds`` with one PUT of the Lease as this replica last wrote it
+  (client-go's optimistic renew): a conflict means someone else wrote, and only then
+  is the Lease read again; act only while
   ``monotonic() < last_successful_renew + lease_seconds - margin`` (:meth:`may_act`);
 * leadership ends the moment a renew finds another holder, or the act deadline passes
   without a successful renew (a timer fires even while a renew request hangs):
@@ -65,6 +67,9 @@ class LeaderElector:
         self._deadline: float | None = None
         self._observed: tuple[str, str, str] | None = None
         self._observed_at = 0.0
+        self._written: dict[str, Any] | None = None
+        """The Lease as this replica's last successful write left it (the API server's
+        answer): a leader renews by writing it again, CAS on its resourceVersion."""
         self._timer: asyncio.TimerHandle | None = None
         self._url = path(LEASES, namespace, name)
 
@@ -121,6 +126,13 @@ class LeaderElector:
             await asyncio.sleep(max(0.0, self.renew_seconds - elapsed))
 
     async def _try_acquire_or_renew(self, started: float) -> bool:
+        if self.leading and self._written is not None:
+            written, self._written = self._written, None
+            renewed = {**written["spec"], "renewTime": format_microtime(self._wall())}
+            body = {**written, "spec": renewed}
+            if await self._write(self.api.replace(self._url, body), started):
+                return True
+            # Conflict: another writer changed the Lease since; read it and decide.
         obj = await self.api.get_or_none(self._url)
         now = format_microtime(self._wall())
         if obj is None:
@@ -130,7 +142,7 @@ class LeaderElector:
                 "metadata": {"name": self.name, "namespace": self.namespace},
                 "spec": self._spec(now, now, 0),
             }
-            return await self._write(self.api.create(path(LEASES, self.namespace), body))
+            return await self._write(self.api.create(path(LEASES, self.namespace), body), started)
         spec: dict[str, Any] = obj.get("spec") or {}
         meta = obj.get("metadata") or {}
         holder = str(spec.get("holderIdentity") or "")
@@ -149,7 +161,7 @@ class LeaderElector:
                 return False  # held, and we have not seen it go unrenewed for its duration
             new_spec = self._spec(now, now, transitions + 1)
         body = {**obj, "spec": {**spec, **new_spec}}
-        return await self._write(self.api.replace(self._url, body))
+        return await self._write(self.api.replace(self._url, body), started)
 
     def _spec(self, acquire: str, renew: str, transitions: int) -> dict[str, Any]:
         return {
@@ -160,13 +172,22 @@ class LeaderElector:
             "leaseTransitions": transitions,
         }
 
-    async def _write(self, call: Any) -> bool:
+    async def _write(self, call: Any, started: float) -> bool:
         try:
-            await call
+            written = await call
         except ApiError as exc:
-            if exc.conflict:  # someone else wrote first: re-observe next round
+            if exc.conflict:  # someone else wrote first: re-observe
                 return False
             raise
+        if isinstance(written, dict) and isinstance(written.get("spec"), dict):
+            self._written = written
+            spec, meta = written["spec"], written.get("metadata") or {}
+            self._observed = (
+                str(spec.get("holderIdentity") or ""),
+                str(spec.get("renewTime") or ""),
+                str(meta.get("resourceVersion")),
+            )
+            self._observed_at = started
         return True
 
     def _renewed(self, started: float) -> None:
@@ -197,6 +218,7 @@ class LeaderElector:
         if not self.leading:
             return
         self._deadline = None
+        self._written = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

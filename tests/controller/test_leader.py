@@ -169,3 +169,47 @@ async def test_an_elector_cancelled_just_as_its_renew_completes_still_stops(
     done, _ = await asyncio.wait({task}, timeout=5)
     assert task in done, "the elector ignored its cancellation"
     assert task.cancelled()
+
+
+async def test_a_leader_renews_with_one_write_and_reads_only_after_a_conflict(
+    controller_api: KubeApi, fault_proxy: FaultProxy, control_plane: ControlPlane
+) -> None:
+    # client-go's optimistic renew: the leader writes the Lease it last wrote (CAS on
+    # its resourceVersion) and reads the Lease only when that write conflicts.
+    replica = Replica(controller_api, "replica-a", lease_seconds=60)
+    replica.start()
+    try:
+        await eventually(replica.elector.may_act, "a leads")
+        lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NS}/leases/{LEASE}"
+        mark = len(fault_proxy.requests)
+
+        def renewals(method: str) -> int:
+            return sum(1 for m, p in fault_proxy.requests[mark:] if (m, p) == (method, lease_path))
+
+        await eventually(lambda: renewals("PUT") >= 4, "four renewals")
+        assert renewals("GET") == 0, fault_proxy.requests[mark:]
+
+        # Another writer changes the Lease without taking it: the next renew conflicts,
+        # reads the Lease once, finds itself still the holder and renews from there.
+        def touch() -> bool:
+            lease = control_plane.admin.get("leases", LEASE_NS, LEASE)
+            lease["metadata"].setdefault("labels", {})["touched"] = "by-someone-else"
+            try:
+                control_plane.admin.update(lease)
+            except ApiError as exc:
+                if exc.status == 409:
+                    return False  # the leader renewed in between: read again
+                raise
+            return True
+
+        await eventually(touch, "another writer's write")
+        puts = renewals("PUT")
+        await eventually(lambda: renewals("GET") >= 1, "a read after the conflict")
+        await eventually(lambda: renewals("PUT") >= puts + 3, "renewals after the conflict")
+        assert replica.elector.may_act() and replica.starts == 1 and replica.stops == 0
+        assert renewals("GET") == 1, fault_proxy.requests[mark:]
+        renewed = control_plane.admin.get("leases", LEASE_NS, LEASE)
+        assert renewed["metadata"]["labels"]["touched"] == "by-someone-else"
+        assert renewed["spec"]["holderIdentity"] == "replica-a"
+    finally:
+        await replica.crash()
