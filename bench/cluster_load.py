@@ -212,8 +212,8 @@ def stage(
             name=CONTROLLER_POD,
             namespaces=[namespace],
             resync_seconds=config.resync_seconds,
-            leader_lease_seconds=SHIPPED.leader_lease_seconds,
-            leader_renew_seconds=SHIPPED.leader_renew_seconds,
+            leader_lease_seconds=SHIPPED.controller.leader_lease_seconds,
+            leader_renew_seconds=SHIPPED.controller.leader_renew_seconds,
             env={"KUBECONFIG": proxies["controller"].kubeconfig(ctl_identity.token, "controller")},
             ready_timeout=90,
         )
@@ -232,7 +232,7 @@ def stage(
             proxies["submitters"],
             hook,
             controller,
-            Settings(namespaces=(namespace,)),
+            Settings.of(namespaces=(namespace,)),
         )
 
 
@@ -269,7 +269,7 @@ def measure_renewals(st: Stage, config: LoadConfig) -> dict[str, Any]:
 
     lease = SubmitLease(
         st.namespace,
-        settings=st.settings,
+        gate=st.settings.gate,
         config=KubeConfig.from_kubeconfig(st.kubeconfig(user)),
         source="bench",
     )
@@ -315,7 +315,7 @@ def measure_renewals(st: Stage, config: LoadConfig) -> dict[str, Any]:
 
 
 def _observe(st: Stage, ids: set[str]) -> tuple[SearchObserver, ResourceWatch]:
-    observer = SearchObserver(ids, st.settings.max_run_concurrency, 300.0)
+    observer = SearchObserver(ids, st.settings.gate.max_run_concurrency, 300.0)
     watch = ResourceWatch(
         st.cp.admin,
         "jobs",
@@ -458,7 +458,7 @@ def burst_polling(st: Stage, config: LoadConfig, tag: int) -> dict[str, Any]:
     observer, watch = _observe(st, set(ids))
     stop = threading.Event()
     tasks: list[SubmitTask] = []
-    grace = float(st.settings.finalizer_grace_seconds)
+    grace = float(st.settings.gate.finalizer_grace_seconds)
     try:
         mark = st.counters.mark()
         observer.start()
@@ -481,7 +481,7 @@ def burst_polling(st: Stage, config: LoadConfig, tag: int) -> dict[str, Any]:
                     client,
                     _census_counter(reader, st.namespace, grace),
                     _kubectl_create(kubeconfig, path, st.workdir),
-                    ceiling=st.settings.max_run_concurrency,
+                    ceiling=st.settings.gate.max_run_concurrency,
                     stop=stop,
                     countdown=config.poll_countdown,
                 )
@@ -629,7 +629,7 @@ def run(
             progress(
                 f"burst {k + 1}/{config.submit_bursts}: {config.searches} x elb-gate submit, "
                 f"{config.search_seconds:g} s searches, "
-                f"ceiling {st.settings.max_run_concurrency}"
+                f"ceiling {st.settings.gate.max_run_concurrency}"
             )
             bursts.append(burst_elb_gate_submit(st, config, 0xE1B + k))
         out["burst_elb_gate"] = merge_bursts(bursts)

@@ -157,7 +157,7 @@ def measure_resync(now: datetime, settings: Settings) -> tuple[float, int, int]:
     for i in range(JOBS_N):
         cache.apply(JOBS, NS, "ADDED", _job(i, now, i + 1))
     snap = cache.snapshot(NS)
-    first = make_plan(snap, {}, None, now, settings)
+    first = make_plan(snap, {}, None, now, settings.gate, settings.controller)
     (write,) = [a for a in first.actions if isinstance(a, WriteLiveness)]
     steady = Snapshot(
         NS,
@@ -169,7 +169,7 @@ def measure_resync(now: datetime, settings: Settings) -> tuple[float, int, int]:
     later = now + timedelta(seconds=1)
     started = time.process_time()
     for _ in range(RESYNC_RUNS):
-        plan = make_plan(steady, {}, now, later, settings)
+        plan = make_plan(steady, {}, now, later, settings.gate, settings.controller)
     per_plan = (time.process_time() - started) / RESYNC_RUNS * 1e3
     assert plan.census.count == JOBS_N // 4
     return per_plan, len(first.actions), len(plan.actions)
@@ -179,7 +179,7 @@ def run(events: int = EVENTS_N) -> dict[str, Any]:
     """Measure everything; numbers per 1,000 watched Jobs (``events``: how many watch
     events the per-event CPU is averaged over)."""
     now = datetime.now(UTC)
-    settings = Settings(namespaces=(NS,))
+    settings = Settings.of(namespaces=(NS,))
     memory_mb = measure_cache_memory(now)
     event_us, decode_us = measure_event_cpu(now, events)
     resync_ms, first_writes, steady_writes = measure_resync(now, settings)

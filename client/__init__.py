@@ -7,10 +7,14 @@ A submit path (the dashboard's Celery task, the OpenAPI service, an operator at
 a terminal) uses this instead of its own Lease and count logic::
 
     from client import SubmitLease, run_slot
-    lease = SubmitLease(namespace, settings=settings, config=KubeConfig.load(), source="dashboard")
+    from elbgate.settings import Settings
+    settings = Settings.from_env(os.environ)
+    lease = SubmitLease(namespace, gate=settings.gate, config=KubeConfig.load(), source="dashboard")
     try:
-        with run_slot(lease, settings, on_state=print) as slot:
-            run_elastic_blast_submit(timeout=settings.effective_exec_timeout_seconds)
+        with run_slot(lease, settings.client, on_state=print) as slot:
+            run_elastic_blast_submit(
+                timeout=settings.client.effective_exec_timeout_seconds(settings.gate)
+            )
     finally:
         lease.close()
 """

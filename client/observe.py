@@ -18,13 +18,13 @@ from elbgate.kube.reads import (
     list_unfinished_search_jobs,
 )
 from elbgate.names import lease_name
-from elbgate.settings import Settings
+from elbgate.settings import GateSettings, RuleSettings
 
 
 def read_census(
     kube: SyncKube,
     namespace: str,
-    settings: Settings,
+    gate: GateSettings,
     now: datetime | None = None,
     *,
     exact_orphans: bool = False,
@@ -39,7 +39,7 @@ def read_census(
         jobs = kube.run(lambda api: lister(api, namespace))
     except (ApiError, ApiUnavailable) as exc:
         raise CoordinationError("list jobs", namespace, exc, kube.config.host) from exc
-    return census(jobs, now or datetime.now(UTC), settings.finalizer_grace_seconds)
+    return census(jobs, now or datetime.now(UTC), gate.finalizer_grace_seconds)
 
 
 def read_lease(kube: SyncKube, namespace: str) -> dict[str, Any] | None:
@@ -52,10 +52,10 @@ def read_lease(kube: SyncKube, namespace: str) -> dict[str, Any] | None:
         ) from exc
 
 
-def read_pool_nodes(kube: SyncKube, settings: Settings) -> tuple[NodeView, ...]:
+def read_pool_nodes(kube: SyncKube, rules: RuleSettings) -> tuple[NodeView, ...]:
     """The search pool's Nodes (``ELB_GATE_CAPACITY_POOL_SELECTOR``), as the webhook's
     capacity rules see them. Raises :class:`CoordinationError` on failure."""
-    selector = settings.capacity_pool_selector
+    selector = rules.capacity_pool_selector
     try:
         items = kube.run(lambda api: list_pool_nodes(api, selector))
     except (ApiError, ApiUnavailable) as exc:

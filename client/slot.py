@@ -3,7 +3,7 @@ the submit runs. The I/O around :mod:`client.slot_machine`.
 
 ::
 
-    with run_slot(lease, settings, on_state=show, cancel=stop) as slot:
+    with run_slot(lease, settings.client, on_state=show, cancel=stop) as slot:
         subprocess.run(["elastic-blast", "submit", ...], timeout=...)
 
 Entering the ``with`` blocks until the slot is held (census under the Lease says
@@ -46,7 +46,7 @@ from client.submit_lease import DEFAULT_HEARTBEAT_FRACTION, Heartbeat, SubmitLea
 from client.waiting_room import WaitingRoom
 from elbgate.census import Census
 from elbgate.durations import format_duration
-from elbgate.settings import Settings
+from elbgate.settings import ClientSettings
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class Slot:
 @contextmanager
 def run_slot(
     lease: SubmitLease,
-    settings: Settings,
+    client: ClientSettings,
     *,
     on_state: Callable[[SlotEvent], None] | None = None,
     cancel: threading.Event | None = None,
@@ -105,8 +105,8 @@ def run_slot(
     its turn; ``waiting_room`` supplies one (tests).
     """
     cancel = cancel or threading.Event()
-    limits = SlotLimits.from_settings(settings, poll_seconds)
-    read = census_reader or (lambda: read_census(lease.kube, lease.namespace, settings))
+    limits = SlotLimits.from_settings(lease.gate, client, poll_seconds)
+    read = census_reader or (lambda: read_census(lease.kube, lease.namespace, lease.gate))
     started = monotonic()
 
     def report(phase: Phase, detail: str) -> None:
@@ -120,7 +120,7 @@ def run_slot(
     seen: Census | None = None
     room = waiting_room
     if room is None and watch:
-        room = WaitingRoom(lease.kube, lease.namespace, lease.holder, settings)
+        room = WaitingRoom(lease.kube, lease.namespace, lease.holder, lease.gate)
     try:
         while True:
             obs: Observation

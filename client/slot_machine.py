@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from elbgate.settings import Settings
+from elbgate.settings import ClientSettings, GateSettings
 
 DEFAULT_POLL_SECONDS = 5.0
 
@@ -107,7 +107,7 @@ Observation = LeaseAcquired | LeaseBusy | CensusTaken | ApiFailed | Cancelled
 
 @dataclass(frozen=True, slots=True)
 class SlotLimits:
-    """The numbers the machine needs, taken from :class:`Settings`."""
+    """The numbers the machine needs, taken from the gate and client settings."""
 
     ceiling: int
     slot_wait_max_seconds: float
@@ -116,12 +116,15 @@ class SlotLimits:
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, poll_seconds: float = DEFAULT_POLL_SECONDS
+        cls,
+        gate: GateSettings,
+        client: ClientSettings,
+        poll_seconds: float = DEFAULT_POLL_SECONDS,
     ) -> SlotLimits:
         return cls(
-            ceiling=settings.max_run_concurrency,
-            slot_wait_max_seconds=settings.submit_slot_wait_max_seconds,
-            capacity_wait_max_seconds=settings.capacity_wait_max_seconds,
+            ceiling=gate.max_run_concurrency,
+            slot_wait_max_seconds=client.submit_slot_wait_max_seconds,
+            capacity_wait_max_seconds=client.capacity_wait_max_seconds,
             poll_seconds=poll_seconds,
         )
 

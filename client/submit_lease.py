@@ -22,7 +22,7 @@ from elbgate.kube.api import ApiError, ApiUnavailable, KubeApi
 from elbgate.kube.config import KubeConfig
 from elbgate.lease import LeaseView, new_holder_identity
 from elbgate.names import lease_name
-from elbgate.settings import Settings
+from elbgate.settings import GateSettings
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ def utc_now() -> datetime:
 class SubmitLease:
     """The submit Lease ``elb-blast-submit-<namespace>`` held by one submit attempt.
 
-    ``with SubmitLease(ns, settings=s, config=c) as lease:`` acquires (raising
+    ``with SubmitLease(ns, gate=settings.gate, config=c) as lease:`` acquires (raising
     :class:`LeaseBusy` when busy) and releases on exit. Or call :meth:`acquire`,
     :meth:`renew` and :meth:`release` directly (that is what ``run_slot`` does).
     """
@@ -47,7 +47,7 @@ class SubmitLease:
         self,
         namespace: str,
         *,
-        settings: Settings,
+        gate: GateSettings,
         source: str = "cli",
         kube: SyncKube | None = None,
         config: KubeConfig | None = None,
@@ -58,7 +58,8 @@ class SubmitLease:
             raise ValueError("SubmitLease needs a SyncKube or a KubeConfig")
         self.namespace = namespace
         self.name = lease_name(namespace)
-        self.settings = settings
+        self.gate = gate
+        """The protocol this Lease follows: its TTL, its expiry rule, the ceiling."""
         self.holder = holder or new_holder_identity(source)
         self._owns_kube = kube is None
         self.kube = kube if kube is not None else SyncKube(config)  # type: ignore[arg-type]
@@ -98,8 +99,8 @@ class SubmitLease:
                     api,
                     self.namespace,
                     self.holder,
-                    ttl_seconds=self.settings.lease_ttl_seconds,
-                    expiry=self.settings.expiry,
+                    ttl_seconds=self.gate.lease_ttl_seconds,
+                    expiry=self.gate.expiry,
                     now=now,
                 ),
                 uncertain_write=True,
@@ -125,7 +126,7 @@ class SubmitLease:
                     self.namespace,
                     self.holder,
                     known,
-                    ttl_seconds=self.settings.lease_ttl_seconds,
+                    ttl_seconds=self.gate.lease_ttl_seconds,
                     now=now,
                 ),
             )
@@ -166,7 +167,7 @@ class SubmitLease:
         if not 0 < fraction < 1:
             raise ValueError("heartbeat fraction must be in (0, 1)")
         self.stop_heartbeat()
-        beat = Heartbeat(self, self.settings.lease_ttl_seconds * fraction, on_event)
+        beat = Heartbeat(self, self.gate.lease_ttl_seconds * fraction, on_event)
         self._heartbeat = beat
         beat.start()
         return beat

@@ -1,7 +1,7 @@
 """``WaitingRoom``: a waiter's watches and its place in the line (the I/O around
 :mod:`client.waiting_line`).
 
-    room = WaitingRoom(kube, namespace, holder, settings)
+    room = WaitingRoom(kube, namespace, holder, settings.gate)
     room.enter()                       # watch the Lease, the search Jobs and the line; queue
     why = room.wait(5.0, cancel)       # returns when it is this waiter's turn (or fallback)
     room.tried("full")                 # what the try found
@@ -29,7 +29,7 @@ from client import waiting_line as wl
 from client.sync_kube import SyncKube
 from elbgate.kube.api import JOBS, LEASES, ApiError, ApiUnavailable, KubeApi, path
 from elbgate.names import SEARCH_JOB_SELECTOR, UNFINISHED_JOB_FIELD_SELECTOR, lease_name
-from elbgate.settings import Settings
+from elbgate.settings import GateSettings
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -52,7 +52,7 @@ class WaitingRoom:
         kube: SyncKube,
         namespace: str,
         holder: str,
-        settings: Settings,
+        gate: GateSettings,
         *,
         step: float = wl.HANDOFF_STEP_SECONDS,
         clock: Callable[[], datetime] = utc_now,
@@ -62,7 +62,7 @@ class WaitingRoom:
         self.kube = kube
         self.namespace = namespace
         self.holder = holder
-        self.settings = settings
+        self.gate = gate
         self.step = step
         self._clock = clock
         self._monotonic = monotonic
@@ -166,7 +166,7 @@ class WaitingRoom:
         if not self._queued:
             return None
         now = self._clock()
-        skew = self.settings.clock_skew_seconds
+        skew = self.gate.clock_skew_seconds
         return wl.position(self.holder, self._entries.values(), now, skew)
 
     def wait(
@@ -217,14 +217,14 @@ class WaitingRoom:
         if not ({"lease", "jobs"} <= self._synced) or self._blind & {"lease", "jobs"}:
             self._open_since = None
             return
-        settings = self.settings
+        gate = self.gate
         view = wl.slot_view(
             self._lease,
             self._jobs.values(),
             self._clock(),
-            ceiling=settings.max_run_concurrency,
-            expiry=settings.expiry,
-            grace_seconds=settings.finalizer_grace_seconds,
+            ceiling=gate.max_run_concurrency,
+            expiry=gate.expiry,
+            grace_seconds=gate.finalizer_grace_seconds,
         )
         trusted = self._jobs_generation > self._doubt_generation
         if view.open and trusted:
@@ -341,7 +341,7 @@ class WaitingRoom:
         """The head of the line deletes the entries of waiters that are gone."""
         with self._cond:
             stale = wl.stale_entries(
-                self._entries.values(), self._clock(), self.settings.clock_skew_seconds
+                self._entries.values(), self._clock(), self.gate.clock_skew_seconds
             )
         for entry in stale:
             await _quietly(

@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"elb-gate controller: {exc}", file=sys.stderr)
         return 2
-    logs.configure(settings.log_format)
+    logs.configure(settings.server.log_format)
     try:
         config = KubeConfig.load(args.kubeconfig)
     except KubeConfigError as exc:

@@ -1,7 +1,7 @@
 """The auto-stop liveness feed: is the namespace in use, and since when is it idle. Pure.
 
 "In use" (DESIGN.md) = the submit Lease is held and unexpired, or any non-terminal Job
-labelled ``app`` in ``settings.liveness_apps`` exists — so a finalizer still merging
+labelled ``app`` in ``ControllerSettings.liveness_apps`` exists — so a finalizer still merging
 results, or a DB warm-up, is never scaled away. The ConfigMap is written only when its
 content changes, plus a heartbeat so ``updatedAt`` stays fresh: a consumer reads an
 ``updatedAt`` older than 3 x resync as *unknown*, never as idle (docs/liveness.md).
@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 from elbgate.census import Census, JobRef
 from elbgate.lease import LeaseView, parse_microtime
-from elbgate.settings import Settings
+from elbgate.settings import ControllerSettings, GateSettings
 
 IN_USE = "inUse"
 ACTIVE_SEARCHES = "activeSearches"
@@ -115,7 +115,8 @@ def judge_liveness(
     previous: Mapping[str, str] | None,
     last_seen_active: datetime | None,
     now: datetime,
-    settings: Settings,
+    gate: GateSettings,
+    controller: ControllerSettings,
 ) -> LivenessDecision:
     """Compute the liveness and whether the ConfigMap needs a write.
 
@@ -124,10 +125,10 @@ def judge_liveness(
     best ``lastActiveTime`` at the moment activity ends)."""
     reasons: list[str] = []
     holder = ""
-    if lease is not None and lease.held and not settings.expiry.stale(lease, now):
+    if lease is not None and lease.held and not gate.expiry.stale(lease, now):
         holder = lease.holder
         reasons.append(f"Lease held by {holder}")
-    apps = frozenset(settings.liveness_apps)
+    apps = frozenset(controller.liveness_apps)
     busy = sorted({f"app={j.app}" for j in unfinished if j.app in apps})
     if busy:
         reasons.append("unfinished Jobs: " + ", ".join(busy))
@@ -169,7 +170,7 @@ def judge_liveness(
     if any(desired[k] != prev.get(k, "") for k in KEYS if k not in ignored):
         return LivenessDecision(view, desired, "changed")
     updated = _parse(prev.get(UPDATED_AT))
-    heartbeat = settings.resync_seconds * HEARTBEAT_FRACTION
+    heartbeat = controller.resync_seconds * HEARTBEAT_FRACTION
     if updated is None or (now - updated).total_seconds() >= heartbeat:
         return LivenessDecision(view, desired, "heartbeat")
     return LivenessDecision(view, None, "unchanged")

@@ -20,7 +20,7 @@ from controller.actions import Action, DeleteOrphan, MarkOrphan, UnmarkOrphan
 from elbgate.census import Census, JobRef
 from elbgate.durations import format_duration
 from elbgate.lease import format_microtime, parse_microtime
-from elbgate.settings import Settings
+from elbgate.settings import ControllerSettings, GateSettings
 
 
 def _describe(job: JobRef) -> str:
@@ -28,15 +28,19 @@ def _describe(job: JobRef) -> str:
 
 
 def plan_orphans(
-    census: Census, marked: Iterable[JobRef], now: datetime, settings: Settings
+    census: Census,
+    marked: Iterable[JobRef],
+    now: datetime,
+    gate: GateSettings,
+    controller: ControllerSettings,
 ) -> list[Action]:
     """Actions for every orphan (mark, or delete once due) and for every marked Job that
     is no longer an orphan (unmark). ``marked`` is every cached Job carrying the mark,
     finished ones included."""
     actions: list[Action] = []
     orphan_names = {job.name for job in census.orphans}
-    grace = int(settings.finalizer_grace_seconds)
-    delete_after = settings.orphan_delete_after_seconds
+    grace = int(gate.finalizer_grace_seconds)
+    delete_after = controller.orphan_delete_after_seconds
     for job in census.orphans:
         since = parse_microtime(job.orphaned_since) if job.orphaned_since else None
         if not isinstance(since, datetime):
@@ -44,7 +48,7 @@ def plan_orphans(
             then = (
                 f"it will be deleted after {format_duration(delete_after)} unless its batch work "
                 "appears"
-                if settings.orphan_policy == "delete"
+                if controller.orphan_policy == "delete"
                 else "policy warn: it will not be deleted; an operator deletes it after "
                 "checking (docs/runbook.md#elbgateorphanedfinalizers)"
             )
@@ -60,7 +64,7 @@ def plan_orphans(
                     ),
                 )
             )
-        elif settings.orphan_policy == "delete" and not job.batch_work_seen:
+        elif controller.orphan_policy == "delete" and not job.batch_work_seen:
             flagged = (now - since).total_seconds()
             if flagged >= delete_after:
                 actions.append(

@@ -23,7 +23,7 @@ from controller.reclaim import PodSeen, plan_reclaim
 from elbgate.census import Census, JobRef, census_of_refs
 from elbgate.lease import parse_microtime
 from elbgate.names import FINALIZER_APP
-from elbgate.settings import Settings
+from elbgate.settings import ControllerSettings, GateSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +44,8 @@ def make_plan(
     pods: Mapping[str, PodSeen],
     last_seen_active: datetime | None,
     now: datetime,
-    settings: Settings,
+    gate: GateSettings,
+    controller: ControllerSettings,
 ) -> Plan:
     """Plan one namespace. ``pods`` maps a Lease's ``holder-pod`` stamp to what is known
     of that pod."""
@@ -53,23 +54,33 @@ def make_plan(
     # The records are on their way: judge those finalizers as finishing already, so this
     # plan never marks (or deletes) what it is about to record.
     had_batch_work = snap.batch_work_ids | {r.job.job_id for r in records}
-    found = census_of_refs(snap.unfinished, now, settings.finalizer_grace_seconds, had_batch_work)
+    found = census_of_refs(snap.unfinished, now, gate.finalizer_grace_seconds, had_batch_work)
     actions: list[Action] = []
     lease = snap.lease
-    reclaim = plan_reclaim(lease, pods.get(lease.holder_pod) if lease else None, now, settings)
+    reclaim = plan_reclaim(
+        lease, pods.get(lease.holder_pod) if lease else None, now, gate, controller
+    )
     if reclaim.release is not None:
         actions.append(reclaim.release)
     actions.extend(records)
     marked = [j for j in snap.unfinished if j.orphaned_since] + list(snap.finished_marked)
     actions.extend(
         a
-        for a in plan_orphans(found, marked, now, settings)
+        for a in plan_orphans(found, marked, now, gate, controller)
         # The record's write drops the mark too: one CAS write per Job and plan.
         if not (isinstance(a, UnmarkOrphan) and a.job.name in recorded)
     )
     previous = snap.liveness.data if snap.liveness is not None else None
     decision = judge_liveness(
-        snap.namespace, lease, snap.unfinished, found, previous, last_seen_active, now, settings
+        snap.namespace,
+        lease,
+        snap.unfinished,
+        found,
+        previous,
+        last_seen_active,
+        now,
+        gate,
+        controller,
     )
     if decision.write is not None:
         actions.append(
@@ -81,29 +92,29 @@ def make_plan(
             )
         )
     deadlines = [reclaim.look_again_at]
-    deadlines.extend(_finalizer_deadlines(snap.unfinished, settings))
-    deadlines.extend(_orphan_deadlines(found.orphans, settings))
+    deadlines.extend(_finalizer_deadlines(snap.unfinished, gate))
+    deadlines.extend(_orphan_deadlines(found.orphans, controller))
     return Plan(
         namespace=snap.namespace,
         actions=tuple(actions),
         census=found,
         liveness=decision.view,
-        lease_expired=settings.expiry.stale(lease, now),
+        lease_expired=gate.expiry.stale(lease, now),
         look_again_at=min((d for d in deadlines if d is not None and d > now), default=None),
     )
 
 
-def _finalizer_deadlines(jobs: Iterable[JobRef], settings: Settings) -> list[datetime]:
+def _finalizer_deadlines(jobs: Iterable[JobRef], gate: GateSettings) -> list[datetime]:
     """When each finalizer leaves its grace (it may become an orphan then)."""
-    grace = timedelta(seconds=settings.finalizer_grace_seconds)
+    grace = timedelta(seconds=gate.finalizer_grace_seconds)
     return [j.created + grace for j in jobs if j.app == FINALIZER_APP and j.created is not None]
 
 
-def _orphan_deadlines(orphans: Iterable[JobRef], settings: Settings) -> list[datetime]:
+def _orphan_deadlines(orphans: Iterable[JobRef], controller: ControllerSettings) -> list[datetime]:
     """Under policy ``delete``: when each flagged orphan becomes due for deletion."""
-    if settings.orphan_policy != "delete":
+    if controller.orphan_policy != "delete":
         return []
-    after = timedelta(seconds=settings.orphan_delete_after_seconds)
+    after = timedelta(seconds=controller.orphan_delete_after_seconds)
     out = []
     for job in orphans:
         since = parse_microtime(job.orphaned_since) if job.orphaned_since else None

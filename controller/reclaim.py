@@ -20,7 +20,7 @@ from elbgate.lease import (
     format_microtime,
     parse_holder_pod,
 )
-from elbgate.settings import Settings
+from elbgate.settings import ControllerSettings, GateSettings
 
 __all__ = ["PodSeen", "ReclaimDecision", "holder_pod_to_check", "plan_reclaim"]
 
@@ -34,11 +34,11 @@ class ReclaimDecision:
 
 
 def holder_pod_to_check(
-    lease: LeaseView | None, now: datetime, settings: Settings
+    lease: LeaseView | None, now: datetime, gate: GateSettings
 ) -> tuple[str, str, str] | None:
     """``(namespace, pod, uid)`` of a held, unexpired Lease's stamped holder pod (the pod
     the controller watches); ``None`` when there is nothing to judge."""
-    if lease is None or not lease.held or settings.expiry.stale(lease, now):
+    if lease is None or not lease.held or gate.expiry.stale(lease, now):
         return None
     if not isinstance(lease.renew_time, datetime):
         return None
@@ -46,14 +46,18 @@ def holder_pod_to_check(
 
 
 def plan_reclaim(
-    lease: LeaseView | None, pod: PodSeen | None, now: datetime, settings: Settings
+    lease: LeaseView | None,
+    pod: PodSeen | None,
+    now: datetime,
+    gate: GateSettings,
+    controller: ControllerSettings,
 ) -> ReclaimDecision:
     """The release to make, if any. ``pod`` is what is known of
     :func:`holder_pod_to_check`'s pod (``None``: nothing known)."""
     if lease is None or not lease.held:
         return ReclaimDecision()
-    if settings.expiry.stale(lease, now):
-        when = settings.expiry.at(lease)
+    if gate.expiry.stale(lease, now):
+        when = gate.expiry.at(lease)
         expiry = (
             f"expired at {format_microtime(when)}"
             if isinstance(when, datetime)
@@ -69,21 +73,21 @@ def plan_reclaim(
                 message=(
                     f"cleared holder {lease.holder!r} of Lease {lease.name}: {expiry} "
                     "(renewTime + leaseDurationSeconds + "
-                    f"{format_duration(settings.clock_skew_seconds)} skew, controller clock)"
+                    f"{format_duration(gate.clock_skew_seconds)} skew, controller clock)"
                 ),
                 evidence_since=when if isinstance(when, datetime) else None,
             )
         )
-    expiry_at = settings.expiry.at(lease)
+    expiry_at = gate.expiry.at(lease)
     at_expiry = expiry_at if isinstance(expiry_at, datetime) else None
-    stamp = holder_pod_to_check(lease, now, settings)
+    stamp = holder_pod_to_check(lease, now, gate)
     renewed = lease.renew_time
     if stamp is None or pod is None or not isinstance(renewed, datetime):
         return ReclaimDecision(look_again_at=at_expiry)
-    verdict = judge_holder(stamp, pod, renewed, now, settings.holder_node_not_ready_seconds)
+    verdict = judge_holder(stamp, pod, renewed, now, controller.holder_node_not_ready_seconds)
     if verdict.gone is None:
         return ReclaimDecision(look_again_at=_earliest(verdict.look_again_at, at_expiry))
-    grace_end = renewed + timedelta(seconds=settings.reclaim_grace_seconds)
+    grace_end = renewed + timedelta(seconds=controller.reclaim_grace_seconds)
     if now < grace_end:
         return ReclaimDecision(look_again_at=_earliest(grace_end, at_expiry))
     unrenewed = int((now - renewed).total_seconds())

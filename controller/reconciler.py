@@ -28,7 +28,7 @@ from controller.reclaim import holder_pod_to_check
 from elbgate.kube.api import PODS, ApiError, ApiUnavailable, KubeApi, path
 from elbgate.lease import LeaseView
 from elbgate.logs import log
-from elbgate.settings import Settings
+from elbgate.settings import ControllerSettings, GateSettings
 
 logger = logging.getLogger("controller.reconciler")
 
@@ -47,7 +47,8 @@ class Reconciler:
 
     def __init__(
         self,
-        settings: Settings,
+        gate: GateSettings,
+        controller: ControllerSettings,
         cache: Cache,
         api: KubeApi,
         applier: Applier,
@@ -56,7 +57,8 @@ class Reconciler:
         clock: Callable[[], datetime],
         holders: HolderWatches | None = None,
     ) -> None:
-        self.settings = settings
+        self.gate = gate
+        self.controller = controller
         self.holders = holders
         """The holder-pod watches (``None``: every pod is looked up with a GET instead)."""
         self.cache = cache
@@ -93,7 +95,7 @@ class Reconciler:
 
     async def run(self) -> None:
         """Reconcile dirty namespaces as they come, and all of them every resync."""
-        next_resync = time.monotonic() + self.settings.resync_seconds
+        next_resync = time.monotonic() + self.controller.resync_seconds
         while True:
             timeout = max(0.0, next_resync - time.monotonic())
             try:
@@ -105,7 +107,7 @@ class Reconciler:
             self._wake.clear()
             if time.monotonic() >= next_resync:
                 self._dirty.update(self.cache.namespaces)
-                next_resync = time.monotonic() + self.settings.resync_seconds
+                next_resync = time.monotonic() + self.controller.resync_seconds
             batch, self._dirty = sorted(self._dirty), set()
             for ns in batch:
                 await self.reconcile(ns)
@@ -137,7 +139,7 @@ class Reconciler:
             return None
         snap = self.cache.snapshot(namespace)
         pods: dict[str, PodSeen] = {}
-        stamp = holder_pod_to_check(snap.lease, self.clock(), self.settings)
+        stamp = holder_pod_to_check(snap.lease, self.clock(), self.gate)
         if self.holders is not None:
             self.holders.want(namespace, (stamp[0], stamp[1]) if stamp else None)
         if stamp is not None and snap.lease is not None:
@@ -155,7 +157,9 @@ class Reconciler:
                 return None
             snap = self.cache.snapshot(namespace)
         now = self.clock()
-        plan = make_plan(snap, pods, self._last_seen_active.get(namespace), now, self.settings)
+        plan = make_plan(
+            snap, pods, self._last_seen_active.get(namespace), now, self.gate, self.controller
+        )
         self._publish(plan, now)
         self._look_again(namespace, plan.look_again_at, now)
         self._publish_lease(namespace, snap.lease)
@@ -221,7 +225,7 @@ class Reconciler:
         self.metrics.set_namespace_state(
             plan.namespace,
             active_searches=plan.census.count,
-            ceiling=self.settings.max_run_concurrency,
+            ceiling=self.gate.max_run_concurrency,
             orphans=len(plan.census.orphans),
             lease_expired=plan.lease_expired,
             in_use=view.in_use,
@@ -232,7 +236,7 @@ class Reconciler:
     def _publish_lease(self, namespace: str, lease: LeaseView | None) -> None:
         """Who holds the submit Lease and until when, for the dashboard."""
         held = lease is not None and lease.held
-        until = self.settings.expiry.at(lease) if lease is not None and held else None
+        until = self.gate.expiry.at(lease) if lease is not None and held else None
         self.metrics.set_lease_holder(
             namespace,
             lease.holder if lease is not None and held else "",
@@ -282,4 +286,8 @@ class Reconciler:
                 }
             else:
                 out[ns] = {"state": "in_use" if view.in_use else "idle", **view.as_json()}
-        return {"leader": leading, "resyncSeconds": self.settings.resync_seconds, "namespaces": out}
+        return {
+            "leader": leading,
+            "resyncSeconds": self.controller.resync_seconds,
+            "namespaces": out,
+        }

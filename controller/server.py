@@ -25,29 +25,31 @@ from elbgate.kube.config import KubeConfig
 from elbgate.kube.informer import Informer, WatchSpec
 from elbgate.logs import log
 from elbgate.names import BATCH_WORK_EVIDENCE_APPS, LIVENESS_CONFIGMAP, SEARCH_APPS, lease_name
-from elbgate.settings import Settings
+from elbgate.settings import ControllerSettings, ServerSettings, Settings
 
 logger = logging.getLogger("controller.server")
 
 
-def identity(settings: Settings) -> str:
+def identity(server: ServerSettings) -> str:
     """This process's leader identity: pod name (or hostname) + a fresh uuid, so even two
     processes given the same pod name never both believe they hold the Lease."""
-    return f"{settings.pod_name or socket.gethostname()}_{uuid.uuid4().hex}"
+    return f"{server.pod_name or socket.gethostname()}_{uuid.uuid4().hex}"
 
 
-def job_selector(settings: Settings) -> str:
+def job_selector(controller: ControllerSettings) -> str:
     """``app in (...)``: the census's apps, the batch-work evidence apps (a finalizer's
     record) and the configured liveness apps."""
-    apps = sorted(set(SEARCH_APPS) | BATCH_WORK_EVIDENCE_APPS | set(settings.liveness_apps))
+    apps = sorted(set(SEARCH_APPS) | BATCH_WORK_EVIDENCE_APPS | set(controller.liveness_apps))
     return f"app in ({','.join(apps)})"
 
 
-def watch_specs(settings: Settings) -> list[WatchSpec]:
+def watch_specs(controller: ControllerSettings) -> list[WatchSpec]:
     """The three watches of each gated namespace."""
     out: list[WatchSpec] = []
-    for ns in settings.namespaces:
-        out.append(WatchSpec(kinds.JOBS, ns, path(JOBS, ns), label_selector=job_selector(settings)))
+    for ns in controller.namespaces:
+        out.append(
+            WatchSpec(kinds.JOBS, ns, path(JOBS, ns), label_selector=job_selector(controller))
+        )
         out.append(
             WatchSpec(
                 kinds.LEASES, ns, path(LEASES, ns), field_selector=f"metadata.name={lease_name(ns)}"
@@ -77,17 +79,17 @@ class Controller:
     ) -> None:
         self.settings = settings
         self.api = api
-        self.identity = identity(settings)
+        self.identity = identity(settings.server)
         self.metrics = ControllerMetrics()
-        self.cache = Cache(settings.namespaces, on_change=self._changed)
+        self.cache = Cache(settings.controller.namespaces, on_change=self._changed)
         self.leader = LeaderElector(
             api,
-            settings.pod_namespace,
-            settings.leader_lease_name,
+            settings.server.pod_namespace,
+            settings.controller.leader_lease_name,
             self.identity,
             self.metrics,
-            lease_seconds=settings.leader_lease_seconds,
-            renew_seconds=settings.leader_renew_seconds,
+            lease_seconds=settings.controller.leader_lease_seconds,
+            renew_seconds=settings.controller.leader_renew_seconds,
             on_started=self._leading,
             on_stopped=self._not_leading,
         )
@@ -98,7 +100,8 @@ class Controller:
             api, self.metrics, self._changed, watch_timeout_seconds=watch_timeout_seconds
         )
         self.reconciler = Reconciler(
-            settings,
+            settings.gate,
+            settings.controller,
             self.cache,
             api,
             self.applier,
@@ -111,7 +114,7 @@ class Controller:
             Informer(
                 api, self.cache, spec, self.metrics, watch_timeout_seconds=watch_timeout_seconds
             )
-            for spec in watch_specs(settings)
+            for spec in watch_specs(settings.controller)
         ]
         self.health = Health(
             ready=self.cache.all_synced,
@@ -133,7 +136,9 @@ class Controller:
         """Serve, watch, elect and reconcile until cancelled."""
         runner = web.AppRunner(create_app(self.health), access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, self.settings.bind_address, self.settings.metrics_port)
+        site = web.TCPSite(
+            runner, self.settings.server.bind_address, self.settings.server.metrics_port
+        )
         await site.start()
         self.metrics_port = runner.addresses[0][1]
         log(
@@ -141,16 +146,16 @@ class Controller:
             logging.INFO,
             "metrics server listening",
             port=self.metrics_port,
-            address=self.settings.bind_address,
+            address=self.settings.server.bind_address,
         )
         log(
             logger,
             logging.INFO,
             "controller starting",
             identity=self.identity,
-            namespaces=list(self.settings.namespaces),
-            resync_seconds=self.settings.resync_seconds,
-            orphan_policy=self.settings.orphan_policy,
+            namespaces=list(self.settings.controller.namespaces),
+            resync_seconds=self.settings.controller.resync_seconds,
+            orphan_policy=self.settings.controller.orphan_policy,
         )
         self.metrics.set_leader(False)
         try:
@@ -170,6 +175,8 @@ class Controller:
 async def serve(settings: Settings, config: KubeConfig) -> None:
     """Run a controller against ``config`` until cancelled (SIGTERM/SIGINT)."""
     async with KubeApi(
-        config, timeout=settings.controller_api_timeout_seconds, user_agent="elb-gate-controller"
+        config,
+        timeout=settings.controller.controller_api_timeout_seconds,
+        user_agent="elb-gate-controller",
     ) as api:
         await Controller(settings, api).run()

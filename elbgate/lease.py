@@ -118,7 +118,7 @@ class Expiry:
     submit path: a held Lease may be taken over at renewTime + leaseDurationSeconds +
     skew, the duration being ``default_duration_seconds`` (the configured TTL) when the
     Lease carries none. Each judges on its own clock; the skew covers the difference.
-    Build it from the settings (``settings.expiry``), never from loose numbers."""
+    Build it from the settings (``settings.gate.expiry``), never from loose numbers."""
 
     skew_seconds: float
     default_duration_seconds: int

@@ -1,4 +1,12 @@
-"""One typed settings object, built once at start-up from the environment.
+"""Typed settings, one section per component, built once at start-up from the environment.
+
+:class:`Settings` composes the sections; a composition root (``python -m webhook``,
+``python -m controller``, the ``elb-gate`` CLI) builds it with :meth:`Settings.from_env`
+and hands each policy only the section(s) it reads: :class:`GateSettings` (the
+protocol every component shares), :class:`ClientSettings` (the submit-path client),
+:class:`WebhookSettings`, :class:`RuleSettings` (the search-admission rules beyond the
+two gates, also reported by the CLI), :class:`ControllerSettings` (leader timing
+included) and :class:`ServerSettings` (what both servers share).
 
 The ``BLAST_*`` keys are the ones the existing submit paths already read, with
 the same defaults, so a Deployment can share one ConfigMap with them. elb-gate's
@@ -132,10 +140,10 @@ def _setting(env: str, default: T, doc: str, parse: Parser[T], minimum: float = 
 
 
 @dataclass(frozen=True)
-class Settings:
-    """Every knob of elb-gate. Build with :meth:`from_env`; pass explicitly."""
+class GateSettings:
+    """The protocol every component shares: the ceiling, the submit Lease's TTL and
+    skew (so its expiry rule), and how long a lone finalizer counts as a live search."""
 
-    # --- shared with the existing submit paths -------------------------------
     max_run_concurrency: int = _setting(
         "BLAST_MAX_RUN_CONCURRENCY",
         3,
@@ -162,6 +170,18 @@ class Settings:
         "A lone finalizer younger than this is still a live search (its batch work may be coming).",
         parse=_parse_int,
     )
+
+    @property
+    def expiry(self) -> Expiry:
+        """The Lease-expiry rule these settings set (TTL as the default duration, skew)."""
+        return Expiry(self.clock_skew_seconds, self.lease_ttl_seconds)
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """The submit-path client (library and ``elb-gate submit``): how long it waits and
+    how long the submit command may run."""
+
     capacity_wait_max_seconds: int = _setting(
         "BLAST_CAPACITY_WAIT_MAX_SECONDS",
         1800,
@@ -188,7 +208,6 @@ class Settings:
         parse=_parse_int,
         minimum=1,
     )
-    # --- elb-gate's own ------------------------------------------------------
     submit_exec_timeout_seconds: int = _setting(
         "ELB_GATE_SUBMIT_EXEC_TIMEOUT_SECONDS",
         0,
@@ -196,17 +215,25 @@ class Settings:
         "below the TTL). Must be < TTL.",
         parse=_parse_int,
     )
+
+    def effective_exec_timeout_seconds(self, gate: GateSettings) -> int:
+        """Exec timeout of the submit command: the configured one, or TTL - 2 x skew and
+        at least one second below the TTL (a skew of 0 still leaves the release time)."""
+        if self.submit_exec_timeout_seconds:
+            return self.submit_exec_timeout_seconds
+        return gate.lease_ttl_seconds - max(2 * gate.clock_skew_seconds, 1)
+
+
+@dataclass(frozen=True)
+class WebhookSettings:
+    """The admission webhook: enforcement, the Lease guard's bounds and trusted users,
+    its API deadline, and how it serves (port, TLS, request sizes, callers)."""
+
     enforcement: Enforcement = _setting(
         "ELB_GATE_ENFORCEMENT",
         "deny",
         "`deny` refuses; `warn` admits with an AdmissionReview warning (staged rollout).",
         parse=_parse_enforcement,
-    )
-    namespaces: tuple[str, ...] = _setting(
-        "ELB_GATE_NAMESPACES",
-        ("default",),
-        "Comma-separated gated namespaces (controller, CLI).",
-        parse=_parse_names,
     )
     submitter_identities_file: str = _setting(
         "ELB_GATE_SUBMITTER_IDENTITIES_FILE",
@@ -234,46 +261,6 @@ class Settings:
         parse=_parse_int,
         minimum=1,
     )
-    orphan_policy: OrphanPolicy = _setting(
-        "ELB_GATE_ORPHAN_POLICY",
-        "warn",
-        "`warn` flags an orphaned finalizer (annotation, Warning Event, metric, alert) for an "
-        "operator to delete; `delete` also deletes it after the delete grace.",
-        parse=_parse_orphan_policy,
-    )
-    orphan_delete_after_seconds: int = _setting(
-        "ELB_GATE_ORPHAN_DELETE_AFTER_SECONDS",
-        900,
-        "Time an orphan stays flagged before deletion.",
-        parse=_parse_int,
-    )
-    reclaim_grace_seconds: int = _setting(
-        "ELB_GATE_RECLAIM_GRACE_SECONDS",
-        0,
-        "Extra wait before a dead-holder reclaim: the Lease must also be unrenewed this long "
-        "(0: reclaim as soon as the holder is gone; docs/holder-gone.md).",
-        parse=_parse_int,
-    )
-    holder_node_not_ready_seconds: int = _setting(
-        "ELB_GATE_HOLDER_NODE_NOT_READY_SECONDS",
-        10,
-        "A holder whose pod's node has not been Ready for this long is gone "
-        "(counted from the node's Ready condition lastTransitionTime).",
-        parse=_parse_int,
-    )
-    resync_seconds: float = _setting(
-        "ELB_GATE_RESYNC_SECONDS",
-        30.0,
-        "Controller: full reconcile period.",
-        parse=_parse_float,
-        minimum=0.1,
-    )
-    liveness_apps: tuple[str, ...] = _setting(
-        "ELB_GATE_LIVENESS_APPS",
-        DEFAULT_LIVENESS_APPS,
-        "`app` labels whose unfinished Jobs mean the cluster is in use.",
-        parse=_parse_names,
-    )
     api_timeout_seconds: float = _setting(
         "ELB_GATE_API_TIMEOUT_SECONDS",
         1.5,
@@ -282,69 +269,8 @@ class Settings:
         parse=_parse_float,
         minimum=0.01,
     )
-    db_staging: RuleMode = _setting(
-        "ELB_GATE_DB_STAGING",
-        "deny",
-        "One staging per database: `deny` refuses a search that would stage a database "
-        "another active search uses (or use one being staged), 429 db_staging; `warn` or `off`.",
-        parse=_parse_rule_mode,
-    )
-    capacity: RuleMode = _setting(
-        "ELB_GATE_CAPACITY",
-        "off",
-        "Lower the ceiling to what the ready nodes hold at the search's per-pod requests "
-        "(429 capacity): `deny`, `warn` or `off`. Needs the Nodes read (docs/capacity.md).",
-        parse=_parse_rule_mode,
-    )
-    feasibility: RuleMode = _setting(
-        "ELB_GATE_FEASIBILITY",
-        "off",
-        "Refuse at once a search whose pod no ready node can ever hold (422 "
-        "db_memory_infeasible): `deny`, `warn` or `off`. Needs the Nodes read.",
-        parse=_parse_rule_mode,
-    )
-    capacity_pool_selector: str = _setting(
-        "ELB_GATE_CAPACITY_POOL_SELECTOR",
-        "",
-        "Label selector of the nodes searches run on (e.g. `agentpool=blastpool`); "
-        "empty: every node.",
-        parse=_parse_selector,
-    )
-    capacity_pod_cpu: str = _setting(
-        "ELB_GATE_CAPACITY_POD_CPU",
-        "6",
-        "CPU request of one batch pod, for a search whose first Job does not carry it "
-        "(ElasticBLAST requests num-cpus - 2).",
-        parse=_parse_cpu,
-    )
-    capacity_pod_memory: str = _setting(
-        "ELB_GATE_CAPACITY_POD_MEMORY",
-        "4G",
-        "Memory request of one batch pod, when the search's first Job does not carry it.",
-        parse=_parse_memory,
-    )
-    capacity_nodes_per_search: int = _setting(
-        "ELB_GATE_CAPACITY_NODES_PER_SEARCH",
-        0,
-        "0: every search puts one pod on every pool node (sharded/local-SSD layout), so "
-        "per-node packing bounds the ceiling; N: a search occupies N whole nodes.",
-        parse=_parse_int,
-    )
-    db_memory_configmap: str = _setting(
-        "ELB_GATE_DB_MEMORY_CONFIGMAP",
-        "elb-gate-db-memory",
-        "Optional ConfigMap in elb-gate's namespace mapping a database to the memory one "
-        "node needs to search it (`core_nt: 251.7G`); read when the feasibility rule is on.",
-        parse=_parse_str,
-    )
     webhook_port: int = _setting(
         "ELB_GATE_WEBHOOK_PORT", 8443, "HTTPS admission port.", parse=_parse_int
-    )
-    metrics_port: int = _setting(
-        "ELB_GATE_METRICS_PORT", 9090, "Plain-HTTP metrics/health port.", parse=_parse_int
-    )
-    bind_address: str = _setting(
-        "ELB_GATE_BIND_ADDRESS", "0.0.0.0", "Address the servers listen on.", parse=_parse_str
     )
     tls_cert_file: str = _setting(
         "ELB_GATE_TLS_CERT_FILE",
@@ -400,6 +326,133 @@ class Settings:
         parse=_parse_int,
         minimum=1024,
     )
+
+
+@dataclass(frozen=True)
+class RuleSettings:
+    """The search-admission rules beyond the two gates (database staging, capacity,
+    feasibility) and the node pool and pod shape they judge by; the webhook applies
+    them, ``elb-gate census`` reports the capacity they see."""
+
+    db_staging: RuleMode = _setting(
+        "ELB_GATE_DB_STAGING",
+        "deny",
+        "One staging per database: `deny` refuses a search that would stage a database "
+        "another active search uses (or use one being staged), 429 db_staging; `warn` or `off`.",
+        parse=_parse_rule_mode,
+    )
+    capacity: RuleMode = _setting(
+        "ELB_GATE_CAPACITY",
+        "off",
+        "Lower the ceiling to what the ready nodes hold at the search's per-pod requests "
+        "(429 capacity): `deny`, `warn` or `off`. Needs the Nodes read (docs/capacity.md).",
+        parse=_parse_rule_mode,
+    )
+    feasibility: RuleMode = _setting(
+        "ELB_GATE_FEASIBILITY",
+        "off",
+        "Refuse at once a search whose pod no ready node can ever hold (422 "
+        "db_memory_infeasible): `deny`, `warn` or `off`. Needs the Nodes read.",
+        parse=_parse_rule_mode,
+    )
+    capacity_pool_selector: str = _setting(
+        "ELB_GATE_CAPACITY_POOL_SELECTOR",
+        "",
+        "Label selector of the nodes searches run on (e.g. `agentpool=blastpool`); "
+        "empty: every node.",
+        parse=_parse_selector,
+    )
+    capacity_pod_cpu: str = _setting(
+        "ELB_GATE_CAPACITY_POD_CPU",
+        "6",
+        "CPU request of one batch pod, for a search whose first Job does not carry it "
+        "(ElasticBLAST requests num-cpus - 2).",
+        parse=_parse_cpu,
+    )
+    capacity_pod_memory: str = _setting(
+        "ELB_GATE_CAPACITY_POD_MEMORY",
+        "4G",
+        "Memory request of one batch pod, when the search's first Job does not carry it.",
+        parse=_parse_memory,
+    )
+    capacity_nodes_per_search: int = _setting(
+        "ELB_GATE_CAPACITY_NODES_PER_SEARCH",
+        0,
+        "0: every search puts one pod on every pool node (sharded/local-SSD layout), so "
+        "per-node packing bounds the ceiling; N: a search occupies N whole nodes.",
+        parse=_parse_int,
+    )
+    db_memory_configmap: str = _setting(
+        "ELB_GATE_DB_MEMORY_CONFIGMAP",
+        "elb-gate-db-memory",
+        "Optional ConfigMap in elb-gate's namespace mapping a database to the memory one "
+        "node needs to search it (`core_nt: 251.7G`); read when the feasibility rule is on.",
+        parse=_parse_str,
+    )
+
+    @property
+    def reads_nodes(self) -> bool:
+        """Does any rule read the nodes (capacity or feasibility on)?"""
+        return self.capacity != "off" or self.feasibility != "off"
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    """The controller: the namespaces it reconciles, orphan and dead-holder policy,
+    liveness, resync, leader election timing and its API deadline."""
+
+    namespaces: tuple[str, ...] = _setting(
+        "ELB_GATE_NAMESPACES",
+        ("default",),
+        "Comma-separated gated namespaces (the controller watches these).",
+        parse=_parse_names,
+    )
+    orphan_policy: OrphanPolicy = _setting(
+        "ELB_GATE_ORPHAN_POLICY",
+        "warn",
+        "`warn` flags an orphaned finalizer (annotation, Warning Event, metric, alert) for an "
+        "operator to delete; `delete` also deletes it after the delete grace.",
+        parse=_parse_orphan_policy,
+    )
+    orphan_delete_after_seconds: int = _setting(
+        "ELB_GATE_ORPHAN_DELETE_AFTER_SECONDS",
+        900,
+        "Time an orphan stays flagged before deletion.",
+        parse=_parse_int,
+    )
+    reclaim_grace_seconds: int = _setting(
+        "ELB_GATE_RECLAIM_GRACE_SECONDS",
+        0,
+        "Extra wait before a dead-holder reclaim: the Lease must also be unrenewed this long "
+        "(0: reclaim as soon as the holder is gone; docs/holder-gone.md).",
+        parse=_parse_int,
+    )
+    holder_node_not_ready_seconds: int = _setting(
+        "ELB_GATE_HOLDER_NODE_NOT_READY_SECONDS",
+        10,
+        "A holder whose pod's node has not been Ready for this long is gone "
+        "(counted from the node's Ready condition lastTransitionTime).",
+        parse=_parse_int,
+    )
+    resync_seconds: float = _setting(
+        "ELB_GATE_RESYNC_SECONDS",
+        30.0,
+        "Controller: full reconcile period.",
+        parse=_parse_float,
+        minimum=0.1,
+    )
+    liveness_apps: tuple[str, ...] = _setting(
+        "ELB_GATE_LIVENESS_APPS",
+        DEFAULT_LIVENESS_APPS,
+        "`app` labels whose unfinished Jobs mean the cluster is in use.",
+        parse=_parse_names,
+    )
+    leader_lease_name: str = _setting(
+        "ELB_GATE_LEADER_LEASE",
+        "elb-gate-controller",
+        "Controller leader-election Lease.",
+        parse=_parse_str,
+    )
     leader_lease_seconds: float = _setting(
         "ELB_GATE_LEADER_LEASE_SECONDS",
         15.0,
@@ -423,11 +476,18 @@ class Settings:
         parse=_parse_float,
         minimum=0.01,
     )
-    leader_lease_name: str = _setting(
-        "ELB_GATE_LEADER_LEASE",
-        "elb-gate-controller",
-        "Controller leader-election Lease.",
-        parse=_parse_str,
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """What both servers (webhook and controller) share: where they listen for metrics
+    and health, the pod they run as, and their log format."""
+
+    metrics_port: int = _setting(
+        "ELB_GATE_METRICS_PORT", 9090, "Plain-HTTP metrics/health port.", parse=_parse_int
+    )
+    bind_address: str = _setting(
+        "ELB_GATE_BIND_ADDRESS", "0.0.0.0", "Address the servers listen on.", parse=_parse_str
     )
     pod_namespace: str = _setting(
         "ELB_GATE_POD_NAMESPACE",
@@ -448,18 +508,56 @@ class Settings:
         parse=_parse_log_format,
     )
 
-    @property
-    def expiry(self) -> Expiry:
-        """The Lease-expiry rule these settings set (TTL as the default duration, skew)."""
-        return Expiry(self.clock_skew_seconds, self.lease_ttl_seconds)
 
-    @property
-    def effective_exec_timeout_seconds(self) -> int:
-        """Exec timeout of the submit command: the configured one, or TTL - 2 x skew and
-        at least one second below the TTL (a skew of 0 still leaves the release time)."""
-        if self.submit_exec_timeout_seconds:
-            return self.submit_exec_timeout_seconds
-        return self.lease_ttl_seconds - max(2 * self.clock_skew_seconds, 1)
+SECTIONS: tuple[tuple[str, type[Any]], ...] = (
+    ("gate", GateSettings),
+    ("client", ClientSettings),
+    ("webhook", WebhookSettings),
+    ("rules", RuleSettings),
+    ("controller", ControllerSettings),
+    ("server", ServerSettings),
+)
+"""Each section's attribute on :class:`Settings` and its class, in the order
+:func:`describe` (and ``--help``) lists them."""
+
+_SECTION_OF: dict[str, str] = {
+    f.name: attr for attr, cls in SECTIONS for f in dataclasses.fields(cls)
+}
+"""Which section declares each setting (field names are unique across sections)."""
+
+
+def _split(flat: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """``flat`` field-name values grouped by section; an unknown name is a TypeError."""
+    grouped: dict[str, dict[str, Any]] = {attr: {} for attr, _cls in SECTIONS}
+    for name, value in flat.items():
+        if name not in _SECTION_OF:
+            raise TypeError(f"no setting named {name!r}")
+        grouped[_SECTION_OF[name]][name] = value
+    return grouped
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every section of elb-gate's settings. A composition root builds it with
+    :meth:`from_env` and passes each component the section(s) it uses."""
+
+    gate: GateSettings = field(default_factory=GateSettings)
+    client: ClientSettings = field(default_factory=ClientSettings)
+    webhook: WebhookSettings = field(default_factory=WebhookSettings)
+    rules: RuleSettings = field(default_factory=RuleSettings)
+    controller: ControllerSettings = field(default_factory=ControllerSettings)
+    server: ServerSettings = field(default_factory=ServerSettings)
+
+    @classmethod
+    def of(cls, **flat: Any) -> Settings:
+        """Settings from field-name values (the rest at their defaults), without the
+        coherence checks of :meth:`from_env`: for tests and tools that set a few."""
+        return cls(
+            **{
+                attr: section(**values)
+                for (attr, section), values in zip(SECTIONS, _split(flat).values(), strict=True)
+            }
+        )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], **overrides: Any) -> Settings:
@@ -467,53 +565,55 @@ class Settings:
         every bad variable. ``overrides`` (field names) win over the environment."""
         values: dict[str, Any] = {}
         problems: list[str] = []
-        for f in dataclasses.fields(cls):
-            meta = f.metadata
-            raw = env.get(meta["env"])
-            if raw is None or raw.strip() == "":
-                continue
-            try:
-                values[f.name] = meta["parse"](raw.strip(), meta["minimum"])
-            except ValueError as exc:
-                problems.append(f"{meta['env']}={raw!r}: {exc}")
+        for _attr, section in SECTIONS:
+            for f in dataclasses.fields(section):
+                meta = f.metadata
+                raw = env.get(meta["env"])
+                if raw is None or raw.strip() == "":
+                    continue
+                try:
+                    values[f.name] = meta["parse"](raw.strip(), meta["minimum"])
+                except ValueError as exc:
+                    problems.append(f"{meta['env']}={raw!r}: {exc}")
         values.update(overrides)
-        settings = cls(**values)
+        settings = cls.of(**values)
         problems.extend(settings.incoherences())
         if problems:
             raise SettingsError(problems)
         return settings
 
     def incoherences(self) -> list[str]:
-        """Cross-field rules, each problem naming the variables involved."""
+        """Rules across fields (and sections), each problem naming the variables involved."""
+        gate, client, webhook, controller = self.gate, self.client, self.webhook, self.controller
         out: list[str] = []
-        ttl, ex = self.lease_ttl_seconds, self.effective_exec_timeout_seconds
+        ttl, ex = gate.lease_ttl_seconds, client.effective_exec_timeout_seconds(gate)
         if ex <= 0 or ex >= ttl:
             out.append(
                 f"ELB_GATE_SUBMIT_EXEC_TIMEOUT_SECONDS ({ex}) must be > 0 and < "
                 f"BLAST_SUBMIT_LEASE_TTL_SECONDS ({ttl}), so a submit never outlives its Lease"
             )
-        soft, hard = self.celery_soft_time_limit, self.celery_hard_time_limit
+        soft, hard = client.celery_soft_time_limit, client.celery_hard_time_limit
         if not ex < soft < hard:
             out.append(
                 f"need ELB_GATE_SUBMIT_EXEC_TIMEOUT_SECONDS ({ex}) < CELERY_TASK_SOFT_TIME_LIMIT "
                 f"({soft}) < CELERY_TASK_TIME_LIMIT ({hard})"
             )
-        lo, hi = self.lease_min_duration_seconds, self.lease_max_duration_seconds
+        lo, hi = webhook.lease_min_duration_seconds, webhook.lease_max_duration_seconds
         if not lo <= ttl <= hi:
             out.append(
                 f"BLAST_SUBMIT_LEASE_TTL_SECONDS ({ttl}) must lie within "
                 f"ELB_GATE_LEASE_MIN_DURATION_SECONDS ({lo}) and "
                 f"ELB_GATE_LEASE_MAX_DURATION_SECONDS ({hi})"
             )
-        lease, renew = self.leader_lease_seconds, self.leader_renew_seconds
+        lease, renew = controller.leader_lease_seconds, controller.leader_renew_seconds
         if not renew < lease:
             out.append(
                 f"ELB_GATE_LEADER_RENEW_SECONDS ({renew:g}) must be below "
                 f"ELB_GATE_LEADER_LEASE_SECONDS ({lease:g}), or leadership lapses between renewals"
             )
-        if self.client_auth != "off" and not (self.client_ca_file and self.client_names):
+        if webhook.client_auth != "off" and not (webhook.client_ca_file and webhook.client_names):
             out.append(
-                f"ELB_GATE_CLIENT_AUTH={self.client_auth} needs ELB_GATE_CLIENT_CA_FILE (the CA "
+                f"ELB_GATE_CLIENT_AUTH={webhook.client_auth} needs ELB_GATE_CLIENT_CA_FILE (the CA "
                 "that signs the API server's admission client certificate) and "
                 "ELB_GATE_CLIENT_NAMES (the names that certificate carries)"
             )
@@ -521,10 +621,12 @@ class Settings:
 
 
 def describe() -> list[tuple[str, str, str]]:
-    """(variable, default, doc) for every setting: the README table is made from this."""
+    """(variable, default, doc) for every setting, section by section: ``--help`` and
+    the README's pointer are made from this."""
     rows = []
-    for f in dataclasses.fields(Settings):
-        default = f.default
-        shown = ",".join(default) if isinstance(default, tuple) else str(default)
-        rows.append((f.metadata["env"], shown, f.metadata["doc"]))
+    for _attr, section in SECTIONS:
+        for f in dataclasses.fields(section):
+            default = f.default
+            shown = ",".join(default) if isinstance(default, tuple) else str(default)
+            rows.append((f.metadata["env"], shown, f.metadata["doc"]))
     return rows

@@ -37,7 +37,7 @@ from client.submit_lease import SubmitLease
 from elbgate.kube.config import KubeConfig
 from elbgate.lease import parse_microtime
 from elbgate.names import HOLDER_CONTAINER_ANNOTATION, LIVENESS_CONFIGMAP, lease_name
-from elbgate.settings import Settings
+from elbgate.settings import ControllerSettings, GateSettings
 from testbed.api import ApiError, JsonObj, wait_until
 from testbed.controller_process import CONTROLLER_USER, ControllerProcess
 from testbed.controlplane import ControlPlane, PodIdentity
@@ -187,12 +187,12 @@ def acquire(
     """Acquire the submit Lease as ``identity``'s process, retrying while it is busy (a
     submit path waits for its slot the same way). ``ttl_seconds``: the Lease's duration
     (default: the settings' 900)."""
-    settings = Settings()
+    gate = GateSettings()
     if ttl_seconds is not None:
-        settings = dataclasses.replace(settings, lease_ttl_seconds=ttl_seconds)
+        gate = dataclasses.replace(gate, lease_ttl_seconds=ttl_seconds)
     lease = SubmitLease(
         identity.namespace,
-        settings=settings,
+        gate=gate,
         source="openapi",
         config=KubeConfig.load(identity.kubeconfig),
     )
@@ -397,14 +397,14 @@ class ControllerTiming(TypedDict):
     leader_renew_seconds: float
 
 
-_SHIPPED = Settings()
+_SHIPPED = ControllerSettings()
 AT_DEFAULTS: ControllerTiming = {
     "resync_seconds": _SHIPPED.resync_seconds,
     "leader_lease_seconds": _SHIPPED.leader_lease_seconds,
     "leader_renew_seconds": _SHIPPED.leader_renew_seconds,
 }
 """The controller's shipped timing (``ELB_GATE_RESYNC_SECONDS``, the leader Lease), as
-:class:`~elbgate.settings.Settings` defines it."""
+:class:`~elbgate.settings.ControllerSettings` defines it."""
 
 
 def free_leader_lease(cp: ControlPlane) -> None:

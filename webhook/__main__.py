@@ -36,9 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"elb-gate webhook: {exc}", file=sys.stderr)
         return 2
-    logs.configure(settings.log_format)
+    logs.configure(settings.server.log_format)
     try:
-        identities = SubmitterIdentities.load(settings.submitter_identities_file)
+        identities = SubmitterIdentities.load(settings.webhook.submitter_identities_file)
         kube = KubeConfig.load()
     except (IdentityConfigError, KubeConfigError) as exc:
         print(f"elb-gate webhook: {exc}", file=sys.stderr)

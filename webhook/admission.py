@@ -2,7 +2,7 @@
 
 Each handler is ``AdmissionRequest -> Answer`` with no HTTP inside; the HTTP
 layer (:mod:`webhook.endpoint`) counts, times and logs every answer the same way.
-The reads are uncached, each under ``settings.api_timeout_seconds``; a failed
+The reads are uncached, each under ``webhook.api_timeout_seconds``; a failed
 or late read is a 503 denial naming what could not be verified (fail-closed).
 """
 
@@ -19,7 +19,7 @@ from elbgate.identities import SubmitterIdentities
 from elbgate.kube.api import ApiError, ApiUnavailable, KubeApi
 from elbgate.kube.reads import get_submit_lease, list_unfinished_search_jobs
 from elbgate.names import lease_name
-from elbgate.settings import Settings
+from elbgate.settings import GateSettings, RuleSettings, WebhookSettings
 from webhook import lease_guard, lease_stamp, search_admission
 from webhook.decision import Decision, unverified
 from webhook.endpoint import Answer
@@ -44,7 +44,9 @@ class ReadFailed(Exception):
 class Admission:
     """Everything the handlers need, passed explicitly."""
 
-    settings: Settings
+    gate: GateSettings
+    webhook: WebhookSettings
+    rules: RuleSettings
     api: KubeApi
     metrics: WebhookMetrics
     identities: SubmitterIdentities = field(default_factory=SubmitterIdentities)
@@ -74,7 +76,11 @@ class Admission:
 
     async def _guard_lease(self, request: AdmissionRequest) -> Decision:
         return lease_guard.decide(
-            LeaseRequest.from_admission(request), self.settings, self.clock(), self.identities
+            LeaseRequest.from_admission(request),
+            self.gate,
+            self.webhook,
+            self.clock(),
+            self.identities,
         )
 
     # -- search admission reads ----------------------------------------------
@@ -87,12 +93,14 @@ class Admission:
             observed = await self._observe(job, reads, now)
         except ReadFailed as exc:
             return unverified(f"Gate A/B for {job.ref}", str(exc))
-        if reads is not Reads.NONE and node_rules_on(self.settings):
+        if reads is not Reads.NONE and node_rules_on(self.rules):
             seen = self.nodes() if self.nodes else NodesSeen(None, "no Node watch is running")
             observed = replace(observed, nodes=seen)
-        decision = search_admission.decide(job, observed, self.settings, now, self.identities)
+        decision = search_admission.decide(
+            job, observed, self.gate, self.rules, now, self.identities
+        )
         if observed.census is not None:
-            ceiling = decision.details.get("effective_ceiling", self.settings.max_run_concurrency)
+            ceiling = decision.details.get("effective_ceiling", self.gate.max_run_concurrency)
             self.metrics.record_census(job.namespace, observed.census.count, int(ceiling))
         return decision
 
@@ -114,10 +122,8 @@ class Admission:
             if failures:
                 raise ReadFailed("; ".join(str(f) for f in failures))
             jobs, lease = results
-            return Observed(search_admission.survey(job, jobs, self.settings, now), lease)
-        seen = search_admission.survey(
-            job, await self._list_jobs(job.namespace), self.settings, now
-        )
+            return Observed(search_admission.survey(job, jobs, self.gate, now), lease)
+        seen = search_admission.survey(job, await self._list_jobs(job.namespace), self.gate, now)
         if search_admission.lease_needed(job, seen):
             return Observed(seen, await self._get_lease(job.namespace))
         return Observed(seen, NOT_READ)
@@ -128,7 +134,7 @@ class Admission:
             "list",
             "jobs",
             list_unfinished_search_jobs(
-                self.api, namespace, deadline=self.settings.api_timeout_seconds
+                self.api, namespace, deadline=self.webhook.api_timeout_seconds
             ),
         )
 
@@ -137,7 +143,7 @@ class Admission:
             f"GET Lease {namespace}/{lease_name(namespace)}",
             "get",
             "leases",
-            get_submit_lease(self.api, namespace, deadline=self.settings.api_timeout_seconds),
+            get_submit_lease(self.api, namespace, deadline=self.webhook.api_timeout_seconds),
         )
 
     async def _read(
@@ -173,7 +179,7 @@ class Admission:
             outcome, response = "allowed", decision.response()
             for soft in decision.warned:  # a rule in warn mode would have refused
                 self.metrics.record_would_deny(webhook, soft.reason)
-        elif warn and self.settings.enforcement == "warn":
+        elif warn and self.webhook.enforcement == "warn":
             outcome, response = "warned", decision.warning_response(webhook)
             self.metrics.record_would_deny(webhook, decision.reason)
         else:

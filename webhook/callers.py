@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from elbgate.settings import ClientAuth, Settings
+from elbgate.settings import ClientAuth, WebhookSettings
 from webhook.review import AdmissionResponse
 
 CallerKind = Literal["api-server", "unverified", "unknown"]
@@ -163,19 +163,19 @@ class CallerPolicy:
     @classmethod
     def from_settings(
         cls,
-        settings: Settings,
+        webhook: WebhookSettings,
         record: Callable[[CallerKind, str], None] = lambda _kind, _outcome: None,
         in_flight: Callable[[int], None] = lambda _total: None,
     ) -> CallerPolicy | None:
-        """The policy ``settings`` ask for, reporting to ``record`` and
+        """The policy ``webhook`` settings ask for, reporting to ``record`` and
         ``in_flight``; ``None`` when ``ELB_GATE_CLIENT_AUTH=off``."""
-        if settings.client_auth == "off":
+        if webhook.client_auth == "off":
             return None
         return cls(
-            settings.client_auth,
-            settings.client_names,
-            SourceLimit(settings.unverified_in_flight_per_source, in_flight),
-            settings.unverified_max_request_bytes,
+            webhook.client_auth,
+            webhook.client_names,
+            SourceLimit(webhook.unverified_in_flight_per_source, in_flight),
+            webhook.unverified_max_request_bytes,
             record,
         )
 

@@ -30,7 +30,7 @@ from elbgate.db_memory import DbMemoryTable
 from elbgate.kube.api import CONFIGMAPS, NODES, KubeApi, path
 from elbgate.kube.informer import Informer, WatchMetrics, WatchSpec
 from elbgate.logs import log
-from elbgate.settings import Settings
+from elbgate.settings import RuleSettings
 from webhook.node_rules import NodesSeen
 from webhook.search_admission import node_rules_on
 
@@ -95,20 +95,22 @@ class _DbMemory:
 
 
 class ClusterView:
-    """The Node and database-memory watch caches; :meth:`seen` is what admission reads."""
+    """The Node and database-memory watch caches; :meth:`seen` is what admission reads.
+    ``namespace`` is elb-gate's own (``ELB_GATE_POD_NAMESPACE``), where the database
+    memory ConfigMap lives."""
 
     def __init__(
         self,
         api: KubeApi,
-        settings: Settings,
+        rules: RuleSettings,
+        namespace: str,
         metrics: WatchMetrics,
         *,
         watch_timeout_seconds: int = 300,
     ) -> None:
-        self.enabled = node_rules_on(settings)
+        self.enabled = node_rules_on(rules)
         self._nodes = _Nodes()
-        name = settings.db_memory_configmap.strip()
-        namespace = settings.pod_namespace
+        name = rules.db_memory_configmap.strip()
         self._table = _DbMemory(f"ConfigMap {namespace}/{name}" if name else "")
         self._informers: dict[str, Informer] = {}
         self._started = False
@@ -121,12 +123,12 @@ class ClusterView:
                 NODE_KIND,
                 "",
                 path(NODES),
-                label_selector=settings.capacity_pool_selector.strip() or None,
+                label_selector=rules.capacity_pool_selector.strip() or None,
             ),
             metrics,
             watch_timeout_seconds=watch_timeout_seconds,
         )
-        if settings.feasibility != "off" and name:
+        if rules.feasibility != "off" and name:
             self._informers[CONFIGMAP_KIND] = Informer(
                 api,
                 self._table,

@@ -93,7 +93,7 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
 
 def create_app(runtime: Runtime) -> web.Application:
     """The HTTPS admission application (owns the API session and the certificate watch)."""
-    max_bytes = runtime.admission.settings.max_request_bytes
+    max_bytes = runtime.admission.webhook.max_request_bytes
     app = web.Application(client_max_size=max_bytes + 1)
     app[RUNTIME] = runtime
     app.cleanup_ctx.append(_resources)

@@ -32,7 +32,7 @@ from datetime import datetime
 
 from elbgate.identities import SubmitterIdentities
 from elbgate.names import NAMESPACE_CONTROLLER_USER, is_submit_lease_name
-from elbgate.settings import Settings
+from elbgate.settings import GateSettings, WebhookSettings
 from webhook.decision import Decision, admit, refuse
 from webhook.lease_request import LeaseRequest
 from webhook.lease_stamp import expected_stamps
@@ -42,7 +42,8 @@ from webhook.wording import IDENTITIES_VAR, expiry_phrase, holder_phrase
 
 def decide(
     request: LeaseRequest,
-    settings: Settings,
+    gate: GateSettings,
+    webhook: WebhookSettings,
     now: datetime,
     identities: SubmitterIdentities | None = None,
 ) -> Decision:
@@ -52,7 +53,7 @@ def decide(
     if not is_submit_lease_name(request.name):
         return admit("not_gated")
     if request.operation == "DELETE":
-        return _delete(request, settings, now)
+        return _delete(request, gate, now)
     if request.operation not in ("CREATE", "UPDATE"):
         return admit("not_gated")
     if request.new is None:
@@ -66,11 +67,11 @@ def decide(
             f"Lease guard: the UPDATE of Lease {request.ref} carries no oldObject to judge",
         )
     if not request.new.held:
-        return _release(request, settings, now, ids)
-    return _hold(request, settings, now, ids)
+        return _release(request, gate, webhook, now, ids)
+    return _hold(request, gate, webhook, now, ids)
 
 
-def _delete(request: LeaseRequest, settings: Settings, now: datetime) -> Decision:
+def _delete(request: LeaseRequest, gate: GateSettings, now: datetime) -> Decision:
     old = request.old
     if old is None:
         return refuse(
@@ -81,12 +82,12 @@ def _delete(request: LeaseRequest, settings: Settings, now: datetime) -> Decisio
         )
     if old.held and request.requester.username == NAMESPACE_CONTROLLER_USER:
         return admit("namespace_deleted", holder=old.holder)
-    if old.held and not settings.expiry.passed(old, now):
+    if old.held and not gate.expiry.passed(old, now):
         return refuse(
             409,
             "delete_live",
             f"Lease guard: Lease {request.ref} is held by {holder_phrase(old)} and "
-            f"{expiry_phrase(old, settings, now)}; a live submit Lease is never deleted. Its "
+            f"{expiry_phrase(old, gate, now)}; a live submit Lease is never deleted. Its "
             "holder releases it by clearing spec.holderIdentity; it may be deleted once expired.",
             holder=old.holder,
         )
@@ -94,15 +95,19 @@ def _delete(request: LeaseRequest, settings: Settings, now: datetime) -> Decisio
 
 
 def _release(
-    request: LeaseRequest, settings: Settings, now: datetime, ids: SubmitterIdentities
+    request: LeaseRequest,
+    gate: GateSettings,
+    webhook: WebhookSettings,
+    now: datetime,
+    ids: SubmitterIdentities,
 ) -> Decision:
     old = request.old
     if old is None or not old.held:
         return admit("ok")  # a write to a free Lease that leaves it free
     user = request.requester.username
-    if user in settings.controller_users:
+    if user in webhook.controller_users:
         return admit("released_by_controller", holder=old.holder)
-    if settings.expiry.passed(old, now):
+    if gate.expiry.passed(old, now):
         return admit("released_expired", holder=old.holder)
     match = holds(old, request.requester, ids)
     if match.matched:
@@ -113,20 +118,24 @@ def _release(
         409,
         "release_not_holder",
         f"Lease guard: Lease {request.ref} is held by {holder_phrase(old)} and "
-        f"{expiry_phrase(old, settings, now)}; user {user} is not its holder and may not "
+        f"{expiry_phrase(old, gate, now)}; user {user} is not its holder and may not "
         "release it. Only its holder or the elb-gate controller can, or anyone once it expires.",
         holder=old.holder,
     )
 
 
 def _hold(
-    request: LeaseRequest, settings: Settings, now: datetime, ids: SubmitterIdentities
+    request: LeaseRequest,
+    gate: GateSettings,
+    webhook: WebhookSettings,
+    now: datetime,
+    ids: SubmitterIdentities,
 ) -> Decision:
     """A write that leaves a holder in the Lease: acquire, take over or renew."""
     new, old, requester = request.new, request.old, request.requester
     assert new is not None
     user = requester.username
-    lo, hi = settings.lease_min_duration_seconds, settings.lease_max_duration_seconds
+    lo, hi = webhook.lease_min_duration_seconds, webhook.lease_max_duration_seconds
     duration = new.duration_seconds
     if duration is not None and not lo <= duration <= hi:
         return refuse(
@@ -135,7 +144,7 @@ def _hold(
             f"Lease guard: Lease {request.ref} spec.leaseDurationSeconds {duration} is outside "
             f"{lo}..{hi} (ELB_GATE_LEASE_MIN_DURATION_SECONDS.."
             "ELB_GATE_LEASE_MAX_DURATION_SECONDS); "
-            f"use BLAST_SUBMIT_LEASE_TTL_SECONDS ({settings.lease_ttl_seconds}).",
+            f"use BLAST_SUBMIT_LEASE_TTL_SECONDS ({gate.lease_ttl_seconds}).",
         )
     stamps = expected_stamps(old, new.holder, requester)
     if (new.holder_user, new.holder_pod) != (stamps.user, stamps.pod):
@@ -157,7 +166,7 @@ def _hold(
             409,
             "not_holder",
             f"Lease guard: Lease {request.ref} is held by {holder_phrase(old)} and "
-            f"{expiry_phrase(old, settings, now)}; user {user} may not renew it. Only its holder "
+            f"{expiry_phrase(old, gate, now)}; user {user} may not renew it. Only its holder "
             "can; take it over under your own holderIdentity once it expires.",
             holder=old.holder,
         )
@@ -172,12 +181,12 @@ def _hold(
             f"`{reserved.name}` in {IDENTITIES_VAR}.",
         )
     if old is not None and old.held:
-        if not settings.expiry.passed(old, now):
+        if not gate.expiry.passed(old, now):
             return refuse(
                 409,
                 "takeover_live",
                 f"Lease guard: Lease {request.ref} is held by {holder_phrase(old)} and "
-                f"{expiry_phrase(old, settings, now)} on elb-gate's clock; {new.holder} "
+                f"{expiry_phrase(old, gate, now)} on elb-gate's clock; {new.holder} "
                 f"(user {user}) cannot take it over before then. Wait for its release or expiry.",
                 holder=old.holder,
             )

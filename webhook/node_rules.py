@@ -38,7 +38,7 @@ from elbgate.db_memory import DbMemoryTable, MemoryNeed, memory_need
 from elbgate.names import BLAST_APP
 from elbgate.pod_template import node_selector, pod_requests, pod_spec
 from elbgate.selectors import Requirement, parse_selector
-from elbgate.settings import Settings
+from elbgate.settings import GateSettings, RuleSettings
 from webhook.decision import Decision, refuse, unverified
 
 
@@ -84,36 +84,38 @@ class PodFacts:
         return ",".join(f"{k}={v}" for k, v in sorted(self.node_selector.items()))
 
 
-def pool(settings: Settings, nodes: tuple[NodeView, ...]) -> tuple[NodeView, ...]:
+def pool(rules: RuleSettings, nodes: tuple[NodeView, ...]) -> tuple[NodeView, ...]:
     """The nodes searches run on (``ELB_GATE_CAPACITY_POOL_SELECTOR``)."""
-    return selected(nodes, parse_selector(settings.capacity_pool_selector))
+    return selected(nodes, parse_selector(rules.capacity_pool_selector))
 
 
-def pool_text(settings: Settings) -> str:
-    selector = settings.capacity_pool_selector.strip()
+def pool_text(rules: RuleSettings) -> str:
+    selector = rules.capacity_pool_selector.strip()
     return f"pool {selector}" if selector else "cluster (every node)"
 
 
-def pod_shape(app: str, pod: PodFacts, settings: Settings) -> PodShape:
+def pod_shape(app: str, pod: PodFacts, rules: RuleSettings) -> PodShape:
     """One batch pod's requests: the Job's own when it is a batch Job that carries
     them, else the settings (a setup or submit Job does not show the batch pods)."""
     if app == BLAST_APP and pod.cpu_milli:
-        memory = pod.memory_bytes or quantity.bytes_of(settings.capacity_pod_memory)
+        memory = pod.memory_bytes or quantity.bytes_of(rules.capacity_pod_memory)
         return PodShape(pod.cpu_milli, memory, "the Job's requests")
     return PodShape(
-        quantity.millicores(settings.capacity_pod_cpu),
-        quantity.bytes_of(settings.capacity_pod_memory),
+        quantity.millicores(rules.capacity_pod_cpu),
+        quantity.bytes_of(rules.capacity_pod_memory),
         "ELB_GATE_CAPACITY_POD_CPU/_MEMORY",
     )
 
 
-def ceiling_of(app: str, pod: PodFacts, nodes: tuple[NodeView, ...], settings: Settings) -> Ceiling:
+def ceiling_of(
+    app: str, pod: PodFacts, nodes: tuple[NodeView, ...], gate: GateSettings, rules: RuleSettings
+) -> Ceiling:
     """The effective ceiling a new search of this Job's shape meets."""
     return effective_ceiling(
-        settings.max_run_concurrency,
-        pool(settings, nodes),
-        pod_shape(app, pod, settings),
-        settings.capacity_nodes_per_search,
+        gate.max_run_concurrency,
+        pool(rules, nodes),
+        pod_shape(app, pod, rules),
+        rules.capacity_nodes_per_search,
         pod.tolerations,
     )
 
@@ -125,14 +127,15 @@ def capacity(
     app: str,
     pod: PodFacts,
     seen: NodesSeen,
-    settings: Settings,
+    gate: GateSettings,
+    rules: RuleSettings,
 ) -> tuple[Decision | None, Ceiling | None]:
     """429 ``capacity`` when the namespace already runs as many searches as the
     nodes hold at this search's shape (503 when the nodes are unknown); with the
     ceiling it computed, for the admit's facts and the census metric."""
     if seen.nodes is None:
         return unverified(f"the nodes' capacity for {ref}", seen.failure), None
-    ceiling = ceiling_of(app, pod, seen.nodes, settings)
+    ceiling = ceiling_of(app, pod, seen.nodes, gate, rules)
     active = len(active_ids)
     if ceiling.node_derived is None or active < ceiling.effective:
         return None, ceiling
@@ -141,13 +144,13 @@ def capacity(
         refuse(
             429,
             "capacity",
-            f"Capacity: the ready nodes of the {pool_text(settings)} hold "
+            f"Capacity: the ready nodes of the {pool_text(rules)} hold "
             f"{ceiling.node_derived} searches {ceiling.explanation}. {active}/"
             f"{ceiling.effective} searches are active in namespace {namespace} ({ids}), so "
             f"{ref} cannot open another: its pods would wait Pending. Retry when one of "
             f"{ids} completes.",
             active=list(active_ids),
-            ceiling=settings.max_run_concurrency,
+            ceiling=gate.max_run_concurrency,
             effective_ceiling=ceiling.effective,
             node_derived=ceiling.node_derived,
         ),
@@ -167,7 +170,7 @@ def feasibility(
     job: Mapping[str, Any],
     pod: PodFacts,
     seen: NodesSeen,
-    settings: Settings,
+    rules: RuleSettings,
     *,
     opens: bool,
 ) -> Decision | None:
@@ -177,7 +180,7 @@ def feasibility(
         return unverified(f"whether any node can run {ref}", seen.failure)
     if seen.table is None:
         return unverified(f"the database memory needs for {ref}", seen.table_failure)
-    in_pool = pool(settings, seen.nodes)
+    in_pool = pool(rules, seen.nodes)
     usable = sum(1 for n in in_pool if n.usable_for(pod.tolerations))
     need = memory_need(job, seen.table, usable)
     need_memory = max(pod.memory_bytes or 0, need.per_node if need else 0)
@@ -188,7 +191,7 @@ def feasibility(
     found = infeasible(candidates, need_cpu, need_memory, pod.tolerations)
     if found is None:
         return None
-    return _infeasible_refusal(ref, pod, need, found, seen, settings, opens=opens)
+    return _infeasible_refusal(ref, pod, need, found, seen, rules, opens=opens)
 
 
 def _infeasible_refusal(
@@ -197,12 +200,12 @@ def _infeasible_refusal(
     need: MemoryNeed | None,
     found: Infeasible,
     seen: NodesSeen,
-    settings: Settings,
+    rules: RuleSettings,
     *,
     opens: bool,
 ) -> Decision:
     largest = found.largest
-    where = pool_text(settings)
+    where = pool_text(rules)
     if pod.node_selector:
         where += f" matching its nodeSelector {pod.selector_text}"
     asked = []

@@ -44,7 +44,7 @@ from elbgate.names import (
     SETUP_APP,
     lease_name,
 )
-from elbgate.settings import RuleMode, Settings
+from elbgate.settings import GateSettings, RuleMode, RuleSettings
 from webhook.decision import Decision, admit, refuse
 from webhook.node_rules import NodesSeen, PodFacts, capacity, feasibility
 from webhook.requester import Requester, holds
@@ -170,9 +170,9 @@ class Observed:
     """``None`` when no node rule is on (:func:`node_rules_on`)."""
 
 
-def node_rules_on(settings: Settings) -> bool:
+def node_rules_on(rules: RuleSettings) -> bool:
     """Does any rule read the nodes (so the handler must pass :attr:`Observed.nodes`)?"""
-    return settings.capacity != "off" or settings.feasibility != "off"
+    return rules.reads_nodes
 
 
 def _judged(job: JobRequest) -> bool:
@@ -288,14 +288,14 @@ def reads_needed(job: JobRequest) -> Reads:
 
 
 def survey(
-    job: JobRequest, jobs: Sequence[Mapping[str, Any]], settings: Settings, now: datetime
+    job: JobRequest, jobs: Sequence[Mapping[str, Any]], gate: GateSettings, now: datetime
 ) -> Census:
     """The census of ``jobs`` (the LIST) as it bears on ``job``."""
     # An UPDATE's own Job is already stored under its old labels: it must not
     # count against the search it is being moved into or out of.
     if job.operation == "UPDATE":
         jobs = [j for j in jobs if ((j.get("metadata") or {}).get("name")) != job.name]
-    return census(jobs, now, settings.finalizer_grace_seconds)
+    return census(jobs, now, gate.finalizer_grace_seconds)
 
 
 def _joins_active(job: JobRequest, seen: Census) -> bool:
@@ -310,7 +310,8 @@ def lease_needed(job: JobRequest, seen: Census) -> bool:
 def decide(
     job: JobRequest,
     observed: Observed,
-    settings: Settings,
+    gate: GateSettings,
+    rules: RuleSettings,
     now: datetime,
     identities: SubmitterIdentities | None = None,
 ) -> Decision:
@@ -324,7 +325,7 @@ def decide(
         # Nothing to count: the holder's import-queries / cloud-split Job.
         if observed.lease is NOT_READ:
             raise ValueError("decide() needs the Lease for Gate A (see reads_needed)")
-        gate_a = _gate_a(job, observed.lease, settings, now, identities or SubmitterIdentities())
+        gate_a = _gate_a(job, observed.lease, gate, now, identities or SubmitterIdentities())
         return gate_a or admit("holder_setup")
     seen = observed.census
     if seen is None:
@@ -336,48 +337,48 @@ def decide(
     facts: dict[str, Any] = {
         "job_id": job.job_id,
         "active": list(seen.active_ids),
-        "ceiling": settings.max_run_concurrency,
+        "ceiling": gate.max_run_concurrency,
     }
     if lease_needed(job, seen):
         if observed.lease is NOT_READ:
             raise ValueError("decide() needs the Lease for Gate A (see lease_needed)")
-        gate_a = _gate_a(job, observed.lease, settings, now, identities or SubmitterIdentities())
+        gate_a = _gate_a(job, observed.lease, gate, now, identities or SubmitterIdentities())
         if gate_a is not None:
             return gate_a
-    soft = _Rules(settings)
-    if settings.feasibility != "off":
+    soft = _Rules()
+    if rules.feasibility != "off":
         seen_nodes = _nodes(observed)
         blocked = soft.apply(
-            settings.feasibility,
-            feasibility(job.ref, job.body, job.pod, seen_nodes, settings, opens=not joins),
+            rules.feasibility,
+            feasibility(job.ref, job.body, job.pod, seen_nodes, rules, opens=not joins),
         )
         if blocked is not None:
             return blocked
     if job.holder_work or joins:
-        blocked = soft.apply(settings.db_staging, _db_staging(job, seen, opens=False))
+        blocked = soft.apply(rules.db_staging, _db_staging(job, seen, opens=False))
         if blocked is not None:
             return blocked
         return soft.admit("holder_setup" if job.holder_work else "joins_active", **facts)
-    if seen.count >= settings.max_run_concurrency:
+    if seen.count >= gate.max_run_concurrency:
         ids = ", ".join(seen.active_ids)
         return refuse(
             429,
             "ceiling",
-            f"Gate B: {seen.count}/{settings.max_run_concurrency} searches already active in "
+            f"Gate B: {seen.count}/{gate.max_run_concurrency} searches already active in "
             f"namespace {job.namespace} ({ids}), so {job.ref} cannot open another. Retry when one "
             f"of {ids} completes.",
             **facts,
         )
-    if settings.capacity != "off":
+    if rules.capacity != "off":
         refusal, ceiling = capacity(
-            job.ref, job.namespace, seen.active_ids, job.app, job.pod, _nodes(observed), settings
+            job.ref, job.namespace, seen.active_ids, job.app, job.pod, _nodes(observed), gate, rules
         )
         if ceiling is not None:
             facts["effective_ceiling"] = ceiling.effective
-        blocked = soft.apply(settings.capacity, refusal)
+        blocked = soft.apply(rules.capacity, refusal)
         if blocked is not None:
             return blocked
-    blocked = soft.apply(settings.db_staging, _db_staging(job, seen, opens=True))
+    blocked = soft.apply(rules.db_staging, _db_staging(job, seen, opens=True))
     if blocked is not None:
         return blocked
     return soft.admit("ok", **facts)
@@ -393,8 +394,7 @@ class _Rules:
     """The rules beyond the two gates, each ``deny``, ``warn`` or ``off``: a ``warn``
     refusal is carried on the final admit as a warning instead of refusing."""
 
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
+    def __init__(self) -> None:
         self.warned: list[Decision] = []
 
     def apply(self, mode: RuleMode, refusal: Decision | None) -> Decision | None:
@@ -458,7 +458,7 @@ def _db_staging(job: JobRequest, seen: Census, *, opens: bool) -> Decision | Non
 def _gate_a(
     job: JobRequest,
     lease_obj: Mapping[str, Any] | None,
-    settings: Settings,
+    gate: GateSettings,
     now: datetime,
     identities: SubmitterIdentities,
 ) -> Decision | None:
@@ -480,8 +480,8 @@ def _gate_a(
             f"Gate A: Lease {job.lease_ref} is not held by anyone, so user {user} does not hold "
             f"it; {job.ref} refused. Fix: {acquire}.",
         )
-    expiry = expiry_phrase(lease, settings, now)
-    if settings.expiry.passed(lease, now):
+    expiry = expiry_phrase(lease, gate, now)
+    if gate.expiry.passed(lease, now):
         return refuse(
             403,
             "lease_expired",

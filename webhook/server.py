@@ -36,18 +36,20 @@ async def serve(
     stop = stop or asyncio.Event()
     metrics = WebhookMetrics(CollectorRegistry(auto_describe=True))
     certificate = ServingCertificate(
-        settings.tls_cert_file,
-        settings.tls_key_file,
+        settings.webhook.tls_cert_file,
+        settings.webhook.tls_key_file,
         on_loaded=lambda not_after: metrics.record_certificate_expiry(not_after.timestamp()),
-        client_auth=settings.client_auth,
-        client_ca_file=settings.client_ca_file,
+        client_auth=settings.webhook.client_auth,
+        client_ca_file=settings.webhook.client_ca_file,
     )
     certificate.reload_if_changed()  # before listening, so the first handshake has it
-    api = KubeApi(kube, timeout=settings.api_timeout_seconds, user_agent="elb-gate-webhook")
-    reachability = ApiReachability(api, settings.api_timeout_seconds)
-    cluster = ClusterView(api, settings, metrics)
+    api = KubeApi(kube, timeout=settings.webhook.api_timeout_seconds, user_agent="elb-gate-webhook")
+    reachability = ApiReachability(api, settings.webhook.api_timeout_seconds)
+    cluster = ClusterView(api, settings.rules, settings.server.pod_namespace, metrics)
     admission = Admission(
-        settings,
+        settings.gate,
+        settings.webhook,
+        settings.rules,
         api,
         metrics,
         identities,
@@ -55,7 +57,7 @@ async def serve(
         nodes=cluster.seen,
     )
     callers = CallerPolicy.from_settings(
-        settings, metrics.record_caller, metrics.record_unverified_in_flight
+        settings.webhook, metrics.record_caller, metrics.record_unverified_in_flight
     )
     runtime = Runtime(admission, certificate, reachability, cluster, callers)
     runners = [
@@ -70,19 +72,21 @@ async def serve(
             await runner.setup()
         await web.TCPSite(
             runners[0],
-            settings.bind_address,
-            settings.webhook_port,
+            settings.server.bind_address,
+            settings.webhook.webhook_port,
             ssl_context=certificate.context,
         ).start()
-        await web.TCPSite(runners[1], settings.bind_address, settings.metrics_port).start()
+        await web.TCPSite(
+            runners[1], settings.server.bind_address, settings.server.metrics_port
+        ).start()
         log(
             _log,
             logging.INFO,
             "listening",
             webhook=[list(a) for a in runners[0].addresses],
             metrics=[list(a) for a in runners[1].addresses],
-            enforcement=settings.enforcement,
-            client_auth=settings.client_auth,
+            enforcement=settings.webhook.enforcement,
+            client_auth=settings.webhook.client_auth,
             certificate_loaded=certificate.loaded,
             api=kube.host,
         )

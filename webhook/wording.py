@@ -6,7 +6,7 @@ from datetime import datetime
 
 from elbgate.durations import format_moment
 from elbgate.lease import LeaseView, Unparseable
-from elbgate.settings import Settings
+from elbgate.settings import GateSettings
 
 IDENTITIES_VAR = "ELB_GATE_SUBMITTER_IDENTITIES_FILE"
 """Where operators map users to submitters; denials name it so the fix is a copy-paste."""
@@ -19,9 +19,9 @@ def holder_phrase(lease: LeaseView) -> str:
     return f"{lease.holder} ({who}{pod})"
 
 
-def expiry_phrase(lease: LeaseView, settings: Settings, now: datetime) -> str:
+def expiry_phrase(lease: LeaseView, gate: GateSettings, now: datetime) -> str:
     """``expires 2026-…Z (in 4m10s)`` on the webhook's clock (renewTime + duration + skew)."""
-    moment = settings.expiry.at(lease)
+    moment = gate.expiry.at(lease)
     if moment is None:
         return "has no renewTime (treated as expired)"
     if isinstance(moment, Unparseable):

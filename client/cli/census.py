@@ -19,7 +19,7 @@ from elbgate.durations import format_duration
 from elbgate.lease import format_microtime
 from elbgate.names import lease_name
 from elbgate.selectors import parse_selector
-from elbgate.settings import Settings
+from elbgate.settings import GateSettings, RuleSettings
 
 from . import exit_codes
 from .connection import (
@@ -54,41 +54,41 @@ def run(args: argparse.Namespace, command: list[str]) -> int:
     with conn.kube() as kube:
         require_namespace(kube, conn.namespace)
         now = datetime.now(UTC)
-        seen = read_census(kube, conn.namespace, settings, now, exact_orphans=True)
+        seen = read_census(kube, conn.namespace, settings.gate, now, exact_orphans=True)
         lease = read_lease(kube, conn.namespace)
         try:
-            nodes: tuple[NodeView, ...] | str = read_pool_nodes(kube, settings)
+            nodes: tuple[NodeView, ...] | str = read_pool_nodes(kube, settings.rules)
         except CoordinationError as exc:
             nodes = str(exc)  # shown in the report; the census itself stands
-    report = census_report(conn.namespace, seen, lease, settings, now, nodes)
+    report = census_report(conn.namespace, seen, lease, settings.gate, settings.rules, now, nodes)
     print(render(report, args.output, render_table))
     return exit_codes.OK
 
 
-def pool_ceiling(settings: Settings, nodes: tuple[NodeView, ...]) -> Ceiling:
+def pool_ceiling(gate: GateSettings, rules: RuleSettings, nodes: tuple[NodeView, ...]) -> Ceiling:
     """The ceiling a new search meets at the settings' batch pod shape
     (``ELB_GATE_CAPACITY_POD_CPU``/``_MEMORY``) on the pool's nodes."""
     shape = PodShape(
-        quantity.millicores(settings.capacity_pod_cpu),
-        quantity.bytes_of(settings.capacity_pod_memory),
+        quantity.millicores(rules.capacity_pod_cpu),
+        quantity.bytes_of(rules.capacity_pod_memory),
         "ELB_GATE_CAPACITY_POD_CPU/_MEMORY",
     )
-    pool = selected(nodes, parse_selector(settings.capacity_pool_selector))
-    return effective_ceiling(
-        settings.max_run_concurrency, pool, shape, settings.capacity_nodes_per_search
-    )
+    pool = selected(nodes, parse_selector(rules.capacity_pool_selector))
+    return effective_ceiling(gate.max_run_concurrency, pool, shape, rules.capacity_nodes_per_search)
 
 
-def capacity_report(settings: Settings, nodes: tuple[NodeView, ...] | str | None) -> dict[str, Any]:
+def capacity_report(
+    gate: GateSettings, rules: RuleSettings, nodes: tuple[NodeView, ...] | str | None
+) -> dict[str, Any]:
     """What the pool's nodes hold (``nodes``: the pool, or why it could not be read)."""
     out: dict[str, Any] = {
-        "rule": settings.capacity,
-        "pool": settings.capacity_pool_selector or None,
+        "rule": rules.capacity,
+        "pool": rules.capacity_pool_selector or None,
     }
     if nodes is None or isinstance(nodes, str):
         out["error"] = nodes or "nodes not read"
         return out
-    ceiling = pool_ceiling(settings, nodes)
+    ceiling = pool_ceiling(gate, rules, nodes)
     out.update(
         {
             "readyNodes": ceiling.pool.nodes,
@@ -105,16 +105,17 @@ def census_report(
     namespace: str,
     seen: Census,
     lease: dict[str, Any] | None,
-    settings: Settings,
+    gate: GateSettings,
+    rules: RuleSettings,
     now: datetime,
     nodes: tuple[NodeView, ...] | str | None = None,
 ) -> dict[str, Any]:
     """JSON-ready census, DB staging, capacity, Lease and verdict (pure). ``nodes``:
     the pool's Nodes, or why they could not be read (``None``: not read)."""
-    summary = lease_summary(lease, lease_name(namespace), settings, now)
-    capacity = capacity_report(settings, nodes)
-    ceiling = settings.max_run_concurrency
-    if settings.capacity != "off" and capacity.get("effectiveCeiling") is not None:
+    summary = lease_summary(lease, lease_name(namespace), gate, now)
+    capacity = capacity_report(gate, rules, nodes)
+    ceiling = gate.max_run_concurrency
+    if rules.capacity != "off" and capacity.get("effectiveCeiling") is not None:
         ceiling = int(capacity["effectiveCeiling"])
     searches = []
     for search in seen.active:
@@ -146,11 +147,11 @@ def census_report(
         "orphans": orphans,
         "finishing": [{"name": j.name, "id": j.job_id or None} for j in seen.finishing],
         "staging": staging,
-        "configuredCeiling": settings.max_run_concurrency,
+        "configuredCeiling": gate.max_run_concurrency,
         "capacity": capacity,
         "lease": summary,
         "verdict": verdict(
-            seen.count, ceiling, summary, by_nodes=ceiling < settings.max_run_concurrency
+            seen.count, ceiling, summary, by_nodes=ceiling < gate.max_run_concurrency
         ),
     }
 

@@ -64,7 +64,7 @@ def run_status(args: argparse.Namespace, command: list[str]) -> int:
     with conn.kube() as kube:
         require_namespace(kube, conn.namespace)
         lease = read_lease(kube, conn.namespace)
-    summary = lease_summary(lease, lease_name(conn.namespace), settings, datetime.now(UTC))
+    summary = lease_summary(lease, lease_name(conn.namespace), settings.gate, datetime.now(UTC))
     print(render(summary, args.output, describe_lease))
     return exit_codes.OK
 
@@ -82,7 +82,7 @@ def run_release(args: argparse.Namespace, command: list[str]) -> int:
         require_namespace(kube, conn.namespace)
         for attempt in (1, 2):  # one re-read on a conflict, as every Lease write here
             lease = read_lease(kube, conn.namespace)
-            verdict = force_release_verdict(lease, settings, datetime.now(UTC))
+            verdict = force_release_verdict(lease, settings.gate, datetime.now(UTC))
             if not verdict.allowed:
                 print(verdict.message, file=sys.stderr)
                 return exit_codes.REFUSED if verdict.live else exit_codes.OK

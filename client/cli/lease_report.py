@@ -10,7 +10,7 @@ from typing import Any
 from client.lease_ops import describe_holder
 from elbgate.durations import format_distance
 from elbgate.lease import LeaseView, Unparseable, format_microtime
-from elbgate.settings import Settings
+from elbgate.settings import GateSettings
 
 
 def _time(value: datetime | Unparseable | None) -> str | None:
@@ -22,14 +22,14 @@ def _time(value: datetime | Unparseable | None) -> str | None:
 
 
 def lease_summary(
-    lease: dict[str, Any] | None, name: str, settings: Settings, now: datetime
+    lease: dict[str, Any] | None, name: str, gate: GateSettings, now: datetime
 ) -> dict[str, Any]:
     """JSON-ready facts about the Lease (``exists: false`` when there is none)."""
     if lease is None:
         return {"name": name, "exists": False, "held": False, "state": "absent"}
     view = LeaseView.from_dict(lease)
-    until = settings.expiry.at(view)
-    expired = settings.expiry.passed(view, now)
+    until = gate.expiry.at(view)
+    expired = gate.expiry.passed(view, now)
     state = "free" if not view.held else ("expired" if expired else "held")
     return {
         "name": name,
@@ -80,7 +80,7 @@ class ForceVerdict:
 
 
 def force_release_verdict(
-    lease: dict[str, Any] | None, settings: Settings, now: datetime
+    lease: dict[str, Any] | None, gate: GateSettings, now: datetime
 ) -> ForceVerdict:
     """``lease release --force`` clears only a held, expired Lease (what the
     controller does). A live one is refused, naming who holds it until when."""
@@ -89,8 +89,8 @@ def force_release_verdict(
     view = LeaseView.from_dict(lease)
     if not view.held:
         return ForceVerdict(False, f"Lease {view.name} is already free; nothing to release")
-    held = describe_holder(view, settings.expiry)
-    if not settings.expiry.passed(view, now):
+    held = describe_holder(view, gate.expiry)
+    if not gate.expiry.passed(view, now):
         return ForceVerdict(
             False,
             f"refusing to release Lease {view.name}: it is live, {held}. Only its holder "

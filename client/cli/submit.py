@@ -110,7 +110,7 @@ def run(args: argparse.Namespace, command: list[str]) -> int:
         overrides["submit_exec_timeout_seconds"] = args.exec_timeout
     settings = load_settings(environment(), **overrides)
     conn = connect(args, settings)
-    exec_timeout = settings.effective_exec_timeout_seconds
+    exec_timeout = settings.client.effective_exec_timeout_seconds(settings.gate)
 
     status = StatusLine(sys.stderr)
     stop = threading.Event()
@@ -123,13 +123,13 @@ def run(args: argparse.Namespace, command: list[str]) -> int:
             status.note(f"elb-gate: warning: Lease renewal failed (will retry): {exc}")
 
     kube = conn.kube()
-    lease = SubmitLease(conn.namespace, settings=settings, source=args.source, kube=kube)
+    lease = SubmitLease(conn.namespace, gate=settings.gate, source=args.source, kube=kube)
     try:
         with _stop_on_signals(stop, received):
             try:
                 with run_slot(
                     lease,
-                    settings,
+                    settings.client,
                     on_state=status.update,
                     cancel=stop,
                     poll_seconds=args.poll_interval,

@@ -178,14 +178,14 @@ class Observer:
         labels = meta.get("labels") or {}
         app, job_id = str(labels.get(APP_LABEL) or ""), str(labels.get(JOB_ID_LABEL) or "")
         counted = census(
-            list(self.jobs.values()), datetime.now(UTC), self.settings.finalizer_grace_seconds
+            list(self.jobs.values()), datetime.now(UTC), self.settings.gate.finalizer_grace_seconds
         )
         if counted.count > seen.peak:
             seen.peak = counted.count
         # One entry per slot freed (two searches may end in one event).
         seen.freed.extend([now] * (len(seen.active) - counted.count))
         seen.active = counted.active_ids
-        tally = f"{counted.count}/{self.settings.max_run_concurrency} active"
+        tally = f"{counted.count}/{self.settings.gate.max_run_concurrency} active"
         if kind == "ADDED" and before is None:
             seen.created.setdefault(name, now)
             for opened in counted.active_ids:

@@ -96,7 +96,7 @@ class Scenario:
             "orphan",
             "openapi-6 runs elastic-blast submit through elb-gate submit; its batch work "
             f"will never appear (its finalizer holds a slot for the "
-            f"{system.settings.finalizer_grace_seconds} s finalizer grace, then none)",
+            f"{system.settings.gate.finalizer_grace_seconds} s finalizer grace, then none)",
         )
         orphan.start()
         for n in range(1, SEARCHES_PER_PATH + 1):

@@ -98,7 +98,7 @@ class DashboardSubmitter:
             lease,
             self._census,
             self._submit,
-            ceiling=system.settings.max_run_concurrency,
+            ceiling=system.settings.gate.max_run_concurrency,
             stop=stop,
             countdown=countdown,
             on_ready=self._ready,
@@ -140,7 +140,7 @@ class DashboardSubmitter:
             label_selector=SEARCH_JOB_SELECTOR,
             field_selector=UNFINISHED_JOB_FIELD_SELECTOR,
         )
-        grace = self.system.settings.finalizer_grace_seconds
+        grace = self.system.settings.gate.finalizer_grace_seconds
         return census(jobs, datetime.now(UTC), grace).count
 
 
@@ -286,7 +286,7 @@ class DoomedSubmitter(threading.Thread):
         self.system, self.timeline, self.stop = system, timeline, stop
         config = KubeConfig.from_kubeconfig(system.doomed.kubeconfig)
         self.lease = SubmitLease(
-            system.namespace, settings=system.settings, config=config, source="openapi"
+            system.namespace, gate=system.settings.gate, config=config, source="openapi"
         )
         self.acquired = threading.Event()
         self.acquired_at: float | None = None

@@ -75,7 +75,7 @@ def summarize(
     """The summary lines and the checks behind ``--once``'s exit status.
     ``metrics`` holds each webhook replica's final /metrics text, by pod name."""
     seen = report.seen
-    ceiling = settings.max_run_concurrency
+    ceiling = settings.gate.max_run_concurrency
     lines: list[str] = []
 
     ran = [o for o in report.burst if o.exit_code == 0 and o.job_id in seen.finished]
@@ -126,7 +126,7 @@ def summarize(
             f"dead-holder reclaim:  {latency:.1f} s after its pod was deleted (its pod "
             f"{still}; {reclaim.reason if reclaim else '?'}, default settings: target "
             f"<= {RECLAIM_TARGET_SECONDS:g} s; waiting for expiry would have taken "
-            f"{settings.lease_ttl_seconds + settings.clock_skew_seconds} s)"
+            f"{settings.gate.lease_ttl_seconds + settings.gate.clock_skew_seconds} s)"
         )
     else:
         lines.append("dead-holder reclaim:  not seen")
@@ -139,8 +139,9 @@ def summarize(
     if created is not None and flagged is not None:
         lines.append(
             f"orphaned finalizer:   flagged {flagged - created:.1f} s after its creation "
-            f"({settings.finalizer_grace_seconds} s finalizer grace), "
-            f"{'Warning Event' if warned else 'no Event'}; policy {settings.orphan_policy}: "
+            f"({settings.gate.finalizer_grace_seconds} s finalizer grace), "
+            f"{'Warning Event' if warned else 'no Event'}; "
+            f"policy {settings.controller.orphan_policy}: "
             f"{'deleted by the controller' if by_controller else 'left for an operator'}, "
             f"who deleted it at {_seconds(report.operator_deleted_at)}"
         )

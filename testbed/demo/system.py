@@ -150,9 +150,9 @@ def start_system(root: Path, timeline: Timeline) -> System:
                     cp,
                     name=f"elb-gate-controller-{_suffix()}-{_suffix()}",
                     namespaces=[namespace],
-                    resync_seconds=settings.resync_seconds,
-                    leader_lease_seconds=settings.leader_lease_seconds,
-                    leader_renew_seconds=settings.leader_renew_seconds,
+                    resync_seconds=settings.controller.resync_seconds,
+                    leader_lease_seconds=settings.controller.leader_lease_seconds,
+                    leader_renew_seconds=settings.controller.leader_renew_seconds,
                     env=env,
                     ready_timeout=90,
                 )

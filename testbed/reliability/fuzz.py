@@ -70,7 +70,7 @@ def make_target() -> Callable[[bytes], None]:
     active = census(
         [{"metadata": {"name": "running", "labels": {"app": "blast", "elb-job-id": "active-1"}}}],
         now,
-        settings.finalizer_grace_seconds,
+        settings.gate.finalizer_grace_seconds,
     )
 
     def target(data: bytes) -> None:
@@ -90,7 +90,7 @@ def make_target() -> Callable[[bytes], None]:
             active if reads is not search_admission.Reads.NONE else None,
             lease if request.namespace == GATED_NS else None,
         )
-        decision = search_admission.decide(job, observed, settings, now)
+        decision = search_admission.decide(job, observed, settings.gate, settings.rules, now)
         REACHED[f"job {decision.allowed} {decision.reason}"] += 1
         raw = review["request"]
         if decision.allowed and opens_or_finalizes_search(raw) and username(raw) != HOLDER_USER:
@@ -99,7 +99,7 @@ def make_target() -> Callable[[bytes], None]:
                 raise AssertionError(f"gated Job admitted without proof: {raw!r}")
         orjson.dumps(decision.response().complete(request.uid).to_review())
         lease_request = LeaseRequest.from_admission(request)
-        guard = lease_guard.decide(lease_request, settings, now)
+        guard = lease_guard.decide(lease_request, settings.gate, settings.webhook, now)
         stamp = lease_stamp.decide(lease_request, now)
         REACHED[f"guard {guard.allowed} {guard.reason}"] += 1
         REACHED[f"stamp {stamp.reason}"] += 1

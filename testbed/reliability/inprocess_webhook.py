@@ -57,10 +57,12 @@ class InProcessWebhook:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     async def _start(self) -> None:
-        self._api = KubeApi(self.config, timeout=self.settings.api_timeout_seconds)
+        self._api = KubeApi(self.config, timeout=self.settings.webhook.api_timeout_seconds)
         await self._api.open()
         admission = Admission(
-            self.settings,
+            self.settings.gate,
+            self.settings.webhook,
+            self.settings.rules,
             self._api,
             WebhookMetrics(CollectorRegistry(auto_describe=True)),
             SubmitterIdentities(),
@@ -68,7 +70,7 @@ class InProcessWebhook:
         runtime = Runtime(
             admission,
             ServingCertificate("/nonexistent/tls.crt", "/nonexistent/tls.key"),
-            ApiReachability(self._api, self.settings.api_timeout_seconds),
+            ApiReachability(self._api, self.settings.webhook.api_timeout_seconds),
         )
         self._runner = web.AppRunner(create_app(runtime), access_log=None)
         await self._runner.setup()

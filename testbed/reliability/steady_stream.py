@@ -83,7 +83,7 @@ class SteadyStream:
             kube.close()
 
     def _cycle(self, kube: SyncKube) -> None:
-        lease = SubmitLease(self.namespace, settings=self.settings, kube=kube, source="steady")
+        lease = SubmitLease(self.namespace, gate=self.settings.gate, kube=kube, source="steady")
         self.stats.attempts += 1
         try:
             acquired = lease.acquire().acquired
@@ -95,7 +95,7 @@ class SteadyStream:
         self.stats.admitted += 1
         self.stats.success_times.append(time.monotonic())
         try:
-            if read_census(kube, self.namespace, self.settings).count >= CEILING:
+            if read_census(kube, self.namespace, self.settings.gate).count >= CEILING:
                 return
             job_id = uuid.uuid4().hex
             for app in ("submit", "finalizer"):

@@ -377,7 +377,7 @@ class Submitter:
     def _run_client(self) -> None:
         settings = self._settings()
         config = KubeConfig.load(self.identity.kubeconfig)
-        lease = SubmitLease(self.namespace, settings=settings, config=config, source="client")
+        lease = SubmitLease(self.namespace, gate=settings.gate, config=config, source="client")
         self.holders.add(lease.holder)
 
         def die() -> None:
@@ -397,7 +397,7 @@ class Submitter:
                 stopper = threading.Timer(max(0.0, self._deadline - time.monotonic()), cancel.set)
                 stopper.start()
                 try:
-                    with run_slot(lease, settings, poll_seconds=POLL_SECONDS, cancel=cancel):
+                    with run_slot(lease, settings.client, poll_seconds=POLL_SECONDS, cancel=cancel):
                         self.note("slot")
                         self.acquired += 1
                         if self.plan.crash == "after_acquire":

@@ -67,7 +67,9 @@ def take_lease(
 ) -> Iterator[SubmitLease]:  # fmt: skip
     """The Lease taken by a submit path (a token-file user or a pod); released after."""
     kube = sync_kube(pod.kubeconfig if pod is not None else cp.kubeconfig(user))
-    held = SubmitLease(ns, settings=settings or Settings.from_env(SMALL), source=source, kube=kube)
+    held = SubmitLease(
+        ns, gate=(settings or Settings.from_env(SMALL)).gate, source=source, kube=kube
+    )
     assert held.acquire().acquired
     try:
         yield held

@@ -24,8 +24,8 @@ SETTINGS = Settings()
 
 def _report() -> dict[str, Any]:
     jobs = [job("finalizer", "a1").build(), job("blast", "a1").build(), job("submit", "b2").build()]
-    seen = census(jobs, NOW, SETTINGS.finalizer_grace_seconds)
-    return census_report("default", seen, lease("dashboard-1"), SETTINGS, NOW)
+    seen = census(jobs, NOW, SETTINGS.gate.finalizer_grace_seconds)
+    return census_report("default", seen, lease("dashboard-1"), SETTINGS.gate, SETTINGS.rules, NOW)
 
 
 @pytest.mark.parametrize(

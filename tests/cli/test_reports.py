@@ -19,8 +19,8 @@ SETTINGS = Settings.from_env({"BLAST_LEASE_CLOCK_SKEW_SECONDS": "30"})
 
 
 def report(jobs: list[dict[str, Any]], the_lease: dict[str, Any] | None) -> dict[str, Any]:
-    seen = census(jobs, NOW, SETTINGS.finalizer_grace_seconds)
-    return census_report("default", seen, the_lease, SETTINGS, NOW)
+    seen = census(jobs, NOW, SETTINGS.gate.finalizer_grace_seconds)
+    return census_report("default", seen, the_lease, SETTINGS.gate, SETTINGS.rules, NOW)
 
 
 @dataclass(frozen=True)
@@ -111,9 +111,17 @@ def test_census_report_shows_which_database_is_being_staged_and_by_whom() -> Non
 
 
 def test_census_report_shows_what_the_pools_nodes_hold() -> None:
-    settings = Settings(capacity="deny", capacity_pool_selector="agentpool=blastpool")
+    settings = Settings.of(capacity="deny", capacity_pool_selector="agentpool=blastpool")
     seen = census([job("blast", f"s{i}").build() for i in range(2)], NOW, 300)
-    out = census_report("default", seen, lease("cli-1", renewed_ago=5), settings, NOW, aks_nodes())
+    out = census_report(
+        "default",
+        seen,
+        lease("cli-1", renewed_ago=5),
+        settings.gate,
+        settings.rules,
+        NOW,
+        aks_nodes(),
+    )
     assert out["capacity"] == {
         "rule": "deny",
         "pool": "agentpool=blastpool",
@@ -137,14 +145,16 @@ def test_census_report_shows_what_the_pools_nodes_hold() -> None:
 
 def test_with_the_capacity_rule_off_the_numbers_are_shown_but_the_ceiling_stays() -> None:
     seen = census([job("blast", f"s{i}").build() for i in range(2)], NOW, 300)
-    out = census_report("default", seen, None, SETTINGS, NOW, aks_nodes())
+    out = census_report("default", seen, None, SETTINGS.gate, SETTINGS.rules, NOW, aks_nodes())
     assert out["ceiling"] == 3 and out["capacity"]["nodeDerived"] == 2
     assert "capacity (rule off, every node): at 6 CPU" in render_table(out)
 
 
 def test_nodes_that_cannot_be_read_leave_the_census_standing() -> None:
     seen = census([], NOW, 300)
-    out = census_report("default", seen, None, SETTINGS, NOW, "list nodes: 403 Forbidden")
+    out = census_report(
+        "default", seen, None, SETTINGS.gate, SETTINGS.rules, NOW, "list nodes: 403 Forbidden"
+    )
     assert out["capacity"] == {"rule": "off", "pool": None, "error": "list nodes: 403 Forbidden"}
     assert "capacity (rule off, every node): unknown (list nodes: 403 Forbidden)" in render_table(
         out
@@ -166,7 +176,7 @@ def test_nodes_that_cannot_be_read_leave_the_census_standing() -> None:
     ],
 )
 def test_lease_summary_states(the_lease: dict[str, Any] | None, state: str, text: str) -> None:
-    summary = lease_summary(the_lease, "elb-blast-submit-default", SETTINGS, NOW)
+    summary = lease_summary(the_lease, "elb-blast-submit-default", SETTINGS.gate, NOW)
     assert summary["state"] == state
     assert text in describe_lease(summary)
 
@@ -216,6 +226,6 @@ FORCE = [
 
 @pytest.mark.parametrize("case", FORCE, ids=[c.name for c in FORCE])
 def test_force_release_only_reclaims_an_expired_lease(case: ForceCase) -> None:
-    got = force_release_verdict(case.lease, SETTINGS, NOW)
+    got = force_release_verdict(case.lease, SETTINGS.gate, NOW)
     assert (got.allowed, got.live) == (case.allowed, case.live)
     assert case.text in got.message

@@ -26,7 +26,7 @@ FAST = ("--poll-interval", "0.1")
 def other_holder(cp: ControlPlane, ns: str) -> SubmitLease:
     """The Lease taken by the dashboard's submit path (released by the caller, or not)."""
     kube = sync_kube(cp.kubeconfig("dashboard-lease"))
-    lease = SubmitLease(ns, settings=Settings.from_env(SMALL), source="dashboard", kube=kube)
+    lease = SubmitLease(ns, gate=Settings.from_env(SMALL).gate, source="dashboard", kube=kube)
     assert lease.acquire().acquired
     return lease
 

@@ -104,15 +104,19 @@ def waiters(control_plane: ControlPlane, namespace: str) -> Iterator[list[Waiter
     stop = threading.Event()
     threads = []
     for n in range(3):
-        lease = CountingLease(namespace, settings=SETTINGS, config=config, source="cli")
-        room = WaitingRoom(lease.kube, namespace, lease.holder, SETTINGS, step=STEP_SECONDS)
+        lease = CountingLease(namespace, gate=SETTINGS.gate, config=config, source="cli")
+        room = WaitingRoom(lease.kube, namespace, lease.holder, SETTINGS.gate, step=STEP_SECONDS)
         waiter = Waiter(f"waiter-{n}", lease, room)
         made.append(waiter)
 
         def run(w: Waiter = waiter) -> None:
             try:
                 with run_slot(
-                    w.lease, SETTINGS, cancel=stop, poll_seconds=POLL_SECONDS, waiting_room=w.room
+                    w.lease,
+                    SETTINGS.client,
+                    cancel=stop,
+                    poll_seconds=POLL_SECONDS,
+                    waiting_room=w.room,
                 ):
                     control_plane.admin.create(blast_job(namespace, w.name))
                     w.won.set()
@@ -201,14 +205,14 @@ def test_an_identity_that_may_not_watch_or_queue_still_gets_its_slot_by_polling(
         }
     )
     config = KubeConfig.from_kubeconfig(cp.kubeconfig(user))
-    lease = SubmitLease(namespace, settings=SETTINGS, config=config, source="cli")
-    room = WaitingRoom(lease.kube, namespace, lease.holder, SETTINGS)
+    lease = SubmitLease(namespace, gate=SETTINGS.gate, config=config, source="cli")
+    room = WaitingRoom(lease.kube, namespace, lease.holder, SETTINGS.gate)
     won = threading.Event()
     errors: list[BaseException] = []
 
     def run() -> None:
         try:
-            with run_slot(lease, SETTINGS, poll_seconds=1.0, waiting_room=room):
+            with run_slot(lease, SETTINGS.client, poll_seconds=1.0, waiting_room=room):
                 won.set()
         except BaseException as exc:
             errors.append(exc)

@@ -59,11 +59,11 @@ class Recorder:
 @pytest.fixture
 def other(kube_of: Callable[[str], SyncKube], ns: str) -> SubmitLease:
     """Another submit path's Lease client (the dashboard, as bob)."""
-    return SubmitLease(ns, settings=small_settings(), source="dashboard", kube=kube_of("bob"))
+    return SubmitLease(ns, gate=small_settings().gate, source="dashboard", kube=kube_of("bob"))
 
 
 def mine(kube: SyncKube, settings: Settings, ns: str) -> SubmitLease:
-    return SubmitLease(ns, settings=settings, source="cli", kube=kube)
+    return SubmitLease(ns, gate=settings.gate, source="cli", kube=kube)
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +96,9 @@ def test_a_free_namespace_gives_a_slot_holding_the_lease_then_releases(
 ) -> None:
     settings = small_settings()
     seen = Recorder()
-    with run_slot(mine(kube, settings, ns), settings, on_state=seen, poll_seconds=0.05) as slot:
+    with run_slot(
+        mine(kube, settings, ns), settings.client, on_state=seen, poll_seconds=0.05
+    ) as slot:
         assert holder_of(control_plane, ns) == slot.holder
         assert slot.census.count == 0 and slot.heartbeat is not None
     assert holder_of(control_plane, ns) == ""
@@ -116,7 +118,9 @@ def test_a_busy_lease_is_waited_for_and_then_won(
 
     releaser = threading.Thread(target=release_when_waiting)
     releaser.start()
-    with run_slot(mine(kube, settings, ns), settings, on_state=seen, poll_seconds=0.05) as slot:
+    with run_slot(
+        mine(kube, settings, ns), settings.client, on_state=seen, poll_seconds=0.05
+    ) as slot:
         assert holder_of(control_plane, ns) == slot.holder
     releaser.join()
     waiting = next(e for e in seen.events if e.phase is Phase.WAITING_FOR_SUBMIT_SLOT)
@@ -130,7 +134,7 @@ def test_a_busy_lease_past_the_slot_deadline_times_out(
     other.acquire()
     with (
         pytest.raises(SubmitSlotTimeout, match=other.holder),
-        run_slot(mine(kube, settings, ns), settings, poll_seconds=0.05),
+        run_slot(mine(kube, settings, ns), settings.client, poll_seconds=0.05),
     ):
         pytest.fail("the body must not run")
     assert holder_of(control_plane, ns) == other.holder
@@ -152,7 +156,9 @@ def test_at_the_ceiling_it_releases_the_lease_waits_and_proceeds_when_a_search_e
 
     helper = threading.Thread(target=finish_one)
     helper.start()
-    with run_slot(mine(kube, settings, ns), settings, on_state=seen, poll_seconds=0.05) as slot:
+    with run_slot(
+        mine(kube, settings, ns), settings.client, on_state=seen, poll_seconds=0.05
+    ) as slot:
         assert slot.census.active_ids == ("s2",)
         assert holder_of(control_plane, ns) == slot.holder
     helper.join()
@@ -168,7 +174,7 @@ def test_at_the_ceiling_past_the_capacity_deadline_times_out_with_the_lease_free
     ns = seed(control_plane, hook, fresh_ns, search_job(fresh_ns, "s1", app="submit"))
     with (
         pytest.raises(CapacityTimeout, match="1/1 active: s1"),
-        run_slot(mine(kube, settings, ns), settings, poll_seconds=0.05),
+        run_slot(mine(kube, settings, ns), settings.client, poll_seconds=0.05),
     ):
         pytest.fail("the body must not run")
     assert holder_of(control_plane, ns) == ""
@@ -181,7 +187,7 @@ def test_a_census_read_error_fails_closed_and_releases(
     proxy.add(method="GET", resource="jobs", status=500)
     with (
         pytest.raises(CoordinationError, match="list jobs"),
-        run_slot(mine(faulty, settings, ns), settings, poll_seconds=0.05),
+        run_slot(mine(faulty, settings, ns), settings.client, poll_seconds=0.05),
     ):
         pytest.fail("the body must not run")
     assert holder_of(control_plane, ns) == ""
@@ -195,7 +201,7 @@ def test_an_outage_while_acquiring_is_an_error_not_an_endless_wait(
     seen = Recorder()
     with (
         pytest.raises(CoordinationError, match="503"),
-        run_slot(mine(faulty, settings, ns), settings, on_state=seen, poll_seconds=0.05),
+        run_slot(mine(faulty, settings, ns), settings.client, on_state=seen, poll_seconds=0.05),
     ):
         pytest.fail("the body must not run")
     assert Phase.WAITING_FOR_SUBMIT_SLOT not in seen.phases
@@ -219,7 +225,9 @@ def test_cancel_while_waiting_stops_without_holding_anything(
     canceller.start()
     with (
         pytest.raises(SlotCancelled),
-        run_slot(mine(kube, settings, ns), settings, on_state=seen, cancel=cancel, poll_seconds=5),
+        run_slot(
+            mine(kube, settings, ns), settings.client, on_state=seen, cancel=cancel, poll_seconds=5
+        ),
     ):
         pytest.fail("the body must not run")
     canceller.join()
@@ -233,7 +241,7 @@ def test_an_exception_in_the_body_still_releases(
     settings = small_settings()
     with (
         pytest.raises(RuntimeError, match="submit failed"),
-        run_slot(mine(kube, settings, ns), settings, poll_seconds=0.05),
+        run_slot(mine(kube, settings, ns), settings.client, poll_seconds=0.05),
     ):
         assert holder_of(control_plane, ns) != ""
         raise RuntimeError("submit failed")
@@ -247,10 +255,10 @@ def test_the_slot_holders_search_is_admitted_and_counted_by_the_next_submit(
     # the Lease holder); the next submit's census under the Lease then counts it.
     settings = small_settings(BLAST_MAX_RUN_CONCURRENCY="1", BLAST_CAPACITY_WAIT_MAX_SECONDS="0")
     alice = control_plane.api("alice")
-    with run_slot(mine(kube_of("alice"), settings, ns), settings, poll_seconds=0.05):
+    with run_slot(mine(kube_of("alice"), settings, ns), settings.client, poll_seconds=0.05):
         alice.create(search_job(ns, "mine", app="finalizer"))
     with (
         pytest.raises(CapacityTimeout, match="1/1 active: mine"),
-        run_slot(mine(kube_of("bob"), settings, ns), settings, poll_seconds=0.05),
+        run_slot(mine(kube_of("bob"), settings, ns), settings.client, poll_seconds=0.05),
     ):
         pytest.fail("the body must not run")

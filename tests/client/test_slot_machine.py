@@ -156,7 +156,9 @@ def test_limits_come_from_the_settings_the_submit_paths_share() -> None:
             "BLAST_CAPACITY_WAIT_MAX_SECONDS": "600",
         }
     )
-    assert SlotLimits.from_settings(settings, poll_seconds=2) == SlotLimits(4, 90, 600, 2)
+    assert SlotLimits.from_settings(settings.gate, settings.client, poll_seconds=2) == SlotLimits(
+        4, 90, 600, 2
+    )
 
 
 @pytest.mark.parametrize(

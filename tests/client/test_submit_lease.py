@@ -33,7 +33,7 @@ SETTINGS = small_settings()
 def lease(
     kube: SyncKube, ns: str, source: str = "cli", settings: Settings = SETTINGS
 ) -> SubmitLease:
-    return SubmitLease(ns, settings=settings, source=source, kube=kube)
+    return SubmitLease(ns, gate=settings.gate, source=source, kube=kube)
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +119,7 @@ def test_an_expired_lease_is_taken_over_with_a_transition(
 ) -> None:
     old = lease(kube_of("alice"), ns, "dashboard", short_settings())
     old.acquire()
-    wait_until_expired(control_plane, ns, SETTINGS.clock_skew_seconds)
+    wait_until_expired(control_plane, ns, SETTINGS.gate.clock_skew_seconds)
     new = lease(kube_of("bob"), ns, "openapi")
     assert new.acquire().acquired
     stored = lease_of(control_plane, ns)
@@ -172,7 +172,7 @@ def test_release_after_a_takeover_leaves_the_new_holder_alone(
 ) -> None:
     old = lease(kube_of("alice"), ns, "dashboard", short_settings())
     old.acquire()
-    wait_until_expired(control_plane, ns, SETTINGS.clock_skew_seconds)
+    wait_until_expired(control_plane, ns, SETTINGS.gate.clock_skew_seconds)
     new = lease(kube_of("bob"), ns, "openapi")
     assert new.acquire().acquired
     # old's PUT is refused (409); the one re-read shows it is not ours.
@@ -298,7 +298,7 @@ def test_the_heartbeat_reports_a_lost_lease(
         got.set()
 
     # Not renewed in time: it expires and another submit path takes it over.
-    wait_until_expired(control_plane, ns, SETTINGS.clock_skew_seconds)
+    wait_until_expired(control_plane, ns, SETTINGS.gate.clock_skew_seconds)
     other = lease(kube_of("bob"), ns, "dashboard")
     assert other.acquire().acquired
     mine.start_heartbeat(fraction=0.25, on_event=on_event)

@@ -18,7 +18,7 @@ from elbgate.names import (
     ORPHANED_SINCE_ANNOTATION,
     lease_name,
 )
-from elbgate.settings import Settings
+from elbgate.settings import ControllerSettings, GateSettings, Settings
 
 NS = "blast"
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -31,9 +31,10 @@ def ago(seconds: float) -> datetime:
     return NOW - timedelta(seconds=seconds)
 
 
-def settings(**overrides: Any) -> Settings:
-    """Defaults as shipped, with ``overrides`` (field names)."""
-    return Settings(**overrides)
+def sections(**overrides: Any) -> tuple[GateSettings, ControllerSettings]:
+    """The sections the planner takes, as shipped but for ``overrides`` (field names)."""
+    shipped = Settings.of(**overrides)
+    return shipped.gate, shipped.controller
 
 
 def lease_doc(

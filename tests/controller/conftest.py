@@ -93,7 +93,7 @@ def controller_settings(namespace: str, **overrides: Any) -> Settings:
         "leader_renew_seconds": 0.3,
     }
     base.update(overrides)
-    return Settings(**base)
+    return Settings.of(**base)
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from typing import Any
 
 from client.submit_lease import SubmitLease
 from elbgate.kube.config import KubeConfig
-from elbgate.settings import Settings
+from elbgate.settings import GateSettings
 from testbed.api import Api, JsonObj, wait_until
 from testbed.controlplane import ControlPlane
 
@@ -158,12 +158,12 @@ class Submitter:
 
     def acquire(self, ttl_seconds: int | None = None) -> SubmitLease:
         """The submit Lease, acquired (waiting while busy); the caller closes it."""
-        settings = Settings()
+        gate = GateSettings()
         if ttl_seconds is not None:
-            settings = Settings(lease_ttl_seconds=ttl_seconds)
+            gate = GateSettings(lease_ttl_seconds=ttl_seconds)
         lease = SubmitLease(
             self.namespace,
-            settings=settings,
+            gate=gate,
             source="cli",
             config=KubeConfig.load(self.cp.kubeconfig(self.user)),
         )

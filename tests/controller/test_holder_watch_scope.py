@@ -165,14 +165,15 @@ async def reconciling(api: KubeApi) -> AsyncIterator[tuple[HolderWatches, Contro
     """A leader's reconciler over ``api`` whose namespace ``blast`` holds a Lease stamped
     with the holder pod, renewed 2 s ago. A one-hour resync: whatever happens within a
     test happened because of watch events."""
-    settings = Settings(namespaces=("blast",), resync_seconds=3600)
+    settings = Settings.of(namespaces=("blast",), resync_seconds=3600)
     metrics = ControllerMetrics()
     cache = Cache(["blast"])
     applier = Applier(api, cache, metrics, "test", lambda: True, lambda: datetime.now(UTC))
     reconciler: Reconciler
     watches = HolderWatches(api, metrics, lambda ns: reconciler.mark_dirty(ns))
     reconciler = Reconciler(
-        settings,
+        settings.gate,
+        settings.controller,
         cache,
         api,
         applier,

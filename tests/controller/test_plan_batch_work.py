@@ -24,8 +24,8 @@ from controller.plan import Plan, make_plan
 from elbgate.census import JobRef
 from elbgate.lease import format_microtime
 from elbgate.names import BATCH_WORK_SEEN_ANNOTATION, ORPHANED_SINCE_ANNOTATION
-from elbgate.settings import Settings
-from tests.controller.builders import NOW, NS, ago, job_doc, settings, snapshot
+from elbgate.settings import ControllerSettings, GateSettings
+from tests.controller.builders import NOW, NS, ago, job_doc, sections, snapshot
 
 SEARCH = "9b2f6e1c-4d7a-4e0b-8c3f-5a6d7e8f9a0b"
 FIN = "elb-finalizer-9b2f6e1c"
@@ -91,7 +91,7 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_the_first_sighting_of_batch_work_is_recorded_on_the_finalizer(case: Case) -> None:
-    plan = make_plan(snapshot(jobs=case.jobs), {}, None, NOW, settings())
+    plan = make_plan(snapshot(jobs=case.jobs), {}, None, NOW, *sections())
     records = [a for a in plan.actions if isinstance(a, RecordBatchWork)]
     assert [r.seen for r in records] == ([case.seen] if case.seen else [])
     for r in records:
@@ -132,16 +132,18 @@ def annotated(doc: dict[str, Any], key: str, value: str, rv: str) -> dict[str, A
     return out
 
 
-POLICIES = [Settings(), Settings(orphan_policy="delete", orphan_delete_after_seconds=0)]
+POLICIES = [sections(), sections(orphan_policy="delete", orphan_delete_after_seconds=0)]
 
 
 @pytest.mark.parametrize("policy", POLICIES, ids=["policy warn", "policy delete"])
-def test_a_finalizer_whose_batch_jobs_were_ttl_deleted_is_finishing(policy: Settings) -> None:
+def test_a_finalizer_whose_batch_jobs_were_ttl_deleted_is_finishing(
+    policy: tuple[GateSettings, ControllerSettings],
+) -> None:
     # The search ran: submit-jobs, then a batch Job, then the finalizer (created last).
     cache = Cache([NS])
     start = fin(age=2400)
     feed(cache, batch(SUBMIT, app="submit", finished=True), batch(finished=True), start)
-    first = make_plan(cache.snapshot(NS), {}, None, NOW, policy)
+    first = make_plan(cache.snapshot(NS), {}, None, NOW, *policy)
     (record,) = [a for a in first.actions if isinstance(a, RecordBatchWork)]
     # The CAS write lands; the watch brings it back.
     cache.apply(
@@ -155,7 +157,7 @@ def test_a_finalizer_whose_batch_jobs_were_ttl_deleted_is_finishing(policy: Sett
         cache.apply(kinds.JOBS, NS, "DELETED", batch(name, app=app, finished=True))
     # An hour later the finalizer is still merging: finishing, not an orphan, untouched.
     later = NOW + timedelta(hours=1)
-    plan = make_plan(cache.snapshot(NS), {}, None, later, policy)
+    plan = make_plan(cache.snapshot(NS), {}, None, later, *policy)
     assert [j.name for j in plan.census.finishing] == [FIN]
     assert plan.census.orphans == () and plan.census.count == 0
     assert orphan_actions(plan) == []
@@ -164,13 +166,13 @@ def test_a_finalizer_whose_batch_jobs_were_ttl_deleted_is_finishing(policy: Sett
 
 @pytest.mark.parametrize("policy", POLICIES, ids=["policy warn", "policy delete"])
 def test_after_a_restart_the_record_on_the_finalizer_is_all_the_evidence_needed(
-    policy: Settings,
+    policy: tuple[GateSettings, ControllerSettings],
 ) -> None:
     # A new controller (restart, or another replica taking over) lists the namespace after
     # the batch Jobs were TTL-deleted: only the recorded finalizer is left to see.
     cache = Cache([NS])
     feed(cache, fin(age=5000, batch_work_seen=RECORDED))
-    plan = make_plan(cache.snapshot(NS), {}, None, NOW, policy)
+    plan = make_plan(cache.snapshot(NS), {}, None, NOW, *policy)
     assert [j.name for j in plan.census.finishing] == [FIN]
     assert plan.census.orphans == ()
     assert orphan_actions(plan) == []
@@ -180,7 +182,7 @@ def test_without_the_record_the_same_restart_would_call_it_an_orphan() -> None:
     # The case the record exists for: same finalizer, no record, no batch Jobs in view.
     cache = Cache([NS])
     feed(cache, fin(age=5000))
-    plan = make_plan(cache.snapshot(NS), {}, None, NOW, Settings())
+    plan = make_plan(cache.snapshot(NS), {}, None, NOW, *sections())
     assert [j.name for j in plan.census.orphans] == [FIN]
     assert orphan_actions(plan) == ["MarkOrphan"]
 
@@ -188,7 +190,7 @@ def test_without_the_record_the_same_restart_would_call_it_an_orphan() -> None:
 def test_a_marked_orphan_whose_batch_work_appears_is_recorded_and_unmarked_in_one_write() -> None:
     cache = Cache([NS])
     feed(cache, fin(age=600, orphaned_since=ago(200)), batch())
-    plan = make_plan(cache.snapshot(NS), {}, None, NOW, Settings(orphan_policy="delete"))
+    plan = make_plan(cache.snapshot(NS), {}, None, NOW, *sections(orphan_policy="delete"))
     assert orphan_actions(plan) == ["RecordBatchWork"]
     (record,) = [a for a in plan.actions if isinstance(a, RecordBatchWork)]
     assert record.job.orphaned_since  # the applier drops the mark in the same patch
@@ -198,14 +200,14 @@ def test_a_recorded_finalizer_with_an_orphan_mark_from_before_is_unmarked() -> N
     cache = Cache([NS])
     marked = annotated(fin(age=5000, batch_work_seen=RECORDED), ORPHANED_SINCE_ANNOTATION, "x", "9")
     feed(cache, marked)
-    plan = make_plan(cache.snapshot(NS), {}, None, NOW, Settings(orphan_policy="delete"))
+    plan = make_plan(cache.snapshot(NS), {}, None, NOW, *sections(orphan_policy="delete"))
     assert orphan_actions(plan) == ["UnmarkOrphan"]
 
 
 def test_an_orphan_is_a_finalizer_whose_batch_work_never_appeared_within_the_grace() -> None:
-    young = make_plan(snapshot(jobs=[fin(age=299)]), {}, None, NOW, settings())
+    young = make_plan(snapshot(jobs=[fin(age=299)]), {}, None, NOW, *sections())
     assert young.census.active_ids == (SEARCH,) and orphan_actions(young) == []
-    old = make_plan(snapshot(jobs=[fin(age=301)]), {}, None, NOW, settings())
+    old = make_plan(snapshot(jobs=[fin(age=301)]), {}, None, NOW, *sections())
     assert [j.name for j in old.census.orphans] == [FIN]
     assert orphan_actions(old) == ["MarkOrphan"]
 
@@ -214,19 +216,19 @@ def test_an_orphan_is_a_finalizer_whose_batch_work_never_appeared_within_the_gra
 
 
 def test_a_young_lone_finalizer_is_looked_at_again_when_its_grace_ends() -> None:
-    plan = make_plan(snapshot(jobs=[fin(age=100)]), {}, None, NOW, settings())
+    plan = make_plan(snapshot(jobs=[fin(age=100)]), {}, None, NOW, *sections())
     assert plan.look_again_at == ago(100) + timedelta(seconds=300)
 
 
 def test_a_flagged_orphan_is_looked_at_again_when_its_delete_grace_ends() -> None:
     snap = snapshot(jobs=[fin(age=5000, orphaned_since=ago(100))])
-    deleting = make_plan(snap, {}, None, NOW, settings(orphan_policy="delete"))
+    deleting = make_plan(snap, {}, None, NOW, *sections(orphan_policy="delete"))
     assert deleting.look_again_at == ago(100) + timedelta(seconds=900)
-    warning = make_plan(snap, {}, None, NOW, settings())
+    warning = make_plan(snap, {}, None, NOW, *sections())
     assert warning.look_again_at is None  # policy warn: nothing falls due
 
 
 def test_the_earliest_deadline_wins() -> None:
     snap = snapshot(jobs=[fin(age=290), job_doc("elb-finalizer-b", job_id="b", age=100)])
-    plan = make_plan(snap, {}, None, NOW, settings())
+    plan = make_plan(snap, {}, None, NOW, *sections())
     assert plan.look_again_at == ago(290) + timedelta(seconds=300)

@@ -10,7 +10,7 @@ import pytest
 from controller.actions import WriteLiveness
 from controller.liveness import format_time
 from controller.plan import Plan, make_plan
-from tests.controller.builders import HOLDER, NOW, ago, job_doc, lease, settings, snapshot
+from tests.controller.builders import HOLDER, NOW, ago, job_doc, lease, sections, snapshot
 
 
 def written(found: Plan) -> WriteLiveness | None:
@@ -58,7 +58,7 @@ def idle_data(idle_since: str, updated: str, last_active: str = "") -> dict[str,
     ],
 )
 def test_in_use_table(name: str, snap_kw: dict[str, Any], in_use: bool) -> None:
-    found = make_plan(snapshot(**snap_kw), {}, None, NOW, settings())
+    found = make_plan(snapshot(**snap_kw), {}, None, NOW, *sections())
     assert found.liveness.in_use is in_use, name
     write = written(found)
     assert write is not None and write.why == "created"
@@ -67,7 +67,9 @@ def test_in_use_table(name: str, snap_kw: dict[str, Any], in_use: bool) -> None:
 
 def test_liveness_apps_are_configurable() -> None:
     snap = snapshot(jobs=[job_doc("w", app="elb-db-warmup", job_id=None)])
-    found = make_plan(snap, {}, None, NOW, settings(liveness_apps=("finalizer", "submit", "blast")))
+    found = make_plan(
+        snap, {}, None, NOW, *sections(liveness_apps=("finalizer", "submit", "blast"))
+    )
     assert not found.liveness.in_use
 
 
@@ -76,7 +78,7 @@ def test_the_configmap_lists_active_searches_and_the_holder() -> None:
         lease=lease(renewed_ago=10),
         jobs=[job_doc("b1", app="blast", job_id="s2"), job_doc("f1", job_id="s1", age=10)],
     )
-    write = written(make_plan(snap, {}, None, NOW, settings()))
+    write = written(make_plan(snap, {}, None, NOW, *sections()))
     assert write is not None
     assert write.data == {
         "inUse": "true",
@@ -90,7 +92,7 @@ def test_the_configmap_lists_active_searches_and_the_holder() -> None:
 
 
 def test_a_first_idle_write_has_no_last_activity_and_is_idle_since_now() -> None:
-    write = written(make_plan(snapshot(), {}, None, NOW, settings()))
+    write = written(make_plan(snapshot(), {}, None, NOW, *sections()))
     assert write is not None
     assert write.data == idle_data(format_time(NOW), format_time(NOW))
     assert write.resource_version == ""  # create
@@ -98,7 +100,7 @@ def test_a_first_idle_write_has_no_last_activity_and_is_idle_since_now() -> None
 
 def test_steady_idle_state_writes_nothing() -> None:
     previous = idle_data(format_time(ago(3600)), format_time(ago(5)), format_time(ago(4000)))
-    found = make_plan(snapshot(liveness=previous), {}, None, NOW, settings())
+    found = make_plan(snapshot(liveness=previous), {}, None, NOW, *sections())
     assert found.actions == ()
     assert found.liveness.idle_seconds() == 3600
 
@@ -113,7 +115,7 @@ def test_steady_in_use_state_writes_nothing_between_heartbeats() -> None:
         "idleSince": "",
         "updatedAt": format_time(ago(20)),
     }
-    found = make_plan(snapshot(lease=lease(), liveness=previous), {}, None, NOW, settings())
+    found = make_plan(snapshot(lease=lease(), liveness=previous), {}, None, NOW, *sections())
     assert found.actions == ()
 
 
@@ -123,7 +125,7 @@ def test_steady_in_use_state_writes_nothing_between_heartbeats() -> None:
 )
 def test_the_heartbeat_refreshes_updated_at_once_per_resync(updated_ago: int, due: bool) -> None:
     previous = idle_data(format_time(ago(3600)), format_time(ago(updated_ago)))
-    write = written(make_plan(snapshot(liveness=previous), {}, None, NOW, settings()))
+    write = written(make_plan(snapshot(liveness=previous), {}, None, NOW, *sections()))
     if due:
         assert write is not None and write.why == "heartbeat"
         assert write.data == {**previous, "updatedAt": format_time(NOW)}
@@ -134,7 +136,7 @@ def test_the_heartbeat_refreshes_updated_at_once_per_resync(updated_ago: int, du
 
 def test_an_unreadable_updated_at_is_refreshed() -> None:
     previous = idle_data(format_time(ago(3600)), "garbage")
-    write = written(make_plan(snapshot(liveness=previous), {}, None, NOW, settings()))
+    write = written(make_plan(snapshot(liveness=previous), {}, None, NOW, *sections()))
     assert write is not None and write.why == "heartbeat"
 
 
@@ -148,7 +150,7 @@ def test_in_use_to_idle_starts_the_idle_clock_and_keeps_the_last_sighting() -> N
         "idleSince": "",
         "updatedAt": format_time(ago(25)),
     }
-    found = make_plan(snapshot(liveness=previous), {}, ago(2), NOW, settings())
+    found = make_plan(snapshot(liveness=previous), {}, ago(2), NOW, *sections())
     write = written(found)
     assert write is not None and write.why == "changed"
     assert write.data["inUse"] == "false"
@@ -166,13 +168,13 @@ def test_a_new_leader_without_a_sighting_keeps_the_written_last_activity() -> No
         "idleSince": "",
         "updatedAt": format_time(ago(25)),
     }
-    write = written(make_plan(snapshot(liveness=previous), {}, None, NOW, settings()))
+    write = written(make_plan(snapshot(liveness=previous), {}, None, NOW, *sections()))
     assert write is not None and write.data["lastActiveTime"] == format_time(ago(25))
 
 
 def test_idle_to_in_use_clears_idle_since() -> None:
     previous = idle_data(format_time(ago(3600)), format_time(ago(5)))
-    found = make_plan(snapshot(lease=lease(), liveness=previous), {}, None, NOW, settings())
+    found = make_plan(snapshot(lease=lease(), liveness=previous), {}, None, NOW, *sections())
     write = written(found)
     assert write is not None and write.why == "changed"
     assert write.data["inUse"] == "true"
@@ -183,5 +185,5 @@ def test_idle_to_in_use_clears_idle_since() -> None:
 
 def test_staying_idle_keeps_the_original_idle_since() -> None:
     previous = idle_data(format_time(ago(7200)), format_time(ago(40)))
-    write = written(make_plan(snapshot(liveness=previous), {}, None, NOW, settings()))
+    write = written(make_plan(snapshot(liveness=previous), {}, None, NOW, *sections()))
     assert write is not None and write.data["idleSince"] == format_time(ago(7200))

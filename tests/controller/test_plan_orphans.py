@@ -10,7 +10,7 @@ import pytest
 
 from controller.actions import DeleteOrphan, MarkOrphan, RecordBatchWork, UnmarkOrphan
 from controller.plan import make_plan
-from tests.controller.builders import NOW, ago, job_doc, settings, snapshot
+from tests.controller.builders import NOW, ago, job_doc, sections, snapshot
 
 # Defaults: finalizer grace 300 s, policy warn; under policy delete, delete 900 s after
 # orphaned-since.
@@ -131,7 +131,7 @@ KIND = {
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_orphan_table(case: Case) -> None:
-    found = make_plan(snapshot(jobs=case.jobs), {}, None, NOW, settings(**case.overrides))
+    found = make_plan(snapshot(jobs=case.jobs), {}, None, NOW, *sections(**case.overrides))
     got = [
         (KIND[type(a)], a.job.name)
         for a in found.actions
@@ -141,7 +141,7 @@ def test_orphan_table(case: Case) -> None:
 
 
 def test_a_new_orphan_is_marked_with_the_time_it_was_found() -> None:
-    found = make_plan(snapshot(jobs=[fin()]), {}, None, NOW, settings(**DELETE))
+    found = make_plan(snapshot(jobs=[fin()]), {}, None, NOW, *sections(**DELETE))
     (mark,) = [a for a in found.actions if isinstance(a, MarkOrphan)]
     assert mark.since == NOW
     assert "will be deleted after 15m0s" in mark.message
@@ -149,7 +149,7 @@ def test_a_new_orphan_is_marked_with_the_time_it_was_found() -> None:
 
 
 def test_the_warn_policy_says_so_in_the_warning() -> None:
-    found = make_plan(snapshot(jobs=[fin()]), {}, None, NOW, settings(orphan_policy="warn"))
+    found = make_plan(snapshot(jobs=[fin()]), {}, None, NOW, *sections(orphan_policy="warn"))
     (mark,) = [a for a in found.actions if isinstance(a, MarkOrphan)]
     assert "will not be deleted" in mark.message
     # Durations as Kubernetes writes them, as everywhere else (docs/design.md).
@@ -158,7 +158,7 @@ def test_the_warn_policy_says_so_in_the_warning() -> None:
 
 def test_a_delete_names_the_job_its_search_and_how_long_it_was_orphaned() -> None:
     snap = snapshot(jobs=[fin(orphaned_since=ago(1000))])
-    found = make_plan(snap, {}, None, NOW, settings(**DELETE))
+    found = make_plan(snap, {}, None, NOW, *sections(**DELETE))
     (delete,) = [a for a in found.actions if isinstance(a, DeleteOrphan)]
     assert "fin-1" in delete.message and "elb-job-id=s1" in delete.message
     assert "16m40s >= 15m0s" in delete.message
@@ -166,7 +166,7 @@ def test_a_delete_names_the_job_its_search_and_how_long_it_was_orphaned() -> Non
 
 def test_orphans_hold_no_search_slot_in_the_census() -> None:
     found = make_plan(
-        snapshot(jobs=[fin(), fin("fin-2", job_id="s2", age=10)]), {}, None, NOW, settings()
+        snapshot(jobs=[fin(), fin("fin-2", job_id="s2", age=10)]), {}, None, NOW, *sections()
     )
     assert found.census.active_ids == ("s2",)
     assert [j.name for j in found.census.orphans] == ["fin-1"]

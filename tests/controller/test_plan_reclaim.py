@@ -13,6 +13,7 @@ from controller.actions import ReleaseLease
 from controller.holders import PodSeen, PodView
 from controller.plan import make_plan
 from controller.reclaim import holder_pod_to_check, plan_reclaim
+from elbgate.settings import GateSettings
 from tests.controller.builders import (
     NOW,
     POD_UID,
@@ -21,7 +22,7 @@ from tests.controller.builders import (
     lease,
     pod_doc,
     running,
-    settings,
+    sections,
     snapshot,
 )
 
@@ -123,7 +124,7 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_reclaim_table(case: Case) -> None:
     view = lease(**case.lease) if case.lease is not None else None
-    got = plan_reclaim(view, case.pod, NOW, settings(**(case.overrides or {}))).release
+    got = plan_reclaim(view, case.pod, NOW, *sections(**(case.overrides or {}))).release
     if case.reason is None:
         assert got is None
     else:
@@ -139,7 +140,7 @@ def test_reclaim_table(case: Case) -> None:
 
 def test_dead_holder_message_names_the_pod_and_the_evidence() -> None:
     got = plan_reclaim(
-        lease(renewed_ago=60, pod=STAMP), PodSeen("present", uid="other"), NOW, settings()
+        lease(renewed_ago=60, pod=STAMP), PodSeen("present", uid="other"), NOW, *sections()
     ).release
     assert got is not None
     assert "blast/celery-worker-0" in got.message and "recreated" in got.message
@@ -148,24 +149,24 @@ def test_dead_holder_message_names_the_pod_and_the_evidence() -> None:
 
 
 def test_a_reclaim_carries_when_its_evidence_began() -> None:
-    got = plan_reclaim(lease(renewed_ago=10, pod=STAMP), RESTARTED, NOW, settings()).release
+    got = plan_reclaim(lease(renewed_ago=10, pod=STAMP), RESTARTED, NOW, *sections()).release
     assert got is not None and got.evidence == "container_restarted"
     assert got.evidence_since == NOW - timedelta(seconds=3)
-    expired = plan_reclaim(lease(renewed_ago=1000), None, NOW, settings()).release
+    expired = plan_reclaim(lease(renewed_ago=1000), None, NOW, *sections()).release
     assert expired is not None and expired.evidence_since == ago(1000 - 930)
 
 
 def test_expired_message_names_the_holder_and_the_expiry() -> None:
-    got = plan_reclaim(lease(renewed_ago=5000), None, NOW, settings()).release
+    got = plan_reclaim(lease(renewed_ago=5000), None, NOW, *sections()).release
     assert got is not None
     assert got.holder in got.message and "expired at" in got.message
-    skewed = plan_reclaim(lease(renewed_ago=5000), None, NOW, settings(clock_skew_seconds=90))
+    skewed = plan_reclaim(lease(renewed_ago=5000), None, NOW, *sections(clock_skew_seconds=90))
     assert skewed.release is not None
     assert "(renewTime + leaseDurationSeconds + 1m30s skew" in skewed.release.message
 
 
 def test_a_live_holder_is_looked_at_again_at_its_expiry() -> None:
-    got = plan_reclaim(lease(renewed_ago=100, pod=STAMP), ALIVE, NOW, settings())
+    got = plan_reclaim(lease(renewed_ago=100, pod=STAMP), ALIVE, NOW, *sections())
     assert got.release is None and got.look_again_at == ago(100 - 930)
 
 
@@ -174,7 +175,7 @@ def test_a_held_back_reclaim_is_looked_at_again_when_the_grace_ends() -> None:
         lease(renewed_ago=5, pod=STAMP),
         PodSeen("absent"),
         NOW,
-        settings(reclaim_grace_seconds=45),
+        *sections(reclaim_grace_seconds=45),
     )
     assert got.release is None and got.look_again_at == ago(5 - 45)
 
@@ -193,23 +194,23 @@ def test_a_held_back_reclaim_is_looked_at_again_when_the_grace_ends() -> None:
 def test_the_watched_pod_is_the_one_a_live_stamp_names(
     lease_kw: dict[str, Any], expected: tuple[str, str, str] | None
 ) -> None:
-    assert holder_pod_to_check(lease(**lease_kw), NOW, settings()) == expected
+    assert holder_pod_to_check(lease(**lease_kw), NOW, GateSettings()) == expected
 
 
 def test_the_combined_plan_uses_the_pod_lookup_keyed_by_the_stamp() -> None:
     snap = snapshot(lease=lease(renewed_ago=60, pod=STAMP))
-    found = make_plan(snap, {STAMP: PodSeen("absent")}, None, NOW, settings())
+    found = make_plan(snap, {STAMP: PodSeen("absent")}, None, NOW, *sections())
     releases = [a for a in found.actions if isinstance(a, ReleaseLease)]
     assert [r.reason for r in releases] == ["dead_holder"]
     # A lookup made for another stamp (the Lease changed meanwhile) does not apply.
-    other = make_plan(snap, {"blast/other/uid": PodSeen("absent")}, None, NOW, settings())
+    other = make_plan(snap, {"blast/other/uid": PodSeen("absent")}, None, NOW, *sections())
     assert not [a for a in other.actions if isinstance(a, ReleaseLease)]
 
 
 def test_the_lease_expired_gauge_follows_the_controller_clock() -> None:
     assert make_plan(
-        snapshot(lease=lease(renewed_ago=5000)), {}, None, NOW, settings()
+        snapshot(lease=lease(renewed_ago=5000)), {}, None, NOW, *sections()
     ).lease_expired
     assert not make_plan(
-        snapshot(lease=lease(renewed_ago=5)), {}, None, NOW, settings()
+        snapshot(lease=lease(renewed_ago=5)), {}, None, NOW, *sections()
     ).lease_expired

@@ -18,7 +18,7 @@ from typing import Any
 
 from client import SubmitLease
 from elbgate.kube.config import KubeConfig
-from elbgate.settings import Settings
+from elbgate.settings import GateSettings
 from testbed.api import JsonObj, wait_until
 from testbed.controlplane import ControlPlane
 from tests.graph.bodies import as_yaml, name
@@ -57,7 +57,7 @@ class Submitter:
         workdir: Path,
         *,
         source: str = "dashboard",
-        settings: Settings | None = None,
+        gate: GateSettings | None = None,
     ) -> None:
         self.cp = cp
         self.namespace = namespace
@@ -65,7 +65,7 @@ class Submitter:
         self.workdir = workdir
         self.lease = SubmitLease(
             namespace,
-            settings=settings or Settings(),
+            gate=gate or GateSettings(),
             config=KubeConfig.from_kubeconfig(cp.kubeconfig(user)),
             source=source,
         )

@@ -112,7 +112,7 @@ def test_liveness_goes_stale_after_three_resync_periods(
     rule: Obj, rendered: dict[str, list[Obj]]
 ) -> None:
     env = by_name_prefix(rendered["base"], "ConfigMap", "elb-gate-settings-")["data"]
-    resync = Settings.from_env(env).resync_seconds
+    resync = Settings.from_env(env).controller.resync_seconds
     (stale,) = [a for a in _alerts(rule) if a["alert"] == "ElbGateLivenessStale"]
     threshold = float(re.search(r">\s*(\d+)\s*$", stale["expr"].strip()).group(1))  # type: ignore[union-attr]
     assert threshold == 3 * resync

@@ -157,8 +157,8 @@ def test_the_webhook_mounts_its_tls_secret_where_the_settings_expect_it(
     volumes = {v["name"]: v for v in pod["volumes"]}
     defaults = Settings()
     assert mounts["tls"]["mountPath"] == "/etc/elb-gate/tls" and "subPath" not in mounts["tls"]
-    assert defaults.tls_cert_file == "/etc/elb-gate/tls/tls.crt"
-    assert defaults.tls_key_file == "/etc/elb-gate/tls/tls.key"
+    assert defaults.webhook.tls_cert_file == "/etc/elb-gate/tls/tls.crt"
+    assert defaults.webhook.tls_key_file == "/etc/elb-gate/tls/tls.key"
     assert volumes["tls"]["secret"]["secretName"] == "elb-gate-webhook-tls"
     assert {p["containerPort"] for p in container["ports"]} == {8443, 9090}
 
@@ -220,7 +220,7 @@ def test_the_settings_configmap_holds_only_known_keys_and_starts_cleanly(
     known = {name for name, _default, _doc in describe()}
     assert set(env) <= known, set(env) - known
     settings = Settings.from_env(env)  # raises SettingsError on an incoherent set
-    assert settings.submitter_identities_file == "/etc/elb-gate/identities/submitters.yaml"
+    assert settings.webhook.submitter_identities_file == "/etc/elb-gate/identities/submitters.yaml"
 
 
 @pytest.mark.parametrize(
@@ -230,7 +230,7 @@ def test_the_settings_configmap_holds_only_known_keys_and_starts_cleanly(
 def test_enforcement_is_deny_except_in_the_warn_overlay(
     rendered: dict[str, list[Obj]], target: str, mode: str
 ) -> None:
-    assert Settings.from_env(_settings_env(rendered[target])).enforcement == mode
+    assert Settings.from_env(_settings_env(rendered[target])).webhook.enforcement == mode
 
 
 @pytest.mark.parametrize("component", COMPONENTS)
@@ -259,7 +259,7 @@ def test_gated_namespace_bindings_match_the_gated_namespaces_setting(
     rendered: dict[str, list[Obj]], target: str
 ) -> None:
     objects = rendered[target]
-    gated = set(Settings.from_env(_settings_env(objects)).namespaces)
+    gated = set(Settings.from_env(_settings_env(objects)).controller.namespaces)
     for component in COMPONENTS:
         bound = {
             rb["metadata"]["namespace"]

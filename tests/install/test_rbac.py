@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from elbgate.names import DB_MEMORY_CONFIGMAP, LIVENESS_CONFIGMAP
-from elbgate.settings import Settings
+from elbgate.settings import ControllerSettings, RuleSettings
 from tests.install.rendering import REPO, Obj, one, select
 
 Grant = tuple[str, str]  # (resource, verb)
@@ -197,7 +197,7 @@ def test_the_leader_role_grants_exactly_the_table_on_the_leader_lease_only(
     named = [r for r in role["rules"] if "resourceNames" in r]
     assert role["metadata"]["namespace"] == "elb-system"
     assert granted(role["rules"]) == EXPECTED[("controller", "leader")]
-    assert all(r["resourceNames"] == [Settings().leader_lease_name] for r in named)
+    assert all(r["resourceNames"] == [ControllerSettings().leader_lease_name] for r in named)
     assert {v for r in role["rules"] if "resourceNames" not in r for v in r["verbs"]} == {"create"}
 
 
@@ -249,7 +249,7 @@ def test_the_webhook_reads_only_the_database_memory_configmap_in_its_namespace(
     assert role["metadata"]["namespace"] == "elb-system"
     assert granted(role["rules"]) == EXPECTED[("webhook", "db-memory")]
     assert all(r["resourceNames"] == [DB_MEMORY_CONFIGMAP] for r in role["rules"])
-    assert Settings().db_memory_configmap == DB_MEMORY_CONFIGMAP
+    assert RuleSettings().db_memory_configmap == DB_MEMORY_CONFIGMAP
     # list/watch limited by name qualify with this field selector: the watch sends it.
     assert (
         'field_selector=f"metadata.name={name}"'

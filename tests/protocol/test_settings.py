@@ -2,25 +2,42 @@
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+from pathlib import Path
+
 import pytest
 
-from elbgate.settings import Settings, SettingsError, describe
+from elbgate.settings import (
+    SECTIONS,
+    ClientSettings,
+    ControllerSettings,
+    GateSettings,
+    RuleSettings,
+    ServerSettings,
+    Settings,
+    SettingsError,
+    WebhookSettings,
+    describe,
+)
 
 
 def test_defaults_match_the_existing_submit_paths() -> None:
     s = Settings.from_env({})
     assert (
-        s.max_run_concurrency,
-        s.lease_ttl_seconds,
-        s.clock_skew_seconds,
-        s.finalizer_grace_seconds,
-        s.capacity_wait_max_seconds,
-        s.celery_soft_time_limit,
-        s.celery_hard_time_limit,
+        s.gate.max_run_concurrency,
+        s.gate.lease_ttl_seconds,
+        s.gate.clock_skew_seconds,
+        s.gate.finalizer_grace_seconds,
+        s.client.capacity_wait_max_seconds,
+        s.client.celery_soft_time_limit,
+        s.client.celery_hard_time_limit,
     ) == (3, 900, 30, 300, 1800, 3300, 3600)
-    assert s.enforcement == "deny"
-    assert s.orphan_policy == "warn"  # never silently delete a finalizer (docs/runbook.md)
-    assert s.effective_exec_timeout_seconds == 840
+    assert s.webhook.enforcement == "deny"
+    assert (
+        s.controller.orphan_policy == "warn"
+    )  # never silently delete a finalizer (docs/runbook.md)
+    assert s.client.effective_exec_timeout_seconds(s.gate) == 840
 
 
 def test_shared_keys_are_read_by_their_existing_names() -> None:
@@ -37,22 +54,22 @@ def test_shared_keys_are_read_by_their_existing_names() -> None:
             "ELB_GATE_RESYNC_SECONDS": "2.5",
         }
     )
-    assert s.max_run_concurrency == 5
-    assert s.lease_ttl_seconds == 600
-    assert s.effective_exec_timeout_seconds == 580
-    assert s.submit_slot_wait_max_seconds == 90
-    assert s.namespaces == ("blast-a", "blast-b")
-    assert s.enforcement == "warn"
-    assert s.resync_seconds == 2.5
+    assert s.gate.max_run_concurrency == 5
+    assert s.gate.lease_ttl_seconds == 600
+    assert s.client.effective_exec_timeout_seconds(s.gate) == 580
+    assert s.client.submit_slot_wait_max_seconds == 90
+    assert s.controller.namespaces == ("blast-a", "blast-b")
+    assert s.webhook.enforcement == "warn"
+    assert s.controller.resync_seconds == 2.5
 
 
 def test_a_zero_clock_skew_still_derives_an_exec_timeout_below_the_ttl() -> None:
     s = Settings.from_env({"BLAST_LEASE_CLOCK_SKEW_SECONDS": "0"})
-    assert s.effective_exec_timeout_seconds == 899
+    assert s.client.effective_exec_timeout_seconds(s.gate) == 899
 
 
 def test_an_empty_value_means_the_default() -> None:
-    assert Settings.from_env({"BLAST_MAX_RUN_CONCURRENCY": "  "}).max_run_concurrency == 3
+    assert Settings.from_env({"BLAST_MAX_RUN_CONCURRENCY": "  "}).gate.max_run_concurrency == 3
 
 
 @pytest.mark.parametrize(
@@ -117,7 +134,7 @@ def test_every_problem_is_reported_at_once() -> None:
 
 
 def test_overrides_win_over_the_environment_and_are_checked() -> None:
-    assert Settings.from_env({}, max_run_concurrency=7).max_run_concurrency == 7
+    assert Settings.from_env({}, max_run_concurrency=7).gate.max_run_concurrency == 7
     with pytest.raises(SettingsError):
         Settings.from_env({}, submit_exec_timeout_seconds=10_000)
 
@@ -155,16 +172,26 @@ def test_the_new_rule_settings_are_checked_naming_the_variable(
 
 def test_db_staging_is_on_and_the_node_rules_off_by_default() -> None:
     settings = Settings.from_env({})
-    assert (settings.db_staging, settings.capacity, settings.feasibility) == ("deny", "off", "off")
+    assert (settings.rules.db_staging, settings.rules.capacity, settings.rules.feasibility) == (
+        "deny",
+        "off",
+        "off",
+    )
     assert Settings.from_env(
         {"ELB_GATE_CAPACITY_POOL_SELECTOR": "agentpool=blastpool"}
-    ).capacity_pool_selector
+    ).rules.capacity_pool_selector
 
 
 def test_leader_timing_and_the_controllers_api_deadline_are_settings_like_the_rest() -> None:
     s = Settings.from_env({})
-    assert (s.leader_lease_seconds, s.leader_renew_seconds) == (15.0, 5.0)  # client-go's
-    assert (s.api_timeout_seconds, s.controller_api_timeout_seconds) == (1.5, 5.0)
+    assert (s.controller.leader_lease_seconds, s.controller.leader_renew_seconds) == (
+        15.0,
+        5.0,
+    )  # client-go's
+    assert (s.webhook.api_timeout_seconds, s.controller.controller_api_timeout_seconds) == (
+        1.5,
+        5.0,
+    )
     s = Settings.from_env(
         {
             "ELB_GATE_LEADER_LEASE_SECONDS": "30",
@@ -172,8 +199,8 @@ def test_leader_timing_and_the_controllers_api_deadline_are_settings_like_the_re
             "ELB_GATE_CONTROLLER_API_TIMEOUT_SECONDS": "2",
         }
     )
-    assert (s.leader_lease_seconds, s.leader_renew_seconds) == (30.0, 10.0)
-    assert s.controller_api_timeout_seconds == 2.0
+    assert (s.controller.leader_lease_seconds, s.controller.leader_renew_seconds) == (30.0, 10.0)
+    assert s.controller.controller_api_timeout_seconds == 2.0
 
 
 def test_a_leader_renewal_no_shorter_than_its_lease_is_refused() -> None:
@@ -185,3 +212,74 @@ def test_a_leader_renewal_no_shorter_than_its_lease_is_refused() -> None:
         "ELB_GATE_LEADER_RENEW_SECONDS (5) must be below ELB_GATE_LEADER_LEASE_SECONDS (5)" in p
         for p in caught.value.problems
     ), caught.value.problems
+
+
+def test_each_component_has_its_own_section_and_describe_lists_every_one() -> None:
+    s = Settings.from_env({})
+    assert [type(getattr(s, attr)) for attr, _cls in SECTIONS] == [
+        GateSettings,
+        ClientSettings,
+        WebhookSettings,
+        RuleSettings,
+        ControllerSettings,
+        ServerSettings,
+    ]
+    declared = [f.metadata["env"] for _attr, cls in SECTIONS for f in dataclasses.fields(cls)]
+    assert [name for name, _default, _doc in describe()] == declared
+    assert len(declared) == 48
+
+
+def test_an_override_lands_in_the_section_that_declares_it() -> None:
+    s = Settings.from_env(
+        {"ELB_GATE_RESYNC_SECONDS": "7"}, leader_lease_seconds=30.0, db_staging="warn"
+    )
+    assert (s.controller.resync_seconds, s.controller.leader_lease_seconds) == (7.0, 30.0)
+    assert s.rules.db_staging == "warn"
+    assert s.gate == GateSettings() and s.webhook == WebhookSettings()
+    assert Settings.of(max_run_concurrency=2).gate.max_run_concurrency == 2
+
+
+def test_an_override_naming_no_setting_is_refused_not_ignored() -> None:
+    with pytest.raises(TypeError, match="no setting named 'max_concurrency'"):
+        Settings.from_env({}, max_concurrency=2)
+    with pytest.raises(TypeError, match="no setting named 'gate'"):
+        Settings.of(gate=GateSettings())
+
+
+def test_the_leader_timing_rule_spans_the_controller_section_only() -> None:
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env({}, leader_renew_seconds=20.0)
+    assert caught.value.problems == [
+        "ELB_GATE_LEADER_RENEW_SECONDS (20) must be below ELB_GATE_LEADER_LEASE_SECONDS (15), "
+        "or leadership lapses between renewals"
+    ]
+
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSITION_ROOTS = {
+    "webhook/__main__.py",
+    "webhook/server.py",
+    "controller/__main__.py",
+    "controller/server.py",
+    "client/cli/connection.py",
+}
+"""Where the whole :class:`Settings` is built and split into sections; every other
+module of the components takes the sections it uses."""
+
+
+def _imports_the_composite(path: Path) -> bool:
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module == "elbgate.settings":
+            if any(alias.name in ("Settings", "*") for alias in node.names):
+                return True
+    return False
+
+
+def test_only_the_composition_roots_import_the_whole_settings() -> None:
+    modules = [
+        p
+        for pkg in ("elbgate", "webhook", "controller", "client")
+        for p in (ROOT / pkg).rglob("*.py")
+    ]
+    importing = {str(p.relative_to(ROOT)) for p in modules if _imports_the_composite(p)}
+    assert importing == COMPOSITION_ROOTS

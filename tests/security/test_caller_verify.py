@@ -17,7 +17,7 @@ import pytest
 
 from client import SubmitLease
 from elbgate.kube.config import KubeConfig
-from elbgate.settings import Settings
+from elbgate.settings import GateSettings
 from testbed import elastic_blast as elb
 from testbed.api import wait_until
 from testbed.controlplane import ControlPlane, PodIdentity
@@ -56,7 +56,7 @@ def scene(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory)
         holder = control_plane.pod_identity(namespace, "openapi")
         lease = SubmitLease(
             namespace,
-            settings=Settings(),
+            gate=GateSettings(),
             config=KubeConfig.from_kubeconfig(holder.kubeconfig),
             source="in-cluster",
         )

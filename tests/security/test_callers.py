@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from elbgate.settings import Settings, SettingsError
+from elbgate.settings import Settings, SettingsError, WebhookSettings
 from webhook.callers import (
     CallerPolicy,
     SourceLimit,
@@ -158,7 +158,7 @@ def test_an_unverified_caller_is_told_the_decision_without_its_reasons(
 
 
 def test_off_makes_no_policy_and_the_others_need_a_ca_and_names() -> None:
-    assert CallerPolicy.from_settings(Settings()) is None
+    assert CallerPolicy.from_settings(WebhookSettings()) is None
     with pytest.raises(SettingsError) as raised:
         Settings.from_env({"ELB_GATE_CLIENT_AUTH": "verify"})
     assert raised.value.problems == [
@@ -175,7 +175,7 @@ def test_off_makes_no_policy_and_the_others_need_a_ca_and_names() -> None:
                 "ELB_GATE_CLIENT_CA_FILE": "/etc/elb-gate/client-ca/ca.crt",
                 "ELB_GATE_CLIENT_NAMES": f"{API_SERVER}, front-proxy-client",
             }
-        )
+        ).webhook
     )
     assert policy is not None
     assert (policy.mode, policy.names) == ("require", (API_SERVER, "front-proxy-client"))

@@ -135,13 +135,15 @@ async def serve(pki: Pki) -> AsyncIterator[Callable[[str], Any]]:
         recorded: list[tuple[str, str]] = []
         in_flight: list[int] = []
         policy = CallerPolicy.from_settings(
-            settings, lambda kind, outcome: recorded.append((kind, outcome)), in_flight.append
+            settings.webhook,
+            lambda kind, outcome: recorded.append((kind, outcome)),
+            in_flight.append,
         )
         certificate = ServingCertificate(
             str(pki.tmp / "tls.crt"),
             str(pki.tmp / "tls.key"),
-            client_auth=settings.client_auth,
-            client_ca_file=settings.client_ca_file,
+            client_auth=settings.webhook.client_auth,
+            client_ca_file=settings.webhook.client_ca_file,
         )
         assert certificate.reload_if_changed()
         handler = Held()

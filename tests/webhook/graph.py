@@ -58,7 +58,7 @@ class Namespace:
         reads = reads_needed(job)
         seen = None
         if reads in (Reads.JOBS, Reads.JOBS_AND_LEASE):
-            seen = survey(job, self.jobs, self.settings, self.now)
+            seen = survey(job, self.jobs, self.settings.gate, self.now)
         wants_lease = reads in (Reads.LEASE, Reads.JOBS_AND_LEASE) or (
             seen is not None and lease_needed(job, seen)
         )
@@ -72,7 +72,7 @@ class Namespace:
                 table_source="ConfigMap elb-system/elb-gate-db-memory",
             ),
         )
-        decision = decide(job, observed, self.settings, self.now)
+        decision = decide(job, observed, self.settings.gate, self.settings.rules, self.now)
         self.decisions.append((body["metadata"]["name"], decision))
         if decision.allowed:
             self.jobs.append(body)

@@ -73,8 +73,11 @@ class FakeApi:
 
 
 def make(api: FakeApi, **settings: Any) -> Admission:
+    chosen = Settings.of(**settings)
     return Admission(
-        Settings(**settings),
+        chosen.gate,
+        chosen.webhook,
+        chosen.rules,
         api,  # type: ignore[arg-type]
         WebhookMetrics(CollectorRegistry()),
         clock=lambda: NOW,

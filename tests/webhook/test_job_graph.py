@@ -216,10 +216,10 @@ def test_a_search_staging_its_own_database_is_not_blocked_by_itself() -> None:
 
 def test_the_rule_can_be_turned_off_or_to_warn() -> None:
     ns = staging("core_nt")
-    ns.settings = Settings(db_staging="off")
+    ns.settings = Settings.of(db_staging="off")
     assert ns.judge(elb.init_ssd(S2, 0, "core_nt")).allowed
     ns = staging("core_nt")
-    ns.settings = Settings(db_staging="warn")
+    ns.settings = Settings.of(db_staging="warn")
     decision = ns.judge(elb.init_ssd(S2, 0, "core_nt"))
     assert decision.allowed and [w.reason for w in decision.warned] == ["db_staging"]
     response = decision.response()
@@ -252,7 +252,7 @@ def test_a_burst_of_ten_searches_over_two_databases_never_overlaps_a_staging() -
                 del progress[job_id]
         seen = survey_of(ns)
         peak = max(peak, seen.count)
-        assert seen.count <= ns.settings.max_run_concurrency
+        assert seen.count <= ns.settings.gate.max_run_concurrency
         for stage in seen.staging:
             users = [a.key for a in seen.active if a.key != stage.key and stage.db in a.uses]
             assert users == [], (stage.db, stage.key, users)
@@ -262,4 +262,4 @@ def test_a_burst_of_ten_searches_over_two_databases_never_overlaps_a_staging() -
 
 
 def survey_of(ns: Namespace) -> Census:
-    return census(ns.jobs, NOW, ns.settings.finalizer_grace_seconds)
+    return census(ns.jobs, NOW, ns.settings.gate.finalizer_grace_seconds)

@@ -344,7 +344,9 @@ def judge(case: Case) -> Any:
         stamp = lease_stamp.decide(LeaseRequest.from_admission(request), NOW)
         stamped = jsonpatch.apply_patch(case.new, list(stamp.patch))
         request = admission(case.operation, stamped, case.old, who=case.who, resource="leases")
-    return lease_guard.decide(LeaseRequest.from_admission(request), SETTINGS, NOW, case.identities)
+    return lease_guard.decide(
+        LeaseRequest.from_admission(request), SETTINGS.gate, SETTINGS.webhook, NOW, case.identities
+    )
 
 
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())

@@ -46,7 +46,7 @@ AKS = (
 
 def cluster(ceiling: int = 3, **settings: Any) -> Namespace:
     values = {"capacity_pool_selector": POOL, "max_run_concurrency": ceiling, **settings}
-    return Namespace(settings=Settings(**values), nodes=AKS)
+    return Namespace(settings=Settings.of(**values), nodes=AKS)
 
 
 def searches(ns: Namespace, count: int, cpus: int, first: int = 0) -> list:
@@ -140,7 +140,7 @@ def test_nodes_not_yet_synced_refuse_fail_closed_and_warn_admits() -> None:
     decision = searches(ns, 1, cpus=8)[0]
     assert (decision.code, decision.reason) == (503, "unverified")
     assert "the Node watch has not synced yet" in decision.message
-    ns.settings = Settings(capacity="warn", capacity_pool_selector=POOL)
+    ns.settings = Settings.of(capacity="warn", capacity_pool_selector=POOL)
     assert searches(ns, 1, cpus=8, first=1)[0].allowed
 
 

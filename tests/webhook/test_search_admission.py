@@ -142,7 +142,7 @@ def test_lease_needed_after_the_census(
     request_: AdmissionRequest, jobs: list[dict[str, Any]], needed: bool
 ) -> None:
     job_request = JobRequest.from_admission(request_)
-    assert lease_needed(job_request, survey(job_request, jobs, SETTINGS, NOW)) is needed
+    assert lease_needed(job_request, survey(job_request, jobs, SETTINGS.gate, NOW)) is needed
 
 
 # -- decisions ----------------------------------------------------------------------------
@@ -378,8 +378,10 @@ CASES: dict[str, Case] = {
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_search_admission(case: Case) -> None:
     job_request = JobRequest.from_admission(case.request)
-    seen = None if case.jobs is None else survey(job_request, case.jobs, SETTINGS, NOW)
-    decision = decide(job_request, Observed(seen, case.lease), SETTINGS, NOW, case.identities)
+    seen = None if case.jobs is None else survey(job_request, case.jobs, SETTINGS.gate, NOW)
+    decision = decide(
+        job_request, Observed(seen, case.lease), SETTINGS.gate, SETTINGS.rules, NOW, case.identities
+    )
     assert (decision.allowed, decision.reason, decision.code) == (
         case.allowed,
         case.reason,
@@ -399,8 +401,8 @@ def judge(
 ) -> Decision:
     """Survey ``jobs`` and decide, as the handler does."""
     job_request = JobRequest.from_admission(request_)
-    seen = survey(job_request, jobs, settings, NOW)
-    return decide(job_request, Observed(seen, lease_obj), settings, NOW)
+    seen = survey(job_request, jobs, settings.gate, NOW)
+    return decide(job_request, Observed(seen, lease_obj), settings.gate, settings.rules, NOW)
 
 
 def test_a_denial_names_the_requested_job() -> None:
@@ -410,7 +412,7 @@ def test_a_denial_names_the_requested_job() -> None:
 
 def test_the_ceiling_comes_from_settings() -> None:
     decision = judge(
-        create("submit", "c"), active("a", "b"), ALICE_HOLDS, Settings(max_run_concurrency=2)
+        create("submit", "c"), active("a", "b"), ALICE_HOLDS, Settings.of(max_run_concurrency=2)
     )
     assert decision.code == 429 and "2/2 searches" in decision.message
 
