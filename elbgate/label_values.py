@@ -27,6 +27,7 @@ hand-made AdmissionReview, and is refused all the same.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Iterable
@@ -116,19 +117,22 @@ def _confusable(char: str) -> str:
     return CONFUSABLES.get(lower, lower)
 
 
+@functools.lru_cache(maxsize=4096)
 def skeleton(value: str) -> str:
-    """What ``value`` looks like: the string two look-alike values share."""
+    """What ``value`` looks like: the string two look-alike values share. Cached: every
+    search admission compares the new id with each active search's, and those repeat."""
     folded = "".join(_confusable(c) for c in _visible(value)).lower()
     for sequence, letter in SEQUENCES:
         folded = folded.replace(sequence, letter)
     return folded.translate(CLASSES)
 
 
-def _shapes(value: str) -> set[str]:
+@functools.lru_cache(maxsize=1024)
+def _shapes(value: str) -> frozenset[str]:
     """``value``'s skeleton, and its skeleton with the look-alikes mapped before
     NFKC (TR39's order), which NFKC would otherwise read differently (U+017F, long s)."""
     early = "".join(CONFUSABLES.get(c, c) for c in value)
-    return {skeleton(value), skeleton(early)}
+    return frozenset((skeleton(value), skeleton(early)))
 
 
 def near_miss(value: str, expected: Iterable[str]) -> str | None:
@@ -172,6 +176,8 @@ def _describe(char: str) -> str:
 
 def job_id_problem(value: str) -> IdProblem | None:
     """Whitespace, control, invisible or non-ASCII characters in an ``elb-job-id``."""
+    if value.isascii() and value.isprintable() and " " not in value:
+        return None  # what ElasticBLAST writes: the common case, without a per-character scan
     bad = [c for c in value if not c.isascii() or not c.isprintable() or c.isspace()]
     if not bad:
         return None
