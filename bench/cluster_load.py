@@ -45,7 +45,7 @@ from typing import Any
 from bench.api_counts import Tally, combined, tally
 from bench.cluster import BenchCluster
 from bench.handoff import BurstResult, SearchObserver, analyse
-from bench.processes import pin
+from bench.processes import pin, unpinned
 from client.submit_lease import SubmitLease
 from elbgate.kube.config import KubeConfig
 from elbgate.names import LIVENESS_CONFIGMAP, SEARCH_JOB_SELECTOR
@@ -423,6 +423,7 @@ def burst_elb_gate_submit(st: Stage, config: LoadConfig, tag: int) -> dict[str, 
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
+                preexec_fn=unpinned,
             )
             outputs[job_id] = TimedOutput(proc, spawned)
         deadline = time.monotonic() + config.burst_timeout
@@ -532,6 +533,7 @@ def _kubectl_create(kubeconfig: str, path: Path, workdir: Path) -> Callable[[], 
             text=True,
             timeout=120,
             check=False,
+            preexec_fn=unpinned,
         )
         return done.returncode == 0, (done.stdout + done.stderr).strip()
 

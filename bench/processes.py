@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _TICKS = os.sysconf("SC_CLK_TCK")
+_FIRST_AFFINITY = frozenset(os.sched_getaffinity(0))
+"""The CPUs this process could run on before the benchmark pinned anything."""
 
 
 def cpu_seconds(pid: int) -> float:
@@ -44,6 +46,13 @@ def pin(pid: int, cpus: set[int]) -> None:
             os.sched_setaffinity(int(task.name), cpus)
         except (ProcessLookupError, OSError):
             pass  # a thread that exited in between
+
+
+def unpinned() -> None:
+    """A ``preexec_fn``: the child runs on every CPU the benchmark started with, not on
+    the load generator's. Submitters and their kubectl stand for users' processes, which
+    run on machines and pods of their own in a cluster, not beside the control plane."""
+    os.sched_setaffinity(0, _FIRST_AFFINITY)
 
 
 @dataclass
