@@ -10,8 +10,7 @@ from __future__ import annotations
 import json
 import ssl
 import threading
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -269,17 +268,3 @@ class Api:
         body = json.loads(json.dumps(obj))
         body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
         return self.update(body)
-
-
-def wait_until(
-    predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.1
-) -> Any:
-    """Poll ``predicate`` until it returns something truthy; AssertionError after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(interval)

@@ -29,6 +29,7 @@ from typing import Any
 
 from testbed.controlplane import REPO, ControlPlane
 from testbed.install import SYSTEM_NAMESPACE, Installation
+from testbed.waiting import wait_until
 
 CONTROLLER_NAMESPACE = SYSTEM_NAMESPACE
 CONTROLLER_SA = "elb-gate-controller"
@@ -127,6 +128,12 @@ class ControllerProcess:
         with self._cond:
             return [r for r in self.records if msg is None or r.get("msg") == msg]
 
+    def log_tail(self, count: int = 30) -> str:
+        """The last ``count`` lines the process wrote to stderr, for failure messages."""
+        with self._cond:
+            lines = self.raw_lines[-count:]
+        return f"{self.name}'s last log lines:\n" + "\n".join(lines)
+
     def wait_for_log(
         self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 30.0
     ) -> dict[str, Any]:
@@ -139,8 +146,7 @@ class ControllerProcess:
                         return record
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or (self.proc.poll() is not None and not self._reader.is_alive()):
-                    tail = "\n".join(self.raw_lines[-30:])
-                    raise TimeoutError(f"{self.name}: no matching log line; last lines:\n{tail}")
+                    raise TimeoutError(f"{self.name}: no matching log line; {self.log_tail()}")
                 self._cond.wait(min(remaining, 0.5))
 
     # -- HTTP ------------------------------------------------------------------
@@ -195,8 +201,9 @@ class ControllerProcess:
         return self.proc.poll() is None
 
     def wait_until(self, condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-        """Poll ``condition`` until true; fail naming ``what`` (and the log tail)."""
-        wait_until(condition, what, timeout, self)
+        """:func:`testbed.waiting.wait_until` (every 50 ms), the failure naming ``what``
+        followed by this process's last log lines."""
+        wait_until(condition, timeout, what, interval=0.05, detail=self.log_tail)
 
     def terminate(self, timeout: float = 15.0) -> int:
         """SIGTERM (graceful: leadership released) and wait."""
@@ -223,21 +230,3 @@ class ControllerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def wait_until(
-    condition: Callable[[], bool],
-    what: str,
-    timeout: float = 30.0,
-    process: ControllerProcess | None = None,
-) -> None:
-    """Poll ``condition`` every 50 ms until it holds or ``timeout`` passes."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    tail = ""
-    if process is not None:
-        tail = "\n" + "\n".join(process.raw_lines[-30:])
-    raise AssertionError(f"timed out after {timeout}s waiting for: {what}{tail}")

@@ -30,7 +30,8 @@ from typing import Any
 
 import yaml
 
-from testbed.api import Api, ApiError, JsonObj, wait_until
+from testbed.api import Api, ApiError, JsonObj
+from testbed.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_KUBE_VERSION = "v1.37.2"

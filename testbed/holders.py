@@ -38,9 +38,10 @@ from elbgate.kube.config import KubeConfig
 from elbgate.lease import parse_microtime
 from elbgate.names import HOLDER_CONTAINER_ANNOTATION, LIVENESS_CONFIGMAP, lease_name
 from elbgate.settings import ControllerSettings, GateSettings
-from testbed.api import ApiError, JsonObj, wait_until
+from testbed.api import ApiError, JsonObj
 from testbed.controller_process import CONTROLLER_USER, ControllerProcess
 from testbed.controlplane import ControlPlane, PodIdentity
+from testbed.waiting import wait_until
 
 TARGET_SECONDS = 15.0
 """Evidence → reclaim, worst case at the default settings (issue: reclaim within 15 s)."""

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from testbed.api import JsonObj, wait_until
+from testbed.api import JsonObj
 from testbed.controlplane import (
     NAMED_USERS,
     REPO,
@@ -31,6 +31,7 @@ from testbed.controlplane import (
     PodIdentity,
     kubectl_path,
 )
+from testbed.waiting import wait_until
 
 SYSTEM_NAMESPACE = "elb-system"
 WEBHOOK_SA = "elb-gate-webhook"

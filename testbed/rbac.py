@@ -15,9 +15,10 @@ import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from testbed.api import JsonObj, wait_until
+from testbed.api import JsonObj
 from testbed.controlplane import ControlPlane
 from testbed.install import SYSTEM_NAMESPACE, base_objects
+from testbed.waiting import wait_until
 
 
 def user_of(service_account: str, namespace: str = SYSTEM_NAMESPACE) -> tuple[str, list[str]]:

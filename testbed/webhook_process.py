@@ -34,10 +34,11 @@ from typing import Any
 
 import yaml
 
-from testbed.api import ApiError, JsonObj, wait_until
+from testbed.api import ApiError, JsonObj
 from testbed.certs import MountedCertificate
 from testbed.controlplane import REPO, ControlPlane
 from testbed.install import Installation
+from testbed.waiting import wait_until
 
 MANIFEST = REPO / "manifests" / "base" / "admission-webhooks.yaml"
 CONFIGURATION_KINDS = {

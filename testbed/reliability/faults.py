@@ -29,12 +29,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from testbed.api import JsonObj, wait_until
+from testbed.api import JsonObj
 from testbed.controlplane import ControlPlane, PodIdentity
 from testbed.faultproxy import Fault, FaultProxy
 from testbed.reliability.paths import DashboardPath, lease_name
 from testbed.reliability.rig import SHARED_ENV, SKEW_SECONDS, Rig
 from testbed.reliability.watch import Watch
+from testbed.waiting import wait_until
 
 FAULTY_ENV = {
     "BLAST_FINALIZER_GRACE_SECONDS": "1",

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import threading
 
-from testbed.api import ApiError, JsonObj, wait_until
+from testbed.api import ApiError, JsonObj
 from testbed.controlplane import ControlPlane
+from testbed.waiting import wait_until
 
 KUBELET_ANNOTATION = "localkube.elb-gate.io/kubelet"
 MANAGED_LABEL = "localkube.elb-gate.io/managed"

@@ -30,10 +30,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from elbgate.census import census
-from testbed.api import Api, JsonObj, wait_until
+from testbed.api import Api, JsonObj
 from testbed.reliability import oracle
 from testbed.reliability.audit import Seen
 from testbed.reliability.watch import Watch
+from testbed.waiting import wait_until
 
 SENTINEL_NAMESPACE = "reliability-sync"
 SENTINEL = "sync"

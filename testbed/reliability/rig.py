@@ -15,12 +15,13 @@ import itertools
 import uuid
 from collections.abc import Iterable, Mapping
 
-from testbed.api import ApiError, wait_until
+from testbed.api import ApiError
 from testbed.controller_process import CONTROLLER_USER, ControllerProcess
 from testbed.controlplane import ControlPlane
 from testbed.faultproxy import FaultProxy
 from testbed.install import Installation
 from testbed.reliability.service import Service
+from testbed.waiting import wait_until
 from testbed.webhook_process import (
     CONFIGURATION_KINDS,
     WebhookProcess,

@@ -34,7 +34,6 @@ from datetime import datetime
 from pathlib import Path
 from queue import Queue
 
-from testbed.api import wait_until
 from testbed.controller_process import CONTROLLER_USER
 from testbed.reliability.audit import AuditTail, Seen
 from testbed.reliability.gate_a import (
@@ -59,6 +58,7 @@ from testbed.reliability.rig import (
 )
 from testbed.reliability.schedules import ScheduleSpec
 from testbed.reliability.submitters import POD_DEATHS, StallBoard, Submitter
+from testbed.waiting import wait_until
 
 SCHEDULE_SECONDS = 300.0
 RECLAIM_SECONDS = 60.0

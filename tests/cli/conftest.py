@@ -7,14 +7,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from testbed.controlplane import ControlPlane
+from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
 from tests.client.conftest import WEBHOOK_ENV
 
@@ -46,14 +46,6 @@ sys.exit(int(os.environ.get("EXIT_WITH", "0")))
 interleave whole lines) and holds until the `go` file exists ("-" = at once)."""
 
 
-def wait_until(condition: Callable[[], bool], what: str, deadline: float = 60.0) -> None:
-    end = time.monotonic() + deadline
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 @dataclass
 class CliRun:
     """One `elb-gate` process; stderr goes to a file so a test can watch it."""
@@ -73,7 +65,9 @@ class CliRun:
 
     def wait_for_stderr(self, text: str, deadline: float = 60.0) -> None:
         wait_until(
-            lambda: text in self.stderr or self.proc.poll() is not None, repr(text), deadline
+            lambda: text in self.stderr or self.proc.poll() is not None,
+            deadline,
+            f"{text!r} on stderr",
         )
         assert text in self.stderr, self.stderr
 

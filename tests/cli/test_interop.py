@@ -16,7 +16,8 @@ import pytest
 from client.cli import exit_codes
 from testbed.clients import DashboardLeaseClient, OpenApiLeaseClient
 from testbed.controlplane import ControlPlane
-from tests.cli.conftest import Cli, wait_until
+from testbed.waiting import wait_until
+from tests.cli.conftest import Cli
 from tests.client.conftest import holder_of, lease_of
 
 pytestmark = pytest.mark.kubectl
@@ -83,7 +84,7 @@ def test_while_elb_gate_runs_both_existing_clients_see_busy_and_win_after_it(
     before_cli = kc.get()  # the OpenAPI client read the free Lease before elb-gate took it
     assert before_cli is not None
     run = cli.start("submit", *FAST, "--", *cli.recorder("x", go="go"))
-    wait_until(lambda: len(cli.log_lines()) == 1, "COMMAND to start")
+    wait_until(lambda: len(cli.log_lines()) == 1, 60, "COMMAND to start")
     cli_holder = holder_of(control_plane, cli.ns)
     assert cli_holder.startswith("cli-")
     assert raw.acquire() == "busy", "dashboard: elb-gate's Lease is live, so busy"

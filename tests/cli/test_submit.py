@@ -16,8 +16,9 @@ from client.cli import exit_codes
 from elbgate.settings import Settings
 from testbed.controlplane import ControlPlane
 from testbed.faultproxy import FaultProxy
+from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
-from tests.cli.conftest import SMALL, Cli, wait_until
+from tests.cli.conftest import SMALL, Cli
 from tests.client.conftest import complete, holder_of, job_name, search_job, sync_kube
 
 FAST = ("--poll-interval", "0.1")
@@ -42,14 +43,14 @@ def test_two_racing_submits_never_run_their_commands_at_the_same_time(
 ) -> None:
     a = cli.start("submit", *FAST, "--", *cli.recorder("a", go="go-a"))
     b = cli.start("submit", *FAST, "--", *cli.recorder("b", go="go-b"))
-    wait_until(lambda: len(cli.log_lines()) == 1, "one COMMAND to start")
+    wait_until(lambda: len(cli.log_lines()) == 1, 60, "one COMMAND to start")
     first = cli.log_lines()[0].split()[1]
     second = "b" if first == "a" else "a"
     later = a if second == "a" else b
     later.wait_for_stderr("waiting_for_submit_slot")  # the other one is kept out...
     assert len(cli.log_lines()) == 1
     cli.release_go(f"go-{first}")  # ...until the first COMMAND ends
-    wait_until(lambda: len(cli.log_lines()) == 3, "the second COMMAND to start")
+    wait_until(lambda: len(cli.log_lines()) == 3, 60, "the second COMMAND to start")
     cli.release_go(f"go-{second}")
     assert (a.wait(), b.wait()) == (0, 0)
     events = [line.split()[:2] for line in cli.log_lines()]
@@ -133,7 +134,7 @@ def test_a_signal_during_command_terminates_the_child_and_releases_the_lease(
     cli: Cli, control_plane: ControlPlane, signum: signal.Signals, code: int
 ) -> None:
     run = cli.start("submit", *FAST, "--", *cli.recorder("x", go="never"))
-    wait_until(lambda: len(cli.log_lines()) == 1, "COMMAND to start")
+    wait_until(lambda: len(cli.log_lines()) == 1, 60, "COMMAND to start")
     child_pid = int(cli.log_lines()[0].split()[2])
     assert holder_of(control_plane, cli.ns).startswith("cli-")
     run.proc.send_signal(signum)
@@ -191,7 +192,7 @@ def test_the_source_flag_prefixes_the_holder_identity(
     cli: Cli, control_plane: ControlPlane
 ) -> None:
     run = cli.start("submit", *FAST, "--source", "openapi", "--", *cli.recorder("x", go="go"))
-    wait_until(lambda: len(cli.log_lines()) == 1, "COMMAND to start")
+    wait_until(lambda: len(cli.log_lines()) == 1, 60, "COMMAND to start")
     holder = holder_of(control_plane, cli.ns)
     assert holder.startswith("openapi-") and len(holder) == len("openapi-") + 32
     assert f"as {holder}" in run.stderr

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from testbed.controlplane import ControlPlane, kubectl_path
-from tests.cli.conftest import Cli, wait_until
+from testbed.waiting import wait_until
+from tests.cli.conftest import Cli
 from tests.client.conftest import holder_of, search_job
 
 SUBMITTER = """\
@@ -47,7 +48,7 @@ def test_the_cli_lease_is_stamped_and_only_its_holder_may_open_a_search(
         KUBECTL=str(kubectl_path()),
         KUBECACHEDIR=str(tmp_path / "kubectl-cache"),
     )  # fmt: skip
-    wait_until(result_out.exists, "COMMAND to create its finalizer Job")
+    wait_until(result_out.exists, 60, "COMMAND to create its finalizer Job")
 
     lease = json.loads(lease_out.read_text())
     holder = lease["spec"]["holderIdentity"]

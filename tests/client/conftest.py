@@ -20,8 +20,9 @@ from elbgate.kube.config import KubeConfig
 from elbgate.lease import Expiry, LeaseView
 from elbgate.names import lease_name
 from elbgate.settings import Settings
-from testbed.api import JsonObj, wait_until
+from testbed.api import JsonObj
 from testbed.controlplane import ControlPlane
+from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
 
 WEBHOOK_ENV = {

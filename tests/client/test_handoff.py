@@ -21,9 +21,9 @@ from client import AcquireResult, SubmitLease, run_slot
 from client.waiting_room import WaitingRoom
 from elbgate.kube.config import KubeConfig
 from elbgate.settings import Settings
-from testbed.api import wait_until
 from testbed.controlplane import ControlPlane
 from testbed.install import Installation
+from testbed.waiting import wait_until
 
 STEP_SECONDS = 5.0
 """Generous, so the head of the line always wins on a busy machine (1 s by default)."""

@@ -14,9 +14,9 @@ from elbgate.kube import config as kube_config
 from elbgate.kube.config import KubeConfig
 from elbgate.names import HOLDER_POD_ANNOTATION, HOLDER_USER_ANNOTATION, lease_name
 from elbgate.settings import Settings
-from testbed.api import wait_until
 from testbed.controlplane import ControlPlane
 from testbed.faultproxy import FaultProxy
+from testbed.waiting import wait_until
 from tests.client.conftest import (
     holder_of,
     lease_of,

@@ -21,8 +21,9 @@ from typing import Any
 from client.submit_lease import SubmitLease
 from elbgate.kube.config import KubeConfig
 from elbgate.settings import GateSettings
-from testbed.api import Api, JsonObj, wait_until
+from testbed.api import Api, JsonObj
 from testbed.controlplane import ControlPlane
+from testbed.waiting import wait_until
 
 IMAGE = "elbacr.azurecr.io/ncbi/elb:1.4.0"
 SUBMIT_IMAGE = "elbacr.azurecr.io/ncbi/elasticblast-job-submit:4.1.0"

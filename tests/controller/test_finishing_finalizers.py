@@ -24,10 +24,10 @@ import pytest
 
 from elbgate.names import BATCH_WORK_SEEN_ANNOTATION, ORPHANED_SINCE_ANNOTATION
 from testbed import holders
-from testbed.api import wait_until
 from testbed.controller_process import ControllerProcess
 from testbed.controlplane import ControlPlane
 from testbed.holders import AT_DEFAULTS, AuditLog, Stage, utc
+from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
 from tests.controller.observed import events, job_annotations, liveness, settle
 from tests.controller.search_jobs import Submitter, blast_batch, finalizer, search_id, submit_jobs

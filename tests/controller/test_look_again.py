@@ -12,10 +12,10 @@ from datetime import datetime, timedelta
 
 from elbgate.lease import parse_microtime
 from elbgate.names import ORPHANED_SINCE_ANNOTATION
-from testbed.api import wait_until
 from testbed.clients import OpenApiLeaseClient
 from testbed.controller_process import ControllerProcess
 from testbed.controlplane import ControlPlane
+from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
 from tests.controller.conftest import SHORT_LEASE_ENV
 from tests.controller.observed import events, free_leader_lease, holder, job_annotations

@@ -4,9 +4,9 @@ zero delete grace, and a finalizer whose batch work appears after all is un-flag
 from __future__ import annotations
 
 from elbgate.names import ORPHANED_SINCE_ANNOTATION
-from testbed.api import wait_until
 from testbed.controller_process import ControllerProcess
 from testbed.controlplane import ControlPlane
+from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
 from tests.controller.observed import events, free_leader_lease, job_annotations, settle
 from tests.controller.search_jobs import Submitter, blast_batch, finalizer, search_id

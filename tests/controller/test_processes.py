@@ -14,9 +14,9 @@ import pytest
 
 from elbgate.names import HOLDER_POD_ANNOTATION, HOLDER_USER_ANNOTATION, lease_name
 from testbed import holders
-from testbed.api import wait_until
 from testbed.controller_process import ControllerProcess
 from testbed.controlplane import ControlPlane
+from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
 from tests.controller.conftest import SHORT_LEASE_ENV
 from tests.controller.observed import events, free_leader_lease, holder, liveness, settle

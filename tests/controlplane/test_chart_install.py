@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.api import wait_until
 from testbed.controlplane import ControlPlane
+from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
 from tests.install.chart import helm, render, template_argv
 

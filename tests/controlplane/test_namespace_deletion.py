@@ -14,8 +14,9 @@ from datetime import UTC, datetime
 import pytest
 
 from elbgate.lease import format_microtime
-from testbed.api import ApiError, wait_until
+from testbed.api import ApiError
 from testbed.controlplane import ControlPlane
+from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
 
 

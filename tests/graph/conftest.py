@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from testbed.api import wait_until
 from testbed.controlplane import BLAST_POOL, ControlPlane
 from testbed.install import SYSTEM_NAMESPACE
+from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
 from tests.graph.bodies import busy_searches, ready
 from tests.graph.submitter import Submitter

@@ -19,8 +19,9 @@ from typing import Any
 from client import SubmitLease
 from elbgate.kube.config import KubeConfig
 from elbgate.settings import GateSettings
-from testbed.api import JsonObj, wait_until
+from testbed.api import JsonObj
 from testbed.controlplane import ControlPlane
+from testbed.waiting import wait_until
 from tests.graph.bodies import as_yaml, name
 
 _files = threading.Lock()

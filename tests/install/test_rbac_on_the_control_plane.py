@@ -12,12 +12,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from testbed.api import ApiError, wait_until
+from testbed.api import ApiError
 from testbed.controller_process import CONTROLLER_SA, ControllerProcess
 from testbed.controlplane import ControlPlane
 from testbed.holders import free_leader_lease
 from testbed.install import WEBHOOK_SA
 from testbed.rbac import without_verb
+from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
 from tests.controller.observed import events, holder
 from tests.controller.search_jobs import Submitter, blast_batch, search_id

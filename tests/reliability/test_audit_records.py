@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from testbed.api import wait_until
 from testbed.controlplane import ControlPlane
 from testbed.reliability.audit import AuditTail, Seen
 from testbed.reliability.watch import Watch
+from testbed.waiting import wait_until
 
 
 def test_a_lease_deleted_is_recorded_by_uid_and_placed_at_the_watchs_revision(

@@ -21,7 +21,6 @@ from cryptography import x509
 
 from elbgate.lease import format_microtime
 from elbgate.names import lease_name
-from testbed.api import wait_until
 from testbed.certs import WEBHOOK_HOST
 from testbed.controlplane import ControlPlane
 from testbed.reliability.calls import http, lease_path
@@ -29,6 +28,7 @@ from testbed.reliability.ledger import LEDGER
 from testbed.reliability.observer import Observer
 from testbed.reliability.rig import CEILING, FINALIZER_GRACE_SECONDS, Rig
 from testbed.reliability.steady_stream import SteadyStream
+from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
 
 

@@ -15,8 +15,9 @@ import pytest
 
 from elbgate.names import HOLDER_USER_ANNOTATION
 from testbed import elastic_blast as elb
-from testbed.api import ApiError, JsonObj, wait_until
+from testbed.api import ApiError, JsonObj
 from testbed.controlplane import ControlPlane
+from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
 from tests.graph.bodies import ready
 from tests.graph.submitter import Submitter

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from testbed import elastic_blast as elb
-from testbed.api import wait_until
 from testbed.controlplane import ControlPlane
+from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
 from tests.graph.bodies import ready
 from tests.graph.submitter import Submitter

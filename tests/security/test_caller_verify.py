@@ -19,8 +19,8 @@ from client import SubmitLease
 from elbgate.kube.config import KubeConfig
 from elbgate.settings import GateSettings
 from testbed import elastic_blast as elb
-from testbed.api import wait_until
 from testbed.controlplane import ControlPlane, PodIdentity
+from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
 from tests.security.conftest import admission_review, finalizer, post_directly, sample, webhook
 

@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from elbgate.lease import parse_microtime
-from testbed.api import wait_until
 from testbed.controlplane import ControlPlane
+from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
 from tests.webhook.shapes import blast_job, new_job_id
 

@@ -15,9 +15,10 @@ import pytest
 
 from elbgate.lease import parse_microtime
 from elbgate.names import HOLDER_POD_ANNOTATION, HOLDER_USER_ANNOTATION
-from testbed.api import JsonObj, wait_until
+from testbed.api import JsonObj
 from testbed.clients import OpenApiLeaseClient
 from testbed.controlplane import ControlPlane
+from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
 from tests.webhook.conftest import Seeder, decisions
 from tests.webhook.shapes import blast_job, finalizer_job, new_job_id, search_job

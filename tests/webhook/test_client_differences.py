@@ -20,7 +20,7 @@ import pytest
 import testbed.clients
 from elbgate.lease import parse_microtime
 from elbgate.names import HOLDER_POD_ANNOTATION, HOLDER_USER_ANNOTATION
-from testbed.api import JsonObj, wait_until
+from testbed.api import JsonObj
 from testbed.clients import (
     ClientError,
     DashboardLeaseClient,
@@ -28,6 +28,7 @@ from testbed.clients import (
     micro_time,
 )
 from testbed.controlplane import ControlPlane, PodIdentity
+from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
 from tests.webhook.conftest import SHORT_LEASE_ENV, decisions, wait_expired
 from tests.webhook.shapes import finalizer_job, new_job_id

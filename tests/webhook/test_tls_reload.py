@@ -13,9 +13,9 @@ import pytest
 import trustme
 from cryptography import x509
 
-from testbed.api import wait_until
 from testbed.certs import WEBHOOK_HOST
 from testbed.controlplane import ControlPlane
+from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
 from webhook.tls import ServingCertificate, server_context
 

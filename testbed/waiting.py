@@ -1,0 +1,63 @@
+"""Waiting for a condition: poll until it holds, or fail after a deadline.
+
+One synchronous helper (:func:`wait_until`) and its asynchronous twin
+(:func:`wait_until_async`, which sleeps without blocking the event loop), used by the
+test bed, the tests and the benchmarks alike. Both take ``(predicate, timeout, what)``,
+return the predicate's first truthy value, and fail with an ``AssertionError`` that
+names what was awaited and for how long, followed by ``detail()`` when given (a
+process's last log lines, say). A predicate that knows waiting is pointless (the
+process it waits for has exited) raises, and that error ends the wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def _timed_out(timeout: float, what: str, detail: Callable[[], str] | None) -> AssertionError:
+    message = f"timed out after {timeout:g}s waiting for {what}"
+    if detail is not None:
+        message += f"\n{detail()}"
+    return AssertionError(message)
+
+
+def wait_until(
+    predicate: Callable[[], Any],
+    timeout: float,
+    what: str,
+    interval: float = 0.1,
+    detail: Callable[[], str] | None = None,
+) -> Any:
+    """Poll ``predicate`` every ``interval`` seconds until it returns something truthy,
+    and return that; ``AssertionError`` naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise _timed_out(timeout, what, detail)
+        time.sleep(interval)
+
+
+async def wait_until_async(
+    predicate: Callable[[], Any],
+    # Not asyncio.timeout(): the failure must name what was awaited, like wait_until's.
+    timeout: float,  # noqa: ASYNC109
+    what: str,
+    interval: float = 0.1,
+    detail: Callable[[], str] | None = None,
+) -> Any:
+    """:func:`wait_until` on an event loop: ``predicate`` is synchronous, the sleeps
+    between its calls let the loop run whatever should make it true."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise _timed_out(timeout, what, detail)
+        await asyncio.sleep(interval)
