@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -24,6 +23,7 @@ from testbed.controlplane import ControlPlane
 from testbed.faultproxy import FaultProxy
 from testbed.holders import free_leader_lease
 from testbed.install import Installation
+from testbed.waiting import wait_until_async
 from testbed.webhook_process import WebhookProcess
 
 IN_PROCESS = "controller-in-process"
@@ -39,20 +39,6 @@ SHORT_LEASE_ENV = {
 """Webhook and controller settings under which a Lease written with
 ``leaseDurationSeconds: 2`` expires two seconds after its last renewal (the webhook
 stamps renewTime on its own clock: a Lease cannot be backdated, only aged)."""
-
-
-async def eventually(
-    condition: Callable[[], Any], what: str, within: float = 30.0, interval: float = 0.05
-) -> Any:
-    """Poll ``condition`` (sync) until truthy; return its value or fail naming ``what``."""
-    deadline = time.monotonic() + within
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within}s waiting for: {what}")
-        await asyncio.sleep(interval)
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +101,7 @@ async def running(api: KubeApi, settings: Settings, **kw: Any) -> AsyncIterator[
     ctl = Controller(settings, api, **kw)
     task = asyncio.create_task(ctl.run())
     try:
-        await eventually(lambda: ctl.metrics_port or task.done(), "controller started")
+        await wait_until_async(lambda: ctl.metrics_port or task.done(), 30, "controller started")
         if task.done():
             task.result()
         yield ctl

@@ -13,6 +13,7 @@ from controller.actions import ReleaseLease
 from controller.apply import Applier, Outcome
 from controller.cache import Cache
 from controller.metrics import ControllerMetrics
+from testbed.waiting import wait_until_async
 
 NS = "blast"
 
@@ -62,10 +63,9 @@ async def test_a_reclaim_cancelled_by_lost_leadership_is_still_logged_counted_an
     )
     with pytest.raises(asyncio.CancelledError):
         await caller
-    for _ in range(100):  # the started write finishes on its own
-        if api.events:
-            break
-        await asyncio.sleep(0.01)
+    await wait_until_async(
+        lambda: api.events, 10, "the started write to finish on its own", interval=0.01
+    )
     assert [e["reason"] for e in api.events] == ["LeaseHolderGoneReclaimed"]
     assert any(r.getMessage() == "submit Lease reclaimed" for r in caplog.records)
     assert (

@@ -17,8 +17,9 @@ from testbed import holders
 from testbed.api import JsonObj
 from testbed.controlplane import ControlPlane
 from testbed.faultproxy import FaultProxy
+from testbed.waiting import wait_until_async
 from testbed.webhook_process import WebhookProcess
-from tests.controller.conftest import controller_settings, eventually, running
+from tests.controller.conftest import controller_settings, running
 from tests.controller.observed import events, holder, job_annotations, liveness
 from tests.controller.search_jobs import Submitter, finalizer, search_id
 
@@ -61,7 +62,7 @@ async def test_a_failing_initial_list_leaves_the_namespace_alone_until_it_succee
     cp = control_plane
     fault = fault_proxy.add(method="GET", resource="jobs", status=500, count=None)
     async with running(controller_api, controller_settings(ns)) as ctl:
-        await eventually(lambda: fault.fired >= 3 and ctl.leader.may_act(), "LIST errors")
+        await wait_until_async(lambda: fault.fired >= 3 and ctl.leader.may_act(), 30, "LIST errors")
         # Leader, Lease and ConfigMap watches are fine, but the namespace is not synced.
         assert not ctl.cache.synced(ns) and not ctl.health.ready()
         assert holder(cp, ns) != ""
@@ -69,7 +70,7 @@ async def test_a_failing_initial_list_leaves_the_namespace_alone_until_it_succee
         reported = cast(dict[str, dict[str, str]], ctl.reconciler.liveness_json(True)["namespaces"])
         assert reported[ns]["state"] == "unknown"
         fault_proxy.clear()
-        await eventually(lambda: holder(cp, ns) == "", "reclaimed once the LIST succeeds")
+        await wait_until_async(lambda: holder(cp, ns) == "", 30, "reclaimed once the LIST succeeds")
         assert ctl.health.ready()
 
 
@@ -78,15 +79,19 @@ async def test_an_expired_watch_relists_and_sees_what_happened_meanwhile(
 ) -> None:
     cp = control_plane
     async with running(controller_api, controller_settings(ns), watch_timeout_seconds=1) as ctl:
-        await eventually(lambda: ctl.cache.synced(ns) and ctl.leader.may_act(), "synced leader")
+        await wait_until_async(
+            lambda: ctl.cache.synced(ns) and ctl.leader.may_act(), 30, "synced leader"
+        )
         # The next Jobs watch waits a moment, then its history is gone (410): meanwhile a
         # finalizer appears; the relist must find it.
         fault = fault_proxy.add(
             method="GET", resource="jobs", watch=True, delay=3.0, watch_gone=True, count=1
         )
-        await eventually(lambda: fault.fired == 1, "the re-watch is waiting")
+        await wait_until_async(lambda: fault.fired == 1, 30, "the re-watch is waiting")
         name = lone_finalizer(cp, ns)
-        await eventually(lambda: marked(cp, ns, name), "the orphan made meanwhile is marked")
+        await wait_until_async(
+            lambda: marked(cp, ns, name), 30, "the orphan made meanwhile is marked"
+        )
         restarts = ctl.metrics.registry.get_sample_value(
             "elb_gate_watch_restarts_total", {"resource": "jobs"}
         )
@@ -99,11 +104,13 @@ async def test_dropped_watch_connections_do_not_crash_the_controller(
     cp = control_plane
     fault_proxy.add(method="GET", resource="leases", watch=True, drop=True, count=3)
     async with running(controller_api, controller_settings(ns)) as ctl:
-        await eventually(lambda: ctl.cache.synced(ns) and ctl.leader.may_act(), "synced leader")
+        await wait_until_async(
+            lambda: ctl.cache.synced(ns) and ctl.leader.may_act(), 30, "synced leader"
+        )
         lease = Submitter(cp, "alice", ns).acquire(ttl_seconds=2)
         lease.close()
-        await eventually(lambda: holder(cp, ns) == "", "the expired Lease is reclaimed")
-        await eventually(lambda: events(cp, ns, "LeaseExpiredReclaimed"), "the Event")
+        await wait_until_async(lambda: holder(cp, ns) == "", 30, "the expired Lease is reclaimed")
+        await wait_until_async(lambda: events(cp, ns, "LeaseExpiredReclaimed"), 30, "the Event")
         assert len(events(cp, ns, "LeaseExpiredReclaimed")) == 1
 
 
@@ -117,9 +124,9 @@ async def test_failed_writes_are_retried_and_evented_once(
     cp = control_plane
     fault = fault_proxy.add(method="PATCH", resource="leases", namespace=ns, status=500, count=2)
     async with running(controller_api, controller_settings(ns)) as ctl:
-        await eventually(lambda: holder(cp, ns) == "", "reclaimed after the errors")
+        await wait_until_async(lambda: holder(cp, ns) == "", 30, "reclaimed after the errors")
         assert fault.fired == 2
-        await eventually(lambda: events(cp, ns, "LeaseExpiredReclaimed"), "the Event")
+        await wait_until_async(lambda: events(cp, ns, "LeaseExpiredReclaimed"), 30, "the Event")
         assert len(events(cp, ns, "LeaseExpiredReclaimed")) == 1
         errors = ctl.metrics.registry.get_sample_value(
             "elb_gate_api_errors_total",
@@ -134,7 +141,7 @@ async def test_a_cas_conflict_is_reported_and_never_overwrites(
     cp = control_plane
     settings = controller_settings(ns, resync_seconds=60)
     async with running(controller_api, settings) as ctl:
-        await eventually(lambda: holder(cp, ns) == "", "first reclaim")
+        await wait_until_async(lambda: holder(cp, ns) == "", 30, "first reclaim")
         # Bob takes the Lease; a plan made on the old version must not apply.
         taken = Submitter(cp, "bob", ns).acquire()
         try:
@@ -150,7 +157,7 @@ async def test_a_cas_conflict_is_reported_and_never_overwrites(
             assert holder(cp, ns) == taken.holder
         finally:
             taken.close()
-        await eventually(lambda: events(cp, ns, "LeaseExpiredReclaimed"), "the Event")
+        await wait_until_async(lambda: events(cp, ns, "LeaseExpiredReclaimed"), 30, "the Event")
         assert len(events(cp, ns, "LeaseExpiredReclaimed")) == 1
 
 
@@ -161,9 +168,9 @@ async def test_a_conflicting_write_is_re_observed_and_then_made(
     fault = fault_proxy.add(method="PATCH", resource="jobs", namespace=ns, status=409, count=1)
     async with running(controller_api, controller_settings(ns, orphan_policy="warn")):
         name = lone_finalizer(cp, ns)
-        await eventually(lambda: marked(cp, ns, name), "marked")
+        await wait_until_async(lambda: marked(cp, ns, name), 30, "marked")
         assert fault.fired == 1
-        await eventually(lambda: events(cp, ns, "OrphanedFinalizer"), "the Event")
+        await wait_until_async(lambda: events(cp, ns, "OrphanedFinalizer"), 30, "the Event")
         assert len(events(cp, ns, "OrphanedFinalizer")) == 1
 
 
@@ -181,13 +188,15 @@ async def test_a_pod_lookup_error_is_not_taken_for_a_dead_holder(
             method="GET", resource="pods", name="worker-0", status=500, count=None
         )
         async with running(controller_api, controller_settings(ns)) as ctl:
-            await eventually(lambda: fault.fired >= 3, "several failed pod lookups")
+            await wait_until_async(lambda: fault.fired >= 3, 30, "several failed pod lookups")
             assert ctl.holders.seen(ns, "worker-0").state == "absent"
             assert holder(cp, ns) == taken.name
             fault_proxy.clear()
-            await eventually(lambda: holder(cp, ns) == "", "reclaimed once the 404 is seen")
-            (event,) = await eventually(
-                lambda: events(cp, ns, "LeaseHolderGoneReclaimed"), "the Event"
+            await wait_until_async(
+                lambda: holder(cp, ns) == "", 30, "reclaimed once the 404 is seen"
+            )
+            (event,) = await wait_until_async(
+                lambda: events(cp, ns, "LeaseHolderGoneReclaimed"), 30, "the Event"
             )
             assert "worker-0" in event["message"] and "no longer exists" in event["message"]
     finally:

@@ -26,8 +26,8 @@ from elbgate.kube.config import KubeConfig
 from elbgate.lease import format_microtime
 from elbgate.names import lease_name
 from elbgate.settings import Settings
+from testbed.waiting import wait_until_async
 from tests.controller.builders import NODE, lease_doc, node_doc, pod_doc
-from tests.controller.conftest import eventually
 from tests.controller.fake_api import FakeApi
 
 POD_NS, POD = "elb", "elb-openapi-7c9d8f-x2x4k"
@@ -81,9 +81,11 @@ async def test_a_stamped_pod_and_its_node_are_watched_by_name_and_nothing_else(
     changed: list[str] = []
     async with holder_watches(api, changed) as watches:
         watches.want("blast", (POD_NS, POD))
-        await eventually(lambda: watches.seen(POD_NS, POD).node is not None, "pod and node seen")
+        await wait_until_async(
+            lambda: watches.seen(POD_NS, POD).node is not None, 30, "pod and node seen"
+        )
         # Each watch opens just after its LIST answered (the view is filled by the LIST).
-        await eventually(lambda: fake.open_watches("nodes"), "the node watch open")
+        await wait_until_async(lambda: fake.open_watches("nodes"), 30, "the node watch open")
         assert fake.open_watches("pods") == [(POD_NS, POD)]
         assert fake.open_watches("nodes") == [("", NODE)]
         assert {(r.path, r.query["fieldSelector"], r.watch) for r in fake.requests} == {
@@ -105,19 +107,19 @@ async def test_a_change_to_the_pod_or_its_node_reaches_the_namespace_at_once(
     changed: list[str] = []
     async with holder_watches(api, changed) as watches:
         watches.want("blast", (POD_NS, POD))
-        await eventually(lambda: watches.seen(POD_NS, POD).node is not None, "synced")
+        await wait_until_async(lambda: watches.seen(POD_NS, POD).node is not None, 30, "synced")
         changed.clear()
         fake.put("pods", holder_pod(deleting=datetime.now(UTC) + timedelta(seconds=30)))
-        await eventually(lambda: changed, "the namespace told of the pod change")
+        await wait_until_async(lambda: changed, 30, "the namespace told of the pod change")
         seen = watches.seen(POD_NS, POD)
         assert seen.pod is not None and seen.pod.deleting_at is not None
         changed.clear()
         fake.put("nodes", node_doc(ready="Unknown", since=datetime.now(UTC)))
-        await eventually(lambda: changed, "the namespace told of the node change")
+        await wait_until_async(lambda: changed, 30, "the namespace told of the node change")
         node = watches.seen(POD_NS, POD).node
         assert node is not None and node.ready == "Unknown"
         fake.put("pods", holder_pod(), "DELETED")
-        await eventually(lambda: watches.seen(POD_NS, POD).state == "absent", "deleted")
+        await wait_until_async(lambda: watches.seen(POD_NS, POD).state == "absent", 30, "deleted")
         # All of it through the watches: each object was listed once.
         assert len([r for r in fake.of("pods") if not r.watch]) == 1
         assert len([r for r in fake.of("nodes") if not r.watch]) == 1
@@ -131,22 +133,24 @@ async def test_watches_follow_the_stamps_and_stop_when_no_stamp_names_them(
     async with holder_watches(api, []) as watches:
         watches.want("blast", (POD_NS, POD))
         watches.want("blast-b", (POD_NS, POD))  # two Leases, one pod: one watch
-        await eventually(lambda: fake.open_watches("nodes") == [("", NODE)], "watching")
+        await wait_until_async(lambda: fake.open_watches("nodes") == [("", NODE)], 30, "watching")
         assert fake.open_watches("pods") == [(POD_NS, POD)]
         watches.want("blast", (POD_NS, "worker-1"))  # a new holder in one namespace
-        await eventually(lambda: len(fake.open_watches("pods")) == 2, "both pods watched")
+        await wait_until_async(lambda: len(fake.open_watches("pods")) == 2, 30, "both pods watched")
         watches.want("blast-b", None)  # released
-        await eventually(
+        await wait_until_async(
             lambda: (
                 fake.open_watches("pods") == [(POD_NS, "worker-1")]
                 and fake.open_watches("nodes") == [("", "n2")]
             ),
+            30,
             "only the live stamp's pod and node watched",
         )
         assert watches.watched() == ([(POD_NS, "worker-1")], ["n2"])
         watches.want("blast", None)
-        await eventually(
+        await wait_until_async(
             lambda: not fake.open_watches("pods") and not fake.open_watches("nodes"),
+            30,
             "nothing watched once no Lease is held",
         )
     assert_name_scoped(fake)
@@ -157,7 +161,9 @@ async def test_a_pod_not_listed_yet_is_unknown_never_gone(api: KubeApi) -> None:
         assert watches.seen(POD_NS, POD).state == "unknown"  # not even wanted
         watches.want("blast", (POD_NS, POD))
         assert watches.seen(POD_NS, POD).state == "unknown"  # wanted, LIST not back yet
-        await eventually(lambda: watches.seen(POD_NS, POD).state == "absent", "listed: absent")
+        await wait_until_async(
+            lambda: watches.seen(POD_NS, POD).state == "absent", 30, "listed: absent"
+        )
 
 
 @contextlib.asynccontextmanager
@@ -190,7 +196,9 @@ async def reconciling(api: KubeApi) -> AsyncIterator[tuple[HolderWatches, Contro
         cache.replace(kinds.JOBS, "blast", [])
         cache.replace(kinds.CONFIGMAPS, "blast", [])
         cache.replace(kinds.LEASES, "blast", [lease])
-        await eventually(lambda: watches.seen(POD_NS, POD).state != "unknown", "holder watched")
+        await wait_until_async(
+            lambda: watches.seen(POD_NS, POD).state != "unknown", 30, "holder watched"
+        )
         yield watches, metrics
     finally:
         task.cancel()
@@ -209,12 +217,14 @@ async def test_a_terminating_holder_is_reclaimed_on_the_watch_event_not_the_resy
     fake.put("pods", holder_pod(), "ADDED")
     fake.put("nodes", node_doc(), "ADDED")
     async with reconciling(api) as (watches, metrics):
-        await eventually(lambda: watches.seen(POD_NS, POD).node is not None, "node watched")
+        await wait_until_async(
+            lambda: watches.seen(POD_NS, POD).node is not None, 30, "node watched"
+        )
         await asyncio.sleep(0.3)
         assert not lease_patches(fake)  # alive: left alone
         deleted_at = datetime.now(UTC)
         fake.put("pods", holder_pod(deleting=deleted_at + timedelta(seconds=30), grace=30))
-        await eventually(lambda: lease_patches(fake), "the Lease released", within=10)
+        await wait_until_async(lambda: lease_patches(fake), 10, "the Lease released")
         (patch,) = lease_patches(fake)
         assert patch["spec"] == {"holderIdentity": None}
         assert patch["metadata"]["resourceVersion"] == "41"  # a CAS on what was judged
@@ -231,7 +241,7 @@ async def test_a_deleted_holder_is_confirmed_with_a_fresh_get_then_reclaimed(
     fake.put("pods", holder_pod(), "ADDED")
     async with reconciling(api):
         fake.put("pods", holder_pod(), "DELETED")
-        await eventually(lambda: lease_patches(fake), "the Lease released", within=10)
+        await wait_until_async(lambda: lease_patches(fake), 10, "the Lease released")
         gets = [r for r in fake.requests if r.path == f"/api/v1/namespaces/{POD_NS}/pods/{POD}"]
         assert gets  # the 404 confirmed what the watch said
 
@@ -245,7 +255,9 @@ async def test_a_watch_that_says_gone_while_a_get_finds_the_holder_reclaims_noth
         # stream): the GET before acting finds the holder's pod, same uid, alive.
         fake.emit("pods", holder_pod(), "DELETED")
         path = f"/api/v1/namespaces/{POD_NS}/pods/{POD}"
-        await eventually(lambda: [r for r in fake.requests if r.path == path], "confirmed")
+        await wait_until_async(
+            lambda: [r for r in fake.requests if r.path == path], 30, "confirmed"
+        )
         await asyncio.sleep(0.3)
         assert not lease_patches(fake)
 
@@ -257,6 +269,6 @@ async def test_a_failed_confirmation_is_retried_within_seconds_not_at_the_resync
     async with reconciling(api):
         fake.failing_gets = 2  # the API answers 503 to the first two confirming GETs
         fake.put("pods", holder_pod(), "DELETED")
-        await eventually(lambda: lease_patches(fake), "the Lease released", within=10)
+        await wait_until_async(lambda: lease_patches(fake), 10, "the Lease released")
         path = f"/api/v1/namespaces/{POD_NS}/pods/{POD}"
         assert len([r for r in fake.requests if r.path == path]) >= 3  # two failed, one 404

@@ -15,7 +15,7 @@ from elbgate.kube.api import KubeApi
 from testbed.api import ApiError
 from testbed.controlplane import ControlPlane
 from testbed.faultproxy import FaultProxy
-from tests.controller.conftest import eventually
+from testbed.waiting import wait_until_async
 
 LEASE_NS, LEASE = "elb-system", "elb-gate-controller"
 
@@ -70,7 +70,7 @@ async def replicas(controller_api: KubeApi) -> AsyncIterator[tuple[Replica, Repl
 
 async def test_exactly_one_of_two_replicas_leads(replicas: tuple[Replica, Replica]) -> None:
     a, b = replicas
-    await eventually(lambda: a.elector.may_act() or b.elector.may_act(), "a leader")
+    await wait_until_async(lambda: a.elector.may_act() or b.elector.may_act(), 30, "a leader")
     for _ in range(8):  # several renew periods: never both
         assert not (a.elector.may_act() and b.elector.may_act())
         await asyncio.sleep(0.25)
@@ -81,12 +81,12 @@ async def test_when_the_leader_dies_the_other_takes_over_after_the_lease_runs_ou
     replicas: tuple[Replica, Replica], control_plane: ControlPlane
 ) -> None:
     a, b = replicas
-    leader = await eventually(
-        lambda: a if a.elector.may_act() else b if b.elector.may_act() else None, "a leader"
+    leader = await wait_until_async(
+        lambda: a if a.elector.may_act() else b if b.elector.may_act() else None, 30, "a leader"
     )
     other = b if leader is a else a
     await leader.crash()
-    await eventually(other.elector.may_act, "the other replica leads", within=15)
+    await wait_until_async(other.elector.may_act, 15, "the other replica leads")
     lease = control_plane.admin.get("leases", LEASE_NS, LEASE)
     assert lease["spec"]["holderIdentity"] == other.elector.identity
     assert lease["spec"]["leaseTransitions"] >= 1
@@ -99,13 +99,13 @@ async def test_a_released_lease_is_taken_over_without_waiting_for_expiry(
     a = Replica(controller_api, "replica-a", lease_seconds=60)
     b = Replica(controller_api, "replica-b", lease_seconds=60)
     a.start()
-    await eventually(a.elector.may_act, "a leads")
+    await wait_until_async(a.elector.may_act, 30, "a leads")
     b.start()
     try:
         await a.elector.release()
         await a.crash()
         assert a.stops == 1 and not a.elector.may_act()
-        await eventually(b.elector.may_act, "b leads after a released", within=10)
+        await wait_until_async(b.elector.may_act, 10, "b leads after a released")
     finally:
         await b.crash()
 
@@ -114,8 +114,8 @@ async def test_a_leader_steps_down_at_once_when_another_holder_appears(
     replicas: tuple[Replica, Replica], control_plane: ControlPlane
 ) -> None:
     a, b = replicas
-    leader = await eventually(
-        lambda: a if a.elector.may_act() else b if b.elector.may_act() else None, "a leader"
+    leader = await wait_until_async(
+        lambda: a if a.elector.may_act() else b if b.elector.may_act() else None, 30, "a leader"
     )
 
     def intrude() -> bool:
@@ -130,8 +130,8 @@ async def test_a_leader_steps_down_at_once_when_another_holder_appears(
             raise
         return True
 
-    await eventually(intrude, "the intruder's write")
-    await eventually(lambda: leader.stops == 1, "the leader stepped down")
+    await wait_until_async(intrude, 30, "the intruder's write")
+    await wait_until_async(lambda: leader.stops == 1, 30, "the leader stepped down")
     assert not a.elector.may_act() and not b.elector.may_act()
 
 
@@ -139,11 +139,11 @@ async def test_a_leader_that_cannot_renew_stops_acting_at_its_deadline(
     replicas: tuple[Replica, Replica], fault_proxy: FaultProxy
 ) -> None:
     a, b = replicas
-    leader = await eventually(
-        lambda: a if a.elector.may_act() else b if b.elector.may_act() else None, "a leader"
+    leader = await wait_until_async(
+        lambda: a if a.elector.may_act() else b if b.elector.may_act() else None, 30, "a leader"
     )
     fault = fault_proxy.add(method="PUT", resource="leases", status=500, count=None)
-    await eventually(lambda: leader.stops == 1, "the leader stopped acting", within=10)
+    await wait_until_async(lambda: leader.stops == 1, 10, "the leader stopped acting")
     assert not leader.elector.may_act()
     assert fault.fired >= 1
 
@@ -179,14 +179,14 @@ async def test_a_leader_renews_with_one_write_and_reads_only_after_a_conflict(
     replica = Replica(controller_api, "replica-a", lease_seconds=60)
     replica.start()
     try:
-        await eventually(replica.elector.may_act, "a leads")
+        await wait_until_async(replica.elector.may_act, 30, "a leads")
         lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NS}/leases/{LEASE}"
         mark = len(fault_proxy.requests)
 
         def renewals(method: str) -> int:
             return sum(1 for m, p in fault_proxy.requests[mark:] if (m, p) == (method, lease_path))
 
-        await eventually(lambda: renewals("PUT") >= 4, "four renewals")
+        await wait_until_async(lambda: renewals("PUT") >= 4, 30, "four renewals")
         assert renewals("GET") == 0, fault_proxy.requests[mark:]
 
         # Another writer changes the Lease without taking it: the next renew conflicts,
@@ -202,10 +202,12 @@ async def test_a_leader_renews_with_one_write_and_reads_only_after_a_conflict(
                 raise
             return True
 
-        await eventually(touch, "another writer's write")
+        await wait_until_async(touch, 30, "another writer's write")
         puts = renewals("PUT")
-        await eventually(lambda: renewals("GET") >= 1, "a read after the conflict")
-        await eventually(lambda: renewals("PUT") >= puts + 3, "renewals after the conflict")
+        await wait_until_async(lambda: renewals("GET") >= 1, 30, "a read after the conflict")
+        await wait_until_async(
+            lambda: renewals("PUT") >= puts + 3, 30, "renewals after the conflict"
+        )
         assert replica.elector.may_act() and replica.starts == 1 and replica.stops == 0
         assert renewals("GET") == 1, fault_proxy.requests[mark:]
         renewed = control_plane.admin.get("leases", LEASE_NS, LEASE)

@@ -4,7 +4,7 @@ server holds, resumes a watch the server ends, and relists after a 410 Gone."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -14,6 +14,7 @@ from elbgate.kube.config import KubeConfig
 from elbgate.kube.informer import Informer, WatchSpec
 from testbed.controlplane import ControlPlane
 from testbed.faultproxy import FaultProxy
+from testbed.waiting import wait_until_async
 
 
 class Mirror:
@@ -51,15 +52,6 @@ class Counts:
 
     def record_watch_restart(self, resource: str) -> None:
         self.watch_restarts += 1
-
-
-async def eventually(condition: Callable[[], bool], what: str) -> None:
-    """Wait (without blocking the loop) until ``condition()`` holds; 60 s at least."""
-    for _ in range(1200):
-        if condition():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"gave up waiting for {what}")
 
 
 def job(ns: str, name: str) -> dict[str, Any]:
@@ -111,12 +103,12 @@ async def test_the_mirror_follows_the_server_and_relists_after_a_410(
     )
     task = asyncio.create_task(informer.run())
     try:
-        await eventually(lambda: mirror.names == {"before"}, "the first LIST")
+        await wait_until_async(lambda: mirror.names == {"before"}, 60, "the first LIST")
         control_plane.admin.create(job(ns, "during"))
-        await eventually(lambda: "during" in mirror.names, "the ADDED event")
+        await wait_until_async(lambda: "during" in mirror.names, 60, "the ADDED event")
         watches = proxy.forwarded[("GET", "jobs")]
-        await eventually(
-            lambda: proxy.forwarded[("GET", "jobs")] > watches + 1, "the watch to be resumed"
+        await wait_until_async(
+            lambda: proxy.forwarded[("GET", "jobs")] > watches + 1, 60, "the watch to be resumed"
         )
         assert mirror.calls.count("replace") == 1, (
             "a watch the server ended is resumed, not relisted"
@@ -125,12 +117,16 @@ async def test_the_mirror_follows_the_server_and_relists_after_a_410(
         # etcd compacted the history the next watch resumes from.
         proxy.add(resource="jobs", watch=True, watch_gone=True)
         control_plane.admin.delete("jobs", ns, "before")
-        await eventually(lambda: mirror.calls.count("replace") == 2, "the relist after 410")
+        await wait_until_async(
+            lambda: mirror.calls.count("replace") == 2, 60, "the relist after 410"
+        )
         assert mirror.calls[mirror.calls.index("unsynced") + 1] == "replace"
         assert counts.watch_restarts == 1 and counts.api_errors == 0
-        await eventually(lambda: mirror.names == {"during"}, "the mirror to show the delete")
+        await wait_until_async(
+            lambda: mirror.names == {"during"}, 60, "the mirror to show the delete"
+        )
         control_plane.admin.create(job(ns, "after"))
-        await eventually(lambda: "after" in mirror.names, "events after the relist")
+        await wait_until_async(lambda: "after" in mirror.names, 60, "events after the relist")
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
