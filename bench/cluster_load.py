@@ -58,6 +58,7 @@ from testbed.controlplane import REPO, ControlPlane, kubectl_path
 from testbed.faultproxy import FaultProxy
 from testbed.holders import free_leader_lease, reconciles
 from testbed.submit_task import CELERY_COUNTDOWN_SECONDS, SubmitTask
+from testbed.waiting import wait_until
 from testbed.watch import ResourceWatch
 from testbed.webhook_process import WebhookProcess
 
@@ -219,7 +220,7 @@ def stage(
         )
         stack.callback(controller.stop)
         controller.wait_until(controller.is_leader, "the controller to lead", timeout=120)
-        _wait(
+        wait_until(
             lambda: cp.admin.find("configmaps", namespace, LIVENESS_CONFIGMAP) is not None,
             120,
             "the controller's first reconcile",
@@ -234,14 +235,6 @@ def stage(
             controller,
             Settings.of(namespaces=(namespace,)),
         )
-
-
-def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(0.1)
 
 
 def measure_resync(st: Stage, config: LoadConfig) -> dict[str, Any]:

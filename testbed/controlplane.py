@@ -21,7 +21,6 @@ import signal
 import subprocess
 import tempfile
 import threading
-import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -179,15 +178,20 @@ class ControlPlane:
             args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
         state_file = state_dir / "state.json"
-        deadline = time.monotonic() + timeout
-        while not state_file.exists():
-            if process.poll() is not None:
+
+        def ready() -> bool:
+            if state_file.exists():
+                return True
+            if process.poll() is not None:  # it will never be: fail now, with its log
                 text = (state_dir / "localkube.log").read_text(errors="replace")[-4000:]
                 raise RuntimeError(f"localkube exited ({process.returncode}):\n{text}")
-            if time.monotonic() > deadline:
-                process.kill()
-                raise RuntimeError(f"localkube not ready after {timeout:g}s; see {state_dir}")
-            time.sleep(0.1)
+            return False
+
+        try:
+            wait_until(ready, timeout, f"localkube to be ready (see {state_dir})")
+        except BaseException:
+            process.kill()  # a no-op once it has exited
+            raise
         return cls(state_dir, json.loads(state_file.read_text()), process)
 
     @classmethod

@@ -20,13 +20,13 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 from manifests.render_dashboard import Prometheus
 from testbed.install import SYSTEM_NAMESPACE
+from testbed.waiting import wait_until
 
 WEBHOOK_JOB = "elb-gate-webhook-metrics"
 CONTROLLER_JOB = "elb-gate-controller-metrics"
@@ -114,7 +114,7 @@ class PrometheusServer:
             stderr=self._log,
         )
         self.started_at = time.time()
-        self._wait(self._ready, "Prometheus ready", 90)
+        wait_until(lambda: self._running() and self._ready(), 90, "Prometheus ready", interval=0.5)
         return self
 
     def _ready(self) -> bool:
@@ -137,7 +137,12 @@ class PrometheusServer:
                 return False
             return len(found) == len(self.targets)
 
-        self._wait(scraped, f"{count} scrapes of every target", timeout)
+        wait_until(
+            lambda: self._running() and scraped(),
+            timeout,
+            f"{count} scrapes of every target",
+            interval=0.5,
+        )
 
     def wait_for_scrape_after(self, moment: float, timeout: float = 60) -> None:
         """Until every target was scraped after ``moment`` (unix seconds), so what they
@@ -150,16 +155,16 @@ class PrometheusServer:
                 return False
             return len(found) == len(self.targets)
 
-        self._wait(scraped, "a scrape of every target", timeout)
+        wait_until(
+            lambda: self._running() and scraped(), timeout, "a scrape of every target", interval=0.5
+        )
 
-    def _wait(self, predicate: Callable[[], bool], what: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            if self.process is not None and self.process.poll() is not None:
-                raise RuntimeError(f"prometheus exited: see {self.workdir / 'prometheus.log'}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}")
-            time.sleep(0.5)
+    def _running(self) -> bool:
+        """True while the server runs; once it has exited no wait for it can end well,
+        so this raises, ending the wait at once."""
+        if self.process is not None and self.process.poll() is not None:
+            raise RuntimeError(f"prometheus exited: see {self.workdir / 'prometheus.log'}")
+        return True
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:

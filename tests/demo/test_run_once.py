@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from testbed.controlplane import ControlPlane
+from testbed.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 RUN_DEADLINE_SECONDS = 1500
@@ -65,12 +66,15 @@ def processes_using(path: Path) -> list[int]:
     return pids
 
 
-def wait_until_gone(path: Path, deadline: float = 60.0) -> list[int]:
-    """Wait for every process using ``path`` to exit; returns those still alive."""
-    end = time.monotonic() + deadline
-    while (left := processes_using(path)) and time.monotonic() < end:
-        time.sleep(0.2)
-    return left
+def wait_until_gone(path: Path, deadline: float = 60.0) -> None:
+    """Wait for every process using ``path`` to exit; fail naming those still alive."""
+    wait_until(
+        lambda: not processes_using(path),
+        deadline,
+        f"every process using {path} to exit",
+        interval=0.2,
+        detail=lambda: f"still running: {processes_using(path)}",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +182,7 @@ def test_liveness_ended_idle_and_both_replicas_served(run: Run) -> None:
 
 def test_nothing_is_left_behind_after_the_run(run: Run) -> None:
     assert list(run.tmp.glob("elb-gate-demo-*")) == []
-    assert wait_until_gone(run.tmp) == []
+    wait_until_gone(run.tmp)
 
 
 @pytest.fixture
@@ -209,14 +213,16 @@ def test_ctrl_c_mid_scenario_stops_every_process_and_removes_the_temporary_files
     interrupted: tuple[subprocess.Popen[str], list[str]], tmp_path: Path
 ) -> None:
     proc, lines = interrupted
-    end = time.monotonic() + RUN_DEADLINE_SECONDS
-    while not any(" burst " in line for line in lines) and proc.poll() is None:
-        assert time.monotonic() < end, "".join(lines)
-        time.sleep(0.1)
+    wait_until(
+        lambda: any(" burst " in line for line in lines) or proc.poll() is not None,
+        RUN_DEADLINE_SECONDS,
+        "the demo to reach its burst",
+        detail=lambda: "".join(lines),
+    )
     assert processes_using(tmp_path), "the demo's processes should be running by now"
     time.sleep(1.0)  # let the burst get going: submitters hold and wait for the Lease
     proc.send_signal(signal.SIGINT)  # what Ctrl-C delivers
     code = proc.wait(120)
     assert code == 130, "".join(lines)[-4000:]
     assert list(tmp_path.glob("elb-gate-demo-*")) == []
-    assert wait_until_gone(tmp_path) == []
+    wait_until_gone(tmp_path)
