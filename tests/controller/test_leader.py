@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
 from controller.leader import LeaderElector
 from controller.metrics import ControllerMetrics
 from elbgate.kube.api import KubeApi
-from testbed.api import ApiError
+from testbed.api import ApiError, JsonObj
 from testbed.controlplane import ControlPlane
 from testbed.faultproxy import FaultProxy
 from testbed.waiting import wait_until_async
@@ -54,6 +54,26 @@ class Replica:
         self.task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self.task
+
+
+async def write_between_renewals(
+    control_plane: ControlPlane, change: Callable[[JsonObj], None], what: str
+) -> None:
+    """Read the leader Lease, ``change`` it and write it back as the administrator,
+    reading it again whenever a renewal wrote in between (409)."""
+
+    def write() -> bool:
+        lease = control_plane.admin.get("leases", LEASE_NS, LEASE)
+        change(lease)
+        try:
+            control_plane.admin.update(lease)
+        except ApiError as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    await wait_until_async(write, 30, what)
 
 
 @pytest.fixture
@@ -118,19 +138,11 @@ async def test_a_leader_steps_down_at_once_when_another_holder_appears(
         lambda: a if a.elector.may_act() else b if b.elector.may_act() else None, 30, "a leader"
     )
 
-    def intrude() -> bool:
-        lease = control_plane.admin.get("leases", LEASE_NS, LEASE)
+    def intrude(lease: JsonObj) -> None:
         lease["spec"]["holderIdentity"] = "intruder"
         lease["spec"]["leaseDurationSeconds"] = 60
-        try:
-            control_plane.admin.update(lease)
-        except ApiError as exc:
-            if exc.status == 409:
-                return False  # the leader renewed in between: read again
-            raise
-        return True
 
-    await wait_until_async(intrude, 30, "the intruder's write")
+    await write_between_renewals(control_plane, intrude, "the intruder's write")
     await wait_until_async(lambda: leader.stops == 1, 30, "the leader stepped down")
     assert not a.elector.may_act() and not b.elector.may_act()
 
@@ -191,18 +203,10 @@ async def test_a_leader_renews_with_one_write_and_reads_only_after_a_conflict(
 
         # Another writer changes the Lease without taking it: the next renew conflicts,
         # reads the Lease once, finds itself still the holder and renews from there.
-        def touch() -> bool:
-            lease = control_plane.admin.get("leases", LEASE_NS, LEASE)
+        def touch(lease: JsonObj) -> None:
             lease["metadata"].setdefault("labels", {})["touched"] = "by-someone-else"
-            try:
-                control_plane.admin.update(lease)
-            except ApiError as exc:
-                if exc.status == 409:
-                    return False  # the leader renewed in between: read again
-                raise
-            return True
 
-        await wait_until_async(touch, 30, "another writer's write")
+        await write_between_renewals(control_plane, touch, "another writer's write")
         puts = renewals("PUT")
         await wait_until_async(lambda: renewals("GET") >= 1, 30, "a read after the conflict")
         await wait_until_async(
