@@ -219,7 +219,7 @@ def stage(
             ready_timeout=90,
         )
         stack.callback(controller.stop)
-        controller.wait_until(controller.is_leader, "the controller to lead", timeout=120)
+        controller.wait_until(controller.is_leader, 120, "the controller to lead")
         wait_until(
             lambda: cp.admin.find("configmaps", namespace, LIVENESS_CONFIGMAP) is not None,
             120,

@@ -3,7 +3,7 @@
 Shared by the controller integration tests, the demo and the reliability suites::
 
     with ControllerProcess.start(cp, name="ctl-a", namespaces=["blast"]) as ctl:
-        ctl.wait_until(lambda: ctl.is_leader(), "ctl-a leads")
+        ctl.wait_until(lambda: ctl.is_leader(), 30, "ctl-a leads")
         print(ctl.get_json("/liveness"))
 
 The process authenticates with a token of the controller's ServiceAccount
@@ -200,7 +200,7 @@ class ControllerProcess:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def wait_until(self, condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    def wait_until(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
         """:func:`testbed.waiting.wait_until` (every 50 ms), the failure naming ``what``
         followed by this process's last log lines."""
         wait_until(condition, timeout, what, interval=0.05, detail=self.log_tail)

@@ -174,7 +174,7 @@ def start_system(root: Path, timeline: Timeline) -> System:
             f"Service {SYSTEM_NAMESPACE}/elb-gate-webhook -> both replicas "
             f"(127.0.0.1:{webhooks.proxy.port})",
         )
-        controller.wait_until(controller.is_leader, "the controller to lead", timeout=120)
+        controller.wait_until(controller.is_leader, 120, "the controller to lead")
         timeline.emit(
             "setup",
             f"controller {controller.name}: python -m controller leads; "

@@ -169,7 +169,7 @@ def test_a_controller_restarted_after_the_batch_jobs_were_deleted_still_leaves_i
             control_plane, name="controller-1", namespaces=[ns], env=DELETE_AT_ONCE, **AT_DEFAULTS
         )
         on.controllers.append(successor)
-        successor.wait_until(successor.is_leader, "the new controller leads", 60)
+        successor.wait_until(successor.is_leader, 60, "the new controller leads")
         settle(control_plane, successor, ns, rounds=3)
         assert_finishing(control_plane, on, successor, search)
 
@@ -200,6 +200,7 @@ def test_a_true_orphan_under_the_default_policy_is_flagged_and_never_deleted(
         assert "will not be deleted" in warning["message"]
         ctl.wait_until(
             lambda: ctl.metric("elb_gate_orphaned_finalizers", {"namespace": ns}) == 1,
+            30,
             "the orphan gauge at 1",
         )
         settle(control_plane, ctl, ns, rounds=3)

@@ -48,7 +48,7 @@ def test_a_lone_finalizers_grace_and_then_its_delete_grace_are_acted_on_when_due
     with ControllerProcess.start(
         cp, name="ctl-due", namespaces=[ns], env=env, resync_seconds=AN_HOUR
     ) as ctl:
-        ctl.wait_until(ctl.is_leader, "leads", 30)
+        ctl.wait_until(ctl.is_leader, 30, "leads")
         submitter = Submitter(cp, "alice", ns)
         with submitter.holding():
             (fin,) = submitter.create(finalizer(ns, search_id()))
@@ -78,7 +78,7 @@ def test_an_unrenewed_lease_is_cleared_at_its_expiry(
     with ControllerProcess.start(
         cp, name="ctl-expiry", namespaces=[ns], env=SHORT_LEASE_ENV, resync_seconds=AN_HOUR
     ) as ctl:
-        ctl.wait_until(ctl.is_leader, "leads", 30)
+        ctl.wait_until(ctl.is_leader, 30, "leads")
         gone = OpenApiLeaseClient.on(cp, "carol", ns, ttl=3)
         assert gone.acquire() == "acquired"  # and never renewed: its process is gone
         stored = cp.admin.get("leases", ns, f"elb-blast-submit-{ns}")

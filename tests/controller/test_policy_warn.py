@@ -46,5 +46,6 @@ def test_policy_warn_marks_and_warns_but_never_deletes(
         wait_until(lambda: mark() is None, 30, "un-marked")
         ctl.wait_until(
             lambda: ctl.metric("elb_gate_orphaned_finalizers", {"namespace": ns}) == 0,
+            30,
             "gauge back to 0",
         )

@@ -176,7 +176,7 @@ def test_when_the_leader_is_killed_the_other_replica_takes_over_and_finishes(
     leader.kill()
     lease = Submitter(cp, "carol", ns).acquire(ttl_seconds=2)
     try:
-        other.wait_until(other.is_leader, "the other replica leads", 60)
+        other.wait_until(other.is_leader, 60, "the other replica leads")
         wait_until(lambda: holder(cp, ns) == "", 30, "the survivor reclaims")
     finally:
         lease.close()

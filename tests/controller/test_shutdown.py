@@ -21,12 +21,12 @@ def test_a_terminated_leader_releases_its_lease_so_the_other_leads_without_waiti
     }
     free_leader_lease(cp)
     with ControllerProcess.start(cp, name="ctl-1", namespaces=[ns], **timing) as first:
-        first.wait_until(first.is_leader, "ctl-1 leads", 30)
+        first.wait_until(first.is_leader, 30, "ctl-1 leads")
         with ControllerProcess.start(cp, name="ctl-2", namespaces=[ns], **timing) as second:
-            second.wait_until(second.ready, "ctl-2 synced", 30)
+            second.wait_until(second.ready, 30, "ctl-2 synced")
             assert not second.is_leader()
             assert first.terminate() == 0
             assert first.logs("released leader Lease")
-            second.wait_until(second.is_leader, "ctl-2 leads after the release", 15)
+            second.wait_until(second.is_leader, 15, "ctl-2 leads after the release")
             lease = cp.admin.get("leases", "elb-system", "elb-gate-controller")
             assert lease["spec"]["holderIdentity"].startswith("ctl-2_")

@@ -43,12 +43,12 @@ def stage(
         **AT_DEFAULTS,
     )
     try:
-        first.wait_until(first.is_leader, "the first replica leads", 60)
+        first.wait_until(first.is_leader, 60, "the first replica leads")
         second = ControllerProcess.start(
             control_plane, name=REPLICAS[1], namespaces=[ns], **AT_DEFAULTS
         )
         try:
-            second.wait_until(second.ready, "the standby is synced", 60)
+            second.wait_until(second.ready, 60, "the standby is synced")
             yield holders.Stage.on(control_plane, [first, second]), ns
         finally:
             second.stop()
@@ -72,7 +72,7 @@ def test_a_leader_killed_mid_reclaim_is_replaced_and_the_holder_reclaimed_in_tim
         held = proxy.add(method="PATCH", resource="leases", namespace=ns, delay=120.0, count=1)
         asked = holders.now()
         control_plane.admin.delete("pods", ns, holder.identity.pod, grace_seconds=0)
-        leader.wait_until(lambda: held.fired == 1, "the leader's reclaim is in flight", 60)
+        leader.wait_until(lambda: held.fired == 1, 60, "the leader's reclaim is in flight")
         leader.kill()
         reclaim = on.reclaim_of(holder, "leader_failover", asked)
         record.append(reclaim)

@@ -75,6 +75,7 @@ def test_without_the_nodes_binding_other_cases_still_reclaim_and_a_warning_is_lo
         # The holder's node could not be watched: said so in the log, and counted.
         leader.wait_until(
             lambda: len(node_watch_warnings(leader)) > warnings_before,
+            30,
             "a warning about the node watch",
         )
         assert "403" in str(node_watch_warnings(leader)[-1]["detail"])

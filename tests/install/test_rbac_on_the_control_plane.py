@@ -44,7 +44,7 @@ def test_a_controller_without_patch_on_leases_logs_and_counts_the_403_and_recove
     ns = hook.gate_namespace(cp.new_namespace("rbac-controller"))
     free_leader_lease(cp)
     with ControllerProcess.start(cp, name="ctl-rbac", namespaces=[ns], env=SHORT_LEASE_ENV) as ctl:
-        ctl.wait_until(lambda: ctl.is_leader() and ctl.ready(), "leading and synced", 60)
+        ctl.wait_until(lambda: ctl.is_leader() and ctl.ready(), 60, "leading and synced")
         with without_verb(
             cp,
             "elb-gate-controller",
