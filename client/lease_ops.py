@@ -13,6 +13,7 @@ webhook's Lease guard ("held by …", reason Conflict) — means busy.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -143,16 +144,9 @@ async def renew(
     """Renew our hold: PUT ``known`` with a new renewTime; on 409 re-read once and
     retry if we still hold it. Returns the Lease as written, or ``None`` when it is
     no longer ours (another holder, freed, or deleted)."""
-    url = path(LEASES, namespace, lease_name(namespace))
-    try:
-        return await api.replace(url, claimed_body(known, holder, ttl_seconds, now))
-    except ApiError as exc:
-        if not exc.conflict:
-            raise
-    current = await get_submit_lease(api, namespace)
-    if current is None or LeaseView.from_dict(current).holder != holder:
-        return None
-    return await api.replace(url, claimed_body(current, holder, ttl_seconds, now))
+    return await _write_while_ours(
+        api, namespace, holder, known, lambda lease: claimed_body(lease, holder, ttl_seconds, now)
+    )
 
 
 async def release(api: KubeApi, namespace: str, holder: str, known: Json | None) -> bool:
@@ -160,16 +154,24 @@ async def release(api: KubeApi, namespace: str, holder: str, known: Json | None)
     resourceVersion, and on 409 re-read once. ``known=None`` reads first (used when
     a write's outcome is unknown). True if this call freed it, False if it was not
     ours (any more). A second conflict raises (the Lease then expires on its own)."""
+    return await _write_while_ours(api, namespace, holder, known, released_body) is not None
+
+
+async def _write_while_ours(
+    api: KubeApi, namespace: str, holder: str, known: Json | None, body: Callable[[Json], Json]
+) -> Json | None:
+    """PUT ``body(known)`` (a CAS on ``known``'s resourceVersion); on 409, or with no
+    ``known``, read the Lease once and PUT ``body(current)`` if ``holder`` still holds
+    it. The Lease as written, or ``None`` when it is not ours (another holder, freed or
+    deleted). A second conflict raises."""
     url = path(LEASES, namespace, lease_name(namespace))
     if known is not None:
         try:
-            await api.replace(url, released_body(known))
-            return True
+            return await api.replace(url, body(known))
         except ApiError as exc:
             if not exc.conflict:
                 raise
     current = await get_submit_lease(api, namespace)
     if current is None or LeaseView.from_dict(current).holder != holder:
-        return False
-    await api.replace(url, released_body(current))
-    return True
+        return None
+    return await api.replace(url, body(current))
