@@ -23,6 +23,7 @@ from elbgate.settings import GateSettings, RuleSettings
 
 from . import exit_codes
 from .connection import (
+    add_command,
     add_output_flag,
     connect,
     environment,
@@ -36,13 +37,12 @@ HELP = "show active searches, orphans, DB staging, ceiling and capacity, and Lea
 
 
 def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "census",
+        parents,
         help=HELP,
         description=HELP + " (what the admission webhook would decide now).",
-        epilog=exit_codes.help_text(),
-        parents=parents,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_output_flag(parser)
     parser.set_defaults(run=run)

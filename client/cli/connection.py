@@ -87,6 +87,28 @@ OUTPUT_FORMATS = ("table", "json", "yaml")
 same facts as one JSON or YAML document for a script."""
 
 
+def add_command(
+    subparsers: Any,
+    name: str,
+    parents: list[argparse.ArgumentParser],
+    *,
+    help: str,
+    description: str,
+    **kwargs: Any,
+) -> argparse.ArgumentParser:
+    """One ``elb-gate`` command, with the global flags of ``parents``, the exit codes as
+    its epilog and its description printed as written."""
+    return subparsers.add_parser(
+        name,
+        help=help,
+        description=description,
+        epilog=exit_codes.help_text(),
+        parents=parents,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        **kwargs,
+    )
+
+
 def add_output_flag(parser: argparse.ArgumentParser) -> None:
     """``-o/--output table|json|yaml``."""
     parser.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default="table")

@@ -23,6 +23,7 @@ from elbgate.names import lease_name
 from . import exit_codes
 from .connection import (
     CliError,
+    add_command,
     add_output_flag,
     connect,
     environment,
@@ -36,14 +37,7 @@ HELP = "show or reclaim the namespace's submit Lease"
 
 
 def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "lease",
-        help=HELP,
-        description=__doc__,
-        epilog=exit_codes.help_text(),
-        parents=parents,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_command(subparsers, "lease", parents, help=HELP, description=__doc__ or HELP)
     actions = parser.add_subparsers(dest="lease_action", metavar="{status,release}")
     actions.required = True
     status = actions.add_parser("status", help="who holds the Lease, until when", parents=parents)

@@ -28,7 +28,7 @@ from elbgate.lease import new_holder_identity
 
 from . import exit_codes
 from .child_process import DEFAULT_KILL_GRACE_SECONDS, ChildOutcome, run_child
-from .connection import CliError, connect, environment, load_settings
+from .connection import CliError, add_command, connect, environment, load_settings
 from .status_line import StatusLine
 
 HELP = "wait for a submit slot, then run COMMAND holding it"
@@ -50,13 +50,12 @@ example:
 
 
 def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "submit",
+        parents,
         help=HELP,
         description=DESCRIPTION,
-        epilog=exit_codes.help_text(),
-        parents=parents,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
         usage="%(prog)s [options] -- COMMAND [ARG...]",
     )
     parser.add_argument(
