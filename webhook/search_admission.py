@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -67,7 +67,9 @@ def _labels(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class JobRequest:
-    """A CREATE/UPDATE/DELETE of a Job, as search admission reads it."""
+    """A CREATE/UPDATE/DELETE of a Job, as search admission reads it. What its spec says
+    (``one_pod`` … ``pod``) is read only for a request search admission judges; for any
+    other those fields keep their defaults."""
 
     operation: str
     namespace: str
@@ -99,9 +101,8 @@ class JobRequest:
         obj = req.obj or {}
         meta = obj.get("metadata") or {}
         name = req.name or str(meta.get("name") or meta.get("generateName") or "")
-        dbs = job_databases(obj)
         app = str(labels.get(APP_LABEL) or "")
-        return cls(
+        labelled = cls(
             operation=req.operation,
             namespace=req.namespace,
             name=name,
@@ -110,13 +111,21 @@ class JobRequest:
             old_app=str(old_labels.get(APP_LABEL) or "") if req.old_object is not None else None,
             old_job_id=str(old_labels.get(JOB_ID_LABEL) or ""),
             requester=Requester.from_user_info(req.user),
+            app_near_miss=None if app in SEARCH_APPS or not app else near_miss(app, SEARCH_APPS),
+            body=obj,
+        )
+        if not _judged(labelled):
+            # A Job controller's status write and the like: admitted on its labels alone,
+            # so its spec (databases, pod template) is not read.
+            return labelled
+        dbs = job_databases(obj)
+        return replace(
+            labelled,
             one_pod=runs_one_pod(obj),
             completions=required_completions(obj),
             stages=dbs.stages,
             uses=dbs.uses,
-            app_near_miss=None if app in SEARCH_APPS or not app else near_miss(app, SEARCH_APPS),
             pod=PodFacts.of(obj),
-            body=obj,
         )
 
     @property
