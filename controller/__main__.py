@@ -12,7 +12,7 @@ import signal
 import sys
 
 from controller.server import serve
-from elbgate import logs
+from elbgate import logs, runtime
 from elbgate.kube.config import KubeConfig, KubeConfigError
 from elbgate.settings import Settings, SettingsError
 from elbgate.settings_help import server_parser
@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     except KubeConfigError as exc:
         logs.log(logger, logging.ERROR, "no API configuration", detail=str(exc))
         return 2
+    runtime.tune_gc()
     asyncio.run(_main(settings, config))
     return 0
 

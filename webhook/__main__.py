@@ -7,7 +7,7 @@ import asyncio
 import os
 import sys
 
-from elbgate import logs
+from elbgate import logs, runtime
 from elbgate.identities import IdentityConfigError, SubmitterIdentities
 from elbgate.kube.config import KubeConfig, KubeConfigError
 from elbgate.settings import Settings, SettingsError
@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     except (IdentityConfigError, KubeConfigError) as exc:
         print(f"elb-gate webhook: {exc}", file=sys.stderr)
         return 2
+    runtime.tune_gc()
     try:
         asyncio.run(serve(settings, identities, kube))
     except CertificateInvalid as exc:  # only the client CA is checked before serving
