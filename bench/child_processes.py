@@ -4,6 +4,7 @@ integration test starts it."""
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import shutil
 import signal
@@ -16,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from bench.api_floor import format_plan, from_json
 from bench.load import LoadPlan, Measured
 from testbed.controlplane import REPO
 
@@ -95,28 +97,67 @@ class NoopServer:
         self.process = None
 
 
-def run_api_floor(
-    kubeconfig: str, namespace: str, plans: list[LoadPlan], cpu: int | None
-) -> list[Measured]:
-    """Run ``python -m bench.api_floor`` (pinned to ``cpu``) with ``plans`` in order."""
-    args = ["--kubeconfig", kubeconfig, "--namespace", namespace]
-    if cpu is not None:
-        args += ["--cpu", str(cpu)]
-    for p in plans:
-        args += ["--plan", f"{p.concurrency}:{p.requests}:{p.warmup}:{p.max_seconds}"]
-    done = subprocess.run(
-        _python_module("bench.api_floor", *args), cwd=REPO, capture_output=True, check=False
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"bench.api_floor failed:\n{done.stderr.decode()[-3000:]}")
-    out = []
-    for line in done.stdout.splitlines():
-        doc = orjson.loads(line)
-        m = Measured(doc["latencies_ns"], doc["wall_seconds"])
-        m.cpu_seconds.update(doc["cpu_seconds"])
-        m.outcomes.update(doc["outcomes"])
-        out.append(m)
-    return out
+class ApiFloorSteps:
+    """``python -m bench.api_floor`` (pinned to ``cpu``), driven over its stdin: one bare
+    LIST + GET round trip per :meth:`step`, timed inside that process, or a closed loop
+    (:meth:`closed_loop`). Use as ``async with``."""
+
+    def __init__(
+        self, kubeconfig: str, namespace: str, cpu: int | None, warmup: int, timeout: float = 60.0
+    ) -> None:
+        self.args = ["--kubeconfig", kubeconfig, "--namespace", namespace, "--warmup", str(warmup)]
+        if cpu is not None:
+            self.args += ["--cpu", str(cpu)]
+        self.timeout = timeout
+        self.process: asyncio.subprocess.Process | None = None
+
+    async def __aenter__(self) -> ApiFloorSteps:
+        self.process = await asyncio.create_subprocess_exec(
+            *_python_module("bench.api_floor", *self.args),
+            cwd=REPO,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        line = await self._line("the API floor to warm up")
+        if line != b"ready":
+            raise RuntimeError(f"bench.api_floor said {line!r}")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.process is None:
+            return
+        assert self.process.stdin is not None
+        self.process.stdin.close()  # end of input: it exits
+        try:
+            await asyncio.wait_for(self.process.wait(), 15)
+        except TimeoutError:
+            self.process.kill()
+            await self.process.wait()
+
+    async def _line(self, what: str) -> bytes:
+        assert self.process is not None and self.process.stdout is not None
+        try:
+            raw = await asyncio.wait_for(self.process.stdout.readline(), self.timeout)
+        except TimeoutError:
+            raise RuntimeError(f"timed out after {self.timeout:g}s waiting for {what}") from None
+        if not raw:
+            raise RuntimeError(f"bench.api_floor exited (code {self.process.returncode})")
+        return raw.rstrip(b"\n")
+
+    async def _command(self, line: bytes, what: str) -> Any:
+        assert self.process is not None and self.process.stdin is not None
+        self.process.stdin.write(line + b"\n")
+        await self.process.stdin.drain()
+        return orjson.loads(await self._line(what))
+
+    async def step(self) -> tuple[int, str]:
+        doc = await self._command(b"step", "one API round trip")
+        return int(doc["ns"]), str(doc["outcome"])
+
+    async def closed_loop(self, plan: LoadPlan) -> Measured:
+        """``plan`` as a closed loop in that process; its CPU as ``api_floor``."""
+        doc = await self._command(f"plan {format_plan(plan)}".encode(), "a closed loop")
+        return from_json(doc)
 
 
 def scratch_dir() -> Path:

@@ -9,8 +9,9 @@ import asyncio
 import ssl
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 import aiohttp
 import orjson
@@ -42,6 +43,19 @@ class Measured:
         return len(self.latencies_ns)
 
 
+def combined(parts: Sequence[Measured]) -> Measured:
+    """Several measured phases as one: their requests, seconds, CPU and outcomes added."""
+    out = Measured()
+    for m in parts:
+        out.latencies_ns += m.latencies_ns
+        out.wall_seconds += m.wall_seconds
+        out.outcomes.update(m.outcomes)
+        for who, used in m.cpu_seconds.items():
+            out.cpu_seconds[who] = out.cpu_seconds.get(who, 0.0) + used
+    return out
+
+
+T = TypeVar("T")
 Call = Callable[[], Awaitable[str]]
 """One request; returns its outcome (``allowed``, ``denied``, ``http-500`` …)."""
 
@@ -130,3 +144,78 @@ async def post_reviews(
                 return outcome_of(resp.status, await resp.read())
 
         return await closed_loop(call, plan, on_start, on_stop)
+
+
+def rotated(items: Sequence[T], k: int) -> list[T]:
+    """``items`` rotated left by ``k`` (modulo its length): who goes first takes turns."""
+    k %= len(items)
+    return [*items[k:], *items[:k]]
+
+
+class Steps(Protocol):
+    """Something measured one request at a time: each step's latency and outcome."""
+
+    async def step(self) -> tuple[int, str]: ...
+
+
+class ReviewSteps:
+    """One AdmissionReview POST per step, over one keep-alive TLS connection. Use as
+    ``async with ReviewSteps(target, path, body) as steps``."""
+
+    def __init__(self, target: Webhook, path: str, body: bytes) -> None:
+        self.target, self.url, self.body = target, target.base_url + path, body
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> ReviewSteps:
+        connector = aiohttp.TCPConnector(ssl=self.target.tls, limit=1)
+        timeout = aiohttp.ClientTimeout(total=30)
+        self._session = aiohttp.ClientSession(connector=connector, timeout=timeout)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def step(self) -> tuple[int, str]:
+        assert self._session is not None
+        started = time.perf_counter_ns()
+        try:
+            async with self._session.post(
+                self.url,
+                data=self.body,
+                headers={"Content-Type": "application/json"},
+                server_hostname=self.target.server_hostname,
+            ) as resp:
+                outcome = outcome_of(resp.status, await resp.read())
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            outcome = f"error:{exc.__class__.__name__}"
+        return time.perf_counter_ns() - started, outcome
+
+
+async def interleaved(
+    steps: Mapping[str, Steps], rounds: int, warmup: int, max_seconds: float
+) -> dict[str, Measured]:
+    """Latency of several things measured side by side: after ``warmup`` steps of
+    each, every round takes one step of each, in an order rotated by one every round,
+    until ``rounds`` rounds or ``max_seconds``. Each sees the same seconds of the
+    machine (its background work, its noise), so a ratio of two of them compares
+    like with like; measured one after another, seconds apart, the same two p50s
+    drift apart by tens of percent on a shared machine."""
+    names = list(steps)
+    for name in names:
+        for _ in range(warmup):
+            await steps[name].step()
+    out = {name: Measured() for name in names}
+    started = time.perf_counter()
+    deadline = started + max_seconds
+    for r in range(rounds):
+        if time.perf_counter() >= deadline:
+            break
+        for name in rotated(names, r):
+            elapsed, outcome = await steps[name].step()
+            out[name].latencies_ns.append(elapsed)
+            out[name].outcomes[outcome] += 1
+    wall = time.perf_counter() - started
+    for m in out.values():
+        m.wall_seconds = wall
+    return out

@@ -4,7 +4,8 @@
 over TLS with the webhook's own server set-up (``webhook.tls.ServingCertificate``
 for the TLS 1.2+ context, ``web.AppRunner`` without access log, ``TCPSite``),
 reads and decodes the body, and answers ``allowed: true`` with the request's
-uid. Everything the webhook does beyond this is its policy cost.
+uid. It sets up the runtime as the webhook does (``elbgate.runtime.tune_gc``).
+Everything the webhook does beyond this is its policy cost.
 
 With ``--reads KUBECONFIG`` it first makes the reads search admission makes —
 the census LIST and the Lease GET of the request's namespace, concurrently,
@@ -24,6 +25,7 @@ from collections.abc import AsyncIterator
 import orjson
 from aiohttp import web
 
+from elbgate import runtime
 from elbgate.kube.api import KubeApi
 from elbgate.kube.config import KubeConfig
 from elbgate.kube.reads import get_submit_lease, list_unfinished_search_jobs
@@ -99,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
     reads = KubeConfig.load(args.reads) if args.reads else None
+    runtime.tune_gc()  # as python -m webhook does before it serves
     asyncio.run(serve(args.cert, args.key, args.port, reads))
     return 0
 

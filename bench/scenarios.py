@@ -8,9 +8,10 @@ between: its cost is the API server's, the same with or without elb-gate).
 Layout on a 2-core machine: the webhooks and the no-op floor servers (never loaded at
 the same time) and the bare-API client run on CPU 0; the load generator (this
 process) and the control plane (etcd, kube-apiserver, the controllers) run on CPU 1.
-Each measured figure is taken ``repeats`` times, and each run is paired with a floor
-run made moments before it, so a ratio compares two things measured under the same
-machine noise.
+Each measured figure is taken ``repeats`` times. Search admission's latency is measured
+side by side with its floors, one request of each per round (the order rotated every
+round), so a ratio compares two things measured over the same seconds of the machine;
+the fast paths' runs are each paired with a floor run made moments before.
 
 Per workload, two passes: a *latency* pass (one request at a time, so p50/p99
 are service times, not queueing) and a *saturation* pass (``concurrency``
@@ -26,6 +27,7 @@ import os
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,10 +36,20 @@ from typing import Any
 import orjson
 
 from bench import cluster_load, reclaim_latency, reviews
-from bench.child_processes import NoopServer, run_api_floor
+from bench.child_processes import ApiFloorSteps, NoopServer
 from bench.cluster import BenchCluster
 from bench.cluster_load import LoadConfig
-from bench.load import LoadPlan, Measured, Webhook, post_reviews
+from bench.load import (
+    LoadPlan,
+    Measured,
+    ReviewSteps,
+    Steps,
+    Webhook,
+    combined,
+    interleaved,
+    post_reviews,
+    rotated,
+)
 from bench.processes import CpuMeter, can_pin, pin
 from bench.profiling import fold, start_recording
 from bench.stats import latency, percentile
@@ -60,6 +72,10 @@ CAPACITY_ENV = {
 """The node-capacity rule on (issue 13), over the control plane's blast pool (3 nodes of
 15740m): 3 pods of 4 CPUs per node, so the effective ceiling stays 3 and the measured
 admission is admitted (the finalizer carries no requests: the setting's value is used)."""
+
+SLICES = 4
+"""Slices of a search-admission saturation pass: the webhook and its floors take turns,
+so a slow stretch of the machine falls on all of them rather than on one."""
 
 JOBS_PATH, LEASE_MUTATE, LEASE_VALIDATE = "/validate/jobs", "/mutate/leases", "/validate/leases"
 
@@ -276,16 +292,13 @@ class Harness:
         body: bytes,
         pid: int,
         expect: str,
-        jobs: int = 0,
-        after_latency: Callable[[], None] = lambda: None,
     ) -> None:
         """Latency pass then saturation pass of one workload on one server."""
         s = self.series
-        latency_plan, saturation_plan = self.config.plans_for(jobs)
+        latency_plan, saturation_plan = self.config.plans_for(0)
         m = await post_reviews(target, path, body, latency_plan)
         s.check(prefix, m, lambda o: o == expect)
         _latency_into(s, prefix, m)
-        after_latency()
         m = await self._saturate(target, path, body, pid, saturation_plan)
         s.check(prefix, m, lambda o: o == expect)
         _saturation_into(s, prefix, m, "server")
@@ -338,10 +351,16 @@ class Harness:
             self.fast_workloads = workloads
 
     async def search_admission(self, jobs: int) -> None:
-        """Search admission at ``jobs`` Jobs in the namespace, each run paired with the
-        bare API round trip (LIST + GET, same client) and the no-op handler; and with
-        the node-capacity rule on, paired with the run with it off."""
-        assert self.noop is not None and self.webhook is not None
+        """Search admission at ``jobs`` Jobs in the namespace, against the bare API round
+        trip (LIST + GET, same client), the no-op handler and the no-op making the same
+        reads; and with the node-capacity rule on, against it off.
+
+        Latency: all of them side by side, one request each per round
+        (:func:`bench.load.interleaved`), in ``repeats`` blocks; a block is one paired
+        run of every ratio. Saturation: per repeat, :data:`SLICES` short passes of
+        each, taken in turns (the order rotated every slice) and summed."""
+        assert self.noop is not None and self.reads_noop is not None
+        assert self.webhook is not None
         hook, noop = self._targets()
         have = await asyncio.to_thread(self.cluster.fill, self.namespace, jobs)
         if have != jobs:
@@ -350,63 +369,60 @@ class Harness:
         await asyncio.to_thread(self.cluster.hold_lease, self.namespace, HOLDER)
         body = reviews.new_search_finalizer(self.namespace, HOLDER)
         s, n = self.series, f"n{jobs}"
-        plans = list(self.config.plans_for(jobs))
-        for _ in range(self.config.repeats):
-            floor = await asyncio.to_thread(
-                run_api_floor, self.webhook.kubeconfig, self.namespace, plans, self.server_cpu
-            )
-            expect_floor: Callable[[str], bool] = lambda o: o.endswith("lease=yes")  # noqa: E731
-            for m in floor:
-                s.check(f"api.{n}", m, expect_floor)
-            _latency_into(s, f"api.{n}", floor[0])
-            _saturation_into(s, f"api.{n}", floor[1], "api_floor")
-            m = await post_reviews(noop, JOBS_PATH, body, plans[0])
-            _latency_into(s, f"noop.{n}", m)
-            assert self.reads_noop is not None
-            reads = Webhook(self.reads_noop.url, hook.tls, WEBHOOK_HOST)
-            pid = self.reads_noop.pid
-            await self._pair(f"reads.{n}", reads, JOBS_PATH, body, pid, "allowed", jobs)
-            await self._pair(
-                f"hook.{n}",
-                hook,
-                JOBS_PATH,
-                body,
-                self.hook_pid,
-                "allowed",
-                jobs,
-                self._handler_time(self.webhook, f"hook.{n}", plans[0]),
-            )
-            cap = self.capacity_webhook
-            if cap is not None and cap.process is not None:
-                target = Webhook(cap.url, cap.client_context(), WEBHOOK_HOST)
-                await self._pair(
-                    f"cap.{n}",
-                    target,
-                    JOBS_PATH,
-                    body,
-                    cap.process.pid,
-                    "allowed",
-                    jobs,
-                    self._handler_time(cap, f"cap.{n}", plans[0]),
+        latency_plan, saturation_plan = self.config.plans_for(jobs)
+        reads = Webhook(self.reads_noop.url, hook.tls, WEBHOOK_HOST)
+        servers: dict[str, tuple[Webhook, int]] = {
+            "reads": (reads, self.reads_noop.pid),
+            "hook": (hook, self.hook_pid),
+        }
+        logged = {"hook": self.webhook}
+        cap = self.capacity_webhook
+        if cap is not None and cap.process is not None:
+            servers["cap"] = (Webhook(cap.url, cap.client_context(), WEBHOOK_HOST), cap.process.pid)
+            logged["cap"] = cap
+        expect_floor: Callable[[str], bool] = lambda o: o.endswith("lease=yes")  # noqa: E731
+        expect_allowed: Callable[[str], bool] = lambda o: o == "allowed"  # noqa: E731
+        floor = ApiFloorSteps(
+            self.webhook.kubeconfig, self.namespace, self.server_cpu, latency_plan.warmup
+        )
+        async with AsyncExitStack() as stack:
+            steps: dict[str, Steps] = {"api": await stack.enter_async_context(floor)}
+            for name, target in (("noop", noop), *((k, v[0]) for k, v in servers.items())):
+                steps[name] = await stack.enter_async_context(ReviewSteps(target, JOBS_PATH, body))
+            for block in range(self.config.repeats):
+                offsets = {name: _log_size(w) for name, w in logged.items()}
+                measured = await interleaved(
+                    steps,
+                    latency_plan.requests,
+                    latency_plan.warmup if block == 0 else 0,
+                    latency_plan.max_seconds * len(steps),
                 )
+                for name, m in measured.items():
+                    s.check(f"{name}.{n}", m, expect_floor if name == "api" else expect_allowed)
+                    _latency_into(s, f"{name}.{n}", m)
+                for name, w in logged.items():
+                    ms = _handler_durations_ms(w.log_file, offsets[name], SEARCH_WEBHOOK)
+                    s.add(f"{name}.{n}.handler_p50_ms", percentile(ms, 50))
+            # Saturation: each repeat in SLICES slices, one short pass of each per
+            # slice, the order rotated every slice; a repeat sums its slices.
+            sliced = _sliced(saturation_plan)
+            for _ in range(self.config.repeats):
+                parts: dict[str, list[Measured]] = defaultdict(list)
+                for k in range(SLICES):
+                    for name in rotated(["api", *servers], k):
+                        if name == "api":
+                            parts[name].append(await floor.closed_loop(sliced))
+                        else:
+                            target, pid = servers[name]
+                            m = await self._saturate(target, JOBS_PATH, body, pid, sliced)
+                            parts[name].append(m)
+                for name, measured_parts in parts.items():
+                    m = combined(measured_parts)
+                    s.check(f"{name}.{n}", m, expect_floor if name == "api" else expect_allowed)
+                    server = "api_floor" if name == "api" else "server"
+                    _saturation_into(s, f"{name}.{n}", m, server)
         if jobs in self.config.profile_at:
-            await self.profile(f"search at {jobs} Jobs", hook, JOBS_PATH, body, plans[1])
-
-    def _handler_time(
-        self, hook: WebhookProcess, prefix: str, plan: LoadPlan
-    ) -> Callable[[], None]:
-        """After a latency pass of ``hook``: the p50 of the handler time it logged for
-        the pass's requests (``<prefix>.handler_p50_ms``)."""
-        try:
-            offset = hook.log_file.stat().st_size
-        except OSError:
-            offset = 0
-
-        def record() -> None:
-            ms = _handler_durations_ms(hook.log_file, offset, SEARCH_WEBHOOK, plan)
-            self.series.add(f"{prefix}.handler_p50_ms", percentile(ms, 50))
-
-        return record
+            await self.profile(f"search at {jobs} Jobs", hook, JOBS_PATH, body, saturation_plan)
 
     async def profile(
         self, name: str, target: Webhook, path: str, body: bytes, plan: LoadPlan
@@ -428,9 +444,26 @@ class Harness:
         self.series.profiles[name] = fold(out.read_text().splitlines()).as_text()
 
 
-def _handler_durations_ms(log_file: Path, offset: int, webhook: str, plan: LoadPlan) -> list[float]:
-    """``duration_ms`` of the measured requests of a latency pass (``plan``) that started
-    at log byte ``offset``: the webhook times its own handler (reads and policy, no HTTP)."""
+def _sliced(plan: LoadPlan) -> LoadPlan:
+    """One of :data:`SLICES` slices of ``plan``; each warms every connection again."""
+    return LoadPlan(
+        plan.concurrency,
+        math.ceil(plan.requests / SLICES),
+        max(plan.warmup // SLICES, 2 * plan.concurrency),
+        plan.max_seconds / SLICES,
+    )
+
+
+def _log_size(hook: WebhookProcess) -> int:
+    try:
+        return hook.log_file.stat().st_size
+    except OSError:
+        return 0
+
+
+def _handler_durations_ms(log_file: Path, offset: int, webhook: str) -> list[float]:
+    """``duration_ms`` of the ``webhook`` requests logged after byte ``offset``: the
+    webhook times its own handler (reads and policy, no HTTP)."""
     with open(log_file, "rb") as fh:
         fh.seek(offset)
         lines = fh.read().splitlines()
@@ -442,7 +475,7 @@ def _handler_durations_ms(log_file: Path, offset: int, webhook: str, plan: LoadP
                 out.append(float(orjson.loads(line)["duration_ms"]))
             except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
                 continue
-    return out[plan.warmup :]  # the warm-up's requests come first
+    return out
 
 
 def run(config: BenchConfig, workdir: Path, progress: Callable[[str], None]) -> Harness:
