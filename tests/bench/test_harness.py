@@ -18,7 +18,7 @@ from bench.api_counts import classify, tally
 from bench.cluster_load import merge_bursts
 from bench.figures import all_figures, controller_figures, load_figures
 from bench.handoff import Timeline, analyse
-from bench.load import outcome_of
+from bench.load import Measured, combined, interleaved, outcome_of, rotated
 from bench.namespace_jobs import MANAGED_BY, api_body, job_status, planned_jobs
 from bench.profiling import fold, package_of
 from bench.report import Results, Target, format_table, markdown_table, paired
@@ -400,6 +400,44 @@ def test_profile_folds_collapsed_stacks_into_self_and_inclusive_time() -> None:
     assert prof.inclusive_by_function["run (asyncio/base_events.py)"] == 100
     assert "census" in prof.as_text()
     assert package_of("/x/.venv/lib/python3.11/site-packages/aiohttp/web.py") == "aiohttp"
+
+
+class _Recorded:
+    """A thing measured one step at a time that records when it was stepped."""
+
+    def __init__(self, name: str, order: list[str], outcome: str = "allowed") -> None:
+        self.name, self.order, self.outcome = name, order, outcome
+
+    async def step(self) -> tuple[int, str]:
+        self.order.append(self.name)
+        return 1000 * len(self.order), self.outcome
+
+
+async def test_interleaved_takes_one_step_of_each_per_round_whoever_went_first_rotating() -> None:
+    order: list[str] = []
+    steps = {n: _Recorded(n, order) for n in ("api", "noop", "hook")}
+    measured = await interleaved(steps, rounds=4, warmup=2, max_seconds=60.0)
+    warm, rounds = order[:6], order[6:]
+    assert warm == ["api", "api", "noop", "noop", "hook", "hook"]
+    assert [rounds[i : i + 3] for i in range(0, 12, 3)] == [
+        ["api", "noop", "hook"],
+        ["noop", "hook", "api"],
+        ["hook", "api", "noop"],
+        ["api", "noop", "hook"],
+    ]
+    assert {n: m.count for n, m in measured.items()} == {"api": 4, "noop": 4, "hook": 4}
+    assert measured["noop"].outcomes == Counter({"allowed": 4})
+    assert rotated(["a", "b", "c"], 5) == ["c", "a", "b"]
+
+
+def test_slices_combine_into_one_pass() -> None:
+    a = Measured([1, 2], 0.5, Counter({"allowed": 2}), {"server": 0.25, "apiserver": 0.5})
+    b = Measured([3], 0.25, Counter({"allowed": 1, "denied": 1}), {"server": 0.5})
+    m = combined([a, b])
+    assert m.latencies_ns == [1, 2, 3] and m.count == 3
+    assert m.wall_seconds == 0.75
+    assert m.outcomes == Counter({"allowed": 3, "denied": 1})
+    assert m.cpu_seconds == {"server": 0.75, "apiserver": 0.5}
 
 
 # -- end to end -------------------------------------------------------------------------
