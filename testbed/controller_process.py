@@ -27,12 +27,15 @@ import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from elbgate.settings import ControllerSettings
 from testbed.controlplane import REPO, ControlPlane
 from testbed.install import SYSTEM_NAMESPACE, Installation
 from testbed.waiting import wait_until
 
 CONTROLLER_NAMESPACE = SYSTEM_NAMESPACE
 CONTROLLER_SA = "elb-gate-controller"
+LEADER_LEASE = (CONTROLLER_NAMESPACE, ControllerSettings().leader_lease_name)
+"""(namespace, name) of the Lease the controller replicas elect their leader with."""
 CONTROLLER_USER = f"system:serviceaccount:{CONTROLLER_NAMESPACE}:{CONTROLLER_SA}"
 
 

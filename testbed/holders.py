@@ -39,7 +39,7 @@ from elbgate.lease import parse_microtime
 from elbgate.names import HOLDER_CONTAINER_ANNOTATION, LIVENESS_CONFIGMAP, lease_name
 from elbgate.settings import ControllerSettings, GateSettings
 from testbed.api import ApiError, JsonObj
-from testbed.controller_process import CONTROLLER_USER, ControllerProcess
+from testbed.controller_process import CONTROLLER_USER, LEADER_LEASE, ControllerProcess
 from testbed.controlplane import ControlPlane, PodIdentity
 from testbed.waiting import wait_until
 
@@ -385,9 +385,6 @@ class Stage:
             for line in ctl.logs("submit Lease reclaimed")
             if line.get("namespace") == namespace
         ]
-
-
-LEADER_LEASE = ("elb-system", "elb-gate-controller")
 
 
 class ControllerTiming(TypedDict):

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 
 from testbed.api import ApiError
-from testbed.controller_process import CONTROLLER_USER, ControllerProcess
+from testbed.controller_process import CONTROLLER_USER, LEADER_LEASE, ControllerProcess
 from testbed.controlplane import ControlPlane
 from testbed.faultproxy import FaultProxy
 from testbed.install import Installation
@@ -190,9 +190,23 @@ class Rig:
             lambda: next((c for c in self.controllers if c.alive and c.is_leader()), None),
             timeout,
             "a controller to lead",
+            detail=self._leader_lease,
         )
         assert isinstance(found, ControllerProcess)
         return found
+
+    def _leader_lease(self) -> str:
+        """Who holds the controllers' leader Lease, for a failure message (another
+        process renewing it would keep this rig's replicas from leading)."""
+        lease = self.cp.admin.find("leases", LEADER_LEASE[0], LEADER_LEASE[1])
+        if lease is None:
+            return "the leader Lease does not exist"
+        spec = lease.get("spec") or {}
+        return (
+            f"leader Lease held by {spec.get('holderIdentity')!r}, renewed "
+            f"{spec.get('renewTime')}; this rig's replicas: "
+            + ", ".join(c.name for c in self.controllers)
+        )
 
     def wait_until_ready(self, timeout: float = 90.0) -> None:
         """Every replica routable and a controller leading."""

@@ -67,7 +67,8 @@ class Service:
             tasks = asyncio.all_tasks(loop)
             for task in tasks:
                 task.cancel()
-            loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            if tasks:  # gather() of nothing looks for this thread's loop, which is not set
+                loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
             server.close()
             loop.run_until_complete(server.wait_closed())
             loop.close()

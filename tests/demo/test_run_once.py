@@ -66,6 +66,29 @@ def processes_using(path: Path) -> list[int]:
     return pids
 
 
+def kill_all_using(path: Path) -> None:
+    """SIGKILL every process still using ``path``: a demo that failed must not leave its
+    controllers renewing the leader Lease, or its webhooks registered, on the control
+    plane the rest of the session shares."""
+    for pid in processes_using(path):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+
+
+def described(pids: list[int]) -> str:
+    """``pid: command line`` of each process, for a failure message."""
+    out = []
+    for pid in pids:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            cmd = "(gone)"
+        out.append(f"{pid}: {cmd.strip()[:200]}")
+    return "\n".join(out)
+
+
 def wait_until_gone(path: Path, deadline: float = 60.0) -> None:
     """Wait for every process using ``path`` to exit; fail naming those still alive."""
     wait_until(
@@ -206,6 +229,7 @@ def interrupted(
         if proc.poll() is None:
             proc.kill()
             proc.wait(30)
+        kill_all_using(tmp_path)
         reader.join(10)
 
 
@@ -222,7 +246,15 @@ def test_ctrl_c_mid_scenario_stops_every_process_and_removes_the_temporary_files
     assert processes_using(tmp_path), "the demo's processes should be running by now"
     time.sleep(1.0)  # let the burst get going: submitters hold and wait for the Lease
     proc.send_signal(signal.SIGINT)  # what Ctrl-C delivers
-    code = proc.wait(120)
+    try:
+        code = proc.wait(120)
+    except subprocess.TimeoutExpired:
+        pytest.fail(
+            "the demo did not stop within 120 s of Ctrl-C; its output ends:\n"
+            + "".join(lines)[-4000:]
+            + "\nstill running:\n"
+            + described(processes_using(tmp_path))
+        )
     assert code == 130, "".join(lines)[-4000:]
     assert list(tmp_path.glob("elb-gate-demo-*")) == []
     wait_until_gone(tmp_path)
