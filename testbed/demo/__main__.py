@@ -39,7 +39,10 @@ RULE = "─" * 78
 
 
 def _interrupt(signum: int, _frame: FrameType | None) -> None:
-    """SIGTERM ends the demo the way Ctrl-C does: through the cleanup below."""
+    """Ctrl-C and SIGTERM end the demo through the cleanup below. Installed for SIGINT
+    too, not left to Python's default: Python keeps SIGINT ignored when the demo was
+    started with it ignored (any background job of a non-interactive shell, a CI
+    runner's), and a demo that cannot be interrupted leaves every process running."""
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
@@ -127,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--dashboard needs the prometheus binary (make tools installs it)")
 
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     root = Path(tempfile.mkdtemp(prefix="elb-gate-demo-"))
     timeline = Timeline()
     system: System | None = None
