@@ -55,7 +55,6 @@ def combined(parts: Sequence[Measured]) -> Measured:
     return out
 
 
-T = TypeVar("T")
 Call = Callable[[], Awaitable[str]]
 """One request; returns its outcome (``allowed``, ``denied``, ``http-500`` …)."""
 
@@ -121,29 +120,7 @@ class Webhook:
     server_hostname: str
 
 
-async def post_reviews(
-    target: Webhook,
-    path: str,
-    body: bytes,
-    plan: LoadPlan,
-    on_start: Callable[[], None] = lambda: None,
-    on_stop: Callable[[Measured], None] = lambda _m: None,
-) -> Measured:
-    """POST ``body`` to ``target``'s ``path`` in a closed loop over keep-alive TLS
-    connections (one per worker)."""
-    connector = aiohttp.TCPConnector(ssl=target.tls, limit=plan.concurrency)
-    headers = {"Content-Type": "application/json"}
-    url = target.base_url + path
-    timeout = aiohttp.ClientTimeout(total=30)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-
-        async def call() -> str:
-            async with session.post(
-                url, data=body, headers=headers, server_hostname=target.server_hostname
-            ) as resp:
-                return outcome_of(resp.status, await resp.read())
-
-        return await closed_loop(call, plan, on_start, on_stop)
+T = TypeVar("T")
 
 
 def rotated(items: Sequence[T], k: int) -> list[T]:
@@ -158,16 +135,17 @@ class Steps(Protocol):
     async def step(self) -> tuple[int, str]: ...
 
 
-class ReviewSteps:
-    """One AdmissionReview POST per step, over one keep-alive TLS connection. Use as
-    ``async with ReviewSteps(target, path, body) as steps``."""
+class Reviews:
+    """AdmissionReview POSTs of one body to one path of ``target``, over ``connections``
+    keep-alive TLS connections. Use as ``async with Reviews(target, path, body) as r``."""
 
-    def __init__(self, target: Webhook, path: str, body: bytes) -> None:
+    def __init__(self, target: Webhook, path: str, body: bytes, connections: int = 1) -> None:
         self.target, self.url, self.body = target, target.base_url + path, body
+        self.connections = connections
         self._session: aiohttp.ClientSession | None = None
 
-    async def __aenter__(self) -> ReviewSteps:
-        connector = aiohttp.TCPConnector(ssl=self.target.tls, limit=1)
+    async def __aenter__(self) -> Reviews:
+        connector = aiohttp.TCPConnector(ssl=self.target.tls, limit=self.connections)
         timeout = aiohttp.ClientTimeout(total=30)
         self._session = aiohttp.ClientSession(connector=connector, timeout=timeout)
         return self
@@ -176,20 +154,39 @@ class ReviewSteps:
         if self._session is not None:
             await self._session.close()
 
-    async def step(self) -> tuple[int, str]:
+    async def post(self) -> str:
+        """One POST; its outcome (a connection error raises)."""
         assert self._session is not None
+        async with self._session.post(
+            self.url,
+            data=self.body,
+            headers={"Content-Type": "application/json"},
+            server_hostname=self.target.server_hostname,
+        ) as resp:
+            return outcome_of(resp.status, await resp.read())
+
+    async def step(self) -> tuple[int, str]:
+        """One POST, timed (:class:`Steps`); a connection error is its outcome."""
         started = time.perf_counter_ns()
         try:
-            async with self._session.post(
-                self.url,
-                data=self.body,
-                headers={"Content-Type": "application/json"},
-                server_hostname=self.target.server_hostname,
-            ) as resp:
-                outcome = outcome_of(resp.status, await resp.read())
+            outcome = await self.post()
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             outcome = f"error:{exc.__class__.__name__}"
         return time.perf_counter_ns() - started, outcome
+
+
+async def post_reviews(
+    target: Webhook,
+    path: str,
+    body: bytes,
+    plan: LoadPlan,
+    on_start: Callable[[], None] = lambda: None,
+    on_stop: Callable[[Measured], None] = lambda _m: None,
+) -> Measured:
+    """POST ``body`` to ``target``'s ``path`` in a closed loop over keep-alive TLS
+    connections (one per worker)."""
+    async with Reviews(target, path, body, plan.concurrency) as reviews:
+        return await closed_loop(reviews.post, plan, on_start, on_stop)
 
 
 async def interleaved(

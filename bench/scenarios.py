@@ -42,7 +42,7 @@ from bench.cluster_load import LoadConfig
 from bench.load import (
     LoadPlan,
     Measured,
-    ReviewSteps,
+    Reviews,
     Steps,
     Webhook,
     combined,
@@ -388,7 +388,7 @@ class Harness:
         async with AsyncExitStack() as stack:
             steps: dict[str, Steps] = {"api": await stack.enter_async_context(floor)}
             for name, target in (("noop", noop), *((k, v[0]) for k, v in servers.items())):
-                steps[name] = await stack.enter_async_context(ReviewSteps(target, JOBS_PATH, body))
+                steps[name] = await stack.enter_async_context(Reviews(target, JOBS_PATH, body))
             for block in range(self.config.repeats):
                 offsets = {name: _log_size(w) for name, w in logged.items()}
                 measured = await interleaved(
