@@ -25,7 +25,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "python -m controller",
         "elb-gate controller (leader-elected): stale-Lease GC, dead-holder reclaim, "
         "orphaned-finalizer GC, the liveness ConfigMaps; plain-HTTP /metrics, /healthz, "
-        "/readyz and /liveness on ELB_GATE_METRICS_PORT. Settings come from the "
+        "/readyz and /liveness on ELB_GATE_METRICS_PORT_NUMBER. Settings come from the "
         "environment (below).",
     )
     parser.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG or in-cluster")

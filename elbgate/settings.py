@@ -17,6 +17,7 @@ variable; nothing is silently defaulted, and every problem is reported at once.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
@@ -43,6 +44,18 @@ DEFAULT_LIVENESS_APPS = (
     "elb-db-warmup",
     "elb-prepare-db",
 )
+
+
+RENAMED = {
+    "ELB_GATE_WEBHOOK_PORT": "ELB_GATE_WEBHOOK_PORT_NUMBER",
+    "ELB_GATE_METRICS_PORT": "ELB_GATE_METRICS_PORT_NUMBER",
+}
+"""Old variable → new. No setting may have a name a kubelet generates for a Service
+(``<NAME>_PORT``, ``<NAME>_SERVICE_HOST``, …): a Service named ``elb-gate-webhook``
+gives every Pod of its namespace ``ELB_GATE_WEBHOOK_PORT=tcp://<clusterIP>:443``."""
+
+SERVICE_LINK = re.compile(r"^[a-z]+://")
+"""The value of a kubelet's Docker-link variable (``tcp://10.0.0.1:443``)."""
 
 
 class SettingsError(ValueError):
@@ -270,7 +283,7 @@ class WebhookSettings:
         minimum=0.01,
     )
     webhook_port: int = _setting(
-        "ELB_GATE_WEBHOOK_PORT", 8443, "HTTPS admission port.", parse=_parse_int
+        "ELB_GATE_WEBHOOK_PORT_NUMBER", 8443, "HTTPS admission port.", parse=_parse_int
     )
     tls_cert_file: str = _setting(
         "ELB_GATE_TLS_CERT_FILE",
@@ -484,7 +497,10 @@ class ServerSettings:
     and health, the pod they run as, and their log format."""
 
     metrics_port: int = _setting(
-        "ELB_GATE_METRICS_PORT", 9090, "Plain-HTTP metrics/health port.", parse=_parse_int
+        "ELB_GATE_METRICS_PORT_NUMBER",
+        9090,
+        "Plain-HTTP metrics/health port.",
+        parse=_parse_int,
     )
     bind_address: str = _setting(
         "ELB_GATE_BIND_ADDRESS", "0.0.0.0", "Address the servers listen on.", parse=_parse_str
@@ -564,7 +580,11 @@ class Settings:
         """Parse ``env`` (usually ``os.environ``); raise :class:`SettingsError` naming
         every bad variable. ``overrides`` (field names) win over the environment."""
         values: dict[str, Any] = {}
-        problems: list[str] = []
+        problems: list[str] = [
+            f"{old} was renamed {new}; set {new} instead"
+            for old, new in RENAMED.items()
+            if env.get(old, "").strip() and not SERVICE_LINK.match(env[old].strip())
+        ]
         for _attr, section in SECTIONS:
             for f in dataclasses.fields(section):
                 meta = f.metadata

@@ -80,7 +80,7 @@ class ControllerProcess:
             "ELB_GATE_RESYNC_SECONDS": str(resync_seconds),
             "ELB_GATE_LEADER_LEASE_SECONDS": str(leader_lease_seconds),
             "ELB_GATE_LEADER_RENEW_SECONDS": str(leader_renew_seconds),
-            "ELB_GATE_METRICS_PORT": "0",
+            "ELB_GATE_METRICS_PORT_NUMBER": "0",
             "ELB_GATE_BIND_ADDRESS": "127.0.0.1",
             "ELB_GATE_POD_NAME": identity.pod,
             "ELB_GATE_POD_NAMESPACE": CONTROLLER_NAMESPACE,

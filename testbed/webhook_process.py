@@ -117,8 +117,8 @@ class WebhookProcess:
         base.update(
             {
                 "KUBECONFIG": self.kubeconfig,
-                "ELB_GATE_WEBHOOK_PORT": str(self.port),
-                "ELB_GATE_METRICS_PORT": str(self.metrics_port),
+                "ELB_GATE_WEBHOOK_PORT_NUMBER": str(self.port),
+                "ELB_GATE_METRICS_PORT_NUMBER": str(self.metrics_port),
                 "ELB_GATE_BIND_ADDRESS": "127.0.0.1",
                 "ELB_GATE_TLS_CERT_FILE": self.certificate.cert_file,
                 "ELB_GATE_TLS_KEY_FILE": self.certificate.key_file,

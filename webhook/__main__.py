@@ -20,9 +20,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """No flags but ``--help``: the webhook is configured by its environment."""
     parser = server_parser(
         "python -m webhook",
-        "elb-gate admission webhook: HTTPS AdmissionReview on ELB_GATE_WEBHOOK_PORT "
+        "elb-gate admission webhook: HTTPS AdmissionReview on ELB_GATE_WEBHOOK_PORT_NUMBER "
         "(/validate/jobs, /validate/leases, /mutate/leases), plain-HTTP /metrics, "
-        "/healthz and /readyz on ELB_GATE_METRICS_PORT. API access: KUBECONFIG, else "
+        "/healthz and /readyz on ELB_GATE_METRICS_PORT_NUMBER. API access: KUBECONFIG, else "
         "the in-cluster service account.",
     )
     return parser.parse_args(argv)

@@ -20,7 +20,7 @@ def test_help_prints_the_settings_and_exits_without_starting(server: str) -> Non
     env = {
         k: v for k, v in os.environ.items() if k not in {"KUBECONFIG", "KUBERNETES_SERVICE_HOST"}
     }
-    env["ELB_GATE_METRICS_PORT"] = "1"  # a privileged port: binding it would fail loudly
+    env["ELB_GATE_METRICS_PORT_NUMBER"] = "1"  # a privileged port: binding it would fail loudly
     done = subprocess.run(
         [sys.executable, "-m", server, "--help"],
         capture_output=True,

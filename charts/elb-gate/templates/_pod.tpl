@@ -35,6 +35,10 @@ topologySpreadConstraints:
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
+# No service-link variables: the kubelet would set one set per Service of the
+# namespace (ELB_GATE_WEBHOOK_SERVICE_HOST, …); elb-gate reads its settings only
+# from the ConfigMap and the downward API below, and finds Services by DNS.
+enableServiceLinks: false
 securityContext:
   runAsNonRoot: true
   runAsUser: 10001
