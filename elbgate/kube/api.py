@@ -21,6 +21,10 @@ from elbgate.kube.config import KubeConfig
 
 Json = dict[str, Any]
 
+PAGE_SIZE = 500
+"""Objects per page of a LIST (client-go's pager default): a namespace holds tens of
+thousands of finished Jobs, and an unpaged LIST of them is a gigabyte of JSON."""
+
 
 class ApiError(Exception):
     """The API server answered with an error Status."""
@@ -68,6 +72,21 @@ def resource_path(
     if subresource:
         parts.append(subresource)
     return "/".join(parts)
+
+
+def is_collection(url_path: str) -> bool:
+    """Whether ``url_path`` names a collection (``/api/v1/nodes``,
+    ``/apis/batch/v1/namespaces/ns/jobs``) rather than one object or subresource."""
+    parts = [p for p in url_path.split("?", 1)[0].split("/") if p]
+    if parts[:1] == ["api"]:
+        rest = parts[2:]
+    elif parts[:1] == ["apis"]:
+        rest = parts[3:]
+    else:
+        return False
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        rest = rest[2:]
+    return len(rest) == 1
 
 
 LEASES = ("coordination.k8s.io/v1", "leases")
@@ -137,7 +156,14 @@ class KubeApi:
         content_type: str = "application/json",
         deadline: float | None = None,
     ) -> Json:
-        """One API call with a deadline; returns the decoded JSON body."""
+        """One API call with a deadline; returns the decoded JSON body. A GET of a
+        collection must be paged (``limit``) or a watch: see :meth:`list_objects`."""
+        if (
+            method == "GET"
+            and is_collection(url_path)
+            and not (query and ("limit" in query or "watch" in query))
+        ):
+            raise ValueError(f"unpaged LIST of {url_path}: use list_objects, which pages")
         if self._session is None:
             await self.open()
         assert self._session is not None
@@ -177,13 +203,42 @@ class KubeApi:
         label_selector: str | None = None,
         field_selector: str | None = None,
         deadline: float | None = None,
+        page_size: int = PAGE_SIZE,
     ) -> Json:
-        query = {}
+        """A consistent LIST, read in pages of ``page_size`` (``limit`` + ``continue``,
+        as client-go's pager does) so that no answer holds a whole namespace's history;
+        returns one body: the first page's ``metadata`` and every page's ``items``.
+        ``deadline`` bounds the whole LIST, not each page."""
+        query = {"limit": str(page_size)}
         if label_selector:
             query["labelSelector"] = label_selector
         if field_selector:
             query["fieldSelector"] = field_selector
-        return await self.request("GET", url_path, query=query, deadline=deadline)
+        budget = self.timeout if deadline is None else deadline
+        ends = asyncio.get_running_loop().time() + budget
+        first: Json | None = None
+        items: list[Any] = []
+        while True:
+            left = ends - asyncio.get_running_loop().time()
+            if left <= 0:
+                raise ApiUnavailable(f"LIST {url_path}: not read whole within {budget:g}s")
+            body = await self.request("GET", url_path, query=query, deadline=left)
+            page = body.get("items")
+            if isinstance(page, list):
+                items.extend(page)
+            meta = body.get("metadata") or {}
+            if first is None:
+                first = body
+            cont = str(meta.get("continue") or "")
+            if not cont:
+                break
+            query = {**query, "continue": cont}
+        out = {k: v for k, v in first.items() if k != "items"}
+        out["metadata"] = {
+            k: v for k, v in (first.get("metadata") or {}).items() if k != "continue"
+        }
+        out["items"] = items
+        return out
 
     async def create(self, url_path: str, body: Json, **kw: Any) -> Json:
         return await self.request("POST", url_path, body=body, **kw)

@@ -25,7 +25,9 @@ from elbgate.logs import log
 
 logger = logging.getLogger("elbgate.kube.informer")
 
-PAGE_SIZE = 500
+LIST_DEADLINE_SECONDS = 120
+"""The whole relist (every page): a namespace's history is read in pages of
+``elbgate.kube.api.PAGE_SIZE``."""
 
 
 class WatchMetrics(Protocol):
@@ -127,25 +129,14 @@ class Informer:
             delay = min(self.backoff_max, delay * 2)
 
     async def _list(self) -> None:
-        items: list[dict[str, Any]] = []
-        cont = ""
-        while True:
-            query = {"limit": str(PAGE_SIZE)}
-            if self.spec.label_selector:
-                query["labelSelector"] = self.spec.label_selector
-            if self.spec.field_selector:
-                query["fieldSelector"] = self.spec.field_selector
-            if cont:
-                query["continue"] = cont
-            body = await self.api.request("GET", self.spec.url_path, query=query, deadline=30)
-            page = body.get("items")
-            if isinstance(page, list):
-                items.extend(page)
-            meta = body.get("metadata") or {}
-            cont = str(meta.get("continue") or "")
-            if not cont:
-                self.resource_version = str(meta.get("resourceVersion") or "")
-                break
+        body = await self.api.list_objects(
+            self.spec.url_path,
+            label_selector=self.spec.label_selector,
+            field_selector=self.spec.field_selector,
+            deadline=LIST_DEADLINE_SECONDS,
+        )
+        items = body["items"]
+        self.resource_version = str((body.get("metadata") or {}).get("resourceVersion") or "")
         self.cache.replace(self.spec.kind, self.spec.namespace, items)
         self.last_error = ""
         log(
