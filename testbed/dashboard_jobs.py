@@ -1,0 +1,242 @@
+"""Job bodies shaped like the dashboard's own Jobs, and its auto-stop probe's reading of them.
+
+Besides the ElasticBLAST Jobs its submits create (:mod:`testbed.elastic_blast`), the
+dashboard (elb-dashboard) creates three kinds of Job itself, with its admin credentials,
+in the namespace it searches in (``default`` unless configured). Written from its public
+builders (``api/services/warmup/jobs.py``, ``api/services/k8s/prepare_db_jobs.py``,
+``api/services/db/order_oracle.py``):
+
+* DB warm-up ``warm-<db>-<NN>`` (``app=elb-db-warmup``, ``db``, ``shard``): one per node,
+  pinned by ``nodeName``, stages a shard onto the node's disk (hostPath
+  ``/workspace/blast``); ``backoffLimit`` 1, ``activeDeadlineSeconds`` 3600, no TTL, no
+  requests;
+* prepare-db ``prepare-db-<db>-<version>`` (``app=elb-prepare-db``, ``db``,
+  ``source-version``): one Indexed Job, ``completions`` = ``parallelism`` = shards, copies
+  a database from NCBI into Storage; ``backoffLimitPerIndex`` 2, ``maxFailedIndexes`` =
+  shards, TTL 3600, deadline 4 h, requests 200m / 256Mi, not pinned (a toleration only);
+* DB order oracle ``oracle-<db>-<NN>-<run>`` (``app=elb-db-order-oracle``, ``db``,
+  ``shard``, ``oracle-run``): one per warmed shard, pinned by ``nodeName`` to the node that
+  holds it, dumps the shard's accession order to Storage for the finalizers that follow;
+  ``backoffLimit`` 1, TTL 86400, no deadline, no requests.
+
+Each body carries a ``creationTimestamp`` and a ``status`` like
+:mod:`testbed.elastic_blast`'s, and goes to the API server through
+:func:`testbed.elastic_blast.for_api`. :func:`probe_counts` is the dashboard's own
+auto-stop probe (``api/services/auto_stop_live.py``) as it reads a namespace.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from testbed.elastic_blast import IMAGE, ts
+
+WARMUP_APP = "elb-db-warmup"
+PREPARE_DB_APP = "elb-prepare-db"
+ORACLE_APP = "elb-db-order-oracle"
+PREPARE_DB_IMAGE = "mcr.microsoft.com/azure-cli:2.81.0"
+NODE_DB_PATH = "/workspace/blast"
+BLAST_TOLERATION = {
+    "key": "workload",
+    "operator": "Equal",
+    "value": "blast",
+    "effect": "NoSchedule",
+}
+
+PROBED_APPS = ("blast", WARMUP_APP, PREPARE_DB_APP)
+"""The ``app`` values the dashboard's auto-stop probe lists (Jobs and Pods)."""
+
+
+def _fragment(name: str, limit: int = 48) -> str:
+    """A name as the dashboard puts it into a Job name (lower case, ``-`` for the rest)."""
+    return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:limit].strip("-") or "db"
+
+
+def _job(
+    name: str,
+    labels: dict[str, str],
+    pod: dict[str, Any],
+    spec: dict[str, Any],
+    *,
+    age: float,
+    status: dict[str, Any] | None,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "labels": dict(labels),
+            "creationTimestamp": ts(age),
+        },
+        "spec": {**spec, "template": {"metadata": {"labels": dict(labels)}, "spec": pod}},
+        "status": status if status is not None else {"active": 1},
+    }
+
+
+def warmup(
+    db: str,
+    shard: int,
+    node: str,
+    *,
+    age: float = 5.0,
+    status: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Stages shard ``shard`` of ``db`` onto ``node`` (``build_warmup_job_plan``)."""
+    nn = f"{shard:02d}"
+    labels = {"app": WARMUP_APP, "db": db, "shard": nn}
+    pod = {
+        "restartPolicy": "Never",
+        "nodeName": node,
+        "tolerations": [dict(BLAST_TOLERATION)],
+        "containers": [
+            {
+                "name": "warmup",
+                "image": IMAGE,
+                "command": ["bash", "-lc"],
+                "args": ["/scripts/warmup.sh"],
+                "env": [
+                    {"name": "ELB_SHARD_IDX", "value": nn},
+                    {"name": "ELB_DB", "value": f"{db}_shard_{nn}"},
+                    {"name": "ELB_DB_MOL_TYPE", "value": "nucl"},
+                ],
+                "volumeMounts": [
+                    {"name": "db", "mountPath": "/blast/blastdb"},
+                    {"name": "scripts", "mountPath": "/scripts"},
+                ],
+            }
+        ],
+        "volumes": [
+            {"name": "db", "hostPath": {"path": NODE_DB_PATH, "type": "DirectoryOrCreate"}},
+            {"name": "scripts", "configMap": {"name": "elb-warmup-scripts", "defaultMode": 0o755}},
+        ],
+    }
+    spec = {"backoffLimit": 1, "activeDeadlineSeconds": 3600}
+    return _job(f"warm-{_fragment(db)}-{nn}", labels, pod, spec, age=age, status=status)
+
+
+def prepare_db(
+    db: str,
+    source_version: str = "2026-11-20-01-05-02",
+    shards: int = 2,
+    *,
+    age: float = 5.0,
+    status: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Copies ``db`` from NCBI into Storage, ``shards`` pods at once
+    (``build_prepare_db_job_manifest``)."""
+    name = f"prepare-db-{_fragment(db, 24)}-{re.sub(r'[^0-9]', '', source_version)[:14]}"
+    labels = {"app": PREPARE_DB_APP, "db": db, "source-version": source_version}
+    pod = {
+        "restartPolicy": "Never",
+        "tolerations": [dict(BLAST_TOLERATION)],
+        "containers": [
+            {
+                "name": "prepare-db",
+                "image": PREPARE_DB_IMAGE,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["bash", "-lc"],
+                "args": ["/scripts/prepare-db.sh"],
+                "env": [
+                    {"name": "ELB_DB_NAME", "value": db},
+                    {"name": "ELB_SOURCE_VERSION", "value": source_version},
+                    {"name": "AZCOPY_CONCURRENCY_VALUE", "value": "16"},
+                ],
+                "resources": {
+                    "requests": {"cpu": "200m", "memory": "256Mi"},
+                    "limits": {"memory": "1Gi"},
+                },
+                "volumeMounts": [{"name": "scripts", "mountPath": "/scripts"}],
+            }
+        ],
+        "volumes": [{"name": "scripts", "configMap": {"name": name, "defaultMode": 0o755}}],
+    }
+    spec = {
+        "completionMode": "Indexed",
+        "completions": shards,
+        "parallelism": shards,
+        "backoffLimitPerIndex": 2,
+        "maxFailedIndexes": shards,
+        "ttlSecondsAfterFinished": 3600,
+        "activeDeadlineSeconds": 4 * 60 * 60,
+    }
+    return _job(name, labels, pod, spec, age=age, status=status)
+
+
+def order_oracle(
+    db: str,
+    shard: int,
+    node: str,
+    run_id: str = "20261129T115500Z",
+    *,
+    age: float = 5.0,
+    status: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Dumps the accession order of shard ``shard`` of ``db`` on the node that holds it
+    (``build_db_order_oracle_job_plan``)."""
+    nn = f"{shard:02d}"
+    labels = {"app": ORACLE_APP, "db": db, "shard": nn, "oracle-run": run_id}
+    pod = {
+        "restartPolicy": "Never",
+        "nodeName": node,
+        "tolerations": [dict(BLAST_TOLERATION)],
+        "containers": [
+            {
+                "name": "oracle",
+                "image": IMAGE,
+                "command": ["bash", "-lc"],
+                "args": ["blastdbcmd -db \"${ELB_DB}\" -entry all -outfmt '%a'"],
+                "env": [
+                    {"name": "ELB_DB", "value": f"{db}_shard_{nn}"},
+                    {"name": "ELB_DB_NAME", "value": db},
+                    {"name": "ELB_SHARD", "value": nn},
+                ],
+                "volumeMounts": [{"name": "db", "mountPath": "/blast/blastdb"}],
+            }
+        ],
+        "volumes": [
+            {"name": "db", "hostPath": {"path": NODE_DB_PATH, "type": "DirectoryOrCreate"}}
+        ],
+    }
+    spec = {"backoffLimit": 1, "ttlSecondsAfterFinished": 86400}
+    name = f"oracle-{_fragment(db)}-{nn}-{_fragment(run_id)}"
+    return _job(name, labels, pod, spec, age=age, status=status)
+
+
+# -- the dashboard's auto-stop probe ----------------------------------------------------
+
+
+def _probe_terminal(job: Mapping[str, Any]) -> bool:
+    """The probe's own test: any success, a completionTime, or Complete/Failed True."""
+    status = job.get("status") or {}
+    if int(status.get("succeeded") or 0) > 0 or status.get("completionTime"):
+        return True
+    return any(
+        c.get("type") in ("Complete", "Failed") and str(c.get("status")).lower() == "true"
+        for c in status.get("conditions") or ()
+    )
+
+
+def probe_counts(jobs: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> int:
+    """What the dashboard's probe counts as live work in a namespace (> 0: in use).
+
+    It lists Jobs ``app in PROBED_APPS`` with ``fieldSelector status.successful=0`` and
+    counts those not terminal by its test; and lists their Pods not ``Succeeded`` or
+    ``Failed``: live Pods with no counted Job still count as one."""
+    counted = [
+        j
+        for j in jobs
+        if (j.get("metadata") or {}).get("labels", {}).get("app") in PROBED_APPS
+        and not int((j.get("status") or {}).get("succeeded") or 0)
+        and not _probe_terminal(j)
+    ]
+    live_pods = [
+        p
+        for p in pods
+        if (p.get("metadata") or {}).get("labels", {}).get("app") in PROBED_APPS
+        and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    ]
+    return len(counted) or (1 if live_pods else 0)
