@@ -43,7 +43,12 @@ DEFAULT_LIVENESS_APPS = (
     "blast",
     "elb-db-warmup",
     "elb-prepare-db",
+    "elb-db-order-oracle",
 )
+"""The ``app`` of every Job kind the two submit paths create that does work the cluster
+must stay up for: ElasticBLAST's four, and the dashboard's DB warm-up, DB preparation
+and DB order oracle (whose output the finalizers that follow read). docs/liveness.md
+lists each kind and why it counts; its only other ``app`` (``janitor``) is GCP's."""
 
 
 RENAMED = {

@@ -54,6 +54,16 @@ def idle_data(idle_since: str, updated: str, last_active: str = "") -> dict[str,
             {"jobs": [job_doc("p", app="elb-prepare-db", job_id=None)]},
             True,
         ),
+        (
+            "a DB order oracle is in use",
+            {"jobs": [job_doc("o", app="elb-db-order-oracle", job_id=None)]},
+            True,
+        ),
+        (
+            "a Job of an app that is no liveness app is not",
+            {"jobs": [job_doc("j", app="janitor", job_id=None)]},
+            False,
+        ),
         ("finished Jobs are not", {"jobs": [job_doc("b", app="blast", finished=True)]}, False),
     ],
 )
