@@ -46,8 +46,17 @@ DEBIAN_PACKAGES = ("python3", "ca-certificates")
 DROPPED_PACKAGES = ("dpkg", "debconf", "tar")
 """Package tooling dragged in by ca-certificates' maintainer scripts, which are never
 run here: removed from the root filesystem and absent from the SBOM."""
-DROPPED_PATHS = ("etc/apt", "etc/dpkg", "etc/cron.daily", "etc/logrotate.d", "var/cache",
-                 "var/log", "var/lib/apt", "etc/hostname", "etc/resolv.conf")
+DROPPED_PATHS = (
+    "etc/apt",
+    "etc/dpkg",
+    "etc/cron.daily",
+    "etc/logrotate.d",
+    "var/cache",
+    "var/log",
+    "var/lib/apt",
+    "etc/hostname",
+    "etc/resolv.conf",
+)
 """Package-manager state and host copies the runtime supplies itself."""
 
 PYTHON_MINOR = "3.11"
@@ -59,8 +68,15 @@ PRODUCT = ("elbgate", "client", "webhook", "controller", "certs")
 """The product's packages: what the wheel carries (pyproject's include list)."""
 WHEEL_PLATFORMS = tuple(
     f"{tag}_x86_64"
-    for tag in ("manylinux_2_36", "manylinux_2_34", "manylinux_2_28", "manylinux_2_17",
-                "manylinux2014", "manylinux_2_5", "manylinux1")
+    for tag in (
+        "manylinux_2_36",
+        "manylinux_2_34",
+        "manylinux_2_28",
+        "manylinux_2_17",
+        "manylinux2014",
+        "manylinux_2_5",
+        "manylinux1",
+    )
 )
 """Every manylinux tag bookworm's glibc 2.36 runs, for `pip download --platform`."""
 ENV = (
@@ -100,8 +116,14 @@ def _stamp_path() -> Path:
 
 def input_files() -> list[Path]:
     """Every file whose content decides the image."""
-    files = [REPO / "pyproject.toml", REPO / "README.md", CHART, Path(__file__),
-             REPO / "image" / "build.sh", *(REPO / lock for lock in LOCKS)]
+    files = [
+        REPO / "pyproject.toml",
+        REPO / "README.md",
+        CHART,
+        Path(__file__),
+        REPO / "image" / "build.sh",
+        *(REPO / lock for lock in LOCKS),
+    ]
     for package in PRODUCT:
         files += sorted((REPO / package).rglob("*.py"))
     return files
@@ -131,18 +153,24 @@ def source_date_epoch() -> int:
     """SOURCE_DATE_EPOCH when set, else the last commit's time."""
     if os.environ.get("SOURCE_DATE_EPOCH"):
         return int(os.environ["SOURCE_DATE_EPOCH"])
-    proc = subprocess.run(["git", "-C", str(REPO), "log", "-1", "--format=%ct"],
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        ["git", "-C", str(REPO), "log", "-1", "--format=%ct"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     return int(proc.stdout.strip()) if proc.returncode == 0 and proc.stdout.strip() else 0
 
 
 def _run(*argv: str | Path, env: dict[str, str] | None = None) -> str:
     program = shutil.which(argv[0]) or argv[0]  # found on our PATH, not the chroot's
-    proc = subprocess.run([str(program), *map(str, argv[1:])], capture_output=True, text=True, env=env,
-                          check=False)
+    proc = subprocess.run(
+        [str(program), *map(str, argv[1:])], capture_output=True, text=True, env=env, check=False
+    )
     if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(map(str, argv))} exited {proc.returncode}:\n"
-                         f"{proc.stdout}{proc.stderr}")
+        raise SystemExit(
+            f"{' '.join(map(str, argv))} exited {proc.returncode}:\n{proc.stdout}{proc.stderr}"
+        )
     return proc.stdout
 
 
@@ -154,8 +182,18 @@ def _step(message: str) -> None:
 
 
 def _base_key() -> str:
-    recipe = json.dumps([SUITE, MIRROR, DEBIAN_PACKAGES, DROPPED_PACKAGES, DROPPED_PATHS, UID,
-                         source_date_epoch(), hashlib.sha256(Path(__file__).read_bytes()).hexdigest()])
+    recipe = json.dumps(
+        [
+            SUITE,
+            MIRROR,
+            DEBIAN_PACKAGES,
+            DROPPED_PACKAGES,
+            DROPPED_PATHS,
+            UID,
+            source_date_epoch(),
+            hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
+        ]
+    )
     return hashlib.sha256(recipe.encode()).hexdigest()[:16]
 
 
@@ -175,9 +213,13 @@ def _deb_fields(deb: Path) -> dict[str, str]:
 
 def _deb_paths(deb: Path) -> list[tuple[str, bool]]:
     """The paths a .deb installs (relative, without ./), each with whether it is a directory."""
-    return [(line.split(" -> ")[0].split(None, 5)[5].removeprefix("./").rstrip("/"),
-             line.startswith("d"))
-            for line in _run("dpkg-deb", "-c", deb).splitlines()]
+    return [
+        (
+            line.split(" -> ")[0].split(None, 5)[5].removeprefix("./").rstrip("/"),
+            line.startswith("d"),
+        )
+        for line in _run("dpkg-deb", "-c", deb).splitlines()
+    ]
 
 
 def build_base() -> Path:
@@ -193,10 +235,19 @@ def build_base() -> Path:
     debs.mkdir()
     _step(f"Debian base: mmdebstrap {SUITE} {' '.join(DEBIAN_PACKAGES)} from {MIRROR}")
     env = {**os.environ, "SOURCE_DATE_EPOCH": str(source_date_epoch())}
-    _run("mmdebstrap", "--variant=extract", "--mode=root", f"--include={','.join(DEBIAN_PACKAGES)}",
-         "--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr",
-         f"--extract-hook=cp \"$1\"/var/cache/apt/archives/*.deb {debs}/",
-         "--skip=check/qemu", SUITE, rootfs, MIRROR, env=env)
+    _run(
+        "mmdebstrap",
+        "--variant=extract",
+        "--mode=root",
+        f"--include={','.join(DEBIAN_PACKAGES)}",
+        "--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr",
+        f'--extract-hook=cp "$1"/var/cache/apt/archives/*.deb {debs}/',
+        "--skip=check/qemu",
+        SUITE,
+        rootfs,
+        MIRROR,
+        env=env,
+    )
     packages = []
     for deb in sorted(debs.glob("*.deb")):
         fields = _deb_fields(deb)
@@ -226,8 +277,13 @@ def _finish_rootfs(rootfs: Path, packages: list[dict[str, str]]) -> None:
         elif path.exists() or path.is_symlink():
             path.unlink()
     shutil.rmtree(rootfs / "dev")
-    for rel, mode in (("dev", 0o755), ("proc", 0o555), ("sys", 0o555), ("run", 0o755),
-                      ("tmp", 0o1777)):
+    for rel, mode in (
+        ("dev", 0o755),
+        ("proc", 0o555),
+        ("sys", 0o555),
+        ("run", 0o755),
+        ("tmp", 0o1777),
+    ):
         (rootfs / rel).mkdir(exist_ok=True)
         (rootfs / rel).chmod(mode)
     etc = rootfs / "etc"
@@ -255,8 +311,16 @@ def _finish_rootfs(rootfs: Path, packages: list[dict[str, str]]) -> None:
     # The standard library compiled once here: the root filesystem is read-only at
     # run time. SOURCE_DATE_EPOCH makes them hash-checked .pyc files (reproducible).
     env = {"PATH": "/usr/bin", "SOURCE_DATE_EPOCH": str(source_date_epoch())}
-    _run("chroot", rootfs, "/usr/bin/python3", "-m", "compileall", "-q",
-         f"/usr/lib/python{PYTHON_MINOR}", env=env)
+    _run(
+        "chroot",
+        rootfs,
+        "/usr/bin/python3",
+        "-m",
+        "compileall",
+        "-q",
+        f"/usr/lib/python{PYTHON_MINOR}",
+        env=env,
+    )
 
 
 # --- the venv -----------------------------------------------------------------
@@ -266,14 +330,37 @@ def fetch_wheels() -> Path:
     """The locked wheels for the image's platform, checked against the lock's hashes."""
     wheels = CACHE / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
-    _step("wheels: pip download --require-hashes --only-binary=:all: (cached in .build/image/cache)")
+    _step(
+        "wheels: pip download --require-hashes --only-binary=:all: (cached in .build/image/cache)"
+    )
     platforms = [arg for tag in WHEEL_PLATFORMS for arg in ("--platform", tag)]
-    _run(sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check",
-         "--require-hashes", "--only-binary=:all:", *platforms,
-         "--python-version", PYTHON_MINOR, "--implementation", "cp", "--abi",
-         f"cp{PYTHON_MINOR.replace('.', '')}", "--abi", "abi3", "--abi", "none",
-         "-r", REPO / "requirements/runtime.txt", "-r", REPO / "requirements/build.txt",
-         "-d", wheels)
+    _run(
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "-q",
+        "--disable-pip-version-check",
+        "--require-hashes",
+        "--only-binary=:all:",
+        *platforms,
+        "--python-version",
+        PYTHON_MINOR,
+        "--implementation",
+        "cp",
+        "--abi",
+        f"cp{PYTHON_MINOR.replace('.', '')}",
+        "--abi",
+        "abi3",
+        "--abi",
+        "none",
+        "-r",
+        REPO / "requirements/runtime.txt",
+        "-r",
+        REPO / "requirements/build.txt",
+        "-d",
+        wheels,
+    )
     return wheels
 
 
@@ -284,11 +371,26 @@ def build_product_wheel(into: Path) -> Path:
         for name in ("pyproject.toml", "README.md"):
             shutil.copy2(REPO / name, Path(src) / name)
         for package in PRODUCT:
-            shutil.copytree(REPO / package, Path(src) / package,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            shutil.copytree(
+                REPO / package,
+                Path(src) / package,
+                ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+            )
         env = {**os.environ, "SOURCE_DATE_EPOCH": str(source_date_epoch())}
-        _run(sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check",
-             "--no-deps", "--no-build-isolation", "-w", into, src, env=env)
+        _run(
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            into,
+            src,
+            env=env,
+        )
     (wheel,) = into.glob("elb_gate-*.whl")
     return wheel
 
@@ -306,13 +408,29 @@ def build_venv(base: Path, wheels: Path, work: Path) -> Path:
     product = build_product_wheel(work / "product")
     shutil.copy2(product, staged)
     (pip,) = staged.glob("pip-*.whl")
-    env = {"PATH": "/usr/bin", "HOME": "/nonexistent", "LC_ALL": "C.UTF-8",
-           "SOURCE_DATE_EPOCH": str(source_date_epoch()), "PYTHONHASHSEED": "0"}
+    env = {
+        "PATH": "/usr/bin",
+        "HOME": "/nonexistent",
+        "LC_ALL": "C.UTF-8",
+        "SOURCE_DATE_EPOCH": str(source_date_epoch()),
+        "PYTHONHASHSEED": "0",
+    }
     _step(f"venv: {PREFIX} with the image's python3, the locked wheels and {product.name}")
     _run("chroot", rootfs, "/usr/bin/python3", "-m", "venv", "--without-pip", PREFIX, env=env)
-    pip_run = ("chroot", rootfs, f"{PREFIX}/bin/python", f"/tmp/wheels/{pip.name}/pip", "install",
-               "-q", "--no-index", "--find-links", "/tmp/wheels", "--only-binary=:all:",
-               "--no-cache-dir", "--disable-pip-version-check")
+    pip_run = (
+        "chroot",
+        rootfs,
+        f"{PREFIX}/bin/python",
+        f"/tmp/wheels/{pip.name}/pip",
+        "install",
+        "-q",
+        "--no-index",
+        "--find-links",
+        "/tmp/wheels",
+        "--only-binary=:all:",
+        "--no-cache-dir",
+        "--disable-pip-version-check",
+    )
     _run(*pip_run, "--require-hashes", "-r", "/tmp/wheels/runtime.txt", env=env)
     _run(*pip_run, "--no-deps", f"/tmp/wheels/{product.name}", env=env)
     shutil.rmtree(staged)
@@ -354,8 +472,9 @@ def _iso(epoch: int) -> str:
 
 
 def _revision() -> str:
-    proc = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
-                          text=True, check=False)
+    proc = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+    )
     return proc.stdout.strip() if proc.returncode == 0 else ""
 
 
@@ -371,7 +490,7 @@ def labels() -> dict[str, str]:
         "org.opencontainers.image.revision": _revision(),
         "org.opencontainers.image.source": source.group(1) if source else "",
         "org.opencontainers.image.licenses": "MIT",
-        "org.opencontainers.image.base.name": f"debian:{SUITE} (python3, ca-certificates; mmdebstrap)",
+        "org.opencontainers.image.vendor": "elb-gate",
     }
 
 
@@ -385,13 +504,37 @@ def assemble(base_tar: Path, app_tar: Path, out: Path) -> None:
         image = f"{layout}:{tag}"
         _run("umoci", "init", "--layout", layout)
         _run("umoci", "new", "--image", image)
-        for layer, what in ((base_tar, f"Debian {SUITE}: {' '.join(DEBIAN_PACKAGES)}"),
-                            (app_tar, f"{PREFIX}: requirements/runtime.txt + elb-gate")):
-            _run("umoci", "raw", "add-layer", "--image", image, "--history.created", created,
-                 "--history.created_by", what, layer)
-        config = ["--created", created, "--author", "elb-gate", "--architecture", "amd64",
-                  "--os", "linux", "--config.user", f"{UID}:{GID}", "--config.workingdir", "/",
-                  "--no-history"]
+        for layer, what in (
+            (base_tar, f"Debian {SUITE}: {' '.join(DEBIAN_PACKAGES)}"),
+            (app_tar, f"{PREFIX}: requirements/runtime.txt + elb-gate"),
+        ):
+            _run(
+                "umoci",
+                "raw",
+                "add-layer",
+                "--image",
+                image,
+                "--history.created",
+                created,
+                "--history.created_by",
+                what,
+                layer,
+            )
+        config = [
+            "--created",
+            created,
+            "--author",
+            "elb-gate",
+            "--architecture",
+            "amd64",
+            "--os",
+            "linux",
+            "--config.user",
+            f"{UID}:{GID}",
+            "--config.workingdir",
+            "/",
+            "--no-history",
+        ]
         for env in ENV:
             config += ["--config.env", env]
         for arg in CMD:
@@ -404,8 +547,10 @@ def assemble(base_tar: Path, app_tar: Path, out: Path) -> None:
         _run("umoci", "gc", "--layout", layout)
         index = json.loads((layout / "index.json").read_text())
         (manifest,) = index["manifests"]
-        manifest["annotations"] = {"io.containerd.image.name": ref(),
-                                   "org.opencontainers.image.ref.name": tag}
+        manifest["annotations"] = {
+            "io.containerd.image.name": ref(),
+            "org.opencontainers.image.ref.name": tag,
+        }
         (layout / "index.json").write_text(json.dumps(index, sort_keys=True))
         write_layer(layout, sorted(p.name for p in layout.iterdir()), out)
 
@@ -424,7 +569,8 @@ def _python_components(rootfs: Path, wheels: list[Path]) -> list[dict[str, objec
     components = []
     for meta in sorted(site.glob("*.dist-info/METADATA")):
         headers = dict(
-            line.split(": ", 1) for line in meta.read_text().split("\n\n")[0].splitlines()
+            line.split(": ", 1)
+            for line in meta.read_text().split("\n\n")[0].splitlines()
             if ": " in line and not line.startswith(" ")
         )
         name, version = headers["Name"], headers["Version"]
@@ -446,19 +592,26 @@ def _python_components(rootfs: Path, wheels: list[Path]) -> list[dict[str, objec
 
 
 def _debian_components(packages: list[dict[str, str]]) -> list[dict[str, object]]:
-    components = []
+    components: list[dict[str, object]] = []
     for fields in sorted(packages, key=lambda f: f["Package"]):
         name, version, arch = fields["Package"], fields["Version"], fields["Architecture"]
         purl = f"pkg:deb/debian/{name}@{version}?arch={arch}&distro=debian-12"
-        components.append({"type": "library", "bom-ref": purl, "name": name,
-                           "version": version, "purl": purl,
-                           "properties": [{"name": "debian:source",
-                                           "value": fields.get("Source", name)}]})
+        components.append(
+            {
+                "type": "library",
+                "bom-ref": purl,
+                "name": name,
+                "version": version,
+                "purl": purl,
+                "properties": [{"name": "debian:source", "value": fields.get("Source", name)}],
+            }
+        )
     return components
 
 
-def write_sbom(packages: list[dict[str, str]], rootfs: Path, wheels: list[Path], archive: Path,
-               out: Path) -> dict[str, int]:
+def write_sbom(
+    packages: list[dict[str, str]], rootfs: Path, wheels: list[Path], archive: Path, out: Path
+) -> dict[str, int]:
     """CycloneDX 1.5 JSON: the Debian packages (from their control files) and the Python
     distributions (from the venv's metadata) with versions and hashes."""
     debian = _debian_components(packages)
@@ -472,11 +625,18 @@ def write_sbom(packages: list[dict[str, str]], rootfs: Path, wheels: list[Path],
         "version": 1,
         "metadata": {
             "timestamp": _iso(source_date_epoch()),
-            "tools": {"components": [{"type": "application", "name": "image/build.py",
-                                      "version": app_version()}]},
-            "component": {"type": "container", "bom-ref": ref(), "name": "elb-gate",
-                          "version": app_version(), "hashes": [
-                              {"alg": "SHA-256", "content": digest.removeprefix("sha256:")}]},
+            "tools": {
+                "components": [
+                    {"type": "application", "name": "image/build.py", "version": app_version()}
+                ]
+            },
+            "component": {
+                "type": "container",
+                "bom-ref": ref(),
+                "name": "elb-gate",
+                "version": app_version(),
+                "hashes": [{"alg": "SHA-256", "content": digest.removeprefix("sha256:")}],
+            },
         },
         "components": debian + python,
     }
@@ -528,8 +688,10 @@ def build(force: bool = False) -> Path:
         partial.rename(archive)
         counts = write_sbom(packages, rootfs, [wheels, work / "product"], archive, sbom_path())
     _stamp_path().write_text(inputs_digest() + "\n")
-    _step(f"done in {time.monotonic() - started:.0f} s: {archive.stat().st_size / 1e6:.1f} MB; "
-          f"SBOM {sbom_path().name}: {counts['debian']} Debian, {counts['python']} Python packages")
+    _step(
+        f"done in {time.monotonic() - started:.0f} s: {archive.stat().st_size / 1e6:.1f} MB; "
+        f"SBOM {sbom_path().name}: {counts['debian']} Debian, {counts['python']} Python packages"
+    )
     return archive
 
 
