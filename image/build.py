@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import hashlib
 import json
 import os
@@ -149,17 +150,38 @@ def is_current() -> bool:
     )
 
 
-def source_date_epoch() -> int:
-    """SOURCE_DATE_EPOCH when set, else the last commit's time."""
-    if os.environ.get("SOURCE_DATE_EPOCH"):
-        return int(os.environ["SOURCE_DATE_EPOCH"])
+INPUT_DIRS = (
+    "pyproject.toml",
+    "README.md",
+    "charts/elb-gate/Chart.yaml",
+    "image",
+    "requirements",
+    *PRODUCT,
+)
+"""What the image is made of, for git: a commit elsewhere leaves the image as it is."""
+
+
+@functools.cache
+def _last_input_commit() -> tuple[int, str]:
+    """Time and hash of the last commit that changed the image's inputs ((0, "") outside git)."""
     proc = subprocess.run(
-        ["git", "-C", str(REPO), "log", "-1", "--format=%ct"],
+        ["git", "-C", str(REPO), "log", "-1", "--format=%ct %H", "--", *INPUT_DIRS],
         capture_output=True,
         text=True,
         check=False,
     )
-    return int(proc.stdout.strip()) if proc.returncode == 0 and proc.stdout.strip() else 0
+    if proc.returncode != 0 or not proc.stdout.strip():
+        return 0, ""
+    when, commit = proc.stdout.split()
+    return int(when), commit
+
+
+def source_date_epoch() -> int:
+    """SOURCE_DATE_EPOCH when set, else the time of the last commit that changed the inputs:
+    every timestamp in the image (files, config, history, labels) is at most this."""
+    if os.environ.get("SOURCE_DATE_EPOCH"):
+        return int(os.environ["SOURCE_DATE_EPOCH"])
+    return _last_input_commit()[0]
 
 
 def _run(*argv: str | Path, env: dict[str, str] | None = None) -> str:
@@ -472,10 +494,7 @@ def _iso(epoch: int) -> str:
 
 
 def _revision() -> str:
-    proc = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
-    )
-    return proc.stdout.strip() if proc.returncode == 0 else ""
+    return _last_input_commit()[1]
 
 
 def labels() -> dict[str, str]:
