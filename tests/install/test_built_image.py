@@ -20,6 +20,7 @@ import pytest
 
 from image import build
 from testbed import image as testbed_image
+from testbed.waiting import wait_until
 from tests.install.image_contents import (
     PYTHON_OF_DEBIAN,
     Image,
@@ -200,3 +201,48 @@ def test_the_process_is_10001_and_cannot_write_its_root(bundle: Path) -> None:
     proc = _run_in(bundle, ["python", "-c", probe])
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\n")[:3] == ["10001 10001", "True", "Read-only file system"]
+
+
+def test_containerd_imports_it_under_the_reference_the_chart_pulls(
+    archive: Path, image: Image, tmp_path: Path
+) -> None:
+    """`ctr -n k8s.io images import` into a containerd of its own (own root, state and
+    socket; no CRI), as a node of the system tier loads it."""
+    if shutil.which("containerd") is None or shutil.which("ctr") is None:
+        pytest.skip("containerd not installed: bash .ci/install-tools installs it")
+    sock = tmp_path / "containerd.sock"
+    (tmp_path / "config.toml").write_text(
+        "version = 2\n"
+        f'root = "{tmp_path / "root"}"\nstate = "{tmp_path / "state"}"\n'
+        'disabled_plugins = ["io.containerd.grpc.v1.cri"]\n'
+        f'[grpc]\n  address = "{sock}"\n[ttrpc]\n  address = "{sock}.ttrpc"\n'
+        '[debug]\n  address = ""\n[metrics]\n  address = ""\n'
+    )
+    log = (tmp_path / "containerd.log").open("w")
+    daemon = subprocess.Popen(
+        ["containerd", "--config", str(tmp_path / "config.toml")], stdout=log, stderr=log
+    )
+    try:
+        ctr = ["ctr", "--address", str(sock), "-n", "k8s.io"]
+        wait_until(
+            lambda: subprocess.run([*ctr, "version"], capture_output=True).returncode == 0,
+            timeout=60,
+            what="the test's containerd answers",
+            detail=lambda: (tmp_path / "containerd.log").read_text()[-2000:],
+        )
+        imported = subprocess.run(
+            [*ctr, "images", "import", str(archive)], capture_output=True, text=True, timeout=300
+        )
+        assert imported.returncode == 0, imported.stderr
+        listed = subprocess.run(
+            [*ctr, "images", "ls"], capture_output=True, text=True, check=True
+        ).stdout
+        (entry,) = image.index["manifests"]
+        rows = [line.split() for line in listed.splitlines()[1:]]
+        assert [(r[0], r[2], r[-2]) for r in rows] == [
+            (testbed_image.REF, entry["digest"], "linux/amd64")
+        ], listed
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=60)
+        log.close()
