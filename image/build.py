@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import fcntl
 import functools
 import hashlib
 import json
@@ -679,7 +680,15 @@ def _oci_file(archive: Path, name: str) -> bytes:
 
 
 def build(force: bool = False) -> Path:
-    """Build the archive and SBOM unless they are current; returns the archive's path."""
+    """Build the archive and SBOM unless they are current; returns the archive's path.
+    Concurrent builds (two test runs) take turns: the second finds the first's result."""
+    OUT.mkdir(parents=True, exist_ok=True)
+    with (OUT / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build_locked(force)
+
+
+def _build_locked(force: bool) -> Path:
     archive = archive_path()
     if not force and is_current():
         _step(f"{archive.relative_to(REPO)} is current ({ref()})")
