@@ -9,9 +9,11 @@ archive that ``ctr -n k8s.io images import`` names ``docker.io/library/elb-gate:
 A CycloneDX SBOM is written next to it.
 
 Two layers, each a tar written here in a fixed order with fixed owners and
-mtimes clamped to SOURCE_DATE_EPOCH: the Debian base (cached under
-``.build/image/cache`` by its package list) and the venv. A second run with
-nothing changed finds the archive current and returns at once.
+mtimes clamped: the Debian base (cached under ``.build/image/cache`` by its recipe,
+clamped to the last commit of that recipe) and the venv (clamped to the last commit
+of the image's inputs; SOURCE_DATE_EPOCH overrides both). A second run with nothing
+changed finds the archive current and returns at once; a product change rebuilds
+only the venv.
 
 Runs as root (chroot, files owned by root). Standard library only: it runs with
 the project's venv Python, whose pip (``requirements/build.txt``) fetches the wheels.
@@ -177,6 +179,22 @@ def _last_input_commit() -> tuple[int, str]:
     return int(when), commit
 
 
+@functools.cache
+def base_epoch() -> int:
+    """The Debian base's clamp: SOURCE_DATE_EPOCH when set, else the last commit that changed
+    its recipe (this file), so a product commit reuses the cached base and a fresh build
+    makes the same one."""
+    if os.environ.get("SOURCE_DATE_EPOCH"):
+        return int(os.environ["SOURCE_DATE_EPOCH"])
+    proc = subprocess.run(
+        ["git", "-C", str(REPO), "log", "-1", "--format=%ct", "--", "image/build.py"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return int(proc.stdout.strip()) if proc.returncode == 0 and proc.stdout.strip() else 0
+
+
 def source_date_epoch() -> int:
     """SOURCE_DATE_EPOCH when set, else the time of the last commit that changed the inputs:
     every timestamp in the image (files, config, history, labels) is at most this."""
@@ -213,7 +231,7 @@ def _base_key() -> str:
             DROPPED_PACKAGES,
             DROPPED_PATHS,
             UID,
-            source_date_epoch(),
+            base_epoch(),
             hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
         ]
     )
@@ -257,7 +275,7 @@ def build_base() -> Path:
     rootfs, debs = work / "rootfs", work / "debs"
     debs.mkdir()
     _step(f"Debian base: mmdebstrap {SUITE} {' '.join(DEBIAN_PACKAGES)} from {MIRROR}")
-    env = {**os.environ, "SOURCE_DATE_EPOCH": str(source_date_epoch())}
+    env = {**os.environ, "SOURCE_DATE_EPOCH": str(base_epoch())}
     _run(
         "mmdebstrap",
         "--variant=extract",
@@ -333,7 +351,7 @@ def _finish_rootfs(rootfs: Path, packages: list[dict[str, str]]) -> None:
         )
     # The standard library compiled once here: the root filesystem is read-only at
     # run time. SOURCE_DATE_EPOCH makes them hash-checked .pyc files (reproducible).
-    env = {"PATH": "/usr/bin", "SOURCE_DATE_EPOCH": str(source_date_epoch())}
+    env = {"PATH": "/usr/bin", "SOURCE_DATE_EPOCH": str(base_epoch())}
     _run(
         "chroot",
         rootfs,
@@ -393,12 +411,12 @@ def build_product_wheel(into: Path) -> Path:
     with tempfile.TemporaryDirectory(prefix="src.", dir=CACHE) as src:
         for name in ("pyproject.toml", "README.md"):
             shutil.copy2(REPO / name, Path(src) / name)
+        # The modules input_files() hashes and nothing else (no certs/out keys, no caches).
         for package in PRODUCT:
-            shutil.copytree(
-                REPO / package,
-                Path(src) / package,
-                ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
-            )
+            for module in sorted((REPO / package).rglob("*.py")):
+                copy = Path(src) / module.relative_to(REPO)
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(module, copy)
         env = {**os.environ, "SOURCE_DATE_EPOCH": str(source_date_epoch())}
         _run(
             sys.executable,
@@ -475,12 +493,11 @@ def _walk(root: Path, top: str) -> Iterator[str]:
                 yield str(rel / name)
 
 
-def write_layer(root: Path, tops: list[str], out: Path) -> None:
-    """A tar of ``tops`` under ``root``: sorted, owners numeric, mtimes clamped."""
-    sde = source_date_epoch()
+def write_layer(root: Path, tops: list[str], out: Path, epoch: int) -> None:
+    """A tar of ``tops`` under ``root``: sorted, owners numeric, mtimes clamped to ``epoch``."""
 
     def normal(info: tarfile.TarInfo) -> tarfile.TarInfo:
-        info.mtime = min(int(info.mtime), sde)
+        info.mtime = min(int(info.mtime), epoch)
         info.uname = info.gname = ""
         return info
 
@@ -572,7 +589,7 @@ def assemble(base_tar: Path, app_tar: Path, out: Path) -> None:
             "org.opencontainers.image.ref.name": tag,
         }
         (layout / "index.json").write_text(json.dumps(index, sort_keys=True))
-        write_layer(layout, sorted(p.name for p in layout.iterdir()), out)
+        write_layer(layout, sorted(p.name for p in layout.iterdir()), out, source_date_epoch())
 
 
 # --- the SBOM -----------------------------------------------------------------
@@ -708,8 +725,9 @@ def _build_locked(force: bool) -> Path:
         rootfs = build_venv(base, wheels, work)
         _step("layers: Debian base, then the venv")
         base_tar, app_tar = work / "base.tar", work / "app.tar"
-        write_layer(base / "rootfs", sorted(p.name for p in (base / "rootfs").iterdir()), base_tar)
-        write_layer(rootfs, ["opt"], app_tar)
+        base_top = sorted(p.name for p in (base / "rootfs").iterdir())
+        write_layer(base / "rootfs", base_top, base_tar, base_epoch())
+        write_layer(rootfs, ["opt"], app_tar, source_date_epoch())
         _step(f"umoci: {archive.relative_to(REPO)} as {ref()}")
         partial = archive.with_suffix(".partial")
         assemble(base_tar, app_tar, partial)
