@@ -305,6 +305,9 @@ def build_base() -> Path:
     (work / "packages.json").write_text(json.dumps(packages, indent=1, sort_keys=True) + "\n")
     shutil.rmtree(debs)
     work.rename(base)
+    for old in CACHE.glob("base-*"):  # earlier recipes' bases
+        if old != base:
+            shutil.rmtree(old)
     return base
 
 
