@@ -1,34 +1,50 @@
 # One image for both components; the Deployment picks the process:
 #   command: ["python", "-m", "webhook"]   or   ["python", "-m", "controller"]
-# Build: docker build -t <registry>/elb-gate:<tag> .
-ARG PYTHON_IMAGE=python:3.12-slim-bookworm
+# and it carries the operator's CLI, `elb-gate`.
+# Build: docker build --platform linux/amd64 -t <registry>/elb-gate:<tag> .
+#    or: az acr build --registry <registry> --platform linux/amd64 --image elb-gate:<tag> .
+# The same image as `make image` (built with no registry, image/build.py): Debian
+# bookworm's python3 and ca-certificates, the venv /opt/elb-gate from the locked
+# wheels (requirements/runtime.txt, hashes required), uid/gid 10001, the same entry points.
+# Pin the base by digest for a release: --build-arg DEBIAN_IMAGE=debian:bookworm-slim@sha256:...
+ARG DEBIAN_IMAGE=debian:bookworm-slim
 
-# --- build: install the package and its dependencies into a venv -------------
-FROM ${PYTHON_IMAGE} AS build
+# --- build: the venv from the lock, then elb-gate without its dependencies -----
+FROM ${DEBIAN_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PYTHONDONTWRITEBYTECODE=1
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3 python3-venv \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-RUN python -m venv /opt/elb-gate
+COPY requirements/runtime.txt requirements/build.txt ./requirements/
+# pip and setuptools from their own lock (build tools only, removed below).
+RUN python3 -m venv /opt/elb-gate \
+    && /opt/elb-gate/bin/pip install --require-hashes -r requirements/build.txt \
+    && /opt/elb-gate/bin/pip install --require-hashes --only-binary=:all: -r requirements/runtime.txt
 COPY pyproject.toml README.md ./
 COPY elbgate ./elbgate
+COPY client ./client
 COPY webhook ./webhook
 COPY controller ./controller
 COPY certs ./certs
 # The runtime needs neither pip nor setuptools: leave them behind.
-RUN /opt/elb-gate/bin/pip install . \
-    && /opt/elb-gate/bin/pip uninstall -y pip setuptools \
-    && find /opt/elb-gate -name '__pycache__' -prune -exec rm -rf {} +
+RUN /opt/elb-gate/bin/pip install --no-deps --no-build-isolation . \
+    && /opt/elb-gate/bin/pip uninstall -y pip setuptools
 
-# --- runtime: the venv only, non-root, no build tools ------------------------
-FROM ${PYTHON_IMAGE}
+# --- runtime: Debian's python3, the venv, non-root ------------------------------
+FROM ${DEBIAN_IMAGE}
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3 ca-certificates \
+    && rm -rf /var/lib/apt/lists/*
 ENV PATH=/opt/elb-gate/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 # The same numeric ids the Deployments set (runAsUser/runAsGroup 10001), so
 # runAsNonRoot can be verified by the kubelet.
 RUN groupadd --system --gid 10001 elbgate \
-    && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin elbgate
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
+       --shell /usr/sbin/nologin elbgate
 COPY --from=build /opt/elb-gate /opt/elb-gate
 USER 10001:10001
 EXPOSE 8443 9090

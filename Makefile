@@ -7,6 +7,11 @@ STAMP := $(VENV)/.installed
 ARGS ?=
 OVERLAY ?= manifests/overlays/generated
 IMAGE ?= elb-gate:0.1.0
+# The lock files (requirements/*.txt, with hashes) are made by uv at this version: `make lock`.
+UV_VERSION := 0.13.8
+UV_DIR := .build/uv-$(UV_VERSION)
+UV := $(UV_DIR)/bin/uv
+LOCK := $(UV) pip compile --quiet --generate-hashes --universal --python-version 3.11 --custom-compile-command 'make lock'
 # Helm is built from its Go module (pinned), once, into .build/ (git-ignored):
 # no binary download, and a second `make test` finds it there.
 HELM_VERSION := v3.22.0
@@ -30,13 +35,16 @@ help: ## List every target
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | sort | awk -F'\t' '{printf "  %-12s %s\n", $$1, $$2}'
 
 # Progress is shown (pip's own lines): the first run downloads for a minute or two.
-$(STAMP): pyproject.toml
+# Every dependency comes from the lock files, checked against their hashes; then
+# elb-gate itself, editable, with the locked setuptools and nothing else.
+$(STAMP): pyproject.toml requirements/build.txt requirements/dev.txt
 	@echo "==> creating the virtualenv $(VENV) (first run only)"
 	$(PY) -m venv $(VENV)
-	@echo "==> upgrading pip"
-	$(BIN)/pip install --progress-bar on --upgrade pip
-	@echo "==> installing elb-gate and its test dependencies into $(VENV)"
-	$(BIN)/pip install --progress-bar on -e '.[test]'
+	@echo "==> pip and setuptools from requirements/build.txt"
+	$(BIN)/pip install --progress-bar on --require-hashes -r requirements/build.txt
+	@echo "==> the test dependencies from requirements/dev.txt, then elb-gate (editable) into $(VENV)"
+	$(BIN)/pip install --progress-bar on --require-hashes -r requirements/dev.txt
+	$(BIN)/pip install --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 	@echo "==> $(VENV) ready"
 
@@ -99,10 +107,21 @@ deploy: ## Apply an overlay to the current cluster (OVERLAY=..., default: the `m
 	kubectl -n elb-system rollout status deployment/elb-gate-webhook --timeout=180s
 	kubectl -n elb-system rollout status deployment/elb-gate-controller --timeout=180s
 
-image: ## Build the one container image both components run from (IMAGE=...)
-	docker build -t $(IMAGE) .
+$(UV): | $(STAMP)
+	$(BIN)/pip install --quiet --disable-pip-version-check --target $(UV_DIR) uv==$(UV_VERSION)
+
+lock: $(UV) ## Regenerate requirements/*.txt from pyproject.toml (keeps pins; ARGS=--upgrade moves them)
+	$(LOCK) $(ARGS) pyproject.toml -o requirements/runtime.txt
+	$(LOCK) $(ARGS) -c requirements/runtime.txt --extra test pyproject.toml -o requirements/dev.txt
+	$(LOCK) $(ARGS) requirements/build.in -o requirements/build.txt
+
+image: $(STAMP) ## The OCI image, built here from Debian packages and the lock (root): .build/image/elb-gate-<appVersion>.oci.tar + SBOM
+	bash image/build.sh $(ARGS)
+
+docker-image: ## The same image with docker build (IMAGE=...); az acr build uses the same Dockerfile
+	docker build --platform linux/amd64 -t $(IMAGE) .
 
 clean: ## Remove the virtualenv and generated files
 	rm -rf $(VENV) .run .build .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
 
-.PHONY: help venv tools helm manifests localkube cluster lint test run dashboard-png certs bench soak fuzz deploy image clean
+.PHONY: help venv tools helm manifests localkube cluster lint test run dashboard-png certs bench soak fuzz deploy lock image docker-image clean
