@@ -141,7 +141,11 @@ def _with_default_command(argv: list[str]) -> list[str]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m certs", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m certs",
+        description="Issue or renew the webhook's certificates and write the kustomize overlay "
+        "(generate), or print their expiry dates (status).",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="issue/renew certificates and write the overlay")
     gen.add_argument("--out", type=Path, default=DEFAULT_OUT, help="material dir (%(default)s)")

@@ -43,6 +43,7 @@ def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> None:
         parents,
         help=HELP,
         description=HELP + " (what the admission webhook would decide now).",
+        exits=[exit_codes.CENSUS],
     )
     add_output_flag(parser)
     parser.set_defaults(run=run)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,11 @@ class CliError(Exception):
         super().__init__(message)
 
 
+KUBECONFIG_ORDER = "$KUBECONFIG, else in-cluster configuration in a pod, else ~/.kube/config"
+"""Where the API configuration comes from without ``--kubeconfig``, in the order
+:meth:`elbgate.kube.config.KubeConfig.load` tries (docs/cli.md says the same)."""
+
+
 def add_global_flags(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     """Add the global flags. Subcommand parsers use ``suppress=True`` so a flag given
     after the command wins and one given before it is not reset to a default."""
@@ -38,7 +43,7 @@ def add_global_flags(parser: argparse.ArgumentParser, *, suppress: bool) -> None
         "--kubeconfig",
         metavar="PATH",
         default=default,
-        help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)",
+        help=f"kubeconfig file (default: {KUBECONFIG_ORDER})",
     )
     parser.add_argument(
         "--context", metavar="NAME", default=default, help="kubeconfig context to use"
@@ -94,15 +99,17 @@ def add_command(
     *,
     help: str,
     description: str,
+    exits: Sequence[str],
     **kwargs: Any,
 ) -> argparse.ArgumentParser:
-    """One ``elb-gate`` command, with the global flags of ``parents``, the exit codes as
-    its epilog and its description printed as written."""
+    """One ``elb-gate`` command, with the global flags of ``parents``, the exit codes
+    the commands ``exits`` can end with as its epilog, and its description printed as
+    written."""
     return subparsers.add_parser(
         name,
         help=help,
         description=description,
-        epilog=exit_codes.help_text(),
+        epilog=exit_codes.help_text(*exits),
         parents=parents,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         **kwargs,
@@ -111,7 +118,14 @@ def add_command(
 
 def add_output_flag(parser: argparse.ArgumentParser) -> None:
     """``-o/--output table|json|yaml``."""
-    parser.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default="table")
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=OUTPUT_FORMATS,
+        default="table",
+        help="table: for a person (default); json or yaml: the same facts as one "
+        "JSON or YAML document, for a script",
+    )
 
 
 def render(report: dict[str, Any], output: str, table: Callable[[dict[str, Any]], str]) -> str:
@@ -133,6 +147,13 @@ def require_namespace(kube: SyncKube, namespace: str) -> None:
     try:
         kube.run(lambda api: api.get(url))
     except ApiError as exc:
+        if exc.not_found and not exc.from_kubernetes:
+            raise CliError(
+                exit_codes.COORDINATION_ERROR,
+                f"{kube.config.host} answered 404 without a Kubernetes Status "
+                f"(HTTP {exc.code}: {exc.message.split(': ', 2)[-1]!r}): it is not a "
+                "Kubernetes API server; check the server of the kubeconfig context",
+            ) from None
         if exc.not_found:
             raise CliError(
                 exit_codes.NO_SUCH_NAMESPACE,

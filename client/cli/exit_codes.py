@@ -34,30 +34,66 @@ COMMAND_NOT_FOUND = 127
 SIGNAL_BASE = 128
 """128 + N: stopped by signal N (130 for SIGINT, 143 for SIGTERM) after releasing."""
 
-TABLE: tuple[tuple[str, str], ...] = (
-    ("COMMAND's code", "submit: COMMAND ran; its own exit status (success or failure)"),
-    (str(NO_SUCH_NAMESPACE), "census/lease: the namespace does not exist"),
-    (str(COORDINATION_ERROR), "Kubernetes API error, no answer, or RBAC denial (fail closed)"),
-    (str(SUBMIT_SLOT_TIMEOUT), "submit-slot timeout: Lease busy past the wait limit"),
-    (str(CAPACITY_TIMEOUT), "capacity timeout: namespace at its ceiling past the wait limit"),
-    (str(CONFIG_ERROR), "bad settings (env) or no usable kubeconfig"),
-    (str(EXEC_TIMEOUT), "exec timeout: COMMAND terminated after the exec timeout"),
-    (str(CANNOT_EXECUTE), "COMMAND is not executable"),
-    (str(COMMAND_NOT_FOUND), "COMMAND not found"),
+SUBMIT = "submit"
+CENSUS = "census"
+LEASE_STATUS = "lease status"
+LEASE_RELEASE = "lease release"
+_EVERY = frozenset({SUBMIT, CENSUS, LEASE_STATUS, LEASE_RELEASE})
+_READERS = frozenset({CENSUS, LEASE_STATUS, LEASE_RELEASE})
+
+TABLE: tuple[tuple[str, str, frozenset[str]], ...] = (
+    (
+        "COMMAND's code",
+        "submit: COMMAND ran; its own exit status (success or failure)",
+        frozenset({SUBMIT}),
+    ),
+    (str(NO_SUCH_NAMESPACE), "census/lease: the namespace does not exist", _READERS),
+    (
+        str(COORDINATION_ERROR),
+        "Kubernetes API error, no answer, or RBAC denial (fail closed)",
+        _EVERY,
+    ),
+    (
+        str(SUBMIT_SLOT_TIMEOUT),
+        "submit-slot timeout: Lease busy past the wait limit",
+        frozenset({SUBMIT}),
+    ),
+    (
+        str(CAPACITY_TIMEOUT),
+        "capacity timeout: namespace at its ceiling past the wait limit",
+        frozenset({SUBMIT}),
+    ),
+    (str(CONFIG_ERROR), "bad settings (env) or no usable kubeconfig", _EVERY),
+    (
+        str(EXEC_TIMEOUT),
+        "exec timeout: COMMAND terminated after the exec timeout",
+        frozenset({SUBMIT}),
+    ),
+    (str(CANNOT_EXECUTE), "COMMAND is not executable", frozenset({SUBMIT})),
+    (str(COMMAND_NOT_FOUND), "COMMAND not found", frozenset({SUBMIT})),
     (
         f"{SIGNAL_BASE + signal.SIGINT}/{SIGNAL_BASE + signal.SIGTERM}",
         "interrupted by SIGINT/SIGTERM (COMMAND terminated, Lease released)",
+        frozenset({SUBMIT}),
     ),
-    (str(REFUSED), "lease release --force: refused, the Lease is live"),
-    (str(USAGE), "bad command line"),
+    (
+        str(REFUSED),
+        "lease release --force: refused, the Lease is live",
+        frozenset({LEASE_RELEASE}),
+    ),
+    (str(USAGE), "bad command line", _EVERY),
 )
+"""Each code, what it means, and the commands that can end with it."""
 
 
-def help_text() -> str:
-    """The exit-code table as shown in ``--help``."""
-    width = max(len(code) for code, _ in TABLE)
+def help_text(*commands: str) -> str:
+    """The exit-code table as shown in ``--help``: the rows of ``commands`` (a
+    command's own help), or every row (the top level)."""
+    wanted = set(commands)
+    rows = [(code, meaning) for code, meaning, used in TABLE if not wanted or used & wanted]
+    width = max(len(code) for code, _ in rows)
     lines = ["exit codes:"]
-    lines += [f"  {code.ljust(width)}  {meaning}" for code, meaning in TABLE]
+    lines += [f"  {code.ljust(width)}  {meaning}" for code, meaning in rows]
     return "\n".join(lines)
 
 

@@ -34,19 +34,48 @@ from .connection import (
 from .lease_report import describe_lease, force_release_verdict, lease_summary
 
 HELP = "show or reclaim the namespace's submit Lease"
+DESCRIPTION = """\
+Show who holds the namespace's submit Lease (lease status), or clear an expired
+one when the controller is not running to reclaim it (lease release --force)."""
+STATUS_DESCRIPTION = """\
+Who holds the namespace's submit Lease, since when and until when (its renew
+time plus the Lease TTL and the clock-skew allowance), or that it is free."""
+RELEASE_DESCRIPTION = """\
+Clear the holder of an EXPIRED submit Lease, as the controller does when it
+reclaims one: for when the controller is not running. A live Lease is refused
+(exit 1), naming its holder and expiry. The write is conditional on the Lease's
+resourceVersion (one re-read on a conflict), so it cannot clear a holder that
+renewed or took over in the meantime."""
 
 
 def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> None:
-    parser = add_command(subparsers, "lease", parents, help=HELP, description=__doc__ or HELP)
+    parser = add_command(
+        subparsers,
+        "lease",
+        parents,
+        help=HELP,
+        description=DESCRIPTION,
+        exits=[exit_codes.LEASE_STATUS, exit_codes.LEASE_RELEASE],
+    )
     actions = parser.add_subparsers(dest="lease_action", metavar="{status,release}")
     actions.required = True
-    status = actions.add_parser("status", help="who holds the Lease, until when", parents=parents)
+    status = add_command(
+        actions,
+        "status",
+        parents,
+        help="who holds the Lease, until when",
+        description=STATUS_DESCRIPTION,
+        exits=[exit_codes.LEASE_STATUS],
+    )
     add_output_flag(status)
     status.set_defaults(run=run_status)
-    release = actions.add_parser(
+    release = add_command(
+        actions,
         "release",
+        parents,
         help="clear an EXPIRED Lease (needs --force; a live one is refused)",
-        parents=parents,
+        description=RELEASE_DESCRIPTION,
+        exits=[exit_codes.LEASE_RELEASE],
     )
     release.add_argument("--force", action="store_true", help="confirm clearing an expired holder")
     release.set_defaults(run=run_release)

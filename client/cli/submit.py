@@ -56,6 +56,7 @@ def add_parser(subparsers: Any, parents: list[argparse.ArgumentParser]) -> None:
         parents,
         help=HELP,
         description=DESCRIPTION,
+        exits=[exit_codes.SUBMIT],
         usage="%(prog)s [options] -- COMMAND [ARG...]",
     )
     parser.add_argument(

@@ -41,6 +41,13 @@ class ApiError(Exception):
         return self.code == 404
 
     @property
+    def from_kubernetes(self) -> bool:
+        """The answer was a Kubernetes ``Status`` object, as every error of an API
+        server is; a 404 without one came from something else at that address (a
+        web server, a proxy in front of nothing), not from a missing object."""
+        return self.body.get("kind") == "Status"
+
+    @property
     def conflict(self) -> bool:
         """409: a stale resourceVersion or an existing name (reason says which)."""
         return self.code == 409

@@ -111,9 +111,10 @@ class KubeConfig:
         from kubernetes.config.config_exception import ConfigException
 
         config_file = path.split(os.pathsep)[0] if path else None
-        where = config_file or "~/.kube/config"
+        target = Path(config_file) if config_file else Path.home() / ".kube" / "config"
+        where = str(target)
         try:
-            problem = _document_problem(Path(config_file or Path.home() / ".kube" / "config"))
+            problem = _document_problem(target)
             if problem:
                 raise ConfigException(problem)
             conf, active = _load_kubeconfig(config_file, context)
@@ -158,8 +159,9 @@ def _load_kubeconfig(config_file: str | None, context: str | None) -> tuple[Any,
 
 
 def _document_problem(target: Path) -> str | None:
-    """What makes ``target`` unusable as a kubeconfig document, in words, or ``None``
-    (a missing file is left to the loader, whose message names it). The official
+    """What makes ``target`` unusable as a kubeconfig document, in words, or ``None``.
+    A missing file is said to be one (the official loader calls it an "Invalid
+    kube-config file. No configuration found."). The official
     loader lets a YAML syntax error escape as a multi-line ``yaml`` exception and
     a document that is not a mapping as a ``TypeError`` about item assignment."""
     import yaml
@@ -167,7 +169,7 @@ def _document_problem(target: Path) -> str | None:
     try:
         text = target.read_text()
     except FileNotFoundError:
-        return None
+        return "no such file"
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
