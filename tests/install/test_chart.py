@@ -355,13 +355,6 @@ def test_a_provided_ca_is_the_bundle_and_no_secret_is_rendered() -> None:
         )
 
 
-def test_an_unknown_certificate_source_is_refused() -> None:
-    with pytest.raises(
-        ChartError, match=r"certificates\.source: generated, cert-manager or provided"
-    ):
-        render({"certificates.source": "vault"})
-
-
 # --- configuration ----------------------------------------------------------------------
 
 
@@ -385,27 +378,6 @@ def test_settings_submitters_and_rollout_on_change() -> None:
     ]
     assert before["checksum/settings"] != after["checksum/settings"]
     assert before["checksum/submitters"] != after["checksum/submitters"]
-
-
-@pytest.mark.parametrize(
-    ("sets", "message"),
-    [
-        ({"enforcement": "audit"}, "enforcement: deny or warn"),
-        ({"orphanPolicy": "ignore"}, "orphanPolicy: delete or warn"),
-        ({"gatedNamespaceSelection": "all"}, "gatedNamespaceSelection: list or label"),
-        (
-            {"monitoring.scrape.enabled": True, "monitoring.scrape.kind": "Probe"},
-            "monitoring.scrape.kind",
-        ),
-        (
-            {"monitoring.scrape.enabled": True, "monitoring.flavour": "datadog"},
-            "monitoring.flavour",
-        ),
-    ],
-)
-def test_a_wrong_value_is_refused_naming_it(sets: dict[str, Any], message: str) -> None:
-    with pytest.raises(ChartError, match=message.replace(".", r"\.")):
-        render(sets)
 
 
 # --- monitoring -------------------------------------------------------------------------

@@ -11,11 +11,28 @@ priorityClassName: {{ . }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with $v.tolerations }}
+{{- $pool := .root.Values.systemPool }}
+{{- $tolerations := $v.tolerations | default list }}
+{{- $affinity := deepCopy ($v.affinity | default dict) }}
+{{- if ne $pool "off" }}
+{{- $critical := dict "key" "CriticalAddonsOnly" "operator" "Exists" }}
+{{- if not (has $critical $tolerations) }}
+{{- $tolerations = append $tolerations $critical }}
+{{- end }}
+{{- if not (hasKey $affinity "nodeAffinity") }}
+{{- $term := dict "matchExpressions" (list (dict "key" "kubernetes.azure.com/mode" "operator" "In" "values" (list "system"))) }}
+{{- if eq $pool "required" }}
+{{- $_ := set $affinity "nodeAffinity" (dict "requiredDuringSchedulingIgnoredDuringExecution" (dict "nodeSelectorTerms" (list $term))) }}
+{{- else }}
+{{- $_ := set $affinity "nodeAffinity" (dict "preferredDuringSchedulingIgnoredDuringExecution" (list (dict "weight" 100 "preference" $term))) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- with $tolerations }}
 tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with $v.affinity }}
+{{- with $affinity }}
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
