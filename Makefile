@@ -63,11 +63,12 @@ localkube: $(LOCALKUBE) ## Build the test control plane and its kubectl (KUBE_VE
 cluster: $(STAMP) $(LOCALKUBE) ## Start a control plane and keep it up (tests reuse it: ELB_GATE_CONTROL_PLANE=.run/cluster)
 	$(BIN)/python -m testbed.cluster --dir .run/cluster $(ARGS)
 
-lint: $(STAMP) ## ruff (lint + format), mypy, the layering contracts (import-linter)
+lint: $(STAMP) ## ruff (lint + format), mypy, the layering contracts (import-linter), the docs' links
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/python -m tests.doc_links
 
 $(HELM):
 	@echo "==> building helm $(HELM_VERSION) from the Go module proxy into $(dir $(HELM)) (once; a few minutes)"

@@ -25,6 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "charts" / "elb-gate"
 VALUES = REPO / "manifests" / "kustomize-values.yaml"
@@ -66,6 +68,16 @@ ROUTES: dict[tuple[str, str], str] = {
     ("azure", "networkpolicy.yaml"): "components/azure-managed-prometheus/networkpolicy.yaml",
 }
 """Every generated file. Templates not routed here are kustomize-native (see above)."""
+
+EXTRACTS: dict[tuple[str, str], tuple[str, str]] = {
+    ("azure", "prometheusrule.yaml"): (
+        "prometheus-rule-groups.json",
+        "components/azure-managed-prometheus/prometheus-rule-groups.json",
+    ),
+}
+"""(render, template) → (ConfigMap data key, file): a file held in a rendered
+ConfigMap, written as it is (the ARM template of the alerts for Azure Managed
+Prometheus, for `az deployment group create`)."""
 
 COPIES = {"charts/elb-gate/dashboards/elb-gate.json": "monitoring/elb-gate-dashboard.json"}
 """Files copied as they are (the dashboard, for a Grafana import by hand)."""
@@ -143,6 +155,13 @@ def generated(helm: Path) -> dict[str, str]:
                 raise SystemExit(f"render {name!r} produced nothing from templates/{template}")
             ordered = in_template_order(template, docs[template])
             files[target] = header(name, template) + "---\n".join(d + "\n" for d in ordered)
+        for (name, template), (key, target) in EXTRACTS.items():
+            if name != render.name:
+                continue
+            (config,) = [yaml.safe_load(d) for d in docs.get(template, [])] or [None]
+            if not config or key not in config.get("data", {}):
+                raise SystemExit(f"render {name!r} has no {key} in templates/{template}")
+            files[target] = config["data"][key].rstrip("\n") + "\n"
     for source, target in COPIES.items():
         files[target] = (REPO / source).read_text()
     return files

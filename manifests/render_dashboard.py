@@ -88,10 +88,13 @@ def load_dashboard(path: Path = DASHBOARD) -> dict[str, Any]:
     return loaded
 
 
-def expand(expr: str, rate_interval: str, namespace: str) -> str:
-    """Grafana's variables as Grafana would fill them for this rendering."""
+def expand(expr: str, rate_interval: str, namespace: str, cluster: str = ".*") -> str:
+    """Grafana's variables as Grafana would fill them for this rendering (the
+    cluster variable's All by default: it matches series without the label too)."""
     return (
         expr.replace("$__rate_interval", rate_interval)
+        .replace("${cluster}", cluster)
+        .replace("$cluster", cluster)
         .replace("${namespace}", namespace)
         .replace("$namespace", namespace)
     )

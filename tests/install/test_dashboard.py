@@ -96,12 +96,28 @@ def test_panels_tile_the_grid_without_overlapping() -> None:
 def test_queries_use_the_datasource_and_namespace_variables_grafana_fills() -> None:
     dashboard = _dashboard()
     variables = {v["name"] for v in dashboard["templating"]["list"]}
-    assert variables == {"datasource", "namespace"}
+    assert variables == {"datasource", "cluster", "namespace"}
     for panel in dashboard["panels"]:
         assert panel["datasource"]["uid"] == "${datasource}"
         for target in panel["targets"]:
             if "namespace" in target["expr"] and "elb_gate_admission" not in target["expr"]:
                 assert 'namespace=~"$namespace"' in target["expr"], panel["title"]
+
+
+SERIES = re.compile(r"\b(elb_gate_[a-z_]+|up|kube_[a-z_]+)\b(\{[^}]*\})?")
+
+
+def test_every_query_and_the_namespace_list_filter_by_the_cluster_variable() -> None:
+    dashboard = _dashboard()
+    (cluster,) = [v for v in dashboard["templating"]["list"] if v["name"] == "cluster"]
+    assert cluster["allValue"] == ".*" and "cluster)" in cluster["definition"]
+    queries = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    (namespaces,) = [v for v in dashboard["templating"]["list"] if v["name"] == "namespace"]
+    queries.append(namespaces["definition"])
+    selectors = [m for q in queries for m in SERIES.finditer(q)]
+    assert len(selectors) >= len(queries)
+    unfiltered = [m[0] for m in selectors if 'cluster=~"$cluster"' not in (m[2] or "")]
+    assert unfiltered == []
 
 
 @pytest.mark.parametrize(

@@ -206,7 +206,7 @@ def test_client_auth_mounts_the_ca_and_sets_the_webhook_settings(mode: str) -> N
         ),
         (
             {"mode": "mtls", "caBundle": CA, "names": ["x"]},
-            "webhook.clientAuth.mode: off, verify or require",
+            "at '/webhook/clientAuth/mode': value must be one of 'off', 'verify', 'require'",
         ),
     ],
 )

@@ -1,0 +1,146 @@
+"""Check the links of README.md and docs/: every relative link names a file or
+directory of the repository, and every ``#anchor`` a heading (or an explicit
+``<a id>``/``<a name>``) of the page it points at, with GitHub's anchor rules.
+Run by ``make lint``: ``python -m tests.doc_links`` prints each broken link and
+exits 1.
+
+GitHub's anchors: the heading's text without its markup, lower-cased; every
+character that is not a letter, a digit, a space, ``-`` or ``_`` dropped; each
+space a ``-``; a repeated anchor gets ``-1``, ``-2``, … in page order.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import unicodedata
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+FENCE = re.compile(r"^\s*(```|~~~)")
+HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+INLINE_CODE = re.compile(r"`+[^`]*`+")
+LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+REFERENCE = re.compile(r"^\s*\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+.*)?$")
+HTML_ANCHOR = re.compile(r"<a\s+(?:[^>]*\s)?(?:id|name)=\"([^\"]+)\"", re.IGNORECASE)
+EXTERNAL = re.compile(r"^[a-z][a-z0-9+.-]*:", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Broken:
+    page: str
+    line: int
+    target: str
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.page}:{self.line}: {self.target}: {self.why}"
+
+
+def pages(root: Path = REPO) -> list[Path]:
+    """The pages checked: README.md and every Markdown file under docs/."""
+    return [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+
+
+def _prose(text: str) -> Iterator[tuple[int, str]]:
+    """(line number, line) outside fenced code blocks."""
+    fenced = False
+    for number, line in enumerate(text.splitlines(), 1):
+        if FENCE.match(line):
+            fenced = not fenced
+            continue
+        if not fenced:
+            yield number, line
+
+
+def _plain(heading: str) -> str:
+    """A heading's text as GitHub reads it for the anchor: no markup, links as their text."""
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)
+    text = re.sub(r"<[^>]+>", "", text)
+    return text.replace("`", "").replace("*", "").replace("~", "")
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of one heading (before the ``-N`` of a repeat)."""
+    kept = []
+    for char in _plain(heading).strip().lower():
+        category = unicodedata.category(char)
+        if char in " -_" or category[0] in "LN":
+            kept.append("-" if char == " " else char)
+    return "".join(kept)
+
+
+def anchors(text: str) -> set[str]:
+    """Every anchor a page offers: its headings' (repeats numbered) and explicit ones."""
+    seen: dict[str, int] = {}
+    found: set[str] = set()
+    for _, line in _prose(text):
+        found.update(HTML_ANCHOR.findall(line))
+        match = HEADING.match(line)
+        if match is None:
+            continue
+        base = slug(match[2])
+        count = seen.get(base, 0)
+        seen[base] = count + 1
+        found.add(base if count == 0 else f"{base}-{count}")
+    return found
+
+
+def links(text: str) -> Iterator[tuple[int, str]]:
+    """(line number, target) of every inline and reference link outside code."""
+    for number, line in _prose(text):
+        line = INLINE_CODE.sub("", line)
+        for match in LINK.finditer(line):
+            yield number, match[1]
+        reference = REFERENCE.match(line)
+        if reference:
+            yield number, reference[1]
+
+
+def check(page: Path, root: Path = REPO) -> list[Broken]:
+    """The broken links of one page."""
+    text = page.read_text()
+    name = str(page.relative_to(root))
+    broken = []
+    for number, target in links(text):
+        if EXTERNAL.match(target):
+            continue
+        path_part, _, anchor = target.partition("#")
+        if path_part:
+            resolved = (
+                (root / path_part.lstrip("/"))
+                if path_part.startswith("/")
+                else page.parent / path_part
+            ).resolve()
+            if not resolved.exists():
+                broken.append(Broken(name, number, target, "no such file"))
+                continue
+            if root.resolve() not in (resolved, *resolved.parents):
+                broken.append(Broken(name, number, target, "outside the repository"))
+                continue
+        else:
+            resolved = page
+        if anchor and resolved.suffix == ".md" and resolved.is_file():
+            if anchor not in anchors(resolved.read_text()):
+                broken.append(Broken(name, number, target, f"no heading makes #{anchor}"))
+    return broken
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    root = Path(argv[0]).resolve() if argv else REPO
+    broken = [b for page in pages(root) for b in check(page, root)]
+    for item in broken:
+        print(item, file=sys.stderr)
+    checked = len(pages(root))
+    if broken:
+        print(f"{len(broken)} broken link(s) in {checked} pages", file=sys.stderr)
+        return 1
+    print(f"links: {checked} pages, no broken link")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
