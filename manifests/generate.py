@@ -82,6 +82,12 @@ Prometheus, for `az deployment group create`)."""
 COPIES = {"charts/elb-gate/dashboards/elb-gate.json": "monitoring/elb-gate-dashboard.json"}
 """Files copied as they are (the dashboard, for a Grafana import by hand)."""
 
+HELM_ONLY_LABELS = re.compile(
+    r"^[ \t]*(helm\.sh/chart|app\.kubernetes\.io/managed-by): .*\n", flags=re.MULTILINE
+)
+"""The chart's labels that say Helm manages an object: not true of what kustomize
+applies, so they are left out of the manifests (instance and version stay)."""
+
 SOURCE = re.compile(r"^# Source: [^/]+/templates/(?P<template>\S+)\s*$")
 
 
@@ -154,7 +160,8 @@ def generated(helm: Path) -> dict[str, str]:
             if template not in docs:
                 raise SystemExit(f"render {name!r} produced nothing from templates/{template}")
             ordered = in_template_order(template, docs[template])
-            files[target] = header(name, template) + "---\n".join(d + "\n" for d in ordered)
+            text = "---\n".join(d + "\n" for d in ordered)
+            files[target] = header(name, template) + HELM_ONLY_LABELS.sub("", text)
         for (name, template), (key, target) in EXTRACTS.items():
             if name != render.name:
                 continue

@@ -398,13 +398,14 @@ def test_prometheus_operator_flavour_scrapes_through_the_services_and_links_the_
     }
 
 
-def test_the_runbook_links_default_to_the_projects_runbook() -> None:
-    home = yaml.safe_load((CHART / "Chart.yaml").read_text())["home"]
+def test_without_a_runbook_base_url_each_alert_names_its_section_of_the_shipped_runbook() -> None:
     rule = one(render({"monitoring.prometheusRule.enabled": True}), "PrometheusRule", "elb-gate")
     alerts = [r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
-    assert alerts and {a["annotations"]["runbook_url"] for a in alerts} == {
-        f"{home}/blob/main/docs/runbook.md#{a['alert'].lower()}" for a in alerts
+    assert alerts and [a["annotations"].get("runbook_url") for a in alerts] == [None] * len(alerts)
+    assert {a["annotations"]["runbook"] for a in alerts} == {
+        f"docs/runbook.md#{a['alert'].lower()}" for a in alerts
     }
+    assert (CHART.parents[1] / "docs" / "runbook.md").is_file()
 
 
 def test_azure_flavour_uses_the_azmonitoring_group_keeps_the_job_names_and_admits_kube_system() -> (

@@ -35,16 +35,17 @@ def test_a_repeated_heading_gets_a_number_and_code_blocks_are_not_headings() -> 
 
 
 def test_a_missing_file_and_a_missing_anchor_are_reported(tmp_path: Path) -> None:
-    (tmp_path / "docs").mkdir()
-    (tmp_path / "docs" / "a.md").write_text("# A\n## Present\n")
+    (tmp_path / "docs" / "guide").mkdir(parents=True)
+    (tmp_path / "docs" / "guide" / "a.md").write_text("# A\n## Present\n")
     (tmp_path / "README.md").write_text(
-        "[ok](docs/a.md#present) [self](#top) [gone](docs/b.md) [typo](docs/a.md#absent)\n"
+        "[ok](docs/guide/a.md#present) [self](#top) [gone](docs/guide/b.md)"
+        " [typo](docs/guide/a.md#absent)\n"
         "`[code](nowhere.md)` [web](https://example.invalid/x#y)\n# Top\n"
     )
     broken = doc_links.check(tmp_path / "README.md", tmp_path)
     assert [(b.target, b.why) for b in broken] == [
-        ("docs/b.md", "no such file"),
-        ("docs/a.md#absent", "no heading makes #absent"),
+        ("docs/guide/b.md", "no such file"),
+        ("docs/guide/a.md#absent", "no heading makes #absent"),
     ]
     assert doc_links.main([str(tmp_path)]) == 1
 

@@ -26,15 +26,35 @@ def _unhash(name: str) -> str:
     return match[1] if match else name
 
 
+STANDARD_LABELS = (
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/managed-by",
+    "helm.sh/chart",
+)
+"""Helm's release labels (tests/install/test_standard_labels.py): the chart's
+objects carry them, what kustomize makes natively does not, and the manifests
+leave out the two that name Helm."""
+
+
+def _without_standard_labels(meta: dict[str, Any]) -> None:
+    labels = meta.get("labels") or {}
+    for key in STANDARD_LABELS:
+        labels.pop(key, None)
+
+
 def normalized(objects: list[Obj]) -> dict[Key, Obj]:
     """Objects keyed by (kind, namespace, name), without what differs by design:
-    kustomize's ConfigMap name hashes vs the chart's checksum annotations, and
-    key material generated afresh by each render."""
+    kustomize's ConfigMap name hashes vs the chart's checksum annotations, key
+    material generated afresh by each render, and Helm's release labels."""
     out: dict[Key, Obj] = {}
     for original in objects:
         obj = copy.deepcopy(original)
         meta = obj["metadata"]
         meta["name"] = _unhash(meta["name"])
+        _without_standard_labels(meta)
+        if "template" in obj.get("spec", {}) and "metadata" in obj["spec"]["template"]:
+            _without_standard_labels(obj["spec"]["template"]["metadata"])
         if obj["kind"] == "Deployment":
             template = obj["spec"]["template"]
             annotations = template["metadata"].get("annotations", {})

@@ -12,14 +12,28 @@ and ClusterRoles are cluster-wide, so one elb-gate per cluster.
 app.kubernetes.io/name: elb-gate
 app.kubernetes.io/component: {{ .component }}
 app.kubernetes.io/part-of: elb-gate
+{{ include "elb-gate.standardLabels" .root }}
 {{- with .root.Values.commonLabels }}
 {{ toYaml . }}
 {{- end }}
 {{- end }}
 
+{{/*
+Helm's standard labels, on every object (never in a selector: they change with
+a release). manifests/generate.py drops the two that say Helm manages the object
+(helm.sh/chart, app.kubernetes.io/managed-by) from the kustomize manifests.
+*/}}
+{{- define "elb-gate.standardLabels" -}}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
 {{/* Objects that belong to no one component. */}}
 {{- define "elb-gate.commonLabels" -}}
 app.kubernetes.io/part-of: elb-gate
+{{ include "elb-gate.standardLabels" . }}
 {{- with .Values.commonLabels }}
 {{ toYaml . }}
 {{- end }}
