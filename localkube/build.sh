@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Builds localkube and kubectl for one Kubernetes release.
-#   localkube/build.sh v1.37.2 .build/localkube-v1.37.2
+#   localkube/build.sh v1.37.2 .build/localkube-v1.37.2 [--system]
+# --system also builds the system tier's binaries: the upstream kubelet of the
+# same release (cmd/kubelet, sharing the packages already compiled for
+# localkube) and the pause container's binary (cmd/pause, static).
 # The release pinned in localkube/go.mod builds from the committed go.mod/go.sum.
 # Another release (make test KUBE_VERSION=v1.34.4) builds from a copy whose
 # go.mod requires that release and its matching k8s.io staging modules.
 set -euo pipefail
 version=${1:?Kubernetes release, e.g. v1.37.2}
 out=${2:?output directory}
+system=${3:-}
 here=$(cd "$(dirname "$0")" && pwd)
 command -v go >/dev/null || { echo "localkube: Go is required (https://go.dev/dl/)" >&2; exit 1; }
 mkdir -p "$out"
@@ -19,7 +23,7 @@ if [ "$version" != "$pinned" ]; then
   # the embedded etcd at the release of the etcd client that release uses.
   src="$out/src"
   rm -rf "$src" && mkdir -p "$src"
-  cp "$here"/*.go "$src/" && mkdir -p "$src/cmd" && cp -r "$here/cmd/kubectl" "$src/cmd/"
+  cp "$here"/*.go "$src/" && mkdir -p "$src/cmd" && cp -r "$here/cmd/kubectl" "$here/cmd/kubelet" "$here/cmd/pause" "$src/cmd/"
   modfile=$(cd "$src" && go mod download -json "k8s.io/kubernetes@$version" |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
   staging=v0.${version#v1.}
@@ -47,3 +51,10 @@ start=$(date +%s)
 mv "$out/localkube.tmp" "$out/localkube"
 rm -f "$out/kubectl" && mv "$out/kubectl.tmp" "$out/kubectl"
 echo "localkube: built $out/localkube in $(( $(date +%s) - start ))s" >&2
+if [ "$system" = "--system" ]; then
+  start=$(date +%s)
+  (cd "$src" && go build -buildvcs=false -ldflags "$ldflags" -o "$out/kubelet.tmp" ./cmd/kubelet)
+  (cd "$src" && CGO_ENABLED=0 go build -buildvcs=false -ldflags "-s -w" -o "$out/pause.tmp" ./cmd/pause)
+  mv "$out/kubelet.tmp" "$out/kubelet" && mv "$out/pause.tmp" "$out/pause"
+  echo "localkube: built the system tier's kubelet and pause in $(( $(date +%s) - start ))s" >&2
+fi

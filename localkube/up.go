@@ -58,6 +58,7 @@ type state struct {
 	PID             int               `json:"pid"`
 	WebhookClientCA string            `json:"webhookClientCAFile"`
 	Nodes           []string          `json:"nodes"`
+	System          *systemState      `json:"system,omitempty"`
 }
 
 type nodeFlags []string
@@ -72,8 +73,9 @@ func runUp(args []string) int {
 	port := fs.Int("port", 0, "kube-apiserver port on 127.0.0.1 (0: a free one)")
 	etcdDir := fs.String("etcd-dir", "", "etcd data directory (default DIR/etcd)")
 	verbosity := fs.Int("v", 1, "log verbosity of the Kubernetes components")
-	var nodes nodeFlags
+	var nodes, systemNodes nodeFlags
 	fs.Var(&nodes, "node", "a Node to create: NAME=CPU,MEMORY[,pods=N][,label=value...] (repeatable)")
+	fs.Var(&systemNodes, "system-node", "a real kubelet node (containerd, runc, a CNI bridge; root): NAME[,label=value...] (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -91,6 +93,14 @@ func runUp(args []string) int {
 		specs = append(specs, spec)
 	}
 	u := &upper{dir: mustAbs(*dir), port: *port, verbosity: *verbosity, nodes: specs}
+	for _, raw := range systemNodes {
+		spec, err := parseSystemNodeSpec(raw)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "localkube up:", err)
+			return 2
+		}
+		u.systemNodes = append(u.systemNodes, spec)
+	}
 	u.etcdDir = *etcdDir
 	if u.etcdDir == "" {
 		u.etcdDir = filepath.Join(u.dir, "etcd")
@@ -119,6 +129,8 @@ type upper struct {
 	port         int
 	verbosity    int
 	nodes        []nodeSpec
+	systemNodes  []systemNodeSpec
+	system       *systemTier
 	users        []user
 	pki          pki
 	children     []*child
@@ -167,6 +179,18 @@ func (u *upper) run(ctx context.Context) error {
 			return err
 		}
 	}
+	// Deferred first, so it runs last: the system tier's teardown (deferred
+	// below) stops its kubelets and containerd itself, then the rest stop.
+	defer u.stopChildren()
+	if len(u.systemNodes) > 0 {
+		if u.system, err = newSystemTier(u, u.systemNodes); err != nil {
+			return err
+		}
+		defer u.system.tearDown()
+		if err := u.system.setUp(); err != nil {
+			return err
+		}
+	}
 	server := fmt.Sprintf("https://127.0.0.1:%d", u.port)
 	kubeconfigs := map[string]string{}
 	tokens := map[string]string{}
@@ -178,10 +202,12 @@ func (u *upper) run(ctx context.Context) error {
 		kubeconfigs[usr.Name] = path
 		tokens[usr.Name] = usr.Token
 	}
-	defer u.stopChildren()
-
 	auditLog := filepath.Join(u.dir, "logs", "audit.log")
-	if err := u.start("kube-apiserver", u.apiserverArgs(etcdURL, auditLog)); err != nil {
+	apiArgs, err := u.apiserverArgs(etcdURL, auditLog)
+	if err != nil {
+		return err
+	}
+	if err := u.start("kube-apiserver", apiArgs); err != nil {
 		return err
 	}
 	if err := u.waitHealthy(ctx, server, tokens["admin"], "/readyz", 180*time.Second); err != nil {
@@ -213,6 +239,11 @@ func (u *upper) run(ctx context.Context) error {
 	kctx, cancelKubelet := context.WithCancel(ctx)
 	defer cancelKubelet()
 	go kl.run(kctx)
+	if u.system != nil {
+		if err := u.system.startNodes(ctx, kubeconfigs); err != nil {
+			return err
+		}
+	}
 
 	if err := u.waitSettled(ctx, client); err != nil {
 		return err
@@ -230,6 +261,10 @@ func (u *upper) run(ctx context.Context) error {
 	}
 	for _, c := range u.children {
 		st.Logs[c.name] = u.logPath(c.name)
+	}
+	if u.system != nil {
+		st.System = &u.system.state
+		st.Nodes = append(st.Nodes, systemNames(u.systemNodes)...)
 	}
 	if err := writeJSONAtomic(filepath.Join(u.dir, stateFile), st); err != nil {
 		return err
@@ -264,6 +299,10 @@ func (u *upper) allUsers() []user {
 		// The kubelet stand-in writes Node and Pod status for every node; the
 		// Node authorizer's per-node scoping is not modelled.
 		{Name: "localkube-kubelet", Groups: []string{"system:masters"}},
+	}
+	// Real kubelets: the Node authorizer is not enabled, so as the stand-in.
+	for _, n := range u.systemNodes {
+		users = append(users, user{Name: "system:node:" + n.Name, Groups: []string{"system:nodes", "system:masters"}})
 	}
 	seen := map[string]bool{}
 	for _, usr := range users {
@@ -367,9 +406,23 @@ rules:
 	return os.WriteFile(filepath.Join(u.dir, "pki", "audit-policy.yaml"), []byte(policy), 0o600)
 }
 
-func (u *upper) apiserverArgs(etcdURL, auditLog string) []string {
+func (u *upper) apiserverArgs(etcdURL, auditLog string) ([]string, error) {
 	pkiDir := filepath.Join(u.dir, "pki")
-	return []string{
+	var system []string
+	if u.system != nil {
+		cert, key, err := makeClientCert(pkiDir, u.pki, "kube-apiserver-kubelet-client")
+		if err != nil {
+			return nil, err
+		}
+		system = []string{
+			// Webhooks by clientConfig.service: the API server dials an
+			// endpoint of the Service (EndpointSlice -> Pod IP), not its ClusterIP.
+			"--enable-aggregator-routing=true",
+			"--kubelet-client-certificate=" + cert, "--kubelet-client-key=" + key,
+			"--kubelet-preferred-address-types=InternalIP",
+		}
+	}
+	return append(system, []string{
 		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
@@ -395,7 +448,7 @@ func (u *upper) apiserverArgs(etcdURL, auditLog string) []string {
 		"--endpoint-reconciler-type=none",
 		"--cert-dir=" + filepath.Join(u.dir, "pki", "apiserver-generated"),
 		fmt.Sprintf("--v=%d", u.verbosity),
-	}
+	}...), nil
 }
 
 func (u *upper) controllerManagerArgs(kubeconfigs map[string]string) []string {
@@ -470,13 +523,30 @@ func (u *upper) start(name string, args []string) error {
 	if err != nil {
 		return err
 	}
+	return u.startExec(name, self, append([]string{name}, args...), childEnv())
+}
+
+func (u *upper) childrenNamed(prefix string) []*child {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var out []*child
+	for _, c := range u.children {
+		if strings.HasPrefix(c.name, prefix) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// startExec runs a program as a child process logging to logs/NAME.log; it dies with us.
+func (u *upper) startExec(name, path string, args, env []string) error {
 	log, err := os.OpenFile(u.logPath(name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(self, append([]string{name}, args...)...)
+	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.Env = childEnv()
+	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		log.Close()
@@ -588,12 +658,20 @@ func (u *upper) waitSettled(ctx context.Context, client kubernetes.Interface) er
 				}
 			}
 		}
-		if saErr == nil && ready >= len(u.nodes) {
+		systemReady := 0
+		for _, name := range systemNames(u.systemNodes) {
+			if n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err == nil {
+				if c := readyCondition(n); c != nil && c.Status == "True" {
+					systemReady++
+				}
+			}
+		}
+		if saErr == nil && ready >= len(u.nodes) && systemReady == len(u.systemNodes) {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("control plane not settled after 180s (default ServiceAccount: %v; nodes ready: %d/%d)",
-				saErr, ready, len(u.nodes))
+			return fmt.Errorf("control plane not settled after 180s (default ServiceAccount: %v; nodes ready: %d/%d; real kubelet nodes ready: %d/%d, their logs in %s)",
+				saErr, ready, len(u.nodes), systemReady, len(u.systemNodes), filepath.Join(u.dir, "logs"))
 		}
 		for _, c := range u.children {
 			select {
@@ -608,6 +686,14 @@ func (u *upper) waitSettled(ctx context.Context, client kubernetes.Interface) er
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+func systemNames(specs []systemNodeSpec) []string {
+	var names []string
+	for _, n := range specs {
+		names = append(names, n.Name)
+	}
+	return names
 }
 
 func writeKubeconfig(path, server, caFile, userName, token string) error {

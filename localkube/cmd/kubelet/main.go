@@ -1,0 +1,19 @@
+// Command kubelet is the upstream kubelet of the pinned Kubernetes release,
+// built from the same module as localkube, for the system tier's real nodes.
+package main
+
+import (
+	"context"
+	"os"
+
+	"k8s.io/component-base/cli"
+	_ "k8s.io/component-base/logs/json/register"
+	_ "k8s.io/component-base/metrics/prometheus/clientgo"
+	_ "k8s.io/component-base/metrics/prometheus/version"
+	"k8s.io/kubernetes/cmd/kubelet/app"
+)
+
+func main() {
+	command := app.NewKubeletCommand(context.Background())
+	os.Exit(cli.Run(command))
+}

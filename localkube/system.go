@@ -1,0 +1,894 @@
+package main
+
+// The system tier: real kubelet nodes (the upstream kubelet of the pinned
+// release, built beside localkube as "kubelet") with containerd, runc and a
+// CNI bridge, so that what a user installs runs as installed: images,
+// probes, preStop hooks, restarts, OOM kills and Services.
+//
+// Everything the tier changes on the host is written to a ledger
+// (/run/localkube-system/<id>.json) before it is changed, and undone from
+// that ledger at teardown; a start first undoes the ledger of any earlier
+// run whose localkube is gone (a crash, a SIGKILL).
+//
+// What it changes: one Linux bridge and its /24 (the pod network, host end
+// .1); blackhole routes for the stand-in's pod, node and service ranges
+// (nothing here serves them, so nothing may be routed off the machine); an
+// iptables filter chain that counts and drops anything forwarded out of the
+// bridge, and a nat chain that sends the "kubernetes" Service
+// (10.96.0.1:443) to the API server's address on the bridge; the kernel
+// parameters the kubelet and the CNI bridge plugin set (restored to their
+// values before the start); the kubelet's canary chains; one cgroup per
+// node; containerd's shim sockets in /run/containerd/s (hard-coded there by
+// containerd 1.6). Everything else (containerd's root, state and socket,
+// network namespaces, IPAM, logs, pod volumes) lives under DIR/system.
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const (
+	ledgerDir   = "/run/localkube-system"
+	pauseImage  = "localkube.local/pause:1"
+	egressChain = "LK-EGRESS-"
+	dnatChain   = "LK-APISERVER-"
+)
+
+// Ranges the stand-in uses for Pods and Nodes, and the Service range: no one
+// serves them on this machine, so they are blackholed rather than routed out.
+var blackholed = []string{"10.244.0.0/16", "10.240.0.0/16", serviceCIDR}
+
+// The kernel parameters the kubelet sets at start (its setupKernelTunables)
+// and the CNI bridge plugin sets for a gateway (ip_forward).
+var tunables = []string{
+	"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
+	"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes",
+	"net/ipv4/ip_forward", "net/ipv4/conf/all/forwarding", "net/ipv4/conf/default/forwarding",
+}
+
+// The chains the kubelet creates to notice an iptables flush.
+var kubeletChains = [][2]string{
+	{"mangle", "KUBE-KUBELET-CANARY"}, {"nat", "KUBE-KUBELET-CANARY"},
+	{"filter", "KUBE-KUBELET-CANARY"}, {"mangle", "KUBE-IPTABLES-HINT"},
+}
+
+type systemNodeSpec struct {
+	Name   string
+	Labels map[string]string
+}
+
+// parseSystemNodeSpec reads NAME[,label=value...].
+func parseSystemNodeSpec(raw string) (systemNodeSpec, error) {
+	parts := strings.Split(raw, ",")
+	spec := systemNodeSpec{Name: parts[0], Labels: map[string]string{}}
+	if spec.Name == "" {
+		return spec, fmt.Errorf("--system-node %q: no name", raw)
+	}
+	for _, p := range parts[1:] {
+		k, v, ok := strings.Cut(p, "=")
+		if !ok {
+			return spec, fmt.Errorf("--system-node %q: %q is not label=value", raw, p)
+		}
+		spec.Labels[k] = v
+	}
+	return spec, nil
+}
+
+// ledger is what one run changed on the host, written before each change.
+type ledger struct {
+	PID      int               `json:"pid"`
+	Dir      string            `json:"dir"`
+	Bridge   string            `json:"bridge,omitempty"`
+	Routes   [][]string        `json:"routes,omitempty"`
+	Rules    [][]string        `json:"rules,omitempty"`  // iptables args after -t TABLE -D
+	Chains   [][2]string       `json:"chains,omitempty"` // table, chain: flushed and deleted
+	Sysctls  map[string]string `json:"sysctls,omitempty"`
+	Cgroups  []string          `json:"cgroups,omitempty"`
+	MadeDirs []string          `json:"madeDirs,omitempty"`
+	path     string
+}
+
+func (l *ledger) save() error { return writeJSONAtomic(l.path, l) }
+
+// systemNodeState is what state.json says about a real node.
+type systemNodeState struct {
+	Name             string `json:"name"`
+	ContainerdSocket string `json:"containerdSocket"`
+	KubeletLog       string `json:"kubeletLog"`
+	ContainerdLog    string `json:"containerdLog"`
+	RootDir          string `json:"rootDir"`
+}
+
+// systemState is what state.json says about the tier.
+type systemState struct {
+	Bridge        string            `json:"bridge"`
+	HostAddress   string            `json:"hostAddress"`
+	Subnet        string            `json:"subnet"`
+	APIServer     string            `json:"apiServer"`
+	EgressChain   string            `json:"egressChain"`
+	Ledger        string            `json:"ledger"`
+	Nodes         []systemNodeState `json:"nodes"`
+	Blackholed    []string          `json:"blackholed"`
+	Tunables      map[string]string `json:"tunablesBefore"`
+	StartupSecond float64           `json:"startupSeconds"`
+}
+
+type systemTier struct {
+	u       *upper
+	dir     string
+	id      string
+	led     *ledger
+	hostIP  string
+	subnet  string
+	index   int
+	nodes   []systemNodeSpec
+	state   systemState
+	kubelet string
+	pause   string
+	fwd     net.Listener
+	procs   []*child
+}
+
+func newSystemTier(u *upper, nodes []systemNodeSpec) (*systemTier, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	here := filepath.Dir(self)
+	t := &systemTier{u: u, dir: filepath.Join(u.dir, "system"), nodes: nodes,
+		kubelet: filepath.Join(here, "kubelet"), pause: filepath.Join(here, "pause")}
+	for _, p := range []string{t.kubelet, t.pause} {
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("the system tier needs %s: build it with localkube/build.sh VERSION DIR --system", p)
+		}
+	}
+	for _, tool := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "ip", "iptables"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return nil, fmt.Errorf("the system tier needs %s (Debian: apt-get install containerd runc containernetworking-plugins iptables iproute2)", tool)
+		}
+	}
+	if _, err := os.Stat("/usr/lib/cni/bridge"); err != nil {
+		return nil, errors.New("the system tier needs the CNI plugins in /usr/lib/cni (Debian: apt-get install containernetworking-plugins)")
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("the system tier runs a kubelet and containerd: it needs root")
+	}
+	sum := sha256.Sum256([]byte(u.dir))
+	t.id = hex.EncodeToString(sum[:])[:8]
+	return t, nil
+}
+
+// cleanLeftovers undoes the ledger of every earlier run whose localkube is gone.
+func cleanLeftovers() {
+	entries, _ := os.ReadDir(ledgerDir)
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		path := filepath.Join(ledgerDir, e.Name())
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		var l ledger
+		if json.Unmarshal(data, &l) != nil {
+			continue
+		}
+		if l.PID > 0 && syscall.Kill(l.PID, 0) == nil && processMentions(l.PID, "localkube") {
+			continue // still running
+		}
+		fmt.Fprintf(os.Stderr, "localkube: undoing what an earlier run (pid %d, %s) left on the host\n", l.PID, l.Dir)
+		l.path = path
+		undo(&l)
+	}
+}
+
+func processMentions(pid int, word string) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return err == nil && bytes.Contains(data, []byte(word))
+}
+
+func run(name string, args ...string) error {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func readSysctl(name string) (string, bool) {
+	data, err := os.ReadFile(filepath.Join("/proc/sys", name))
+	if err != nil {
+		return "", false
+	}
+	return strings.TrimSpace(string(data)), true
+}
+
+// setUp makes the network, the ledger and each node's containerd; the
+// kubelets start in startNodes, once the API server answers.
+func (t *systemTier) setUp() error {
+	began := time.Now()
+	cleanLeftovers()
+	if err := os.MkdirAll(ledgerDir, 0o700); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(t.dir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(t.dir, 0o700); err != nil {
+		return err
+	}
+	t.led = &ledger{PID: os.Getpid(), Dir: t.dir, Sysctls: map[string]string{},
+		path: filepath.Join(ledgerDir, t.id+".json")}
+	for _, name := range tunables {
+		if v, ok := readSysctl(name); ok {
+			t.led.Sysctls[name] = v
+		}
+	}
+	for _, d := range []string{"/run/containerd", "/run/containerd/s", "/var/lib/cni"} {
+		if _, err := os.Stat(d); errors.Is(err, os.ErrNotExist) {
+			t.led.MadeDirs = append(t.led.MadeDirs, d)
+		}
+	}
+	for _, tc := range kubeletChains {
+		if run("iptables", "-t", tc[0], "-S", tc[1]) != nil {
+			t.led.Chains = append(t.led.Chains, tc)
+		}
+	}
+	if err := t.led.save(); err != nil {
+		return err
+	}
+	if err := t.network(); err != nil {
+		return fmt.Errorf("system tier network: %w", err)
+	}
+	t.state.Tunables = t.led.Sysctls
+	t.state.Ledger = t.led.path
+	t.state.StartupSecond = time.Since(began).Seconds()
+	return nil
+}
+
+// routesOverlap: does any route of the host already cover or fall inside 10.250.N.0/24?
+func routeInUse(cidr *net.IPNet) bool {
+	out, err := exec.Command("ip", "-4", "route", "show", "table", "all").Output()
+	if err != nil {
+		return true
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) == 0 {
+			continue
+		}
+		dst := fields[0]
+		if dst == "default" || dst == "broadcast" || dst == "local" || dst == "blackhole" || dst == "unreachable" {
+			if len(fields) < 2 || dst == "default" {
+				continue
+			}
+			dst = fields[1]
+		}
+		if !strings.Contains(dst, "/") {
+			dst += "/32"
+		}
+		_, n, err := net.ParseCIDR(dst)
+		if err != nil {
+			continue
+		}
+		if n.Contains(cidr.IP) || cidr.Contains(n.IP) {
+			return true
+		}
+	}
+	return false
+}
+
+func (t *systemTier) network() error {
+	t.led.Bridge = "lk" + t.id
+	_ = t.led.save()
+	// A /24 of 10.250.0.0/16 that no route of the host touches.
+	for n := 0; n < 256; n++ {
+		_, cidr, _ := net.ParseCIDR(fmt.Sprintf("10.250.%d.0/24", n))
+		if routeInUse(cidr) {
+			continue
+		}
+		t.index, t.subnet, t.hostIP = n, cidr.String(), fmt.Sprintf("10.250.%d.1", n)
+		break
+	}
+	if t.subnet == "" {
+		return errors.New("no free /24 in 10.250.0.0/16")
+	}
+	br := t.led.Bridge
+	_ = run("ip", "link", "del", br) // a leftover of this same directory
+	for _, args := range [][]string{
+		{"link", "add", br, "type", "bridge"},
+		{"addr", "add", t.hostIP + "/24", "dev", br},
+		{"link", "set", br, "up"},
+	} {
+		if err := run("ip", args...); err != nil {
+			return err
+		}
+	}
+	// No IPv6 on the bridge: the pods have none, and nothing is advertised.
+	_ = os.WriteFile(fmt.Sprintf("/proc/sys/net/ipv6/conf/%s/disable_ipv6", br), []byte("1"), 0o644)
+	metric := strconv.Itoa(4000 + t.index)
+	for _, cidr := range blackholed {
+		route := []string{"blackhole", cidr, "metric", metric}
+		t.led.Routes = append(t.led.Routes, route)
+		_ = t.led.save()
+		if err := run("ip", append([]string{"route", "add"}, route...)...); err != nil {
+			return err
+		}
+	}
+	t.state.Blackholed = blackholed
+	// Anything forwarded out of the bridge is counted and dropped (the
+	// counter a test reads); the bridge's own traffic is bridged, not forwarded.
+	egress := egressChain + t.id
+	dnat := dnatChain + t.id
+	t.led.Chains = append(t.led.Chains, [2]string{"filter", egress}, [2]string{"nat", dnat})
+	t.led.Rules = append(t.led.Rules,
+		[]string{"filter", "FORWARD", "-i", br, "-j", egress},
+		[]string{"nat", "PREROUTING", "-i", br, "-j", dnat})
+	if err := t.led.save(); err != nil {
+		return err
+	}
+	for _, args := range [][]string{
+		{"-t", "filter", "-N", egress},
+		{"-t", "filter", "-A", egress, "-o", br, "-j", "RETURN"},
+		{"-t", "filter", "-A", egress, "-j", "DROP"},
+		{"-t", "filter", "-I", "FORWARD", "1", "-i", br, "-j", egress},
+		{"-t", "nat", "-N", dnat},
+		{"-t", "nat", "-A", dnat, "-d", serviceIP + "/32", "-p", "tcp", "--dport", "443",
+			"-j", "DNAT", "--to-destination", fmt.Sprintf("%s:%d", t.hostIP, t.u.port)},
+		{"-t", "nat", "-I", "PREROUTING", "1", "-i", br, "-j", dnat},
+	} {
+		if err := run("iptables", args...); err != nil {
+			return err
+		}
+	}
+	t.state.Bridge, t.state.HostAddress, t.state.Subnet = br, t.hostIP, t.subnet
+	t.state.EgressChain = egress
+	return nil
+}
+
+// forward makes the API server answer on the bridge's host address too (it
+// binds one address, 127.0.0.1): a TCP relay, TLS end to end.
+func (t *systemTier) forward(ctx context.Context) error {
+	l, err := net.Listen("tcp", fmt.Sprintf("%s:%d", t.hostIP, t.u.port))
+	if err != nil {
+		return err
+	}
+	t.fwd = l
+	t.state.APIServer = fmt.Sprintf("https://%s:%d", t.hostIP, t.u.port)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				up, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", t.u.port))
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				done := make(chan struct{}, 2)
+				go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
+				go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
+				select {
+				case <-done:
+				case <-ctx.Done():
+				}
+			}()
+		}
+	}()
+	return nil
+}
+
+func (t *systemTier) nodeDir(name string) string { return filepath.Join(t.dir, "nodes", name) }
+
+// startNodes starts containerd and a kubelet per node.
+func (t *systemTier) startNodes(ctx context.Context, kubeconfigs map[string]string) error {
+	began := time.Now()
+	if err := t.forward(ctx); err != nil {
+		return err
+	}
+	pauseTar := filepath.Join(t.dir, "pause.oci.tar")
+	if err := writePauseImage(t.pause, pauseTar); err != nil {
+		return fmt.Errorf("pause image: %w", err)
+	}
+	resolv := filepath.Join(t.dir, "resolv.conf")
+	// No name server: a Pod resolves nothing rather than ask one off the machine.
+	if err := os.WriteFile(resolv, []byte("options ndots:1\n"), 0o644); err != nil {
+		return err
+	}
+	for i, n := range t.nodes {
+		if err := t.startNode(ctx, i, n, kubeconfigs, pauseTar, resolv); err != nil {
+			return fmt.Errorf("node %s: %w", n.Name, err)
+		}
+	}
+	t.state.StartupSecond += time.Since(began).Seconds()
+	return nil
+}
+
+func (t *systemTier) startNode(ctx context.Context, i int, n systemNodeSpec, kubeconfigs map[string]string, pauseTar, resolv string) error {
+	d := t.nodeDir(n.Name)
+	for _, sub := range []string{"containerd", "cni", "ipam", "kubelet", "pod-logs", "runc"} {
+		if err := os.MkdirAll(filepath.Join(d, sub), 0o700); err != nil {
+			return err
+		}
+	}
+	sock := filepath.Join(d, "containerd.sock")
+	low, high := 10+i*60, 10+i*60+59
+	cni := map[string]any{
+		"cniVersion": "0.4.0", "name": "localkube",
+		"plugins": []any{
+			map[string]any{
+				"type": "bridge", "bridge": t.led.Bridge, "isGateway": true, "ipMasq": false,
+				"ipam": map[string]any{
+					"type": "host-local", "dataDir": filepath.Join(d, "ipam"),
+					"ranges": []any{[]any{map[string]any{
+						"subnet":     t.subnet,
+						"rangeStart": fmt.Sprintf("10.250.%d.%d", t.index, low),
+						"rangeEnd":   fmt.Sprintf("10.250.%d.%d", t.index, high),
+						"gateway":    t.hostIP,
+					}}},
+					"routes": []any{map[string]any{"dst": "0.0.0.0/0"}},
+				},
+			},
+			map[string]any{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}, "snat": false},
+		},
+	}
+	data, _ := json.MarshalIndent(cni, "", "  ")
+	if err := os.WriteFile(filepath.Join(d, "cni", "10-localkube.conflist"), data, 0o644); err != nil {
+		return err
+	}
+	cfg := fmt.Sprintf(`version = 2
+root = %[1]q
+state = %[2]q
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.tracing.processor.v1.otlp",
+  "io.containerd.internal.v1.tracing"]
+[grpc]
+  address = %[3]q
+[ttrpc]
+  address = "%[3]s.ttrpc"
+[plugins."io.containerd.internal.v1.opt"]
+  path = %[4]q
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %[5]q
+  restrict_oom_score_adj = true
+  disable_apparmor = true
+  netns_mounts_under_state_dir = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = %[6]q
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = %[7]q
+    max_conf_num = 1
+`, filepath.Join(d, "containerd", "root"), filepath.Join(d, "containerd", "state"), sock,
+		filepath.Join(d, "containerd", "opt"), pauseImage, filepath.Join(d, "runc"), filepath.Join(d, "cni"))
+	cfgPath := filepath.Join(d, "containerd.toml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		return err
+	}
+	// A registry pull would leave the machine: every one goes to a closed
+	// loopback port instead and fails there. Images are imported.
+	env := append(childEnv(), "HTTP_PROXY=http://127.0.0.1:9", "HTTPS_PROXY=http://127.0.0.1:9", "NO_PROXY=")
+	env = withoutKey(env, "NO_PROXY")
+	ctrName := "containerd-" + n.Name
+	if err := t.u.startExec(ctrName, "containerd", []string{"--config", cfgPath}, env); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, 60*time.Second, func() bool {
+		return exec.Command("ctr", "--address", sock, "version").Run() == nil
+	}); err != nil {
+		return fmt.Errorf("containerd did not answer on %s (log: %s)", sock, t.u.logPath(ctrName))
+	}
+	if err := run("ctr", "--address", sock, "-n", "k8s.io", "images", "import", pauseTar); err != nil {
+		return err
+	}
+	// The node's own cgroup, in every hierarchy (the kubelet's cgroupRoot must exist).
+	cg := fmt.Sprintf("/localkube-%s-%s", t.id, n.Name)
+	t.led.Cgroups = append(t.led.Cgroups, cg)
+	if err := t.led.save(); err != nil {
+		return err
+	}
+	if err := makeCgroup(cg); err != nil {
+		return err
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	healthz, err := freePort()
+	if err != nil {
+		return err
+	}
+	var labels []string
+	for k, v := range n.Labels {
+		labels = append(labels, k+"="+v)
+	}
+	sort.Strings(labels)
+	kcfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupRoot: %[1]s
+containerRuntimeEndpoint: unix://%[2]s
+address: %[3]s
+port: %[4]d
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: %[5]d
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+  x509: {clientCAFile: %[6]s}
+authorization: {mode: AlwaysAllow}
+clusterDomain: cluster.local
+resolvConf: %[7]s
+podLogsDir: %[8]s
+failSwapOn: false
+protectKernelDefaults: false
+serializeImagePulls: false
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: "100Mi", nodefs.available: "1%%", imagefs.available: "1%%", nodefs.inodesFree: "1%%"}
+maxPods: 110
+rotateCertificates: false
+serverTLSBootstrap: false
+`, cg, sock, t.hostIP, port, healthz, t.u.pki.CAFile, resolv, filepath.Join(d, "pod-logs"))
+	kcfgPath := filepath.Join(d, "kubelet.yaml")
+	if err := os.WriteFile(kcfgPath, []byte(kcfg), 0o600); err != nil {
+		return err
+	}
+	args := []string{
+		"--config=" + kcfgPath,
+		"--kubeconfig=" + kubeconfigs["system:node:"+n.Name],
+		"--root-dir=" + filepath.Join(d, "kubelet"),
+		"--hostname-override=" + n.Name,
+		"--node-ip=" + t.hostIP,
+		"--node-labels=" + strings.Join(labels, ","),
+		fmt.Sprintf("--v=%d", t.u.verbosity),
+	}
+	klName := "kubelet-" + n.Name
+	if err := t.u.startExec(klName, t.kubelet, args, childEnv()); err != nil {
+		return err
+	}
+	t.state.Nodes = append(t.state.Nodes, systemNodeState{
+		Name: n.Name, ContainerdSocket: sock, KubeletLog: t.u.logPath(klName),
+		ContainerdLog: t.u.logPath(ctrName), RootDir: filepath.Join(d, "kubelet"),
+	})
+	return nil
+}
+
+func withoutKey(env []string, key string) []string {
+	var out []string
+	for _, kv := range env {
+		if strings.HasPrefix(kv, key+"=") && kv != key+"=" {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+func waitFor(ctx context.Context, limit time.Duration, ok func() bool) error {
+	deadline := time.Now().Add(limit)
+	for !ok() {
+		if time.Now().After(deadline) {
+			return errors.New("timed out")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// cgroupMounts: every mounted cgroup hierarchy (v1 controllers and the unified one).
+func cgroupMounts() []string {
+	f, err := os.Open("/proc/self/mounts")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		fields := strings.Fields(s.Text())
+		if len(fields) >= 3 && (fields[2] == "cgroup" || fields[2] == "cgroup2") {
+			out = append(out, fields[1])
+		}
+	}
+	return out
+}
+
+func makeCgroup(cg string) error {
+	for _, m := range cgroupMounts() {
+		p := filepath.Join(m, cg)
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return err
+		}
+		if strings.HasSuffix(m, "/cpuset") {
+			for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+				v, err := os.ReadFile(filepath.Join(m, f))
+				if err != nil {
+					return err
+				}
+				if err := os.WriteFile(filepath.Join(p, f), v, 0o644); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// killCgroup kills every process in the cgroup tree, in every hierarchy, and
+// removes the tree (deepest first).
+func killCgroup(cg string) {
+	for attempt := 0; attempt < 50; attempt++ {
+		alive := 0
+		for _, m := range cgroupMounts() {
+			_ = filepath.Walk(filepath.Join(m, cg), func(p string, info os.FileInfo, err error) error {
+				if err != nil || !info.IsDir() {
+					return nil
+				}
+				data, _ := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+				for _, f := range strings.Fields(string(data)) {
+					if pid, err := strconv.Atoi(f); err == nil {
+						alive++
+						_ = syscall.Kill(pid, syscall.SIGKILL)
+					}
+				}
+				return nil
+			})
+		}
+		if alive == 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, m := range cgroupMounts() {
+		var dirs []string
+		_ = filepath.Walk(filepath.Join(m, cg), func(p string, info os.FileInfo, err error) error {
+			if err == nil && info.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		sort.Slice(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) })
+		for _, d := range dirs {
+			for attempt := 0; attempt < 20 && os.Remove(d) != nil; attempt++ {
+				if _, err := os.Stat(d); err != nil {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+	}
+}
+
+// killMentioning SIGKILLs every process whose command line names dir (the
+// kubelets, containerd, its shims) and waits for them to go.
+func killMentioning(dir string) {
+	for attempt := 0; attempt < 50; attempt++ {
+		found := 0
+		entries, _ := os.ReadDir("/proc")
+		for _, e := range entries {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil || pid == os.Getpid() {
+				continue
+			}
+			if processMentions(pid, dir) {
+				found++
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		if found == 0 {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// unmountUnder unmounts every mount point under dir, deepest first.
+func unmountUnder(dir string) {
+	for attempt := 0; attempt < 5; attempt++ {
+		data, err := os.ReadFile("/proc/self/mountinfo")
+		if err != nil {
+			return
+		}
+		var points []string
+		for _, line := range strings.Split(string(data), "\n") {
+			fields := strings.Fields(line)
+			if len(fields) < 5 {
+				continue
+			}
+			p := unescapeMount(fields[4])
+			if p == dir || strings.HasPrefix(p, dir+"/") {
+				points = append(points, p)
+			}
+		}
+		if len(points) == 0 {
+			return
+		}
+		sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
+		for _, p := range points {
+			if err := syscall.Unmount(p, 0); err != nil {
+				_ = syscall.Unmount(p, syscall.MNT_DETACH)
+			}
+		}
+	}
+}
+
+func unescapeMount(s string) string {
+	return strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(s)
+}
+
+// undo reverses a ledger: processes, mounts, iptables, routes, the bridge,
+// kernel parameters, cgroups, directories; then removes the ledger.
+func undo(l *ledger) {
+	killMentioning(l.Dir)
+	for _, cg := range l.Cgroups {
+		killCgroup(cg)
+	}
+	killMentioning(l.Dir) // shims that outlived their containers
+	unmountUnder(l.Dir)
+	for _, r := range l.Rules {
+		for run("iptables", append([]string{"-t", r[0], "-D"}, r[1:]...)...) == nil {
+		}
+	}
+	for _, c := range l.Chains {
+		if run("iptables", "-t", c[0], "-F", c[1]) == nil {
+			_ = run("iptables", "-t", c[0], "-X", c[1])
+		}
+	}
+	for _, r := range l.Routes {
+		_ = run("ip", append([]string{"route", "del"}, r...)...)
+	}
+	if l.Bridge != "" {
+		_ = run("ip", "link", "del", l.Bridge)
+	}
+	for name, v := range l.Sysctls {
+		if now, ok := readSysctl(name); ok && now != v {
+			_ = os.WriteFile(filepath.Join("/proc/sys", name), []byte(v), 0o644)
+		}
+	}
+	for _, cg := range l.Cgroups {
+		killCgroup(cg)
+	}
+	for i := len(l.MadeDirs) - 1; i >= 0; i-- {
+		d := l.MadeDirs[i]
+		if d == "/var/lib/cni" {
+			_ = os.RemoveAll(d) // the CNI result cache of this run's pods only
+			continue
+		}
+		_ = os.Remove(d) // only when empty
+	}
+	_ = os.Remove(l.path)
+}
+
+// tearDown stops the tier and undoes its ledger.
+func (t *systemTier) tearDown() {
+	if t.fwd != nil {
+		_ = t.fwd.Close()
+	}
+	if t.led == nil {
+		return
+	}
+	// The kubelets first (they would restart what is killed), then the rest.
+	for _, c := range t.u.childrenNamed("kubelet-") {
+		_ = c.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-c.done:
+		case <-time.After(10 * time.Second):
+			_ = c.cmd.Process.Kill()
+			<-c.done
+		}
+	}
+	undo(t.led)
+}
+
+// writePauseImage packs the pause binary as a one-layer OCI image archive
+// (what `ctr images import` reads): no registry, no pull.
+func writePauseImage(binary, out string) error {
+	bin, err := os.ReadFile(binary)
+	if err != nil {
+		return err
+	}
+	var layer bytes.Buffer
+	tw := tar.NewWriter(&layer)
+	if err := tw.WriteHeader(&tar.Header{Name: "pause", Mode: 0o755, Size: int64(len(bin)),
+		ModTime: time.Unix(0, 0), Typeflag: tar.TypeReg}); err != nil {
+		return err
+	}
+	if _, err := tw.Write(bin); err != nil {
+		return err
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	digest := func(b []byte) string { s := sha256.Sum256(b); return "sha256:" + hex.EncodeToString(s[:]) }
+	layerDigest := digest(layer.Bytes())
+	config, _ := json.Marshal(map[string]any{
+		"architecture": "amd64", "os": "linux",
+		"config": map[string]any{"Entrypoint": []string{"/pause"}, "User": "65535:65535"},
+		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{layerDigest}},
+	})
+	manifest, _ := json.Marshal(map[string]any{
+		"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+		"config": map[string]any{"mediaType": "application/vnd.oci.image.config.v1+json",
+			"digest": digest(config), "size": len(config)},
+		"layers": []any{map[string]any{"mediaType": "application/vnd.oci.image.layer.v1.tar",
+			"digest": layerDigest, "size": layer.Len()}},
+	})
+	index, _ := json.Marshal(map[string]any{
+		"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+		"manifests": []any{map[string]any{
+			"mediaType": "application/vnd.oci.image.manifest.v1+json",
+			"digest":    digest(manifest), "size": len(manifest),
+			"annotations": map[string]string{
+				"io.containerd.image.name":          pauseImage,
+				"org.opencontainers.image.ref.name": "1",
+			},
+		}},
+	})
+	f, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	ow := tar.NewWriter(f)
+	put := func(name string, b []byte) error {
+		if err := ow.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(b)),
+			ModTime: time.Unix(0, 0), Typeflag: tar.TypeReg}); err != nil {
+			return err
+		}
+		_, err := ow.Write(b)
+		return err
+	}
+	blob := func(b []byte) string { return "blobs/sha256/" + strings.TrimPrefix(digest(b), "sha256:") }
+	for _, e := range []struct {
+		name string
+		data []byte
+	}{
+		{"oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)},
+		{"index.json", index},
+		{blob(manifest), manifest},
+		{blob(config), config},
+		{blob(layer.Bytes()), layer.Bytes()},
+	} {
+		if err := put(e.name, e.data); err != nil {
+			return err
+		}
+	}
+	return ow.Close()
+}
