@@ -63,10 +63,15 @@ var tunables = []string{
 	"net/ipv4/ip_forward", "net/ipv4/conf/all/forwarding", "net/ipv4/conf/default/forwarding",
 }
 
-// The chains the kubelet creates to notice an iptables flush.
-var kubeletChains = [][2]string{
-	{"mangle", "KUBE-KUBELET-CANARY"}, {"nat", "KUBE-KUBELET-CANARY"},
-	{"filter", "KUBE-KUBELET-CANARY"}, {"mangle", "KUBE-IPTABLES-HINT"},
+// The chains the kubelet creates (IPv4 and IPv6): canaries to notice a flush,
+// a hint for kube-proxy, and KUBE-FIREWALL (IPv4: refuses outside packets to
+// 127.0.0.0/8), jumped to from INPUT and OUTPUT.
+var kubeletChains = [][3]string{
+	{"iptables", "mangle", "KUBE-KUBELET-CANARY"}, {"iptables", "nat", "KUBE-KUBELET-CANARY"},
+	{"iptables", "filter", "KUBE-KUBELET-CANARY"}, {"iptables", "mangle", "KUBE-IPTABLES-HINT"},
+	{"ip6tables", "mangle", "KUBE-KUBELET-CANARY"}, {"ip6tables", "nat", "KUBE-KUBELET-CANARY"},
+	{"ip6tables", "filter", "KUBE-KUBELET-CANARY"}, {"ip6tables", "mangle", "KUBE-IPTABLES-HINT"},
+	{"iptables", "filter", "KUBE-FIREWALL"},
 }
 
 type systemNodeSpec struct {
@@ -97,8 +102,8 @@ type ledger struct {
 	Dir      string            `json:"dir"`
 	Bridge   string            `json:"bridge,omitempty"`
 	Routes   [][]string        `json:"routes,omitempty"`
-	Rules    [][]string        `json:"rules,omitempty"`  // iptables args after -t TABLE -D
-	Chains   [][2]string       `json:"chains,omitempty"` // table, chain: flushed and deleted
+	Rules    [][]string        `json:"rules,omitempty"`  // iptables|ip6tables, table, then args after -D
+	Chains   [][3]string       `json:"chains,omitempty"` // iptables|ip6tables, table, chain: flushed and deleted
 	Sysctls  map[string]string `json:"sysctls,omitempty"`
 	Cgroups  []string          `json:"cgroups,omitempty"`
 	MadeDirs []string          `json:"madeDirs,omitempty"`
@@ -242,14 +247,19 @@ func (t *systemTier) setUp() error {
 			t.led.Sysctls[name] = v
 		}
 	}
-	for _, d := range []string{"/run/containerd", "/run/containerd/s", "/var/lib/cni"} {
-		if _, err := os.Stat(d); errors.Is(err, os.ErrNotExist) {
-			t.led.MadeDirs = append(t.led.MadeDirs, d)
-		}
+	// containerd 1.6's shims put their sockets in /run/containerd/s: removed
+	// when empty (another containerd's would keep them).
+	t.led.MadeDirs = []string{"/run/containerd", "/run/containerd/s"}
+	if _, err := os.Stat("/var/lib/cni"); errors.Is(err, os.ErrNotExist) {
+		t.led.MadeDirs = append(t.led.MadeDirs, "/var/lib/cni")
 	}
 	for _, tc := range kubeletChains {
-		if run("iptables", "-t", tc[0], "-S", tc[1]) != nil {
+		if run(tc[0], "-t", tc[1], "-S", tc[2]) != nil {
 			t.led.Chains = append(t.led.Chains, tc)
+			if tc[2] == "KUBE-FIREWALL" {
+				t.led.Rules = append(t.led.Rules,
+					[]string{tc[0], tc[1], "INPUT", "-j", tc[2]}, []string{tc[0], tc[1], "OUTPUT", "-j", tc[2]})
+			}
 		}
 	}
 	if err := t.led.save(); err != nil {
@@ -338,10 +348,10 @@ func (t *systemTier) network() error {
 	// counter a test reads); the bridge's own traffic is bridged, not forwarded.
 	egress := egressChain + t.id
 	dnat := dnatChain + t.id
-	t.led.Chains = append(t.led.Chains, [2]string{"filter", egress}, [2]string{"nat", dnat})
+	t.led.Chains = append(t.led.Chains, [3]string{"iptables", "filter", egress}, [3]string{"iptables", "nat", dnat})
 	t.led.Rules = append(t.led.Rules,
-		[]string{"filter", "FORWARD", "-i", br, "-j", egress},
-		[]string{"nat", "PREROUTING", "-i", br, "-j", dnat})
+		[]string{"iptables", "filter", "FORWARD", "-i", br, "-j", egress},
+		[]string{"iptables", "nat", "PREROUTING", "-i", br, "-j", dnat})
 	if err := t.led.save(); err != nil {
 		return err
 	}
@@ -753,6 +763,22 @@ func unescapeMount(s string) string {
 	return strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(s)
 }
 
+// removeShimSockets removes the sockets the killed shims of this run left in
+// /run/containerd/s: containerd 1.6 names each sha256(address/namespace/id).
+func removeShimSockets(dir string) {
+	nodes, _ := filepath.Glob(filepath.Join(dir, "nodes", "*"))
+	for _, n := range nodes {
+		sock := filepath.Join(n, "containerd.sock")
+		for _, ns := range []string{"k8s.io", "default"} {
+			tasks, _ := os.ReadDir(filepath.Join(n, "containerd", "state", "io.containerd.runtime.v2.task", ns))
+			for _, task := range tasks {
+				sum := sha256.Sum256([]byte(filepath.Join(sock, ns, task.Name())))
+				_ = os.Remove(filepath.Join("/run/containerd/s", hex.EncodeToString(sum[:])))
+			}
+		}
+	}
+}
+
 // undo reverses a ledger: processes, mounts, iptables, routes, the bridge,
 // kernel parameters, cgroups, directories; then removes the ledger.
 func undo(l *ledger) {
@@ -761,14 +787,15 @@ func undo(l *ledger) {
 		killCgroup(cg)
 	}
 	killMentioning(l.Dir) // shims that outlived their containers
+	removeShimSockets(l.Dir)
 	unmountUnder(l.Dir)
 	for _, r := range l.Rules {
-		for run("iptables", append([]string{"-t", r[0], "-D"}, r[1:]...)...) == nil {
+		for run(r[0], append([]string{"-t", r[1], "-D"}, r[2:]...)...) == nil {
 		}
 	}
 	for _, c := range l.Chains {
-		if run("iptables", "-t", c[0], "-F", c[1]) == nil {
-			_ = run("iptables", "-t", c[0], "-X", c[1])
+		if run(c[0], "-t", c[1], "-F", c[2]) == nil {
+			_ = run(c[0], "-t", c[1], "-X", c[2])
 		}
 	}
 	for _, r := range l.Routes {

@@ -152,11 +152,15 @@ class ControlPlane:
         state_dir: Path | None = None,
         *,
         nodes: Sequence[NodeSpec] = DEFAULT_NODES,
+        system_nodes: Sequence[tuple[str, Mapping[str, str]]] = (),
         extra_users: Iterable[tuple[str, Sequence[str]]] = (),
         timeout: float = 300.0,
         log: Path | None = None,
     ) -> ControlPlane:
-        """Start localkube and wait until it is ready (API, controllers, nodes)."""
+        """Start localkube and wait until it is ready (API, controllers, nodes).
+
+        ``system_nodes`` (name, labels) are real kubelet nodes (the system tier:
+        root, containerd, runc and the CNI plugins; see testbed/system_tier.py)."""
         binary = binary_path()
         if not binary.exists():
             raise RuntimeError(f"{binary} is missing: build it with `make localkube`")
@@ -170,6 +174,8 @@ class ControlPlane:
         args = [str(binary), "up", "--dir", str(state_dir), "--users", str(users_file)]
         for node in nodes:
             args += ["--node", node.flag()]
+        for name, labels in system_nodes:
+            args += ["--system-node", ",".join([name, *(f"{k}={v}" for k, v in labels.items())])]
         etcd_dir = _memory_dir()
         if etcd_dir:
             args += ["--etcd-dir", str(Path(etcd_dir) / f"localkube-etcd-{uuid.uuid4().hex[:8]}")]
