@@ -138,7 +138,9 @@ class SystemTier:
             check=False,
         )
 
-    def install(self, *values: str, action: str = "install") -> subprocess.CompletedProcess[str]:
+    def install(
+        self, *values: str, action: str = "install", strings: Sequence[str] = ()
+    ) -> subprocess.CompletedProcess[str]:
         """``helm install elb-gate charts/elb-gate -n elb-system --create-namespace``
         with ``--set`` values, as the README says; timed into ``timings[action]``."""
         began = time.monotonic()
@@ -147,6 +149,8 @@ class SystemTier:
             args.append("--create-namespace")
         for v in values:
             args += ["--set", v]
+        for v in strings:
+            args += ["--set-string", v]
         result = self.helm(*args)
         self.timings[action] = time.monotonic() - began
         return result

@@ -1,27 +1,60 @@
-"""``helm install`` of the chart as shipped on real kubelet nodes: the Pods start,
-readiness is the real probes', and the API server reaches the webhook through
-the Service (EndpointSlice → Pod IP) with no connection leaving the machine."""
+"""The chart as shipped (``helm install``, unmodified) on real kubelet nodes, with the
+image ``make image`` builds: the Pods start and are Ready by their probes, the API
+server reaches the webhook through the Service (EndpointSlice → Pod IP), both gates
+deny as a user sees it, and an upgrade, a rollback, a killed Pod, a drained node and
+an uninstall are what admissions see under a steady stream of them.
+
+The tests of this module run in order on one install (each leaves it serving)."""
 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
+from testbed.clients import OpenApiLeaseClient
 from testbed.system_tier import NAMESPACE, SystemTier
+from testbed.waiting import wait_until
 from tests.system.conftest import VALUES
-from tests.webhook.shapes import finalizer_job, new_job_id
+from tests.system.load import DENIED, Load
+from tests.webhook.shapes import blast_job, finalizer_job, new_job_id
 
-pytestmark = [pytest.mark.system, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.system, pytest.mark.kubectl, pytest.mark.timeout(900)]
+
+GATE_A_NS, GATE_B_NS, LOAD_NS = "st-gate-a", "st-gate-b", "st-load"
+HOLDER = "openapi-6a1c0e6b5f8f4b83a1d2c3e4f5a6b7c8"
+ROLL = ("webhook.podAnnotations.rollout=2", "controller.podAnnotations.rollout=2")
+
+
+def report(name: str, value: object) -> None:
+    """A measured number, printed for the run's log (``-s`` or the CI log)."""
+    print(f"\nSYSTEM-TIER {name}: {value}")
 
 
 @pytest.fixture(scope="module")
-def installed(tier: SystemTier) -> SystemTier:
+def seeded_ids(tier: SystemTier) -> list[str]:
+    """Three searches already running in GATE_B_NS when elb-gate is installed."""
+    ids = sorted(new_job_id() for _ in range(3))
+    for job_id in ids:
+        tier.cp.admin.create(blast_job(GATE_B_NS, job_id))
+    return ids
+
+
+@pytest.fixture(scope="module")
+def installed(tier: SystemTier, seeded_ids: list[str]) -> SystemTier:
     result = tier.install(*VALUES)
     assert result.returncode == 0, result.stderr
     tier.wait_ready_or_crash("webhook", 2)
     tier.wait_ready_or_crash("controller", 2)
+    tier.timings["install-to-ready"] = time.monotonic() - tier.timings.pop("install-began", 0)
+    report("helm install (s)", round(tier.timings["install"], 1))
+    report("tier start-up (s)", round(tier.timings["start"], 1))
     return tier
+
+
+def create(t: SystemTier, user: str, obj: dict[str, object]):  # type: ignore[no-untyped-def]
+    return t.kubectl(user, "create", "-f", "-", input=json.dumps(obj))
 
 
 def test_both_deployments_start_and_are_ready_by_their_probes(installed: SystemTier) -> None:
@@ -30,28 +63,173 @@ def test_both_deployments_start_and_are_ready_by_their_probes(installed: SystemT
         pods = t.pods(component)
         assert len(pods) == 2, t.describe()
         for pod in pods:
-            statuses = pod["status"]["containerStatuses"]
-            assert all(cs["ready"] and cs["restartCount"] == 0 for cs in statuses), t.describe()
-            conditions = {c["type"]: c["status"] for c in pod["status"]["conditions"]}
-            assert conditions["Ready"] == "True"
-            # Ready comes from the probe, not from the bind: the container started
-            # before the kubelet marked it Ready.
-            [container] = [c for c in pod["spec"]["containers"] if c["name"] == statuses[0]["name"]]
-            assert "readinessProbe" in container
-    webhook_nodes = {p["spec"]["nodeName"] for p in t.pods("webhook")}
-    assert len(webhook_nodes) == 2, "the two webhook replicas share a node"
+            [cs] = [s for s in pod["status"]["containerStatuses"] if s["name"] == component] or pod[
+                "status"
+            ]["containerStatuses"][:1]
+            assert cs["ready"] and cs["restartCount"] == 0, t.describe()
+            [container] = [c for c in pod["spec"]["containers"] if c["name"] == cs["name"]]
+            assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+            # Ready is the probe's verdict, after the container started (the stand-in
+            # marks Ready at bind time: both at once).
+            started = cs["state"]["running"]["startedAt"]
+            ready_at = next(
+                c["lastTransitionTime"] for c in pod["status"]["conditions"] if c["type"] == "Ready"
+            )
+            assert ready_at >= started
+    assert len({p["spec"]["nodeName"] for p in t.pods("webhook")}) == 2
     assert len(t.ready_endpoints("elb-gate-webhook")) == 2
 
 
-def test_the_api_server_calls_the_webhook_through_the_service(installed: SystemTier) -> None:
-    t = installed
-    config = t.cp.admin.get("validatingwebhookconfigurations", None, "elb-gate")
-    for hook in config["webhooks"]:
-        assert "url" not in hook["clientConfig"]
-        assert hook["clientConfig"]["service"]["namespace"] == NAMESPACE
-    ns = "st-gate-a"
+def test_the_webhooks_are_called_through_the_service(installed: SystemTier) -> None:
+    for kind in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"):
+        for hook in installed.cp.admin.get(kind, None, "elb-gate")["webhooks"]:
+            assert "url" not in hook["clientConfig"]
+            assert hook["clientConfig"]["service"]["namespace"] == NAMESPACE
+
+
+def test_gate_a_denies_a_finalizer_from_a_user_not_holding_the_lease(
+    installed: SystemTier,
+) -> None:
+    t, ns = installed, GATE_A_NS
+    lease = OpenApiLeaseClient.on(t.cp, "alice", ns, holder=HOLDER)
+    assert lease.acquire() == "acquired", lease.last_stderr
     job = finalizer_job(ns, new_job_id())
-    result = t.kubectl("alice", "create", "-f", "-", input=json.dumps(job))
+    result = create(t, "bob", job)
     assert result.returncode == 1
-    assert 'admission webhook "search-admission.elb-gate.io" denied the request: ' in result.stderr
-    assert t.egress_dropped() == 0
+    stderr = result.stderr.strip()
+    assert stderr.startswith('Error from server (Forbidden): error when creating "STDIN": ')
+    assert DENIED + f"Gate A: user bob does not hold Lease {ns}/elb-blast-submit-{ns}" in stderr
+    assert f"held by {HOLDER} (user alice)" in stderr
+    assert t.cp.admin.find("jobs", ns, job["metadata"]["name"]) is None
+
+
+def test_gate_b_denies_a_search_over_the_ceiling_with_the_active_ids(
+    installed: SystemTier, seeded_ids: list[str]
+) -> None:
+    t, ns = installed, GATE_B_NS
+    lease = OpenApiLeaseClient.on(t.cp, "alice", ns, holder=HOLDER)
+    assert lease.acquire() == "acquired", lease.last_stderr
+    result = create(t, "alice", finalizer_job(ns, new_job_id()))
+    assert result.returncode == 1
+    stderr = result.stderr.strip()
+    assert stderr.startswith(
+        'Error from server (TooManyRequests): error when creating "STDIN": ' + DENIED
+    )
+    assert DENIED + f"Gate B: 3/3 searches already active in namespace {ns}" in stderr
+    assert f"Retry when one of {', '.join(seeded_ids)} completes." in stderr
+
+
+def test_helm_upgrade_rolls_both_deployments_under_load_with_no_failed_admission(
+    installed: SystemTier,
+) -> None:
+    t = installed
+    before = {c: {p["metadata"]["name"] for p in t.pods(c)} for c in ("webhook", "controller")}
+    with Load(t, LOAD_NS) as load:
+        time.sleep(3)
+        result = t.install(*VALUES, action="upgrade", strings=ROLL)
+        assert result.returncode == 0, result.stderr[-2000:]
+        t.wait_rolled_out("elb-gate-webhook")
+        t.wait_rolled_out("elb-gate-controller")
+        time.sleep(3)
+    report("helm upgrade (s)", round(t.timings["upgrade"], 1))
+    report("upgrade under load", f"{load.summary()}; failed={load.failed}")
+    for c in ("webhook", "controller"):
+        after = {
+            p["metadata"]["name"] for p in t.pods(c) if not p["metadata"].get("deletionTimestamp")
+        }
+        assert after and not after & before[c], f"{c} did not roll"
+    assert load.outcomes["admission:answered"] > 0 and load.outcomes["renewal:answered"] > 0
+    assert load.failed == 0, "\n".join(load.failures[:20])
+
+
+def test_helm_rollback_returns_to_the_first_release_and_serves(installed: SystemTier) -> None:
+    t = installed
+    with Load(t, LOAD_NS) as load:
+        result = t.helm("rollback", "elb-gate", "1", "-n", NAMESPACE)
+        assert result.returncode == 0, result.stderr
+        t.wait_rolled_out("elb-gate-webhook")
+        t.wait_rolled_out("elb-gate-controller")
+    report("rollback under load", f"{load.summary()}; failed={load.failed}")
+    template = t.cp.admin.get("deployments", NAMESPACE, "elb-gate-webhook")["spec"]["template"]
+    assert "rollout" not in (template["metadata"].get("annotations") or {})
+    assert load.outcomes["admission:answered"] > 0
+
+
+def test_a_killed_webhook_container_is_restarted_and_admissions_heal(installed: SystemTier) -> None:
+    t = installed
+    [victim, *_] = t.pods("webhook")
+    node = victim["spec"]["nodeName"]
+    [cs] = [s for s in victim["status"]["containerStatuses"] if s["name"] == "webhook"]
+    container_id = cs["containerID"].removeprefix("containerd://")
+    with Load(t, LOAD_NS) as load:
+        time.sleep(2)
+        killed = time.monotonic()
+        t.ctr(node, "tasks", "kill", "-s", "SIGKILL", container_id)
+
+        def restarted_and_ready() -> bool:
+            pod = t.cp.admin.get("pods", NAMESPACE, victim["metadata"]["name"])
+            [s] = [s for s in pod["status"]["containerStatuses"] if s["name"] == "webhook"]
+            return s["restartCount"] >= 1 and s["ready"]
+
+        wait_until(restarted_and_ready, 180, "the killed webhook container back and Ready")
+        healed = time.monotonic() - killed
+        time.sleep(3)
+    report("webhook container SIGKILL", f"Ready again after {healed:.1f}s; {load.summary()}")
+    for line in load.failures[:10]:
+        report("  admission failure", line)
+    assert load.outcomes["admission:answered"] > 0
+    # After it heals every admission is answered again.
+    with Load(t, LOAD_NS) as after:
+        time.sleep(5)
+    assert after.failed == 0, "\n".join(after.failures[:10])
+
+
+def test_draining_a_webhook_node_moves_the_replica_and_admissions_continue(
+    installed: SystemTier,
+) -> None:
+    t = installed
+    node = t.pods("webhook")[0]["spec"]["nodeName"]
+    with Load(t, LOAD_NS) as load:
+        began = time.monotonic()
+        result = t.kubectl(
+            "admin",
+            "drain",
+            node,
+            "--ignore-daemonsets",
+            "--delete-emptydir-data",
+            "--timeout=180s",
+            timeout=240,
+        )
+        assert result.returncode == 0, result.stderr
+        t.wait_ready_or_crash("webhook", 2)
+        drained = time.monotonic() - began
+    t.kubectl("admin", "uncordon", node)
+    nodes = {p["spec"]["nodeName"] for p in t.pods("webhook")}
+    report("drain of a webhook node", f"{drained:.1f}s; {load.summary()}; failed={load.failed}")
+    assert node not in nodes and len(nodes) == 2
+    assert load.failed == 0, "\n".join(load.failures[:10])
+
+
+def test_no_packet_left_the_pod_network(installed: SystemTier) -> None:
+    assert installed.egress_dropped() == 0
+
+
+def test_helm_uninstall_leaves_nothing_that_can_refuse_a_request(installed: SystemTier) -> None:
+    t = installed
+    result = t.helm("uninstall", "elb-gate", "-n", NAMESPACE, "--wait", "--timeout=180s")
+    assert result.returncode == 0, result.stderr
+    report("helm uninstall (s)", "see wall time of this test")
+    for kind in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"):
+        assert [c["metadata"]["name"] for c in t.cp.admin.list(kind, None)] == [], (
+            f"{kind} left behind"
+        )
+    assert t.cp.admin.list("validatingadmissionpolicies", None) == []
+    # What the webhook refused is now admitted: nothing judges the namespace any more.
+    job = finalizer_job(GATE_A_NS, new_job_id())
+    result = create(t, "bob", job)
+    assert result.returncode == 0, result.stderr
+    # and the Lease guard is gone: bob takes over alice's unexpired Lease.
+    bob = t.cp.api("bob")
+    lease = bob.get("leases", LOAD_NS, f"elb-blast-submit-{LOAD_NS}")
+    lease["spec"]["holderIdentity"] = "openapi-0b0b0b0b0b0b4b0b8b0b0b0b0b0b0b0b"
+    bob.update(lease)
