@@ -27,6 +27,7 @@ HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
 KUBE_VERSION ?= v1.37.2
 export KUBE_VERSION
 LOCALKUBE := .build/localkube-$(KUBE_VERSION)/localkube
+LOCALKUBE_SYSTEM := .build/localkube-$(KUBE_VERSION)/kubelet
 LOCALKUBE_SOURCES := $(wildcard localkube/*.go localkube/cmd/*/*.go) localkube/go.mod localkube/go.sum localkube/build.sh
 
 .DEFAULT_GOAL := help
@@ -82,7 +83,16 @@ manifests: $(STAMP) $(HELM) ## Render manifests/ from charts/elb-gate (the chart
 
 test: $(STAMP) tools $(HELM) $(LOCALKUBE) lint ## Lint, then the whole test suite on the real control plane (the README's test command)
 	@echo "==> Kubernetes $(KUBE_VERSION): kubectl $$($(dir $(LOCALKUBE))kubectl version --client -o json | $(BIN)/python -c 'import json,sys; print(json.load(sys.stdin)["clientVersion"]["gitVersion"])') ($(dir $(LOCALKUBE))kubectl), $$($(HELM) version --short)"
-	ELB_GATE_HELM=$(abspath $(HELM)) $(BIN)/pytest -q $(ARGS)
+	ELB_GATE_HELM=$(abspath $(HELM)) $(BIN)/pytest -q --ignore=tests/system $(ARGS)
+	@echo "==> the system tier (real kubelet nodes, root) is not part of make test: make test-system"
+
+$(LOCALKUBE_SYSTEM): $(LOCALKUBE_SOURCES)
+	@bash localkube/build.sh $(KUBE_VERSION) $(dir $(LOCALKUBE)) --system
+
+localkube-system: $(LOCALKUBE_SYSTEM) ## Build localkube with the system tier's kubelet and pause (the kubelet shares localkube's compiled packages)
+
+test-system: $(STAMP) tools $(HELM) $(LOCALKUBE_SYSTEM) ## The system tier (root): the chart installed as shipped on real kubelet nodes, with the image (make image)
+	ELB_GATE_SYSTEM_TIER=required ELB_GATE_HELM=$(abspath $(HELM)) $(BIN)/pytest -q -s tests/system $(ARGS)
 
 run: $(STAMP) $(LOCALKUBE) ## Run the whole system on a real control plane, default settings (ARGS=--once: exit after the summary)
 	$(BIN)/python -m testbed.demo $(ARGS)
@@ -125,4 +135,4 @@ docker-image: ## The same image with docker build (IMAGE=...); az acr build uses
 clean: ## Remove the virtualenv and generated files
 	rm -rf $(VENV) .run .build .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
 
-.PHONY: help venv tools helm manifests localkube cluster lint test run dashboard-png certs bench soak fuzz deploy lock image docker-image clean
+.PHONY: help venv tools helm manifests localkube localkube-system cluster lint test test-system run dashboard-png certs bench soak fuzz deploy lock image docker-image clean

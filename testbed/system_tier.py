@@ -60,6 +60,12 @@ def unavailable() -> str | None:
     for name in ("kubelet", "pause"):
         if not (here / name).exists():
             return f"{here / name} is missing: make localkube-system builds it"
+    if not os.environ.get(IMAGE_ENV):
+        from image import build
+        from testbed.image import why_unbuildable
+
+        if not build.is_current() and why_unbuildable():
+            return f"the image (make image) is not built and cannot be: {why_unbuildable()}"
     return None
 
 
@@ -200,7 +206,7 @@ class SystemTier:
     def ready_endpoints(self, service: str) -> list[str]:
         """Addresses of the Service's EndpointSlices that are ready (what the API
         server dials with aggregator routing)."""
-        out = []
+        out: list[str] = []
         for s in self.cp.admin.list(
             "endpointslices", NAMESPACE, label_selector=f"kubernetes.io/service-name={service}"
         ):

@@ -9,6 +9,7 @@ The tests of this module run in order on one install (each leaves it serving).""
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 
 import pytest
@@ -53,7 +54,7 @@ def installed(tier: SystemTier, seeded_ids: list[str]) -> SystemTier:
     return tier
 
 
-def create(t: SystemTier, user: str, obj: dict[str, object]):  # type: ignore[no-untyped-def]
+def create(t: SystemTier, user: str, obj: dict[str, object]) -> subprocess.CompletedProcess[str]:
     return t.kubectl(user, "create", "-f", "-", input=json.dumps(obj))
 
 
