@@ -217,9 +217,10 @@ def test_no_packet_left_the_pod_network(installed: SystemTier) -> None:
 
 def test_helm_uninstall_leaves_nothing_that_can_refuse_a_request(installed: SystemTier) -> None:
     t = installed
+    began = time.monotonic()
     result = t.helm("uninstall", "elb-gate", "-n", NAMESPACE, "--wait", "--timeout=180s")
     assert result.returncode == 0, result.stderr
-    report("helm uninstall (s)", "see wall time of this test")
+    report("helm uninstall --wait (s)", round(time.monotonic() - began, 1))
     for kind in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"):
         assert [c["metadata"]["name"] for c in t.cp.admin.list(kind, None)] == [], (
             f"{kind} left behind"
@@ -234,3 +235,72 @@ def test_helm_uninstall_leaves_nothing_that_can_refuse_a_request(installed: Syst
     lease = bob.get("leases", LOAD_NS, f"elb-blast-submit-{LOAD_NS}")
     lease["spec"]["holderIdentity"] = "openapi-0b0b0b0b0b0b4b0b8b0b0b0b0b0b0b0b"
     bob.update(lease)
+
+
+def test_cold_start_what_writes_get_before_the_webhook_pods_are_ready(
+    installed: SystemTier,
+) -> None:
+    """A fresh install: the webhook configurations exist before any webhook Pod is
+    Ready. What a Job create (bob's finalizer, refused once served) and a Lease
+    write (alice renewing her own Lease, admitted once served) get, in order."""
+    import threading
+    from collections import Counter
+    from datetime import UTC, datetime
+
+    from testbed.api import ApiError
+    from testbed.clients import micro_time
+
+    t = installed
+    assert t.cp.admin.find("validatingwebhookconfigurations", None, "elb-gate") is None
+    bob, alice = t.cp.api("bob"), t.cp.api("alice")
+    lease_name = f"elb-blast-submit-{GATE_A_NS}"
+    seen: list[tuple[float, str, str]] = []
+    installer = threading.Thread(target=lambda: t.install(*VALUES), daemon=True)
+    began = time.monotonic()
+    installer.start()
+    configured = served = None
+
+    def outcome(call: object) -> str:
+        try:
+            call()  # type: ignore[operator]
+            return "admitted"
+        except ApiError as e:
+            if DENIED in e.message:
+                return "denied by the webhook"
+            text = e.message
+            for marker in ("no endpoints available", "connection refused", "context deadline"):
+                if marker in text:
+                    return f"{e.status} {marker}"
+            return f"{e.status} {text[:80]}"
+
+    def renew() -> None:
+        lease = alice.get("leases", GATE_A_NS, lease_name)
+        lease["spec"]["renewTime"] = micro_time(datetime.now(UTC))
+        alice.update(lease)
+
+    while time.monotonic() - began < 240 and served is None:
+        now = time.monotonic() - began
+        if configured is None and t.cp.admin.find(
+            "validatingwebhookconfigurations", None, "elb-gate"
+        ):
+            configured = now
+        job = outcome(lambda: bob.create(finalizer_job(GATE_A_NS, new_job_id())))
+        seen.append((now, "job", job))
+        seen.append((now, "lease", outcome(renew)))
+        if job == "denied by the webhook":
+            served = now
+        time.sleep(0.2)
+    installer.join(60)
+    assert configured is not None and served is not None, seen[-5:]
+    window = [(k, o) for at, k, o in seen if configured <= at < served]
+    report(
+        "cold start: webhook configured -> first admission served (s)",
+        round(served - configured, 1),
+    )
+    report("cold start: in that window", dict(Counter(f"{k}: {o}" for k, o in window)))
+    # Fail-closed from the moment the API server has loaded the configuration:
+    # once a Job has been refused for want of a webhook, none is admitted.
+    first_refused = next((at for at, k, o in seen if k == "job" and o not in ("admitted",)), None)
+    assert first_refused is not None
+    assert not [o for at, k, o in seen if k == "job" and at >= first_refused and o == "admitted"]
+    t.wait_ready_or_crash("webhook", 2)
