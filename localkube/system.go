@@ -821,6 +821,7 @@ func undo(l *ledger) {
 		_ = os.Remove(d) // only when empty
 	}
 	_ = os.Remove(l.path)
+	_ = os.Remove(ledgerDir) // when no other run's ledger is left
 }
 
 // tearDown stops the tier and undoes its ledger.

@@ -334,4 +334,5 @@ def host_snapshot() -> dict[str, Any]:
         "netns": sorted(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else [],
         "cgroups": cgroups,
         "run-containerd": os.path.exists("/run/containerd"),
+        "ledgers": os.path.exists("/run/localkube-system"),
     }
