@@ -8,7 +8,7 @@ closed and never read it as busy), a lost Lease, and the three ways
 
 from __future__ import annotations
 
-from elbgate.kube.api import ApiError, ApiUnavailable
+from elbgate.kube.api import ApiError, ApiUnavailable, NoCredentials
 
 ADMISSION_DENIAL_MARK = "admission webhook"
 """Prefix of the apiserver's message for a webhook denial (not an RBAC problem)."""
@@ -64,6 +64,12 @@ def explain_api_failure(operation: str, namespace: str, cause: Exception, host: 
     """One message that names the failure and what to fix: the same text goes to
     a Celery log and to an operator's terminal."""
     where = f" at {host}" if host else ""
+    if isinstance(cause, NoCredentials):
+        return (
+            f"{operation} in namespace {namespace!r}: no valid credentials for the Kubernetes "
+            f"API{where} ({cause}); refresh the kubeconfig login (e.g. `az aks get-credentials`, "
+            "kubelogin) or the token. Not treated as busy: nothing was submitted."
+        )
     if isinstance(cause, ApiUnavailable):
         return (
             f"{operation} in namespace {namespace!r}: the Kubernetes API{where} did not answer "

@@ -4,7 +4,8 @@ Hot paths (admission) must not build client model objects for whole lists, so
 this speaks HTTP with aiohttp and parses with orjson; callers get plain dicts.
 Every call has a deadline. Failures are typed: :class:`ApiError` carries the
 apiserver's Status (code, reason, message); :class:`ApiUnavailable` means no
-answer at all (timeout, refused, reset) — callers fail closed on both.
+answer at all (timeout, refused, reset), or no valid token to send — callers fail
+closed on both.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from urllib.parse import quote, urlencode
 import aiohttp
 import orjson
 
-from elbgate.kube.config import KubeConfig
+from elbgate.kube.config import CredentialError, KubeConfig
 
 Json = dict[str, Any]
 
@@ -58,7 +59,13 @@ class ApiError(Exception):
 
 
 class ApiUnavailable(Exception):
-    """No answer from the API server within the deadline, or the connection failed."""
+    """No answer from the API server within the deadline, the connection failed, or
+    there is no valid token to send (:class:`NoCredentials`)."""
+
+
+class NoCredentials(ApiUnavailable):
+    """Nothing was sent: obtaining a token failed and the last one has expired. The
+    message says why (the exec plugin's own error, the unreadable token file)."""
 
 
 def resource_path(
@@ -144,9 +151,14 @@ class KubeApi:
             await self._session.close()
             self._session = None
 
-    def _headers(self, content_type: str | None = None) -> dict[str, str]:
+    def _headers(self, what: str, content_type: str | None = None) -> dict[str, str]:
         headers = {"Accept": "application/json", "User-Agent": self._user_agent}
-        token = self.config.token.current()
+        try:
+            token = self.config.token.current()
+        except CredentialError as exc:
+            # As client-go: the call fails with why there is no token to send, rather
+            # than going out without one (or with one already expired) and being refused.
+            raise NoCredentials(f"{what}: {exc}") from None
         if token:
             headers["Authorization"] = f"Bearer {token}"
         if content_type:
@@ -179,7 +191,7 @@ class KubeApi:
         deadline = self.timeout if deadline is None else deadline
         # Before the deadline starts: obtaining the token may run an exec plugin
         # (kubelogin), whose seconds are not the API server's.
-        headers = self._headers(content_type if data is not None else None)
+        headers = self._headers(f"{method} {url_path}", content_type if data is not None else None)
         try:
             async with asyncio.timeout(deadline):
                 async with self._session.request(method, url, data=data, headers=headers) as resp:
@@ -303,10 +315,9 @@ class KubeApi:
         client_timeout = aiohttp.ClientTimeout(
             total=None, connect=self.timeout, sock_read=timeout_seconds + 30
         )
+        headers = self._headers(f"WATCH {url_path}")
         try:
-            async with self._session.get(
-                url, headers=self._headers(), timeout=client_timeout
-            ) as resp:
+            async with self._session.get(url, headers=headers, timeout=client_timeout) as resp:
                 if resp.status != 200:
                     _decode(resp.status, await resp.read(), "WATCH", url_path)
                 # Lines are split here, not by aiohttp's readline, which refuses

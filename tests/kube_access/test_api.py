@@ -8,14 +8,20 @@ fault proxy in front of it.
 
 from __future__ import annotations
 
+import base64
+import json
+import logging
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from client.errors import explain_api_failure
 from elbgate.kube.api import (
     JOBS,
     LEASES,
@@ -23,10 +29,11 @@ from elbgate.kube.api import (
     ApiUnavailable,
     Json,
     KubeApi,
+    NoCredentials,
     path,
     resource_path,
 )
-from elbgate.kube.config import KubeConfig, KubeConfigError, TokenSource
+from elbgate.kube.config import CredentialError, KubeConfig, KubeConfigError, TokenSource
 from testbed.controlplane import ControlPlane
 from testbed.faultproxy import FaultProxy
 
@@ -278,6 +285,59 @@ async def test_a_rotated_token_file_is_picked_up(
         assert await whoami(client) == "bob"  # keep the last good token
 
 
+def test_a_token_is_obtained_again_at_the_very_instant_it_is_due(tmp_path: Path) -> None:
+    # The cause of the exec-plugin test below failing now and then ('alice' == 'bob'):
+    # "now - loaded_at >= period" rounds below the period for about one start time in
+    # ten (on a node up for 300.3 s: 600.3 - 300.3 == 299.99999999999994), so a token
+    # due at that instant was not obtained again. Due means now >= loaded_at + period.
+    token_file = tmp_path / "token"
+    token_file.write_text("rotated")
+    loaded = 300.3
+    source = TokenSource(
+        token="first",
+        path=str(token_file),
+        reread_seconds=300.0,
+        loaded_at=loaded,
+        clock=lambda: loaded + 300.0,
+    )
+    assert source.current() == "rotated"
+
+
+def jwt(claims: dict[str, Any]) -> str:
+    """An unsigned token of JWT form (as projected service-account tokens are)."""
+
+    def part(doc: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(doc).encode()).decode().rstrip("=")
+
+    return f"{part({'alg': 'RS256'})}.{part(claims)}.c2ln"
+
+
+def test_an_unreadable_token_file_keeps_its_token_until_it_expires_then_says_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The kubelet stopped rotating it: the projected token is good until its exp,
+    # and past that the call fails naming the file, not with the API server's 401.
+    token_file = tmp_path / "token"
+    wall, now = 1_800_000_000.0, 1000.0
+    token = jwt({"sub": "system:serviceaccount:elb:elb-gate", "exp": int(wall) + 600})
+    token_file.write_text(token)
+    source = TokenSource(
+        path=str(token_file), reread_seconds=60, clock=lambda: now, wall=lambda: wall
+    )
+    assert source.current() == token
+    token_file.unlink()
+    now += 60
+    with caplog.at_level(logging.WARNING, logger="elbgate.kube.config"):
+        assert source.current() == token  # still valid for 540 s
+    (warning,) = caplog.records
+    assert warning.levelno == logging.WARNING
+    assert "No such file" in source.last_error and source.failures == 1
+    now += 540
+    with pytest.raises(CredentialError, match=f"token file {token_file}: .*No such file"):
+        source.current()
+    assert source.failures == 2
+
+
 def test_a_token_file_is_read_on_first_use_on_a_freshly_booted_node(tmp_path: Path) -> None:
     # time.monotonic() counts from boot: a pod starting 5 s after its node booted
     # must still send its token on the first call, not after reread_seconds.
@@ -293,23 +353,36 @@ def test_a_missing_kubeconfig_names_what_to_fix(tmp_path: Path) -> None:
 
 
 def exec_plugin_kubeconfig(
-    cp: ControlPlane, tmp_path: Path, token_file: Path, slow: Path | None = None
+    cp: ControlPlane,
+    tmp_path: Path,
+    token_file: Path,
+    slow: Path | None = None,
+    expires: Path | None = None,
 ) -> Path:
     """A kubeconfig whose user runs an exec plugin (as kubelogin on AKS) that
     prints the token currently in ``token_file`` (after the seconds written in
-    ``slow``, if that file exists)."""
+    ``slow``, if that file exists), with the ``expirationTimestamp`` written in
+    ``expires`` if that file exists. With ``token_file`` missing, the plugin fails
+    (exit 1, a ``FileNotFoundError`` traceback on stderr)."""
     plugin = tmp_path / "plugin.py"
     pause = (
         f"p = pathlib.Path({str(slow)!r})\nif p.exists(): time.sleep(float(p.read_text()))\n"
         if slow
         else ""
     )
+    expiry = (
+        f"e = pathlib.Path({str(expires)!r})\n"
+        "if e.exists(): status['expirationTimestamp'] = e.read_text()\n"
+        if expires
+        else ""
+    )
     plugin.write_text(
         "import json, pathlib, time\n"
         + pause
+        + f"status = {{'token': pathlib.Path({str(token_file)!r}).read_text()}}\n"
+        + expiry
         + "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1beta1',"
-        " 'kind': 'ExecCredential',"
-        f" 'status': {{'token': pathlib.Path({str(token_file)!r}).read_text()}}}}))\n"
+        " 'kind': 'ExecCredential', 'status': status}))\n"
     )
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(
@@ -366,7 +439,8 @@ async def test_an_exec_plugin_token_is_obtained_again_when_due(
         source.clock = lambda: loaded + source.reread_seconds - 1
         assert await whoami(client) == "alice", "not due yet: the plugin is not run again"
         source.clock = lambda: loaded + source.reread_seconds
-        assert await whoami(client) == "bob"
+        assert await whoami(client) == "bob", source.last_error
+        assert source.failures == 0
 
 
 async def test_a_slow_exec_plugin_does_not_count_against_the_api_deadline(
@@ -398,7 +472,7 @@ def test_a_static_kubeconfig_token_is_never_reloaded(control_plane: ControlPlane
 
 
 def test_an_exec_plugin_that_fails_keeps_the_last_good_token(
-    control_plane: ControlPlane, tmp_path: Path
+    control_plane: ControlPlane, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     current = tmp_path / "current-token"
     current.write_text("first")
@@ -410,7 +484,62 @@ def test_an_exec_plugin_that_fails_keeps_the_last_good_token(
     loaded = source.loaded_at
     current.unlink()  # the plugin now exits non-zero
     source.clock = lambda: loaded + source.reread_seconds
-    assert source.current() == "first"
+    with caplog.at_level(logging.WARNING, logger="elbgate.kube.config"):
+        assert source.current() == "first"  # no expiry given: kept until refused
+    # Not silently: logged with the plugin's own error, and counted.
+    (warning,) = caplog.records
+    assert "exec: process returned 1" in warning.elb_fields["reason"]  # type: ignore[attr-defined]
+    assert "FileNotFoundError" in source.last_error and source.failures == 1
     # and it tries again on the next call, not only after another reread period
     current.write_text("second")
     assert source.current() == "second"
+
+
+async def test_an_exec_plugin_token_is_kept_only_while_valid_then_the_call_says_why(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    # kubelogin tokens carry expirationTimestamp. As client-go: obtained again once
+    # expired (even before the reread period), and when that fails the call fails
+    # with the plugin's error instead of going out with an expired token.
+    current, expires = tmp_path / "current-token", tmp_path / "expires"
+    current.write_text(control_plane.token("alice"))
+    config = KubeConfig.from_kubeconfig(
+        str(exec_plugin_kubeconfig(control_plane, tmp_path, current, expires=expires))
+    )
+    source = config.token
+    wall, now = float(int(time.time())), 0.0  # whole seconds, as the timestamp is written
+    source.clock, source.wall = (lambda: now), (lambda: wall)
+    source.loaded_at = None  # obtain it now, with its expiry
+    expires.write_text(datetime.fromtimestamp(wall + 120, UTC).isoformat())
+    async with KubeApi(config) as client:
+        assert await whoami(client) == "alice", source.last_error
+        now += 120  # expired; the reread period (300 s) is not over
+        current.write_text(control_plane.token("bob"))
+        assert await whoami(client) == "bob", source.last_error
+        now += 60  # bob's token is good for 60 s more, the reread not due: no plugin run
+        current.unlink()
+        assert await whoami(client) == "bob"
+        now += 60  # expired: the plugin runs, fails, and no valid token is left to send
+        with pytest.raises(NoCredentials, match=r"getting credentials .*exec: process returned 1"):
+            await whoami(client)
+        assert source.failures == 1 and "FileNotFoundError" in source.last_error
+
+
+async def test_an_exec_plugin_that_fails_at_start_fails_the_first_call_with_its_reason(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    # The official loader logs a failing plugin and carries on with no token; the
+    # first call then went out anonymous and came back 401/403, reason lost.
+    config = KubeConfig.from_kubeconfig(
+        str(exec_plugin_kubeconfig(control_plane, tmp_path, tmp_path / "missing"))
+    )
+    async with KubeApi(config) as client:
+        with pytest.raises(NoCredentials, match=r"POST .*getting credentials .*FileNotFoundError"):
+            await whoami(client)
+    # What the CLI and the client library say of it: what to fix, not "did not answer".
+    with pytest.raises(NoCredentials) as raised:
+        async with KubeApi(config) as client:
+            await whoami(client)
+    explained = explain_api_failure("GET lease", "blast", raised.value)
+    assert "no valid credentials" in explained and "kubelogin" in explained
+    assert "FileNotFoundError" in explained
