@@ -1,6 +1,7 @@
 """Dead-holder reclaim latency at the default settings: for each way a submit Lease's
 holder can end (docs/holder-gone.md), the worst time from the evidence to the controller
-clearing the holder, as a ratio to the 15 s target.
+clearing the holder, as a ratio to the 15 s target; and for a holder that simply stops
+renewing (``expired``), the time from the Lease's expiry to the reclaim, against 1 s.
 
 Runs on the real control plane (``localkube``): the shipped webhook and one controller at
 their default settings (30 s resync, 15 s leader Lease, 10 s NotReady bound, no reclaim
@@ -72,7 +73,8 @@ def run(
         out["cases"][case] = {
             "worst_seconds": round(worst, 3),
             "median_seconds": round(seconds[len(seconds) // 2], 3),
-            "worst_ratio": round(worst / holders.TARGET_SECONDS, 3),
+            "target_seconds": holders.target_seconds(case),
+            "worst_ratio": round(worst / holders.target_seconds(case), 3),
             "evidence": sorted({r.evidence for r in reclaims}),
         }
     return out
@@ -82,7 +84,8 @@ def format_table(result: dict[str, Any]) -> str:
     """The per-case table ``make bench`` prints."""
     lines = [
         f"dead-holder reclaim at the default settings, worst of {result['runs']} runs "
-        f"(ratio = worst / {result['target_seconds']:g} s target)",
+        f"(ratio = worst / target: {result['target_seconds']:g} s from the evidence, "
+        f"{holders.EXPIRY_TARGET_SECONDS:g} s from the expiry)",
         f"  {'case':28} {'worst s':>8} {'median s':>9} {'ratio':>6}  evidence",
     ]
     for case, row in result["cases"].items():

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from testbed.controlplane import ControlPlane
-from testbed.holders import TARGET_SECONDS, Reclaim
+from testbed.holders import Reclaim, target_seconds
 from testbed.webhook_process import WebhookProcess
 
 RECLAIMS = pytest.StashKey[list[Reclaim]]()
@@ -36,7 +36,9 @@ def record(request: pytest.FixtureRequest) -> Iterator[list[Reclaim]]:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Evidence → reclaim per case: runs, worst, and the worst as a ratio to 15 s."""
+    """Evidence → reclaim per case: runs, worst, and the worst as a ratio to its target
+    (15 s from the evidence; 1 s from the expiry). Reported, not asserted: the bench
+    (bench/reclaim_latency.py) is where the figure is held to its target."""
     measured = terminalreporter.config.stash.get(RECLAIMS, [])
     if not measured:
         return
@@ -45,7 +47,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         by_case.setdefault(r.case, []).append(r)
     terminalreporter.section("reclaim latency (evidence → holder cleared)")
     terminalreporter.write_line(
-        f"{'case':32} {'evidence':24} {'runs':>4} {'median s':>9} {'worst s':>8} {'/ 15 s':>7}"
+        f"{'case':32} {'evidence':24} {'runs':>4} {'median s':>9} {'worst s':>8} {'/target':>7}"
     )
     for case, runs in by_case.items():
         secs = sorted(r.seconds for r in runs)
@@ -53,5 +55,5 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         evidence = ",".join(sorted({r.evidence for r in runs}))
         terminalreporter.write_line(
             f"{case:32} {evidence:24} {len(runs):4d} {secs[len(secs) // 2]:9.3f} "
-            f"{worst:8.3f} {worst / TARGET_SECONDS:7.3f}"
+            f"{worst:8.3f} {worst / target_seconds(case):7.3f}"
         )

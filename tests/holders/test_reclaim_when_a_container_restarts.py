@@ -10,7 +10,7 @@ import pytest
 from elbgate.names import HOLDER_CONTAINER_ANNOTATION, lease_name
 from testbed import holders
 from testbed.controlplane import ControlPlane
-from testbed.holders import HOLDER_CONTAINER, SIDECAR, TARGET_SECONDS, Reclaim, Stage
+from testbed.holders import HOLDER_CONTAINER, SIDECAR, Reclaim, Stage
 from testbed.webhook_process import WebhookProcess
 
 NAMESPACES = ("restarted", "sidecar", "unnamed-holder", "named-holder")
@@ -32,7 +32,6 @@ def test_a_holder_whose_container_crashed_and_restarted_is_reclaimed(
     reclaim = holders.container_restarted(on, namespaces["restarted"])
     record.append(reclaim)
     assert reclaim.evidence == "container_restarted"
-    assert reclaim.seconds <= TARGET_SECONDS
 
 
 @pytest.mark.parametrize(
@@ -82,4 +81,3 @@ def test_the_named_holder_container_restarting_alone_is_reclaimed(
     reclaim = holders.holder_container_restarted(on, namespaces["named-holder"])
     record.append(reclaim)
     assert reclaim.evidence == "container_restarted"
-    assert reclaim.seconds <= TARGET_SECONDS

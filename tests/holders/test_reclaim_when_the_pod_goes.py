@@ -1,5 +1,7 @@
-"""A holder whose pod is deleted, replaced, or finishes is reclaimed within seconds; a new
-pod of the same name that acquires is never taken for the old one."""
+"""A holder whose pod is deleted, replaced, or finishes is reclaimed on that evidence (not
+at its Lease's expiry, 15 minutes on); a new pod of the same name that acquires is never
+taken for the old one. How many seconds each reclaim takes is ``make bench``'s figure
+(bench/reclaim_latency.py, against the 15 s target), not an assertion here."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from elbgate.names import lease_name
 from testbed import holders
 from testbed.controlplane import ControlPlane
 from testbed.faultproxy import FaultProxy
-from testbed.holders import TARGET_SECONDS, Reclaim, Stage, utc
+from testbed.holders import Reclaim, Stage, utc
 from testbed.install import Installation
 from testbed.webhook_process import WebhookProcess
 
@@ -54,7 +56,6 @@ def test_a_force_deleted_holder_pod_is_reclaimed_reading_only_that_pod(
     # The API server marks even a grace-0 deletion first (a MODIFIED event with a
     # deletionTimestamp), then removes the pod: whichever the controller saw first.
     assert reclaim.evidence in ("pod_terminating", "pod_deleted")
-    assert reclaim.seconds <= TARGET_SECONDS
     # Pods: name-scoped list/watch of the stamped pod, and a GET only to confirm that it
     # is gone (a Terminating pod needs none).
     pod_calls = [(m, urlsplit(p)) for m, p in proxy.requests if "/pods" in p]
@@ -85,13 +86,11 @@ def test_a_pod_deleted_with_a_grace_period_is_reclaimed_while_it_is_still_termin
     reclaim, pod = holders.deleted_with_grace(on, namespaces["terminating"], grace=30)
     record.append(reclaim)
     assert reclaim.evidence == "pod_terminating"
-    # Still there, Terminating, its process not yet stopped: reclaimed well before the
-    # grace period ends (deletionTimestamp is when the kubelet would kill it).
+    # Still there, Terminating, its process not yet stopped: reclaimed before the grace
+    # period ends (deletionTimestamp is when the kubelet would kill it).
     assert pod["metadata"]["deletionGracePeriodSeconds"] == 30
     assert pod["status"]["phase"] == "Running"
-    ends = utc(pod["metadata"]["deletionTimestamp"])
-    assert (ends - reclaim.cleared_at).total_seconds() > 30 - TARGET_SECONDS
-    assert reclaim.seconds <= TARGET_SECONDS
+    assert reclaim.cleared_at < utc(pod["metadata"]["deletionTimestamp"])
 
 
 def test_a_pod_replaced_under_the_same_name_never_costs_the_new_holder_its_lease(
@@ -116,7 +115,6 @@ def test_a_pod_replaced_under_the_same_name_never_costs_the_new_holder_its_lease
             reclaim = on.reclaim_of(current, "pod_replaced", asked)
             record.append(reclaim)
             assert reclaim.evidence in ("pod_terminating", "pod_deleted", "pod_replaced")
-            assert reclaim.seconds <= TARGET_SECONDS
             on.noticed(successor)
             on.settle(ns)
             assert holder_of(control_plane, ns) == successor.name
@@ -147,4 +145,3 @@ def test_a_pod_that_finished_without_releasing_is_reclaimed(
     reclaim = case(on, namespaces[phase])
     record.append(reclaim)
     assert reclaim.evidence == "pod_finished"
-    assert reclaim.seconds <= TARGET_SECONDS
