@@ -63,7 +63,7 @@ class ControllerProcess:
         leader_lease_seconds: float = 4.0,
         leader_renew_seconds: float = 1.0,
         env: Mapping[str, str] | None = None,
-        ready_timeout: float = 30.0,
+        ready_timeout: float = 120.0,
     ) -> ControllerProcess:
         """Start a controller as ``name`` watching ``namespaces`` (created if missing) and
         wait until its metrics port is known. ``env`` adds or overrides variables."""
@@ -157,8 +157,10 @@ class ControllerProcess:
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.metrics_port}{path}"
 
-    def get(self, path: str, timeout: float = 5.0) -> tuple[int, str]:
-        """(status, body) of a GET on the metrics port."""
+    def get(self, path: str, timeout: float = 30.0) -> tuple[int, str]:
+        """(status, body) of a GET on the metrics port (a generous deadline: a busy
+        machine can keep the controller's loop from answering for seconds, and
+        :meth:`is_leader` would read that as not leading)."""
         try:
             with urllib.request.urlopen(self.url(path), timeout=timeout) as resp:
                 return resp.status, resp.read().decode()

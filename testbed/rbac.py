@@ -96,7 +96,7 @@ def without_verb(
     try:
         wait_until(
             lambda: not allowed(cp, service_account, verb, resource, namespace, group),
-            30,
+            120,
             f"{service_account} loses {verb} {resource}",
         )
         yield
@@ -120,7 +120,7 @@ def without_binding(
     try:
         wait_until(
             lambda: not allowed(cp, service_account, verb, resource),
-            30,
+            120,
             f"{service_account} loses {verb} {resource}",
         )
         yield
@@ -128,6 +128,6 @@ def without_binding(
         cp.admin.apply(original)
         wait_until(
             lambda: allowed(cp, service_account, verb, resource),
-            30,
+            120,
             f"{service_account} may {verb} {resource} again",
         )

@@ -260,7 +260,7 @@ class WebhookProcess:
 
     def metrics(self) -> str:
         """The ``/metrics`` text."""
-        with urllib.request.urlopen(f"{self.metrics_url}/metrics", timeout=10) as resp:
+        with urllib.request.urlopen(f"{self.metrics_url}/metrics", timeout=30) as resp:
             return str(resp.read().decode())
 
     def client_context(self) -> ssl.SSLContext:

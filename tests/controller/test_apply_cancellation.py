@@ -64,7 +64,7 @@ async def test_a_reclaim_cancelled_by_lost_leadership_is_still_logged_counted_an
     with pytest.raises(asyncio.CancelledError):
         await caller
     await wait_until_async(
-        lambda: api.events, 10, "the started write to finish on its own", interval=0.01
+        lambda: api.events, 60, "the started write to finish on its own", interval=0.01
     )
     assert [e["reason"] for e in api.events] == ["LeaseHolderGoneReclaimed"]
     assert any(r.getMessage() == "submit Lease reclaimed" for r in caplog.records)

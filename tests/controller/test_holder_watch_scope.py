@@ -224,7 +224,7 @@ async def test_a_terminating_holder_is_reclaimed_on_the_watch_event_not_the_resy
         assert not lease_patches(fake)  # alive: left alone
         deleted_at = datetime.now(UTC)
         fake.put("pods", holder_pod(deleting=deleted_at + timedelta(seconds=30), grace=30))
-        await wait_until_async(lambda: lease_patches(fake), 10, "the Lease released")
+        await wait_until_async(lambda: lease_patches(fake), 60, "the Lease released")
         (patch,) = lease_patches(fake)
         assert patch["spec"] == {"holderIdentity": None}
         assert patch["metadata"]["resourceVersion"] == "41"  # a CAS on what was judged
@@ -241,7 +241,7 @@ async def test_a_deleted_holder_is_confirmed_with_a_fresh_get_then_reclaimed(
     fake.put("pods", holder_pod(), "ADDED")
     async with reconciling(api):
         fake.put("pods", holder_pod(), "DELETED")
-        await wait_until_async(lambda: lease_patches(fake), 10, "the Lease released")
+        await wait_until_async(lambda: lease_patches(fake), 60, "the Lease released")
         gets = [r for r in fake.requests if r.path == f"/api/v1/namespaces/{POD_NS}/pods/{POD}"]
         assert gets  # the 404 confirmed what the watch said
 
@@ -269,6 +269,6 @@ async def test_a_failed_confirmation_is_retried_within_seconds_not_at_the_resync
     async with reconciling(api):
         fake.failing_gets = 2  # the API answers 503 to the first two confirming GETs
         fake.put("pods", holder_pod(), "DELETED")
-        await wait_until_async(lambda: lease_patches(fake), 10, "the Lease released")
+        await wait_until_async(lambda: lease_patches(fake), 60, "the Lease released")
         path = f"/api/v1/namespaces/{POD_NS}/pods/{POD}"
         assert len([r for r in fake.requests if r.path == path]) >= 3  # two failed, one 404
