@@ -523,11 +523,17 @@ def restarted(cp: ControlPlane, identity: PodIdentity, container: str, count: in
     return found
 
 
-def force_deleted(stage: Stage, namespace: str) -> Reclaim:
-    """``kubectl delete pod --grace-period=0 --force``: the pod is gone at once."""
+def force_deleted(
+    stage: Stage, namespace: str, while_held: Callable[[Holder], None] | None = None
+) -> Reclaim:
+    """``kubectl delete pod --grace-period=0 --force``: the pod is gone at once.
+    ``while_held``: called once the controller watches the holder, before its pod goes
+    (what must be seen while the holder and the watches of its pod and node live)."""
     holder = acquire(stage.cp, submitter_pod(stage.cp, namespace))
     try:
         stage.noticed(holder)
+        if while_held is not None:
+            while_held(holder)
         asked = now()
         stage.cp.admin.delete("pods", namespace, holder.identity.pod, grace_seconds=0)
         return stage.reclaim_of(holder, "pod_deleted", asked)
