@@ -18,8 +18,9 @@ from controller.cache import Cache
 from controller.holder_watch import HolderWatches
 from controller.http import Health, create_app
 from controller.leader import LeaderElector
-from controller.metrics import ControllerMetrics
+from controller.metrics import COMPONENT, ControllerMetrics
 from controller.reconciler import Reconciler
+from elbgate.credential_metrics import register_credential_failures
 from elbgate.kube.api import CONFIGMAPS, JOBS, LEASES, KubeApi, path
 from elbgate.kube.config import KubeConfig
 from elbgate.kube.informer import Informer, WatchSpec
@@ -81,6 +82,7 @@ class Controller:
         self.api = api
         self.identity = identity(settings.server)
         self.metrics = ControllerMetrics()
+        register_credential_failures(self.metrics.registry, COMPONENT, api.config.token)
         self.cache = Cache(settings.controller.namespaces, on_change=self._changed)
         self.leader = LeaderElector(
             api,

@@ -9,6 +9,7 @@ import signal
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from elbgate.credential_metrics import register_credential_failures
 from elbgate.identities import SubmitterIdentities
 from elbgate.kube.api import KubeApi
 from elbgate.kube.config import KubeConfig
@@ -18,7 +19,7 @@ from webhook.admission import Admission
 from webhook.callers import CallerPolicy
 from webhook.cluster_view import ClusterView
 from webhook.http import Runtime, create_app, create_ops_app
-from webhook.metrics import WebhookMetrics
+from webhook.metrics import COMPONENT, WebhookMetrics
 from webhook.readiness import ApiReachability
 from webhook.tls import ServingCertificate
 
@@ -35,6 +36,7 @@ async def serve(
     (or SIGTERM/SIGINT), then finish in-flight requests and close."""
     stop = stop or asyncio.Event()
     metrics = WebhookMetrics(CollectorRegistry(auto_describe=True))
+    register_credential_failures(metrics.registry, COMPONENT, kube.token)
     certificate = ServingCertificate(
         settings.webhook.tls_cert_file,
         settings.webhook.tls_key_file,

@@ -20,8 +20,10 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry
 
 from client.errors import explain_api_failure
+from elbgate.credential_metrics import register_credential_failures
 from elbgate.kube.api import (
     JOBS,
     LEASES,
@@ -543,3 +545,15 @@ async def test_an_exec_plugin_that_fails_at_start_fails_the_first_call_with_its_
     explained = explain_api_failure("GET lease", "blast", raised.value)
     assert "no valid credentials" in explained and "kubelogin" in explained
     assert "FileNotFoundError" in explained
+
+
+def test_failed_token_reloads_are_counted_for_prometheus(tmp_path: Path) -> None:
+    # What both servers export (elb_gate_credential_failures_total{component}): the
+    # warning an alert can see while the last token is still being used.
+    registry = CollectorRegistry()
+    source = TokenSource(token="last", path=str(tmp_path / "gone"), reread_seconds=0)
+    register_credential_failures(registry, "controller", source)
+    sample = ("elb_gate_credential_failures_total", {"component": "controller"})
+    assert registry.get_sample_value(*sample) == 0
+    assert source.current() == "last" and source.current() == "last"
+    assert registry.get_sample_value(*sample) == 2
