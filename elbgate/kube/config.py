@@ -266,9 +266,14 @@ def _load_kubeconfig(config_file: str | None, context: str | None) -> tuple[Any,
 def _reload(kind: str, config_file: str | None, context: str | None) -> Credential:
     """The kubeconfig user's token obtained again: from its exec plugin ourselves (for
     the plugin's error and expiry), from an auth provider through the official loader."""
+    from kubernetes.config.config_exception import ConfigException
+
     if kind == "exec":
         return _exec_plugin(config_file, context)
-    return Credential(_bearer(_load_kubeconfig(config_file, context)[0]))
+    try:
+        return Credential(_bearer(_load_kubeconfig(config_file, context)[0]))
+    except ConfigException as exc:
+        raise CredentialError(str(exc)) from None
 
 
 def _exec_plugin(config_file: str | None, context: str | None) -> Credential:
