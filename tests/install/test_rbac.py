@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from elbgate.names import DB_MEMORY_CONFIGMAP, LIVENESS_CONFIGMAP
+from elbgate.names import ADMISSION_RECORD_CONFIGMAP, DB_MEMORY_CONFIGMAP, LIVENESS_CONFIGMAP
 from elbgate.settings import ControllerSettings, RuleSettings
 from tests.install.rendering import REPO, Obj, one, select
 
@@ -54,7 +54,13 @@ controller's leader Lease, the webhook's database memory ConfigMap."""
 # contract and narrowed to what the code does; test_the_table_is_what_the_code_calls
 # keeps it honest.
 EXPECTED: dict[tuple[str, str], set[Grant]] = {
-    ("webhook", "gated"): {("leases", "get"), ("jobs", "list")},
+    ("webhook", "gated"): {
+        ("leases", "get"),
+        ("jobs", "list"),
+        ("configmaps", "get"),
+        ("configmaps", "create"),
+        ("configmaps", "update"),
+    },
     ("controller", "gated"): {
         ("leases", "list"),
         ("leases", "watch"),
@@ -214,6 +220,16 @@ def test_configmap_access_is_limited_to_the_liveness_configmap_except_create(
         'field_selector=f"metadata.name={LIVENESS_CONFIGMAP}"'
         in (REPO / "controller" / "server.py").read_text()
     )
+
+
+def test_the_webhook_writes_only_the_admission_record_configmap_except_create(
+    rendered: dict[str, list[Obj]],
+) -> None:
+    role = one(rendered["base"], "ClusterRole", "elb-gate-webhook")
+    rules = [r for r in role["rules"] if r["resources"] == ["configmaps"]]
+    unnamed = [v for r in rules if "resourceNames" not in r for v in r["verbs"]]
+    named = [(r["resourceNames"], r["verbs"]) for r in rules if "resourceNames" in r]
+    assert unnamed == ["create"] and named == [([ADMISSION_RECORD_CONFIGMAP], ["get", "update"])]
 
 
 @pytest.mark.parametrize("component", ["webhook", "controller"])
