@@ -21,19 +21,33 @@ its Job, so every later LIST — taken after a later GET — shows that Job too,
 really finishes or is deleted: no decision can miss an admitted Job. An entry whose Job
 was never stored (another webhook refused it, the create failed) stops counting when it
 expires.
+
+The record also keeps, per search, the durable evidence that it had batch work
+(``data.batch-work.json``: ``elb-job-id`` → ``<time> <app>/<Job name>``), written when
+its first ``setup``/``submit``/``blast`` Job is admitted: what tells a finalizer that
+is merging after its batch Jobs were TTL-deleted from an orphan, whether or not a
+controller watched at the time (the controller copies it onto the finalizer as
+``elb-gate.io/batch-work-seen``). Evidence is dropped only once no unfinished Job of its
+search is listed and it is older than the bound the writer gives (twice the Lease TTL:
+by then the submit that created the search has ended, so no finalizer of it can come).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from elbgate.census import Census, JobRef
 from elbgate.lease import format_microtime, parse_microtime
-from elbgate.names import ADMISSION_RECORD_CONFIGMAP, ADMISSION_RECORD_KEY
+from elbgate.names import (
+    ADMISSION_RECORD_CONFIGMAP,
+    ADMISSION_RECORD_KEY,
+    BATCH_WORK_EVIDENCE_APPS,
+    BATCH_WORK_RECORD_KEY,
+)
 
 
 class UnreadableRecord(ValueError):
@@ -108,6 +122,8 @@ class AdmissionRecord:
     namespace: str
     entries: tuple[Reservation, ...] = ()
     resource_version: str = ""
+    batch_work: Mapping[str, str] = field(default_factory=dict)
+    """``elb-job-id`` → ``<time> <app>/<Job name>``: searches known to have had batch work."""
 
     @classmethod
     def from_configmap(cls, namespace: str, obj: Mapping[str, Any] | None) -> AdmissionRecord:
@@ -123,7 +139,12 @@ class AdmissionRecord:
         if not isinstance(raw, list):
             raise UnreadableRecord(f"data.{ADMISSION_RECORD_KEY} is not a list")
         entries = tuple(Reservation.from_json(r) for r in raw)
-        return cls(namespace, entries, str(meta.get("resourceVersion") or ""))
+        return cls(
+            namespace,
+            entries,
+            str(meta.get("resourceVersion") or ""),
+            batch_work_of(obj, strict=True),
+        )
 
     def pending(self, listed: Collection[str], now: datetime) -> tuple[JobRef, ...]:
         """The reserved Jobs to count: in force, and not among the ``listed`` names."""
@@ -131,16 +152,34 @@ class AdmissionRecord:
             e.ref(self.namespace) for e in self.entries if e.expires > now and e.name not in listed
         )
 
+    def needs_evidence(self, app: str, job_id: str) -> bool:
+        """Is ``job_id``'s batch work not recorded yet, and would this Job record it?"""
+        return bool(job_id) and app in BATCH_WORK_EVIDENCE_APPS and job_id not in self.batch_work
+
     def written(
-        self, admitted: Reservation, listed: Collection[str], now: datetime
+        self,
+        admitted: Reservation,
+        listed: Collection[str],
+        listed_ids: Collection[str],
+        now: datetime,
+        evidence_seconds: float,
     ) -> dict[str, Any]:
-        """The ConfigMap to write: ``admitted`` added, entries listed or expired dropped."""
+        """The ConfigMap to write: ``admitted`` added (and its search's batch work when it
+        is batch work), entries listed or expired dropped, and evidence dropped of searches
+        none of whose Jobs is ``listed_ids`` that is older than ``evidence_seconds``."""
         kept = [
             e
             for e in self.entries
             if e.expires > now and e.name not in listed and e.name != admitted.name
         ]
         kept.append(admitted)
+        evidence = {
+            job_id: value
+            for job_id, value in self.batch_work.items()
+            if job_id in listed_ids or not _older(value, now, evidence_seconds)
+        }
+        if self.needs_evidence(admitted.app, admitted.job_id):
+            evidence[admitted.job_id] = f"{format_microtime(now)} {admitted.app}/{admitted.name}"
         meta: dict[str, Any] = {
             "name": ADMISSION_RECORD_CONFIGMAP,
             "namespace": self.namespace,
@@ -155,9 +194,32 @@ class AdmissionRecord:
             "data": {
                 ADMISSION_RECORD_KEY: json.dumps(
                     [e.to_json() for e in kept], separators=(",", ":"), sort_keys=True
-                )
+                ),
+                BATCH_WORK_RECORD_KEY: json.dumps(evidence, separators=(",", ":"), sort_keys=True),
             },
         }
+
+
+def _older(value: str, now: datetime, seconds: float) -> bool:
+    since = parse_microtime(value.split(" ", 1)[0])
+    # Unparseable: kept (dropping evidence could let a running finalizer be collected).
+    return isinstance(since, datetime) and (now - since).total_seconds() > seconds
+
+
+def batch_work_of(obj: Mapping[str, Any] | None, *, strict: bool = False) -> dict[str, str]:
+    """The record's batch-work evidence: ``elb-job-id`` → ``<time> <app>/<Job name>``.
+    Unreadable content raises :class:`UnreadableRecord` when ``strict`` (the webhook, which
+    must not write over it), and is empty otherwise (the controller)."""
+    text = ((obj or {}).get("data") or {}).get(BATCH_WORK_RECORD_KEY) or "{}"
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        raw = None
+    if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
+        if strict:
+            raise UnreadableRecord(f"data.{BATCH_WORK_RECORD_KEY} is not an object of strings")
+        return {}
+    return {str(k): v for k, v in raw.items()}
 
 
 def reservation_of(

@@ -19,7 +19,7 @@ from elbgate.census import Census
 from elbgate.identities import SubmitterIdentities
 from elbgate.kube.api import ApiError, ApiUnavailable, KubeApi
 from elbgate.kube.reads import get_submit_lease, list_unfinished_search_jobs
-from elbgate.names import lease_name
+from elbgate.names import JOB_ID_LABEL, lease_name
 from elbgate.reservations import AdmissionRecord, UnreadableRecord, adds_facts, reservation_of
 from elbgate.settings import GateSettings, RuleSettings, WebhookSettings
 from webhook import lease_guard, lease_stamp, search_admission
@@ -144,13 +144,17 @@ class Admission:
         if not decision.allowed or dry_run:
             return decision
         listed = {str((j.get("metadata") or {}).get("name") or "") for j in jobs}
+        listed_ids = {
+            str(((j.get("metadata") or {}).get("labels") or {}).get(JOB_ID_LABEL) or "")
+            for j in jobs
+        }
         pending = record.pending(listed, now)
         before = observed.census
         assert before is not None
         after = search_admission.survey(
             job, jobs, self.gate, now, (*pending, search_admission.as_unfinished(job, now))
         )
-        if not adds_facts(before, after):
+        if not adds_facts(before, after) and not record.needs_evidence(job.app, job.job_id):
             return decision
         entry = reservation_of(
             job.name,
@@ -167,7 +171,9 @@ class Admission:
                 "update" if record.resource_version else "create",
                 "configmaps",
                 write_record(
-                    self.api, record.written(entry, listed, now), self.webhook.api_timeout_seconds
+                    self.api,
+                    record.written(entry, listed, listed_ids, now, 2 * self.gate.lease_ttl_seconds),
+                    self.webhook.api_timeout_seconds,
                 ),
             )
         except RecordChanged:

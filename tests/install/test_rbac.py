@@ -207,19 +207,21 @@ def test_the_leader_role_grants_exactly_the_table_on_the_leader_lease_only(
     assert {v for r in role["rules"] if "resourceNames" not in r for v in r["verbs"]} == {"create"}
 
 
-def test_configmap_access_is_limited_to_the_liveness_configmap_except_create(
+def test_configmap_access_is_limited_to_the_liveness_configmap_and_reading_the_record(
     rendered: dict[str, list[Obj]],
 ) -> None:
     role = one(rendered["base"], "ClusterRole", "elb-gate-controller")
     rules = [r for r in role["rules"] if r["resources"] == ["configmaps"]]
     unnamed = [v for r in rules if "resourceNames" not in r for v in r["verbs"]]
-    named = [r["resourceNames"] for r in rules if "resourceNames" in r]
-    assert unnamed == ["create"] and named == [[LIVENESS_CONFIGMAP]]
+    named = [(r["resourceNames"], r["verbs"]) for r in rules if "resourceNames" in r]
+    assert unnamed == ["create"] and named == [
+        ([LIVENESS_CONFIGMAP], ["list", "watch", "patch"]),
+        ([ADMISSION_RECORD_CONFIGMAP], ["list", "watch"]),
+    ]
     # list/watch limited by name only qualify with this field selector: the informer sends it.
-    assert (
-        'field_selector=f"metadata.name={LIVENESS_CONFIGMAP}"'
-        in (REPO / "controller" / "server.py").read_text()
-    )
+    source = (REPO / "controller" / "server.py").read_text()
+    assert 'field_selector=f"metadata.name={LIVENESS_CONFIGMAP}"' in source
+    assert 'field_selector=f"metadata.name={ADMISSION_RECORD_CONFIGMAP}"' in source
 
 
 def test_the_webhook_writes_only_the_admission_record_configmap_except_create(

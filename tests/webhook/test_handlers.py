@@ -178,8 +178,17 @@ async def test_leases_never_cost_an_api_call() -> None:
     assert api.calls == []
 
 
+def evidence(*job_ids: str) -> dict[str, Any]:
+    """A record that already holds the batch-work evidence of ``job_ids``."""
+    found = {i: f"{format_microtime(NOW)} blast/first-{i}" for i in job_ids}
+    return {
+        "metadata": {"name": "elb-gate-admissions", "resourceVersion": "4"},
+        "data": {"reservations.json": "[]", "batch-work.json": json.dumps(found)},
+    }
+
+
 async def test_a_blast_job_of_an_active_search_reads_the_record_then_the_census_only() -> None:
-    api = FakeApi(jobs=[job("blast", "a").build()])
+    api = FakeApi(jobs=[job("blast", "a").build()], record=evidence("a"))
     response = (
         await make(api, api_timeout_seconds=0.75).validate_job(
             admission("CREATE", job_object("blast", "a"), who=user("system:serviceaccount:x:y"))
@@ -342,10 +351,43 @@ async def test_a_dry_run_writes_nothing() -> None:
 
 async def test_a_second_staging_job_of_one_search_adds_nothing_and_writes_nothing() -> None:
     first = init_ssd("job-1", 0, "core_nt")
-    api = FakeApi(jobs=[first], lease_obj=alice_holds())
+    api = FakeApi(jobs=[first], lease_obj=alice_holds(), record=evidence("job-1"))
     answer = await make(api).validate_job(admission("CREATE", init_ssd("job-1", 1, "core_nt")))
     assert answer.decision == "allowed", answer.response.message
     assert api.written == []
+
+
+async def test_the_first_batch_work_of_a_search_opened_by_its_finalizer_is_recorded_once() -> None:
+    api = FakeApi(jobs=[job("finalizer", "a").build()])
+    handlers = make(api)
+    in_cluster = user("system:serviceaccount:x:y")
+    for name in ("b0", "b1"):
+        answer = await handlers.validate_job(
+            admission("CREATE", job_object("blast", "a", name), who=in_cluster)
+        )
+        assert answer.decision == "allowed", answer.response.message
+    (written,) = api.written  # the second found the evidence already recorded
+    found = json.loads(written["data"]["batch-work.json"])
+    assert list(found) == ["a"] and found["a"].endswith(" blast/b0")
+
+
+async def test_evidence_of_a_search_with_no_job_left_is_dropped_once_old() -> None:
+    old = {
+        "gone": f"{format_microtime(NOW - timedelta(seconds=1801))} submit/submit-jobs-gone",
+        "young": f"{format_microtime(NOW - timedelta(seconds=60))} submit/submit-jobs-young",
+        "a": f"{format_microtime(NOW - timedelta(seconds=5000))} blast/first-a",
+    }
+    record = {
+        "metadata": {"name": "elb-gate-admissions", "resourceVersion": "4"},
+        "data": {"reservations.json": "[]", "batch-work.json": json.dumps(old)},
+    }
+    api = FakeApi(jobs=[job("finalizer", "a").build()], lease_obj=alice_holds(), record=record)
+    answer = await make(api).validate_job(admission("CREATE", job_object("submit", "d")))
+    assert answer.decision == "allowed", answer.response.message
+    (written,) = api.written
+    # "a" still has a Job listed (its finalizer runs): kept however old; "gone" is past
+    # twice the Lease TTL with nothing left; "young" may still get its finalizer.
+    assert sorted(json.loads(written["data"]["batch-work.json"])) == ["a", "d", "young"]
 
 
 async def test_a_staging_reserved_by_another_search_refuses_a_second_one() -> None:
