@@ -8,17 +8,20 @@ search now uses — is ordered through one object, the ConfigMap
 ``elb-gate-admissions`` in the gated namespace, written with a compare-and-swap on
 its resourceVersion (docs/design.md, "Admission is linearizable"):
 
-1. GET the record (a consistent read), then LIST the search Jobs (consistent too);
+1. GET the record (a consistent read), then LIST the search Jobs (consistent too),
+   then GET each reserved Job the LIST does not show (it may have finished already:
+   the census LIST skips succeeded Jobs);
 2. decide on the census of the listed Jobs plus the *reserved* ones: each entry is
    the admitted Job as the census would see it, created at its admission, until a
-   LIST shows a Job of that name or the entry expires;
+   LIST shows a Job of that name, a GET shows it finished, or the entry expires;
 3. when the admitted Job adds a fact (:func:`adds_facts`), PUT the record with the
    resourceVersion read, this Job's entry added and the entries the LIST already
    shows (or that expired) removed; on 409 start again from 1.
 
-An entry is removed only when a consistent LIST taken before the removing write showed
-its Job, so every later LIST — taken after a later GET — shows that Job too, until it
-really finishes or is deleted: no decision can miss an admitted Job. An entry whose Job
+An entry is removed only when a consistent read taken before the removing write showed
+its Job: unfinished in the LIST, so every later LIST — taken after a later GET — shows
+it too until it really finishes or is deleted; or finished, which it stays. No decision
+can miss an admitted Job. An entry whose Job
 was never stored (another webhook refused it, the create failed) stops counting when it
 expires.
 
@@ -146,11 +149,11 @@ class AdmissionRecord:
             batch_work_of(obj, strict=True),
         )
 
-    def pending(self, listed: Collection[str], now: datetime) -> tuple[JobRef, ...]:
-        """The reserved Jobs to count: in force, and not among the ``listed`` names."""
-        return tuple(
-            e.ref(self.namespace) for e in self.entries if e.expires > now and e.name not in listed
-        )
+    def unlisted(self, listed: Collection[str], now: datetime) -> tuple[Reservation, ...]:
+        """The entries in force whose Job is not among the ``listed`` names: not stored
+        yet, or stored after the LIST, or finished already (the census LIST skips
+        succeeded Jobs; the caller GETs these to tell), or never stored."""
+        return tuple(e for e in self.entries if e.expires > now and e.name not in listed)
 
     def needs_evidence(self, app: str, job_id: str) -> bool:
         """Is ``job_id``'s batch work not recorded yet, and would this Job record it?"""
@@ -172,6 +175,8 @@ class AdmissionRecord:
             for e in self.entries
             if e.expires > now and e.name not in listed and e.name != admitted.name
         ]
+        # ``listed`` holds the names of Jobs a consistent read showed: unfinished in the
+        # LIST, or finished in a GET (a finished Job never counts again).
         kept.append(admitted)
         evidence = {
             job_id: value

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from elbgate.census import Census
+from elbgate.census import JobRef
 from elbgate.identities import SubmitterIdentities
 from elbgate.kube.api import ApiError, ApiUnavailable, KubeApi
 from elbgate.kube.reads import get_submit_lease, list_unfinished_search_jobs
@@ -23,7 +23,13 @@ from elbgate.names import JOB_ID_LABEL, lease_name
 from elbgate.reservations import AdmissionRecord, UnreadableRecord, adds_facts, reservation_of
 from elbgate.settings import GateSettings, RuleSettings, WebhookSettings
 from webhook import lease_guard, lease_stamp, search_admission
-from webhook.admission_record import RecordChanged, get_record, record_ref, write_record
+from webhook.admission_record import (
+    RecordChanged,
+    finished_jobs,
+    get_record,
+    record_ref,
+    write_record,
+)
 from webhook.decision import Decision, unverified
 from webhook.endpoint import Answer
 from webhook.lease_request import LeaseRequest
@@ -45,6 +51,20 @@ def utc_now() -> datetime:
 
 class ReadFailed(Exception):
     """An API read needed for a decision failed; the message names the read and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """What the census LIST showed, and what became of the record's reserved Jobs."""
+
+    jobs: list[dict[str, Any]]
+    names: frozenset[str]
+    ids: frozenset[str]
+    """The ``elb-job-id`` of every listed Job."""
+    pending: tuple[JobRef, ...]
+    """Reserved Jobs to count: not listed, not seen finished."""
+    finished: frozenset[str]
+    """Reserved Jobs a GET showed finished (their entries can go)."""
 
 
 @dataclass
@@ -131,7 +151,7 @@ class Admission:
                 ),
             )
             # After the record's GET, never beside it: see elbgate.reservations.
-            observed, jobs = await self._observe(job, reads, now, record)
+            observed, listed = await self._observe(job, reads, now, record)
         except ReadFailed as exc:
             return unverified(subject, str(exc))
         except UnreadableRecord as exc:
@@ -143,18 +163,17 @@ class Admission:
         decision = self._decide(job, observed, now)
         if not decision.allowed or dry_run:
             return decision
-        listed = {str((j.get("metadata") or {}).get("name") or "") for j in jobs}
-        listed_ids = {
-            str(((j.get("metadata") or {}).get("labels") or {}).get(JOB_ID_LABEL) or "")
-            for j in jobs
-        }
-        pending = record.pending(listed, now)
-        before = observed.census
-        assert before is not None
+        assert listed is not None and observed.census is not None
         after = search_admission.survey(
-            job, jobs, self.gate, now, (*pending, search_admission.as_unfinished(job, now))
+            job,
+            listed.jobs,
+            self.gate,
+            now,
+            (*listed.pending, search_admission.as_unfinished(job, now)),
         )
-        if not adds_facts(before, after) and not record.needs_evidence(job.app, job.job_id):
+        if not adds_facts(observed.census, after) and not record.needs_evidence(
+            job.app, job.job_id
+        ):
             return decision
         entry = reservation_of(
             job.name,
@@ -172,7 +191,13 @@ class Admission:
                 "configmaps",
                 write_record(
                     self.api,
-                    record.written(entry, listed, listed_ids, now, 2 * self.gate.lease_ttl_seconds),
+                    record.written(
+                        entry,
+                        listed.names | listed.finished,
+                        listed.ids,
+                        now,
+                        2 * self.gate.lease_ttl_seconds,
+                    ),
                     self.webhook.api_timeout_seconds,
                 ),
             )
@@ -200,13 +225,14 @@ class Admission:
         reads: Reads,
         now: datetime,
         record: AdmissionRecord | None,
-    ) -> tuple[Observed, list[dict[str, Any]]]:
-        """What ``decide`` needs, and the Jobs listed (empty when none were). With a
-        ``record``, the census counts its reserved Jobs that the LIST does not show."""
+    ) -> tuple[Observed, Listed | None]:
+        """What ``decide`` needs, and what was listed (``None`` when nothing was). With a
+        ``record``, the census counts its reserved Jobs that the LIST does not show and
+        a GET does not show finished."""
         if reads is Reads.NONE:
-            return Observed(), []
+            return Observed(), None
         if reads is Reads.LEASE:
-            return Observed(None, await self._get_lease(job.namespace)), []
+            return Observed(None, await self._get_lease(job.namespace)), None
         if reads is Reads.JOBS_AND_LEASE:
             results = await asyncio.gather(
                 self._list_jobs(job.namespace),
@@ -220,25 +246,34 @@ class Admission:
             if failures:
                 raise ReadFailed("; ".join(str(f) for f in failures))
             jobs, lease_obj = results
-            seen = self._survey(job, jobs, now, record)
-            return Observed(seen, lease_obj), jobs
+            listed = await self._listed(job.namespace, jobs, now, record)
+            seen = search_admission.survey(job, jobs, self.gate, now, listed.pending)
+            return Observed(seen, lease_obj), listed
         jobs = await self._list_jobs(job.namespace)
-        seen = self._survey(job, jobs, now, record)
+        listed = await self._listed(job.namespace, jobs, now, record)
+        seen = search_admission.survey(job, jobs, self.gate, now, listed.pending)
         if search_admission.lease_needed(job, seen):
-            return Observed(seen, await self._get_lease(job.namespace)), jobs
-        return Observed(seen, NOT_READ), jobs
+            return Observed(seen, await self._get_lease(job.namespace)), listed
+        return Observed(seen, NOT_READ), listed
 
-    def _survey(
+    async def _listed(
         self,
-        job: JobRequest,
+        namespace: str,
         jobs: list[dict[str, Any]],
         now: datetime,
         record: AdmissionRecord | None,
-    ) -> Census:
-        if record is None:
-            return search_admission.survey(job, jobs, self.gate, now)
-        listed = {str((j.get("metadata") or {}).get("name") or "") for j in jobs}
-        return search_admission.survey(job, jobs, self.gate, now, record.pending(listed, now))
+    ) -> Listed:
+        names = frozenset(str((j.get("metadata") or {}).get("name") or "") for j in jobs)
+        ids = frozenset(
+            str(((j.get("metadata") or {}).get("labels") or {}).get(JOB_ID_LABEL) or "")
+            for j in jobs
+        )
+        unlisted = record.unlisted(names, now) if record is not None else ()
+        finished = await finished_jobs(
+            self.api, namespace, (e.name for e in unlisted), self.webhook.api_timeout_seconds
+        )
+        pending = tuple(e.ref(namespace) for e in unlisted if e.name not in finished)
+        return Listed(jobs, names, ids, pending, finished)
 
     async def _list_jobs(self, namespace: str) -> list[dict[str, Any]]:
         return await self._read(

@@ -1,4 +1,5 @@
-"""Read and compare-and-swap the namespace's admission record (:mod:`elbgate.reservations`).
+"""Read and compare-and-swap the namespace's admission record (:mod:`elbgate.reservations`),
+and tell which of its reserved Jobs have finished.
 
 The GET is a consistent read (no resourceVersion), and so is the census LIST that the
 handler makes after it; the write names the resourceVersion read (PUT), or creates the
@@ -9,9 +10,12 @@ handler reads and decides again.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterable
 from typing import Any
 
-from elbgate.kube.api import CONFIGMAPS, ApiError, KubeApi, path
+from elbgate.job_status import is_terminal
+from elbgate.kube.api import CONFIGMAPS, JOBS, ApiError, ApiUnavailable, KubeApi, path
 from elbgate.names import ADMISSION_RECORD_CONFIGMAP
 
 
@@ -46,3 +50,24 @@ async def write_record(api: KubeApi, body: dict[str, Any], deadline: float) -> N
         if exc.conflict or exc.not_found:
             raise RecordChanged(str(exc)) from None
         raise
+
+
+async def finished_jobs(
+    api: KubeApi, namespace: str, names: Iterable[str], deadline: float
+) -> frozenset[str]:
+    """Of the Jobs ``names`` (reserved, not in the census LIST), those a GET shows
+    finished. One that is absent, unfinished or could not be read is not: it keeps
+    counting (an over-count for a moment, never an under-count)."""
+
+    async def finished(name: str) -> bool:
+        try:
+            found = await api.get_or_none(path(JOBS, namespace, name), deadline=deadline)
+        except (ApiError, ApiUnavailable):
+            return False
+        return found is not None and is_terminal(found)
+
+    wanted = sorted(set(names))
+    if not wanted:
+        return frozenset()
+    done = await asyncio.gather(*(finished(n) for n in wanted))
+    return frozenset(n for n, f in zip(wanted, done, strict=True) if f)

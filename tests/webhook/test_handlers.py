@@ -53,6 +53,8 @@ class FakeApi:
         self.conflicts = conflicts
         """Writes of the record that another admission "wins" first (409 each)."""
         self.written: list[dict[str, Any]] = []
+        self.stored_jobs: dict[str, dict[str, Any]] = {}
+        """Jobs a GET by name finds (the census LIST shows only ``jobs``)."""
 
     async def _enter(self, verb: str, path: str, kw: dict[str, Any]) -> None:
         self.calls.append((verb, path, kw))
@@ -70,6 +72,9 @@ class FakeApi:
         return {"items": self.jobs}
 
     async def get_or_none(self, path: str, **kw: Any) -> dict[str, Any] | None:
+        if "/jobs/" in path:
+            await self._enter("job", path, kw)
+            return self.stored_jobs.get(path.rsplit("/", 1)[-1])
         if "/configmaps/" in path:
             await self._enter("record", path, kw)
             return copy.deepcopy(self.record)
@@ -300,6 +305,25 @@ async def test_an_expired_or_listed_reservation_no_longer_counts_and_is_dropped(
     assert answer.decision == "allowed", answer.response.message
     (written,) = api.written
     assert written["metadata"]["resourceVersion"] == "8"  # the CAS named "7"
+    assert [e["elbJobId"] for e in json.loads(written["data"]["reservations.json"])] == ["d"]
+
+
+async def test_a_reserved_job_a_get_shows_finished_no_longer_counts_and_is_dropped() -> None:
+    # It succeeded before any LIST showed it (the census LIST skips succeeded Jobs).
+    api = FakeApi(
+        jobs=[job("blast", i).build() for i in "ab"],
+        lease_obj=alice_holds(),
+        record=record_of(entry("submit-jobs-c", "submit", "c")),
+    )
+    api.stored_jobs["submit-jobs-c"] = job("submit", "c").build() | {
+        "status": {"succeeded": 1, "completionTime": "2026-11-29T11:59:00Z"}
+    }
+    answer = await make(api).validate_job(admission("CREATE", job_object("submit", "d")))
+    assert answer.decision == "allowed", answer.response.message
+    assert ("job", "/apis/batch/v1/namespaces/default/jobs/submit-jobs-c") in [
+        c[:2] for c in api.calls
+    ]
+    (written,) = api.written
     assert [e["elbJobId"] for e in json.loads(written["data"]["reservations.json"])] == ["d"]
 
 
