@@ -2,8 +2,9 @@
 
 As :mod:`tests.webhook.test_concurrent_admission`, with two replicas behind one Service
 (each TCP connection to the next replica, as kube-proxy spreads them): no in-process
-lock can order the two decisions, only the API server can. The replicas' logs say which
-one judged each request; the rounds must include races split across them.
+lock can order the two decisions, only the API server can. Before each race the
+Service closes its connections, so the API server dials one for each request, and the
+two go to the two replicas; their logs say which one judged each request.
 """
 
 from __future__ import annotations
@@ -65,11 +66,32 @@ def test_two_replicas_judging_one_half_each_admit_exactly_one(
     wrong: list[str] = []
     split = 0
     for _ in range(ROUNDS):
-        played = play_round(control_plane, service.gate_namespace, bodies, seed=seed)
-        split += len(set(judged_by(service, played).values())) == 2
-        stagings = len(played.unfinished_stagers) if seed == 0 else 1
-        if len(played.admitted) != 1 or len(played.active_ids) > 3 or stagings != 1:
-            wrong.append(f"{stagings} unfinished stagings; {played.describe()}")
+        assert service.proxy is not None
+        played = play_round(
+            control_plane,
+            service.gate_namespace,
+            bodies,
+            seed=seed,
+            before_race=service.proxy.close_connections,
+        )
         control_plane.admin.delete("namespaces", None, played.namespace)
-    assert split > 0, "no round's two requests went to different replicas"
+        stagings = len(played.unfinished_stagers) if seed == 0 else 1
+        if len(played.admitted) > 1 or len(played.active_ids) > 3 or stagings > 1:
+            wrong.append(f"{stagings} unfinished stagings; {played.describe()}")
+        judged = judged_by(service, played)
+        if len(judged) < 2:
+            # The API server wrote a request on a connection the Service had just closed:
+            # refused (failurePolicy Fail) without a decision, so no race was judged.
+            assert all(
+                s.code == 500 and "failed calling webhook" in s.message
+                for s in played.sent
+                if s.name not in judged
+            ), played.describe()
+            continue
+        if len(played.admitted) != 1 or stagings != 1:
+            wrong.append(f"{stagings} unfinished stagings; {played.describe()}")
+        split += len(set(judged.values())) == 2
     assert not wrong, f"{len(wrong)} of {ROUNDS} rounds went wrong:\n" + "\n".join(wrong)
+    # The API server may still reuse a connection it had opened in between (a probe):
+    # most rounds, not every one, split across the replicas.
+    assert split >= ROUNDS // 2, f"only {split} of {ROUNDS} rounds split across the replicas"
