@@ -166,18 +166,22 @@ class AdmissionRecord:
         listed_ids: Collection[str],
         now: datetime,
         evidence_seconds: float,
+        *,
+        reserve: bool = True,
     ) -> dict[str, Any]:
-        """The ConfigMap to write: ``admitted`` added (and its search's batch work when it
-        is batch work), entries listed or expired dropped, and evidence dropped of searches
-        none of whose Jobs is ``listed_ids`` that is older than ``evidence_seconds``."""
+        """The ConfigMap to write: ``admitted`` added (unless not ``reserve``: it adds no
+        fact, only its search's batch work), its search's batch work recorded when it is
+        batch work, entries listed or expired dropped, and evidence dropped of searches
+        none of whose Jobs is in ``listed_ids`` that is older than ``evidence_seconds``."""
+        # ``listed`` holds the names of Jobs a consistent read showed: unfinished in the
+        # LIST, or finished in a GET (a finished Job never counts again).
         kept = [
             e
             for e in self.entries
             if e.expires > now and e.name not in listed and e.name != admitted.name
         ]
-        # ``listed`` holds the names of Jobs a consistent read showed: unfinished in the
-        # LIST, or finished in a GET (a finished Job never counts again).
-        kept.append(admitted)
+        if reserve:
+            kept.append(admitted)
         evidence = {
             job_id: value
             for job_id, value in self.batch_work.items()

@@ -171,9 +171,8 @@ class Admission:
             now,
             (*listed.pending, search_admission.as_unfinished(job, now)),
         )
-        if not adds_facts(observed.census, after) and not record.needs_evidence(
-            job.app, job.job_id
-        ):
+        adds = adds_facts(observed.census, after)
+        if not adds and not record.needs_evidence(job.app, job.job_id):
             return decision
         entry = reservation_of(
             job.name,
@@ -197,6 +196,7 @@ class Admission:
                         listed.ids,
                         now,
                         2 * self.gate.lease_ttl_seconds,
+                        reserve=adds,
                     ),
                     self.webhook.api_timeout_seconds,
                 ),

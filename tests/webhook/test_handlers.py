@@ -393,6 +393,8 @@ async def test_the_first_batch_work_of_a_search_opened_by_its_finalizer_is_recor
     (written,) = api.written  # the second found the evidence already recorded
     found = json.loads(written["data"]["batch-work.json"])
     assert list(found) == ["a"] and found["a"].endswith(" blast/b0")
+    # It joins a search already active: it reserves nothing, it only records the work.
+    assert json.loads(written["data"]["reservations.json"]) == []
 
 
 async def test_evidence_of_a_search_with_no_job_left_is_dropped_once_old() -> None:
