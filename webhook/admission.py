@@ -172,7 +172,13 @@ class Admission:
             (*listed.pending, search_admission.as_unfinished(job, now)),
         )
         adds = adds_facts(observed.census, after)
+        seen = listed.names | listed.finished
         if not adds and not record.needs_evidence(job.app, job.job_id):
+            if any(e.name in seen for e in record.entries):
+                # Tidy: drop the entries this admission's reads showed (best effort; the
+                # decision stands whatever becomes of it), so none counts again once its
+                # Job has ended and gone before the next admission that writes.
+                await self._prune(job, record, listed, now)
             return decision
         entry = reservation_of(
             job.name,
@@ -206,6 +212,24 @@ class Admission:
         except ReadFailed as exc:
             return unverified(subject, str(exc))
         return decision
+
+    async def _prune(
+        self, job: JobRequest, record: AdmissionRecord, listed: Listed, now: datetime
+    ) -> None:
+        # An entry that names no Job, added to nothing: only the pruning is written.
+        entry = reservation_of("", "", "", (), (), now, 0)
+        body = record.written(
+            entry,
+            listed.names | listed.finished,
+            listed.ids,
+            now,
+            2 * self.gate.lease_ttl_seconds,
+            reserve=False,
+        )
+        try:
+            await write_record(self.api, body, self.webhook.api_timeout_seconds)
+        except (RecordChanged, ApiError, ApiUnavailable):
+            pass  # another admission wrote (and pruned) first, or the API is away
 
     def _decide(self, job: JobRequest, observed: Observed, now: datetime) -> Decision:
         if observed.census is not None and node_rules_on(self.rules):
