@@ -53,6 +53,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--reclaim-runs", type=int, help="runs per dead-holder reclaim case (0: skip)"
     )
+    parser.add_argument(
+        "--order-requests",
+        type=int,
+        help="reviews per kind of the admission-order phase (0: skip)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help="results file")
     parser.add_argument("--markdown", type=Path, help="also write the table as Markdown here")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory (logs)")
@@ -83,6 +88,7 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         capacity=not args.no_capacity,
         load=None if args.no_load else load,
         reclaim_runs=base.reclaim_runs if args.reclaim_runs is None else args.reclaim_runs,
+        order_requests=base.order_requests if args.order_requests is None else args.order_requests,
     )
 
 
@@ -130,7 +136,13 @@ def main(argv: list[str] | None = None) -> int:
             notes.append("controller_bench failed:\n" + traceback.format_exc(limit=3))
     machine["load_average_at_end"] = list(load_average())
     figures = all_figures(
-        series, config.job_counts, harness.fast_workloads, controller, harness.load, harness.reclaim
+        series,
+        config.job_counts,
+        harness.fast_workloads,
+        controller,
+        harness.load,
+        harness.reclaim,
+        harness.order,
     )
     results = Results(
         figures=figures,
@@ -145,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             "large_from_jobs": config.large,
             "load": dataclasses.asdict(config.load) if config.load else None,
             "reclaim_runs": config.reclaim_runs,
+            "order_requests": config.order_requests,
             "layout": describe_layout(harness),
         },
         raw={
@@ -154,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             "controller": controller,
             "load": harness.load,
             "reclaim": harness.reclaim,
+            "admission_order": harness.order,
         },
         notes=notes,
     )

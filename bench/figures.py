@@ -409,6 +409,32 @@ def reclaim_figures(result: Mapping[str, Any]) -> list[Figure]:
     return out
 
 
+def order_figures(result: Mapping[str, Any]) -> list[Figure]:
+    """What a search's first Job and a Job of an active search cost the webhook, with
+    the admission record (:mod:`bench.admission_order`): latency and API requests."""
+    out = []
+    for kind, what in (
+        ("opening", "a new search's first Job (writes the record)"),
+        ("joining", "a batch Job of an active search (reads the record)"),
+    ):
+        row = result[kind]
+        calls = ", ".join(f"{k} {v:g}" for k, v in row["api_requests_by_call"].items())
+        for q in ("p50", "p99"):
+            out.append(
+                paired(f"order.{kind}.{q}", f"admission of {what}: {q}", [row[f"{q}_ms"]], "ms")
+            )
+        out.append(
+            paired(
+                f"order.{kind}.api_requests",
+                f"admission of {what}: API requests per review",
+                [row["api_requests_per_review"]],
+                "/review",
+                note=calls,
+            )
+        )
+    return out
+
+
 def all_figures(
     s: Series,
     job_counts: Sequence[int],
@@ -416,6 +442,7 @@ def all_figures(
     controller: Mapping[str, Any] | None,
     load: Mapping[str, Any] | None = None,
     reclaim: Mapping[str, Any] | None = None,
+    order: Mapping[str, Any] | None = None,
 ) -> list[Figure]:
     """Every row, in the order printed."""
     out = floor_figures(s, job_counts)
@@ -429,6 +456,8 @@ def all_figures(
         out += load_figures(load)
     if reclaim:
         out += reclaim_figures(reclaim)
+    if order:
+        out += order_figures(order)
     if controller:
         out += controller_figures(controller)
     return out

@@ -35,7 +35,7 @@ from typing import Any
 
 import orjson
 
-from bench import cluster_load, reclaim_latency, reviews
+from bench import admission_order, cluster_load, reclaim_latency, reviews
 from bench.child_processes import ApiFloorSteps, NoopServer
 from bench.cluster import BenchCluster
 from bench.cluster_load import LoadConfig
@@ -106,6 +106,8 @@ class BenchConfig:
     """Runs per dead-holder reclaim case (0: skipped)."""
     reclaim_cases: tuple[str, ...] = ()
     """Reclaim cases to run (empty: all of :data:`testbed.holders.CASES`)."""
+    order_requests: int = admission_order.DEFAULT_REQUESTS
+    """Reviews per kind of the admission-order phase (:mod:`bench.admission_order`; 0: skipped)."""
 
     @classmethod
     def quick(cls) -> BenchConfig:
@@ -120,6 +122,7 @@ class BenchConfig:
             load=LoadConfig.quick(),
             reclaim_runs=1,
             reclaim_cases=("pod_deleted",),
+            order_requests=admission_order.QUICK_REQUESTS,
         )
 
     def plans_for(self, jobs: int) -> tuple[LoadPlan, LoadPlan]:
@@ -201,6 +204,7 @@ class Harness:
         self.load: dict[str, Any] | None = None
         """What :func:`bench.cluster_load.run` measured."""
         self.reclaim: dict[str, Any] | None = None
+        self.order: dict[str, Any] | None = None
         """What :func:`bench.reclaim_latency.run` measured."""
 
     # -- lifecycle ---------------------------------------------------------------
@@ -511,6 +515,10 @@ def run(config: BenchConfig, workdir: Path, progress: Callable[[str], None]) -> 
                 config.reclaim_cases or tuple(holders.CASES),
                 lambda m: progress(f"reclaim: {m}"),
                 cp=harness.cluster.control_plane,
+            )
+        if config.order_requests:
+            harness.order = admission_order.run(
+                harness.cluster.control_plane, config.order_requests, progress
             )
     finally:
         harness.stop()

@@ -22,11 +22,16 @@ from typing import Any
 from elbgate.census import JobRef, is_terminal
 from elbgate.lease import LeaseView
 from elbgate.names import BATCH_WORK_EVIDENCE_APPS
+from elbgate.reservations import batch_work_of
 
 JOBS = "jobs"
 LEASES = "leases"
 CONFIGMAPS = "configmaps"
-KINDS: tuple[str, ...] = (JOBS, LEASES, CONFIGMAPS)
+ADMISSIONS = "admissions"
+"""The webhook's admission record (ConfigMap ``elb-gate-admissions``): its batch-work
+evidence (:func:`elbgate.reservations.batch_work_of`), which outlives the batch Jobs and
+any time the controller was not watching."""
+KINDS: tuple[str, ...] = (JOBS, LEASES, CONFIGMAPS, ADMISSIONS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +68,8 @@ class NamespaceCache:
     """The same Jobs: name → ``app`` (to name what was seen)."""
     lease: LeaseView | None = None
     liveness: ConfigMapRecord | None = None
+    recorded_batch_work: dict[str, str] = field(default_factory=dict)
+    """From the admission record: ``elb-job-id`` → ``<app>/<name>`` of its first batch work."""
     synced: set[str] = field(default_factory=set)
     """Kinds whose LIST completed and whose watch has not failed since."""
 
@@ -77,10 +84,18 @@ class Snapshot:
     finished_marked: tuple[JobRef, ...]
     liveness: ConfigMapRecord | None
     batch_work_ids: frozenset[str] = frozenset()
-    """Searches whose batch Jobs have finished (their finalizers are finishing, not orphans)."""
+    """Searches whose batch Jobs have finished, or that the admission record says had
+    batch work (their finalizers are finishing, not orphans)."""
     batch_work: Mapping[str, str] = field(default_factory=dict)
     """Every search with a batch-work Job in the cache, finished or not: ``elb-job-id`` →
     ``<app>/<name>`` of one such Job (what the finalizer's record names)."""
+
+
+def _recorded(obj: Mapping[str, Any]) -> dict[str, str]:
+    """``elb-job-id`` → ``<app>/<name>`` from the admission record's evidence."""
+    return {
+        job_id: value.split(" ", 1)[-1] for job_id, value in batch_work_of(obj).items() if value
+    }
 
 
 class Cache:
@@ -120,6 +135,10 @@ class Cache:
             entry.liveness = None
             for obj in items:
                 entry.liveness = ConfigMapRecord.from_dict(obj)
+        elif kind == ADMISSIONS:
+            entry.recorded_batch_work = {}
+            for obj in items:
+                entry.recorded_batch_work = _recorded(obj)
         else:
             raise ValueError(f"unknown kind {kind!r}")
         entry.synced.add(kind)
@@ -142,6 +161,8 @@ class Cache:
             entry.lease = None if deleted else LeaseView.from_dict(obj)
         elif kind == CONFIGMAPS:
             entry.liveness = None if deleted else ConfigMapRecord.from_dict(obj)
+        elif kind == ADMISSIONS:
+            entry.recorded_batch_work = {} if deleted else _recorded(obj)
         else:
             raise ValueError(f"unknown kind {kind!r}")
         self._on_change(namespace)
@@ -209,6 +230,8 @@ class Cache:
         seen: dict[str, str] = {}
         for name, job_id in sorted(entry.finished_batch.items()):
             seen.setdefault(job_id, f"{entry.finished_batch_apps.get(name, '')}/{name}")
+        for job_id, job in sorted(entry.recorded_batch_work.items()):
+            seen.setdefault(job_id, job)
         for ref in sorted(entry.unfinished.values(), key=lambda r: r.name):
             if ref.app in BATCH_WORK_EVIDENCE_APPS and ref.job_id:
                 seen[ref.job_id] = f"{ref.app}/{ref.name}"  # a running Job names it best
@@ -218,7 +241,8 @@ class Cache:
             unfinished=tuple(entry.unfinished.values()),
             finished_marked=tuple(entry.finished_marked.values()),
             liveness=entry.liveness,
-            batch_work_ids=frozenset(entry.finished_batch.values()),
+            batch_work_ids=frozenset(entry.finished_batch.values())
+            | frozenset(entry.recorded_batch_work),
             batch_work=seen,
         )
 

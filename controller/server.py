@@ -25,7 +25,13 @@ from elbgate.kube.api import CONFIGMAPS, JOBS, LEASES, KubeApi, path
 from elbgate.kube.config import KubeConfig
 from elbgate.kube.informer import Informer, WatchSpec
 from elbgate.logs import log
-from elbgate.names import BATCH_WORK_EVIDENCE_APPS, LIVENESS_CONFIGMAP, SEARCH_APPS, lease_name
+from elbgate.names import (
+    ADMISSION_RECORD_CONFIGMAP,
+    BATCH_WORK_EVIDENCE_APPS,
+    LIVENESS_CONFIGMAP,
+    SEARCH_APPS,
+    lease_name,
+)
 from elbgate.settings import ControllerSettings, ServerSettings, Settings
 
 logger = logging.getLogger("controller.server")
@@ -45,7 +51,7 @@ def job_selector(controller: ControllerSettings) -> str:
 
 
 def watch_specs(controller: ControllerSettings) -> list[WatchSpec]:
-    """The three watches of each gated namespace."""
+    """The four watches of each gated namespace."""
     out: list[WatchSpec] = []
     for ns in controller.namespaces:
         out.append(
@@ -62,6 +68,14 @@ def watch_specs(controller: ControllerSettings) -> list[WatchSpec]:
                 ns,
                 path(CONFIGMAPS, ns),
                 field_selector=f"metadata.name={LIVENESS_CONFIGMAP}",
+            )
+        )
+        out.append(
+            WatchSpec(
+                kinds.ADMISSIONS,
+                ns,
+                path(CONFIGMAPS, ns),
+                field_selector=f"metadata.name={ADMISSION_RECORD_CONFIGMAP}",
             )
         )
     return out

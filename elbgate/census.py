@@ -206,10 +206,13 @@ def census(
     now: datetime,
     finalizer_grace_seconds: float,
     batch_work_ids: Collection[str] = frozenset(),
+    *,
+    reserved: Iterable[JobRef] = (),
 ) -> Census:
     """Count the active searches among ``jobs`` (raw Job dicts; terminal and
     non-search Jobs may be included). ``batch_work_ids`` names searches known to
-    have had batch work whose Jobs are not in ``jobs``."""
+    have had batch work whose Jobs are not in ``jobs``; ``reserved`` are admitted
+    Jobs not among ``jobs`` yet (:mod:`elbgate.reservations`), counted as unfinished."""
     had_batch_work = set(batch_work_ids)
     used_before: dict[str, tuple[str, ...]] = {}
     unfinished: list[JobRef] = []
@@ -228,6 +231,7 @@ def census(
                     used_before[key] = _union([used_before.get(key, ()), dbs])
             continue
         unfinished.append(JobRef.from_dict(job))
+    unfinished.extend(reserved)
     return census_of_refs(
         unfinished, now, finalizer_grace_seconds, had_batch_work, used_before=used_before
     )

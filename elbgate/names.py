@@ -44,6 +44,14 @@ UNFINISHED_JOB_FIELD_SELECTOR = "status.successful=0"
 """fieldSelector that drops Jobs that already succeeded (most of a busy namespace)."""
 
 LIVENESS_CONFIGMAP = "elb-blast-liveness"
+ADMISSION_RECORD_CONFIGMAP = "elb-gate-admissions"
+"""Written by the webhook in each gated namespace (compare-and-swap): the search Jobs it
+admitted that a census LIST may not show yet, so that no two admissions that open a
+search or start a staging pass on one observation (:mod:`elbgate.reservations`)."""
+ADMISSION_RECORD_KEY = "reservations.json"
+BATCH_WORK_RECORD_KEY = "batch-work.json"
+"""The admission record's durable evidence that a search had batch work (see
+:data:`BATCH_WORK_SEEN_ANNOTATION`), written by the webhook when it admits the work."""
 DB_MEMORY_CONFIGMAP = "elb-gate-db-memory"
 """Optional, kept by the operator in elb-gate's namespace: ``<db>: <memory>`` per line,
 the memory a search of that database needs on one node (feasibility rule)."""

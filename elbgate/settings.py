@@ -287,6 +287,16 @@ class WebhookSettings:
         parse=_parse_float,
         minimum=0.01,
     )
+    admission_reservation_seconds: float = _setting(
+        "ELB_GATE_ADMISSION_RESERVATION_SECONDS",
+        120.0,
+        "Webhook: how long an admitted search Job counts in the admission record "
+        "(ConfigMap elb-gate-admissions) before a census LIST shows it; past it, an entry "
+        "whose Job was never stored stops counting. Above the API server's request "
+        "timeout (60s), within which an admitted create is stored or has failed.",
+        parse=_parse_float,
+        minimum=1,
+    )
     webhook_port: int = _setting(
         "ELB_GATE_WEBHOOK_PORT_NUMBER", 8443, "HTTPS admission port.", parse=_parse_int
     )

@@ -17,12 +17,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from testbed.controlplane import ControlPlane
 from testbed.install import Installation
+from testbed.waiting import wait_until
 from testbed.webhook_process import (
     CONFIGURATION_KINDS,
     WebhookProcess,
@@ -47,6 +49,7 @@ class ServiceProxy:
         self.port = 0
         self.connections: dict[int, int] = {port: 0 for port in endpoints}
         """Connections handed to each endpoint (by port)."""
+        self._open: set[asyncio.StreamWriter] = set()
 
     def _pick(self) -> int:
         with self._lock:
@@ -62,6 +65,7 @@ class ServiceProxy:
         except OSError:
             writer.close()
             return
+        self._open.add(writer)
 
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             try:
@@ -76,7 +80,39 @@ class ServiceProxy:
                 except OSError:
                     pass
 
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        try:
+            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        finally:
+            self._open.discard(writer)
+
+    def close_connections(self) -> None:
+        """Close every open connection (as an endpoint restart would): the API server's
+        next calls dial new ones, each to the next endpoint in turn."""
+        loop = self._loop
+        if loop is None:
+            return
+
+        closing: set[asyncio.StreamWriter] = set()
+        taken = threading.Event()
+
+        def close() -> None:
+            closing.update(self._open)
+            taken.set()
+            for writer in closing:
+                writer.close()
+
+        loop.call_soon_threadsafe(close)
+        assert taken.wait(30), "the Service's loop did not run"
+        # Only those: the API server may open a new one meanwhile, which stays.
+        wait_until(
+            lambda: not any(w in self._open for w in closing),
+            30,
+            "the Service's connections to close",
+            0.01,
+        )
+        # A moment for the API server's HTTP client to read the close on its idle
+        # connections; a request it still writes on one fails (counted by the caller).
+        time.sleep(0.5)
 
     def start(self) -> ServiceProxy:
         ready = threading.Event()

@@ -15,12 +15,21 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from elbgate.census import JobRef
 from elbgate.identities import SubmitterIdentities
 from elbgate.kube.api import ApiError, ApiUnavailable, KubeApi
 from elbgate.kube.reads import get_submit_lease, list_unfinished_search_jobs
-from elbgate.names import lease_name
+from elbgate.names import JOB_ID_LABEL, lease_name
+from elbgate.reservations import AdmissionRecord, UnreadableRecord, adds_facts, reservation_of
 from elbgate.settings import GateSettings, RuleSettings, WebhookSettings
 from webhook import lease_guard, lease_stamp, search_admission
+from webhook.admission_record import (
+    RecordChanged,
+    finished_jobs,
+    get_record,
+    record_ref,
+    write_record,
+)
 from webhook.decision import Decision, unverified
 from webhook.endpoint import Answer
 from webhook.lease_request import LeaseRequest
@@ -28,6 +37,10 @@ from webhook.metrics import LEASE_GUARD, LEASE_STAMP, SEARCH_ADMISSION, WebhookM
 from webhook.node_rules import NodesSeen
 from webhook.review import AdmissionRequest
 from webhook.search_admission import NOT_READ, JobRequest, Observed, Reads, node_rules_on
+
+RECORD_ATTEMPTS = 5
+"""Reads and decisions per request when other admissions keep writing the record first;
+then 503 (fail-closed). Each lost attempt means another search Job was admitted."""
 
 _log = logging.getLogger("webhook.admission")
 
@@ -38,6 +51,20 @@ def utc_now() -> datetime:
 
 class ReadFailed(Exception):
     """An API read needed for a decision failed; the message names the read and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """What the census LIST showed, and what became of the record's reserved Jobs."""
+
+    jobs: list[dict[str, Any]]
+    names: frozenset[str]
+    ids: frozenset[str]
+    """The ``elb-job-id`` of every listed Job."""
+    pending: tuple[JobRef, ...]
+    """Reserved Jobs to count: not listed, not seen finished."""
+    finished: frozenset[str]
+    """Reserved Jobs a GET showed finished (their entries can go)."""
 
 
 @dataclass
@@ -87,13 +114,125 @@ class Admission:
 
     async def _judge_job(self, request: AdmissionRequest) -> Decision:
         job = JobRequest.from_admission(request)
-        now = self.clock()
         reads = search_admission.reads_needed(job)
+        if reads in (Reads.NONE, Reads.LEASE):
+            # Decided on the request or the Lease alone: it adds nothing to the census.
+            now = self.clock()
+            try:
+                observed, _ = await self._observe(job, reads, now, None)
+            except ReadFailed as exc:
+                return unverified(f"Gate A/B for {job.ref}", str(exc))
+            return self._decide(job, observed, now)
+        for _ in range(RECORD_ATTEMPTS):
+            judged = await self._judge_in_order(job, reads, request.dry_run)
+            if judged is not None:
+                return judged
+        return unverified(
+            f"Gate A/B for {job.ref}",
+            f"{record_ref(job.namespace)} was changed by {RECORD_ATTEMPTS} other admissions "
+            "in a row while this one was decided",
+        )
+
+    async def _judge_in_order(
+        self, job: JobRequest, reads: Reads, dry_run: bool
+    ) -> Decision | None:
+        """One attempt: read the admission record, then the census; decide; write the
+        record if the admitted Job adds a fact. ``None``: the record changed, try again."""
+        now = self.clock()
+        subject = f"Gate A/B for {job.ref}"
         try:
-            observed = await self._observe(job, reads, now)
+            record = AdmissionRecord.from_configmap(
+                job.namespace,
+                await self._read(
+                    f"GET {record_ref(job.namespace)}",
+                    "get",
+                    "configmaps",
+                    get_record(self.api, job.namespace, self.webhook.api_timeout_seconds),
+                ),
+            )
+            # After the record's GET, never beside it: see elbgate.reservations.
+            observed, listed = await self._observe(job, reads, now, record)
         except ReadFailed as exc:
-            return unverified(f"Gate A/B for {job.ref}", str(exc))
-        if reads is not Reads.NONE and node_rules_on(self.rules):
+            return unverified(subject, str(exc))
+        except UnreadableRecord as exc:
+            return unverified(
+                subject,
+                f"{record_ref(job.namespace)} is not what elb-gate writes: {exc}; delete it "
+                "and the webhook writes it anew",
+            )
+        decision = self._decide(job, observed, now)
+        if not decision.allowed or dry_run:
+            return decision
+        assert listed is not None and observed.census is not None
+        after = search_admission.survey(
+            job,
+            listed.jobs,
+            self.gate,
+            now,
+            (*listed.pending, search_admission.as_unfinished(job, now)),
+        )
+        adds = adds_facts(observed.census, after)
+        seen = listed.names | listed.finished
+        if not adds and not record.needs_evidence(job.app, job.job_id):
+            if any(e.name in seen for e in record.entries):
+                # Tidy: drop the entries this admission's reads showed (best effort; the
+                # decision stands whatever becomes of it), so none counts again once its
+                # Job has ended and gone before the next admission that writes.
+                await self._prune(job, record, listed, now)
+            return decision
+        entry = reservation_of(
+            job.name,
+            job.app,
+            job.job_id,
+            job.stages,
+            job.uses,
+            now,
+            self.webhook.admission_reservation_seconds,
+        )
+        try:
+            await self._read(
+                f"write {record_ref(job.namespace)}",
+                "update" if record.resource_version else "create",
+                "configmaps",
+                write_record(
+                    self.api,
+                    record.written(
+                        entry,
+                        listed.names | listed.finished,
+                        listed.ids,
+                        now,
+                        2 * self.gate.lease_ttl_seconds,
+                        reserve=adds,
+                    ),
+                    self.webhook.api_timeout_seconds,
+                ),
+            )
+        except RecordChanged:
+            return None
+        except ReadFailed as exc:
+            return unverified(subject, str(exc))
+        return decision
+
+    async def _prune(
+        self, job: JobRequest, record: AdmissionRecord, listed: Listed, now: datetime
+    ) -> None:
+        # An entry that names no Job, added to nothing: only the pruning is written.
+        entry = reservation_of("", "", "", (), (), now, 0)
+        body = record.written(
+            entry,
+            listed.names | listed.finished,
+            listed.ids,
+            now,
+            2 * self.gate.lease_ttl_seconds,
+            reserve=False,
+        )
+        try:
+            await write_record(self.api, body, self.webhook.api_timeout_seconds)
+        except (RecordChanged, ApiError, ApiUnavailable):
+            pass  # another admission wrote (and pruned) first, or the API is away
+
+    def _decide(self, job: JobRequest, observed: Observed, now: datetime) -> Decision:
+        if observed.census is not None and node_rules_on(self.rules):
             seen = self.nodes() if self.nodes else NodesSeen(None, "no Node watch is running")
             observed = replace(observed, nodes=seen)
         decision = search_admission.decide(
@@ -104,11 +243,20 @@ class Admission:
             self.metrics.record_census(job.namespace, observed.census.count, int(ceiling))
         return decision
 
-    async def _observe(self, job: JobRequest, reads: Reads, now: datetime) -> Observed:
+    async def _observe(
+        self,
+        job: JobRequest,
+        reads: Reads,
+        now: datetime,
+        record: AdmissionRecord | None,
+    ) -> tuple[Observed, Listed | None]:
+        """What ``decide`` needs, and what was listed (``None`` when nothing was). With a
+        ``record``, the census counts its reserved Jobs that the LIST does not show and
+        a GET does not show finished."""
         if reads is Reads.NONE:
-            return Observed()
+            return Observed(), None
         if reads is Reads.LEASE:
-            return Observed(None, await self._get_lease(job.namespace))
+            return Observed(None, await self._get_lease(job.namespace)), None
         if reads is Reads.JOBS_AND_LEASE:
             results = await asyncio.gather(
                 self._list_jobs(job.namespace),
@@ -121,12 +269,35 @@ class Admission:
                     raise failure
             if failures:
                 raise ReadFailed("; ".join(str(f) for f in failures))
-            jobs, lease = results
-            return Observed(search_admission.survey(job, jobs, self.gate, now), lease)
-        seen = search_admission.survey(job, await self._list_jobs(job.namespace), self.gate, now)
+            jobs, lease_obj = results
+            listed = await self._listed(job.namespace, jobs, now, record)
+            seen = search_admission.survey(job, jobs, self.gate, now, listed.pending)
+            return Observed(seen, lease_obj), listed
+        jobs = await self._list_jobs(job.namespace)
+        listed = await self._listed(job.namespace, jobs, now, record)
+        seen = search_admission.survey(job, jobs, self.gate, now, listed.pending)
         if search_admission.lease_needed(job, seen):
-            return Observed(seen, await self._get_lease(job.namespace))
-        return Observed(seen, NOT_READ)
+            return Observed(seen, await self._get_lease(job.namespace)), listed
+        return Observed(seen, NOT_READ), listed
+
+    async def _listed(
+        self,
+        namespace: str,
+        jobs: list[dict[str, Any]],
+        now: datetime,
+        record: AdmissionRecord | None,
+    ) -> Listed:
+        names = frozenset(str((j.get("metadata") or {}).get("name") or "") for j in jobs)
+        ids = frozenset(
+            str(((j.get("metadata") or {}).get("labels") or {}).get(JOB_ID_LABEL) or "")
+            for j in jobs
+        )
+        unlisted = record.unlisted(names, now) if record is not None else ()
+        finished = await finished_jobs(
+            self.api, namespace, (e.name for e in unlisted), self.webhook.api_timeout_seconds
+        )
+        pending = tuple(e.ref(namespace) for e in unlisted if e.name not in finished)
+        return Listed(jobs, names, ids, pending, finished)
 
     async def _list_jobs(self, namespace: str) -> list[dict[str, Any]]:
         return await self._read(

@@ -10,8 +10,8 @@ trace to the apiserver, never a crash.
 With a :class:`~webhook.callers.CallerPolicy` (``ELB_GATE_CLIENT_AUTH`` verify or
 require), each caller is first told apart by its client certificate: the API
 server is served as above; any other caller is refused (require, 403), limited
-per source address (429) and to a smaller body (413), and told decisions
-without their reasons.
+per source address (429) and to a smaller body (413), told decisions
+without their reasons, and judged as a dry run (nothing is written for them).
 
 Every request, whatever becomes of it, passes through :func:`admission_endpoint`
 once: it is in flight while it is served, and then counted and logged once —
@@ -22,6 +22,7 @@ histogram, an ``admission`` log line), a rejected one as its code and reason
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -201,6 +202,10 @@ async def _judged(
         admission = AdmissionRequest.from_review(review)
     except MalformedReview as exc:
         return _Rejected(400, "not_admission_review", f"not an AdmissionReview v1 request: {exc}")
+    if not reasons:
+        # Not the API server: its answer decides no write, so judging it writes nothing
+        # either (the admission record is written only for the API server's calls).
+        admission = dataclasses.replace(admission, dry_run=True)
     started = time.perf_counter()
     try:
         answer = await judge(admission)

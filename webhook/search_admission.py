@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from elbgate.census import Census, census
+from elbgate.census import Census, JobRef, census
 from elbgate.databases import job_databases
 from elbgate.db_staging import staging_conflict
 from elbgate.identities import SubmitterIdentities
@@ -297,14 +297,36 @@ def reads_needed(job: JobRequest) -> Reads:
 
 
 def survey(
-    job: JobRequest, jobs: Sequence[Mapping[str, Any]], gate: GateSettings, now: datetime
+    job: JobRequest,
+    jobs: Sequence[Mapping[str, Any]],
+    gate: GateSettings,
+    now: datetime,
+    reserved: Sequence[JobRef] = (),
 ) -> Census:
-    """The census of ``jobs`` (the LIST) as it bears on ``job``."""
+    """The census of ``jobs`` (the LIST) and the ``reserved`` Jobs (admitted, not listed
+    yet: :mod:`elbgate.reservations`) as it bears on ``job``."""
     # An UPDATE's own Job is already stored under its old labels: it must not
     # count against the search it is being moved into or out of.
     if job.operation == "UPDATE":
         jobs = [j for j in jobs if ((j.get("metadata") or {}).get("name")) != job.name]
-    return census(jobs, now, gate.finalizer_grace_seconds)
+        reserved = [r for r in reserved if r.name != job.name]
+    return census(jobs, now, gate.finalizer_grace_seconds, reserved=reserved)
+
+
+def as_unfinished(job: JobRequest, now: datetime) -> JobRef:
+    """``job`` as the census will see it once stored: unfinished, created ``now``."""
+    return JobRef(
+        name=job.name,
+        namespace=job.namespace,
+        app=job.app,
+        job_id=job.job_id,
+        uid="",
+        resource_version="",
+        created=now,
+        orphaned_since="",
+        stages=job.stages,
+        uses=job.uses,
+    )
 
 
 def _joins_active(job: JobRequest, seen: Census) -> bool:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from controller.cache import CONFIGMAPS, JOBS, LEASES, Cache
+from controller.cache import ADMISSIONS, CONFIGMAPS, JOBS, LEASES, Cache
 from tests.controller.builders import NS, ago, job_doc, lease_doc
 
 
 def synced_cache(changes: list[str] | None = None) -> Cache:
     cache = Cache([NS], on_change=(changes.append if changes is not None else None))
-    for kind in (JOBS, LEASES, CONFIGMAPS):
+    for kind in (JOBS, LEASES, CONFIGMAPS, ADMISSIONS):
         cache.replace(kind, NS, [])
     return cache
 
@@ -17,8 +17,9 @@ def test_a_namespace_is_synced_only_after_every_kind_has_listed() -> None:
     cache = Cache([NS])
     cache.replace(JOBS, NS, [])
     cache.replace(LEASES, NS, [])
-    assert not cache.synced(NS) and not cache.all_synced()
     cache.replace(CONFIGMAPS, NS, [])
+    assert not cache.synced(NS) and not cache.all_synced()
+    cache.replace(ADMISSIONS, NS, [])
     assert cache.synced(NS) and cache.all_synced()
 
 

@@ -244,3 +244,39 @@ def test_batch_work_appearing_for_a_flagged_orphan_is_recorded_and_unflags_it_in
         written = patch["requestObject"]["metadata"]["annotations"]
         assert written[ORPHANED_SINCE_ANNOTATION] is None
         assert written[BATCH_WORK_SEEN_ANNOTATION] == found[BATCH_WORK_SEEN_ANNOTATION]
+
+
+@pytest.mark.parametrize("env", [SHORT_GRACE, DELETE_AT_ONCE], ids=["policy warn", "policy delete"])
+def test_a_search_whose_batch_jobs_were_ttl_deleted_while_no_controller_ran_is_finishing(
+    control_plane: ControlPlane, ns: str, env: dict[str, str]
+) -> None:
+    """No controller runs while the batch Jobs run, finish and are TTL-deleted (a rollout,
+    an outage; the real templates' TTL is 1800 s, here 2 s): the controller that starts
+    afterwards sees only the running finalizer, past its grace. What it learns from the
+    webhook's admission record, written when the batch work was admitted, keeps it from
+    flagging, uncounting or deleting the finalizer."""
+    cp = control_plane
+    submitter = Submitter(cp, "alice", ns)
+    job_id = search_id()
+    with submitter.holding():
+        batch = submitter.create(
+            *(blast_batch(ns, job_id, n, ttl=2, run_seconds=2) for n in range(2))
+        )
+        (fin,) = submitter.create(finalizer(ns, job_id))
+    name = fin["metadata"]["name"]
+    batch_names = tuple(j["metadata"]["name"] for j in batch)
+    for job in batch_names:
+
+        def gone(job: str = job) -> bool:
+            return cp.admin.find("jobs", ns, job) is None
+
+        wait_until(gone, 120, f"{job} TTL-deleted while no controller runs")
+    born = utc(fin["metadata"]["creationTimestamp"])
+    past_grace = born + timedelta(seconds=GRACE_SECONDS + 1)
+    wait_until(lambda: datetime.now(UTC) > past_grace, 60, "the finalizer grace to pass")
+    assert not job_annotations(cp, ns, name)  # nothing was recorded on it meanwhile
+    with holders.controllers(cp, [ns], env=env) as on:
+        ctl = on.leader()
+        settle(cp, ctl, ns, rounds=3)
+        assert cp.admin.find("jobs", ns, name) is not None, "the running finalizer was deleted"
+        assert_finishing(cp, on, ctl, Search(ns, job_id, name, batch_names, 0.0))

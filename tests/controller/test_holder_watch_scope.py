@@ -195,6 +195,7 @@ async def reconciling(api: KubeApi) -> AsyncIterator[tuple[HolderWatches, Contro
         lease = lease_doc(pod=f"{POD_NS}/{POD}/{UID}", renew_time=format_microtime(renewed))
         cache.replace(kinds.JOBS, "blast", [])
         cache.replace(kinds.CONFIGMAPS, "blast", [])
+        cache.replace(kinds.ADMISSIONS, "blast", [])
         cache.replace(kinds.LEASES, "blast", [lease])
         await wait_until_async(
             lambda: watches.seen(POD_NS, POD).state != "unknown", 30, "holder watched"

@@ -10,6 +10,7 @@ as production; the objects are ElasticBLAST's (a ``submit-jobs-<id>`` Job creati
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -111,11 +112,13 @@ def test_records_only_ever_go_to_unrecorded_unfinished_finalizers() -> None:
 # --- finishing, never an orphan ---------------------------------------------------------
 
 
-def feed(cache: Cache, *docs: dict[str, Any]) -> None:
-    """A fresh LIST of ``docs`` (what a controller sees when it starts)."""
+def feed(cache: Cache, *docs: dict[str, Any], record: dict[str, Any] | None = None) -> None:
+    """A fresh LIST of ``docs`` (what a controller sees when it starts), and of the
+    webhook's admission record when given."""
     cache.replace(kinds.JOBS, NS, list(docs))
     cache.replace(kinds.LEASES, NS, [])
     cache.replace(kinds.CONFIGMAPS, NS, [])
+    cache.replace(kinds.ADMISSIONS, NS, [record] if record else [])
 
 
 def orphan_actions(plan: Plan) -> list[str]:
@@ -185,6 +188,34 @@ def test_without_the_record_the_same_restart_would_call_it_an_orphan() -> None:
     plan = make_plan(cache.snapshot(NS), {}, None, NOW, *sections())
     assert [j.name for j in plan.census.orphans] == [FIN]
     assert orphan_actions(plan) == ["MarkOrphan"]
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=["policy warn", "policy delete"])
+def test_the_admission_records_evidence_makes_an_unseen_finalizer_finishing_and_is_copied_onto_it(
+    policy: tuple[GateSettings, ControllerSettings],
+) -> None:
+    # The controller never saw the batch Jobs (it was down while they ran, finished and
+    # were TTL-deleted): the webhook recorded the batch work when it admitted it.
+    record = {
+        "metadata": {"name": "elb-gate-admissions", "resourceVersion": "9"},
+        "data": {"batch-work.json": json.dumps({SEARCH: RECORDED})},
+    }
+    cache = Cache([NS])
+    feed(cache, fin(age=5000), record=record)
+    plan = make_plan(cache.snapshot(NS), {}, None, NOW, *policy)
+    assert [j.name for j in plan.census.finishing] == [FIN]
+    assert plan.census.orphans == ()
+    assert orphan_actions(plan) == ["RecordBatchWork"]
+    (recorded,) = [a for a in plan.actions if isinstance(a, RecordBatchWork)]
+    assert recorded.seen == f"blast/{BATCH}"
+
+
+def test_an_unreadable_admission_record_is_no_evidence() -> None:
+    record = {"metadata": {"name": "elb-gate-admissions"}, "data": {"batch-work.json": "{x"}}
+    cache = Cache([NS])
+    feed(cache, fin(age=5000), record=record)
+    plan = make_plan(cache.snapshot(NS), {}, None, NOW, *sections())
+    assert [j.name for j in plan.census.orphans] == [FIN]
 
 
 def test_a_marked_orphan_whose_batch_work_appears_is_recorded_and_unmarked_in_one_write() -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from elbgate.names import DB_MEMORY_CONFIGMAP, LIVENESS_CONFIGMAP
+from elbgate.names import ADMISSION_RECORD_CONFIGMAP, DB_MEMORY_CONFIGMAP, LIVENESS_CONFIGMAP
 from elbgate.settings import ControllerSettings, RuleSettings
 from tests.install.rendering import REPO, Obj, one, select
 
@@ -54,7 +54,14 @@ controller's leader Lease, the webhook's database memory ConfigMap."""
 # contract and narrowed to what the code does; test_the_table_is_what_the_code_calls
 # keeps it honest.
 EXPECTED: dict[tuple[str, str], set[Grant]] = {
-    ("webhook", "gated"): {("leases", "get"), ("jobs", "list")},
+    ("webhook", "gated"): {
+        ("leases", "get"),
+        ("jobs", "get"),
+        ("jobs", "list"),
+        ("configmaps", "get"),
+        ("configmaps", "create"),
+        ("configmaps", "update"),
+    },
     ("controller", "gated"): {
         ("leases", "list"),
         ("leases", "watch"),
@@ -201,19 +208,31 @@ def test_the_leader_role_grants_exactly_the_table_on_the_leader_lease_only(
     assert {v for r in role["rules"] if "resourceNames" not in r for v in r["verbs"]} == {"create"}
 
 
-def test_configmap_access_is_limited_to_the_liveness_configmap_except_create(
+def test_configmap_access_is_limited_to_the_liveness_configmap_and_reading_the_record(
     rendered: dict[str, list[Obj]],
 ) -> None:
     role = one(rendered["base"], "ClusterRole", "elb-gate-controller")
     rules = [r for r in role["rules"] if r["resources"] == ["configmaps"]]
     unnamed = [v for r in rules if "resourceNames" not in r for v in r["verbs"]]
-    named = [r["resourceNames"] for r in rules if "resourceNames" in r]
-    assert unnamed == ["create"] and named == [[LIVENESS_CONFIGMAP]]
+    named = [(r["resourceNames"], r["verbs"]) for r in rules if "resourceNames" in r]
+    assert unnamed == ["create"] and named == [
+        ([LIVENESS_CONFIGMAP], ["list", "watch", "patch"]),
+        ([ADMISSION_RECORD_CONFIGMAP], ["list", "watch"]),
+    ]
     # list/watch limited by name only qualify with this field selector: the informer sends it.
-    assert (
-        'field_selector=f"metadata.name={LIVENESS_CONFIGMAP}"'
-        in (REPO / "controller" / "server.py").read_text()
-    )
+    source = (REPO / "controller" / "server.py").read_text()
+    assert 'field_selector=f"metadata.name={LIVENESS_CONFIGMAP}"' in source
+    assert 'field_selector=f"metadata.name={ADMISSION_RECORD_CONFIGMAP}"' in source
+
+
+def test_the_webhook_writes_only_the_admission_record_configmap_except_create(
+    rendered: dict[str, list[Obj]],
+) -> None:
+    role = one(rendered["base"], "ClusterRole", "elb-gate-webhook")
+    rules = [r for r in role["rules"] if r["resources"] == ["configmaps"]]
+    unnamed = [v for r in rules if "resourceNames" not in r for v in r["verbs"]]
+    named = [(r["resourceNames"], r["verbs"]) for r in rules if "resourceNames" in r]
+    assert unnamed == ["create"] and named == [([ADMISSION_RECORD_CONFIGMAP], ["get", "update"])]
 
 
 @pytest.mark.parametrize("component", ["webhook", "controller"])
@@ -271,12 +290,15 @@ def test_roles_are_bound_per_namespace_and_never_cluster_wide(
             assert subject["name"] == role.removesuffix("-leader").removesuffix("-db-memory")
 
 
-def test_the_webhook_can_write_nothing() -> None:
+def test_the_webhook_can_write_only_its_admission_record() -> None:
     writes = {"create", "update", "patch", "delete", "deletecollection"}
     webhook = {
-        v
+        (r, v)
         for (component, _), grants in EXPECTED.items()
         if component == "webhook"
-        for _r, v in grants
+        for r, v in grants
     }
-    assert webhook and not webhook & writes
+    assert {(r, v) for r, v in webhook if v in writes} == {
+        ("configmaps", "create"),
+        ("configmaps", "update"),
+    }

@@ -133,7 +133,9 @@ def test_only_labelled_namespaces_and_gated_objects_can_ever_be_refused() -> Non
             ]
         }, name
         assert hook["matchConditions"], name
-        assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
+        # Search admission writes the admission record (never on a dry run).
+        side_effects = "NoneOnDryRun" if name == "search-admission.elb-gate.io" else "None"
+        assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == side_effects
         assert hook["timeoutSeconds"] <= 5
         assert hook["admissionReviewVersions"] == ["v1"]
     lease_conditions = [

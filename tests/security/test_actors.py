@@ -283,33 +283,34 @@ def test_not_guaranteed_a_job_without_a_gated_app_label_is_not_judged(scene: Sce
     assert (code, stdout) == (0, "job.batch/unlabelled created\n"), stderr
 
 
-def test_the_webhook_itself_may_write_nothing_in_a_gated_namespace(
+def test_the_webhook_itself_may_write_only_its_admission_record_in_a_gated_namespace(
     control_plane: ControlPlane, hook: WebhookProcess
 ) -> None:
     # A namespace where only elb-gate's own RoleBindings grant anything.
     namespace = hook.install.gate(control_plane.new_namespace("webhook-rights"), open_to_all=False)
     webhook_user = "system:serviceaccount:elb-system:elb-gate-webhook"
+
+    def can(verb: str, resource: str) -> str:
+        done = control_plane.kubectl(
+            "admin", "auth", "can-i", verb, resource, "-n", namespace, "--as", webhook_user
+        )
+        return str(done.stdout.strip())
+
     try:
+        wait_until(  # the census; the authorizer reads the RoleBinding from its informer
+            lambda: can("list", "jobs") == "yes", 60, "the webhook's RoleBinding in effect", 0.2
+        )
         for verb, resource in [
             ("create", "jobs"),
             ("delete", "jobs"),
             ("update", "leases"),
             ("create", "pods"),
+            ("update", "configmaps/elb-blast-liveness"),
+            ("delete", "configmaps/elb-gate-admissions"),
+            ("patch", "configmaps/elb-gate-admissions"),
         ]:
-            done = control_plane.kubectl(
-                "admin", "auth", "can-i", verb, resource, "-n", namespace, "--as", webhook_user
-            )
-            assert done.stdout.strip() == "no", (verb, resource)
-        wait_until(  # the census; the authorizer reads the RoleBinding from its informer
-            lambda: (
-                control_plane.kubectl(
-                    "admin", "auth", "can-i", "list", "jobs", "-n", namespace, "--as", webhook_user
-                ).stdout.strip()
-                == "yes"
-            ),
-            60,
-            "the webhook's RoleBinding in effect",
-            0.2,
-        )
+            assert can(verb, resource) == "no", (verb, resource)
+        assert can("update", "configmaps/elb-gate-admissions") == "yes"
+        assert can("get", "configmaps/elb-gate-admissions") == "yes"
     finally:
         control_plane.admin.delete("namespaces", None, namespace)

@@ -203,3 +203,6 @@ def test_a_forged_review_changes_nothing_in_the_cluster(scene: Scene) -> None:
         {"uid": answer["response"]["uid"], "allowed": True},
     )
     assert scene.cp.admin.find("jobs", scene.namespace, "forged") is None
+    # Judged as a dry run: it reserved no slot in the admission record either.
+    record = scene.cp.admin.find("configmaps", scene.namespace, "elb-gate-admissions")
+    assert "forged" not in json.dumps(record or {})

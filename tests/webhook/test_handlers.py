@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import copy
+import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -10,6 +13,7 @@ from aiohttp.test_utils import TestClient
 from prometheus_client import CollectorRegistry
 
 from elbgate.kube.api import ApiError, ApiUnavailable
+from elbgate.lease import format_microtime
 from elbgate.names import SEARCH_JOB_SELECTOR, UNFINISHED_JOB_FIELD_SELECTOR
 from elbgate.settings import Settings
 from testbed.elastic_blast import import_queries, init_ssd
@@ -25,7 +29,9 @@ HOLDER = "dashboard-0b3f9a0e8a9d4f6c9f1e2d3c4b5a6978"
 
 
 class FakeApi:
-    """Answers the census LIST and the Lease GET from memory, recording every call."""
+    """Answers the census LIST, the Lease GET and the admission record from memory,
+    recording every call. The record is a ConfigMap with a resourceVersion: a write that
+    names another one (or creates one that exists) is a 409, as the API server answers."""
 
     def __init__(
         self,
@@ -33,6 +39,8 @@ class FakeApi:
         lease_obj: dict[str, Any] | None = None,
         fail: dict[str, Exception] | None = None,
         require_concurrency: bool = False,
+        record: dict[str, Any] | None = None,
+        conflicts: int = 0,
     ) -> None:
         self.jobs = jobs or []
         self.lease = lease_obj
@@ -41,10 +49,16 @@ class FakeApi:
         self._require_concurrency = require_concurrency
         self._in_flight = 0
         self._both = asyncio.Event()
+        self.record = record
+        self.conflicts = conflicts
+        """Writes of the record that another admission "wins" first (409 each)."""
+        self.written: list[dict[str, Any]] = []
+        self.stored_jobs: dict[str, dict[str, Any]] = {}
+        """Jobs a GET by name finds (the census LIST shows only ``jobs``)."""
 
     async def _enter(self, verb: str, path: str, kw: dict[str, Any]) -> None:
         self.calls.append((verb, path, kw))
-        if self._require_concurrency:
+        if self._require_concurrency and verb in ("list", "get"):
             # Sequential reads would wait here forever: both must be in flight at once.
             self._in_flight += 1
             if self._in_flight == 2:
@@ -58,12 +72,42 @@ class FakeApi:
         return {"items": self.jobs}
 
     async def get_or_none(self, path: str, **kw: Any) -> dict[str, Any] | None:
+        if "/jobs/" in path:
+            await self._enter("job", path, kw)
+            return self.stored_jobs.get(path.rsplit("/", 1)[-1])
+        if "/configmaps/" in path:
+            await self._enter("record", path, kw)
+            return copy.deepcopy(self.record)
         await self._enter("get", path, kw)
         return self.lease
 
     async def get(self, path: str, **kw: Any) -> dict[str, Any]:
         await self._enter("probe", path, kw)
         return {"major": "1"}
+
+    def _store(self, body: dict[str, Any], expected: str) -> dict[str, Any]:
+        current = (self.record or {}).get("metadata", {}).get("resourceVersion", "")
+        if self.conflicts or current != expected:
+            self.conflicts = max(0, self.conflicts - 1)
+            # Another admission's write: the stored record moves on.
+            if self.record is not None:
+                self.record["metadata"]["resourceVersion"] = str(int(current) + 1)
+            else:
+                self.record = {"metadata": {"resourceVersion": "1"}, "data": {}}
+            raise ApiError(409, "Conflict", "the object has been modified")
+        stored = copy.deepcopy(body)
+        stored["metadata"]["resourceVersion"] = str(int(current or "0") + 1)
+        self.record = stored
+        self.written.append(stored)
+        return stored
+
+    async def replace(self, path: str, body: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        await self._enter("write", path, kw)
+        return self._store(body, body["metadata"]["resourceVersion"])
+
+    async def create(self, path: str, body: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        await self._enter("write", path, kw)
+        return self._store(body, "")
 
     async def open(self) -> None:
         self.opened = True
@@ -139,16 +183,27 @@ async def test_leases_never_cost_an_api_call() -> None:
     assert api.calls == []
 
 
-async def test_a_blast_job_of_an_active_search_reads_only_the_census() -> None:
-    api = FakeApi(jobs=[job("blast", "a").build()])
+def evidence(*job_ids: str) -> dict[str, Any]:
+    """A record that already holds the batch-work evidence of ``job_ids``."""
+    found = {i: f"{format_microtime(NOW)} blast/first-{i}" for i in job_ids}
+    return {
+        "metadata": {"name": "elb-gate-admissions", "resourceVersion": "4"},
+        "data": {"reservations.json": "[]", "batch-work.json": json.dumps(found)},
+    }
+
+
+async def test_a_blast_job_of_an_active_search_reads_the_record_then_the_census_only() -> None:
+    api = FakeApi(jobs=[job("blast", "a").build()], record=evidence("a"))
     response = (
         await make(api, api_timeout_seconds=0.75).validate_job(
             admission("CREATE", job_object("blast", "a"), who=user("system:serviceaccount:x:y"))
         )
     ).response
     assert response.allowed
-    assert [c[0] for c in api.calls] == ["list"]
-    _, path, kw = api.calls[0]
+    # It adds nothing a later decision reads (its search is active already): no write.
+    assert [c[0] for c in api.calls] == ["record", "list"]
+    assert api.calls[0][1] == "/api/v1/namespaces/default/configmaps/elb-gate-admissions"
+    _, path, kw = api.calls[1]
     assert path == "/apis/batch/v1/namespaces/default/jobs"
     assert kw == {
         "label_selector": SEARCH_JOB_SELECTOR,
@@ -157,14 +212,20 @@ async def test_a_blast_job_of_an_active_search_reads_only_the_census() -> None:
     }
 
 
-async def test_the_first_job_of_a_search_reads_the_lease_after_the_census() -> None:
+async def test_the_first_job_of_a_search_reads_the_lease_after_the_census_and_records_itself() -> (
+    None
+):
     api = FakeApi(lease_obj=alice_holds())
     response = (
         await make(api).validate_job(admission("CREATE", job_object("submit", "new")))
     ).response
     assert response.allowed
-    assert [c[0] for c in api.calls] == ["list", "get"]
-    assert api.calls[1][1].endswith("/leases/elb-blast-submit-default")
+    assert [c[0] for c in api.calls] == ["record", "list", "get", "write"]
+    assert api.calls[2][1].endswith("/leases/elb-blast-submit-default")
+    (written,) = api.written
+    assert written["metadata"]["name"] == "elb-gate-admissions"
+    (entry,) = json.loads(written["data"]["reservations.json"])
+    assert (entry["app"], entry["elbJobId"]) == ("submit", "new")
 
 
 async def test_import_queries_of_the_holder_reads_only_the_lease() -> None:
@@ -193,7 +254,175 @@ async def test_a_finalizer_reads_census_and_lease_concurrently() -> None:
         await make(api).validate_job(admission("CREATE", job_object("finalizer", "a")))
     ).response
     assert response.allowed, response.message
-    assert sorted(c[0] for c in api.calls) == ["get", "list"]
+    assert api.calls[0][0] == "record" and sorted(c[0] for c in api.calls[1:3]) == ["get", "list"]
+
+
+# -- the admission record ------------------------------------------------------------------
+
+
+def record_of(*entries: dict[str, Any], version: str = "7") -> dict[str, Any]:
+    return {
+        "metadata": {"name": "elb-gate-admissions", "resourceVersion": version},
+        "data": {"reservations.json": json.dumps(list(entries))},
+    }
+
+
+def entry(name: str, app: str, job_id: str, *, admitted_ago: float = 1, left: float = 60) -> dict:
+    return {
+        "job": name,
+        "app": app,
+        "elbJobId": job_id,
+        "stages": [],
+        "uses": [],
+        "admitted": format_microtime(NOW - timedelta(seconds=admitted_ago)),
+        "expires": format_microtime(NOW + timedelta(seconds=left)),
+    }
+
+
+async def test_a_reserved_job_the_list_does_not_show_yet_counts_against_the_ceiling() -> None:
+    api = FakeApi(
+        jobs=[job("blast", i).build() for i in "ab"],
+        lease_obj=alice_holds(),
+        record=record_of(entry("submit-jobs-c", "submit", "c")),
+    )
+    answer = await make(api).validate_job(admission("CREATE", job_object("submit", "d")))
+    assert (answer.decision, answer.reason) == ("denied", "ceiling")
+    assert "Gate B: 3/3 searches already active" in answer.response.message
+    assert "a, b, c" in answer.response.message
+    assert api.written == []
+
+
+async def test_an_expired_or_listed_reservation_no_longer_counts_and_is_dropped() -> None:
+    api = FakeApi(
+        jobs=[job("blast", i).build() for i in "ab"],
+        lease_obj=alice_holds(),
+        record=record_of(
+            entry("submit-jobs-c", "submit", "c", admitted_ago=200, left=-1),
+            entry(job("blast", "a").build()["metadata"]["name"], "blast", "a"),
+        ),
+    )
+    answer = await make(api).validate_job(admission("CREATE", job_object("submit", "d")))
+    assert answer.decision == "allowed", answer.response.message
+    (written,) = api.written
+    assert written["metadata"]["resourceVersion"] == "8"  # the CAS named "7"
+    assert [e["elbJobId"] for e in json.loads(written["data"]["reservations.json"])] == ["d"]
+
+
+async def test_a_reserved_job_a_get_shows_finished_no_longer_counts_and_is_dropped() -> None:
+    # It succeeded before any LIST showed it (the census LIST skips succeeded Jobs).
+    api = FakeApi(
+        jobs=[job("blast", i).build() for i in "ab"],
+        lease_obj=alice_holds(),
+        record=record_of(entry("submit-jobs-c", "submit", "c")),
+    )
+    api.stored_jobs["submit-jobs-c"] = job("submit", "c").build() | {
+        "status": {"succeeded": 1, "completionTime": "2026-11-29T11:59:00Z"}
+    }
+    answer = await make(api).validate_job(admission("CREATE", job_object("submit", "d")))
+    assert answer.decision == "allowed", answer.response.message
+    assert ("job", "/apis/batch/v1/namespaces/default/jobs/submit-jobs-c") in [
+        c[:2] for c in api.calls
+    ]
+    (written,) = api.written
+    assert [e["elbJobId"] for e in json.loads(written["data"]["reservations.json"])] == ["d"]
+
+
+async def test_a_lost_write_reads_and_decides_again() -> None:
+    api = FakeApi(jobs=[job("blast", "a").build()], lease_obj=alice_holds(), conflicts=2)
+    answer = await make(api).validate_job(admission("CREATE", job_object("submit", "d")))
+    assert answer.decision == "allowed", answer.response.message
+    assert [c[0] for c in api.calls].count("record") == 3
+    assert [c[0] for c in api.calls].count("write") == 3 and len(api.written) == 1
+
+
+async def test_a_write_lost_on_every_attempt_is_a_503() -> None:
+    api = FakeApi(lease_obj=alice_holds(), conflicts=99)
+    answer = await make(api).validate_job(admission("CREATE", job_object("submit", "d")))
+    assert (answer.response.code, answer.reason) == (503, "unverified")
+    assert (
+        "ConfigMap default/elb-gate-admissions was changed by 5 other admissions in a row"
+        in answer.response.message
+    )
+    assert api.written == []
+
+
+async def test_a_failed_write_of_the_record_is_a_503_never_an_admit() -> None:
+    api = FakeApi(lease_obj=alice_holds(), fail={"write": ApiError(403, "Forbidden", "nope")})
+    answer = await make(api).validate_job(admission("CREATE", job_object("submit", "d")))
+    assert (answer.response.code, answer.reason) == (503, "unverified")
+    assert (
+        "write ConfigMap default/elb-gate-admissions: API answered 403" in answer.response.message
+    )
+
+
+async def test_an_unreadable_record_is_a_503_that_says_to_delete_it() -> None:
+    broken = {"metadata": {"resourceVersion": "3"}, "data": {"reservations.json": "{nope"}}
+    api = FakeApi(lease_obj=alice_holds(), record=broken)
+    answer = await make(api).validate_job(admission("CREATE", job_object("submit", "d")))
+    assert (answer.response.code, answer.reason) == (503, "unverified")
+    assert "is not what elb-gate writes" in answer.response.message
+    assert "delete it" in answer.response.message
+
+
+async def test_a_dry_run_writes_nothing() -> None:
+    api = FakeApi(lease_obj=alice_holds())
+    answer = await make(api).validate_job(
+        admission("CREATE", job_object("submit", "d"), dry_run=True)
+    )
+    assert answer.decision == "allowed"
+    assert "write" not in [c[0] for c in api.calls]
+
+
+async def test_a_second_staging_job_of_one_search_adds_nothing_and_writes_nothing() -> None:
+    first = init_ssd("job-1", 0, "core_nt")
+    api = FakeApi(jobs=[first], lease_obj=alice_holds(), record=evidence("job-1"))
+    answer = await make(api).validate_job(admission("CREATE", init_ssd("job-1", 1, "core_nt")))
+    assert answer.decision == "allowed", answer.response.message
+    assert api.written == []
+
+
+async def test_the_first_batch_work_of_a_search_opened_by_its_finalizer_is_recorded_once() -> None:
+    api = FakeApi(jobs=[job("finalizer", "a").build()])
+    handlers = make(api)
+    in_cluster = user("system:serviceaccount:x:y")
+    for name in ("b0", "b1"):
+        answer = await handlers.validate_job(
+            admission("CREATE", job_object("blast", "a", name), who=in_cluster)
+        )
+        assert answer.decision == "allowed", answer.response.message
+    (written,) = api.written  # the second found the evidence already recorded
+    found = json.loads(written["data"]["batch-work.json"])
+    assert list(found) == ["a"] and found["a"].endswith(" blast/b0")
+    # It joins a search already active: it reserves nothing, it only records the work.
+    assert json.loads(written["data"]["reservations.json"]) == []
+
+
+async def test_evidence_of_a_search_with_no_job_left_is_dropped_once_old() -> None:
+    old = {
+        "gone": f"{format_microtime(NOW - timedelta(seconds=1801))} submit/submit-jobs-gone",
+        "young": f"{format_microtime(NOW - timedelta(seconds=60))} submit/submit-jobs-young",
+        "a": f"{format_microtime(NOW - timedelta(seconds=5000))} blast/first-a",
+    }
+    record = {
+        "metadata": {"name": "elb-gate-admissions", "resourceVersion": "4"},
+        "data": {"reservations.json": "[]", "batch-work.json": json.dumps(old)},
+    }
+    api = FakeApi(jobs=[job("finalizer", "a").build()], lease_obj=alice_holds(), record=record)
+    answer = await make(api).validate_job(admission("CREATE", job_object("submit", "d")))
+    assert answer.decision == "allowed", answer.response.message
+    (written,) = api.written
+    # "a" still has a Job listed (its finalizer runs): kept however old; "gone" is past
+    # twice the Lease TTL with nothing left; "young" may still get its finalizer.
+    assert sorted(json.loads(written["data"]["batch-work.json"])) == ["a", "d", "young"]
+
+
+async def test_a_staging_reserved_by_another_search_refuses_a_second_one() -> None:
+    reserved = entry("init-ssd-1-0", "setup", "job-1")
+    reserved["stages"] = reserved["uses"] = ["core_nt"]
+    api = FakeApi(lease_obj=alice_holds(), record=record_of(reserved))
+    answer = await make(api).validate_job(admission("CREATE", init_ssd("job-2", 0, "core_nt")))
+    assert (answer.decision, answer.reason) == ("denied", "db_staging")
+    assert "which job-1 is staging already" in answer.response.message
 
 
 # -- fail-closed ---------------------------------------------------------------------------
@@ -318,7 +547,8 @@ async def test_each_judged_search_job_exports_the_census_it_was_judged_on() -> N
         ("allowed", "ok"),
         ("denied", "not_holder"),
     ]
-    assert sample(handlers, "elb_gate_active_searches", namespace="default") == 1
+    # The second was judged on a and on d, which the first admitted (the record holds it).
+    assert sample(handlers, "elb_gate_active_searches", namespace="default") == 2
     assert sample(handlers, "elb_gate_search_ceiling", namespace="default") == 3
 
 

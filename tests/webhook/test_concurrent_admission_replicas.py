@@ -1,0 +1,97 @@
+"""Two first Jobs at the same moment, the two webhook replicas each judging one of them.
+
+As :mod:`tests.webhook.test_concurrent_admission`, with two replicas behind one Service
+(each TCP connection to the next replica, as kube-proxy spreads them): no in-process
+lock can order the two decisions, only the API server can. Before each race the
+Service closes its connections, so the API server dials one for each request, and the
+two go to the two replicas; their logs say which one judged each request.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from testbed.api import JsonObj
+from testbed.controlplane import ControlPlane
+from testbed.webhook_service import WebhookService
+from tests.webhook.conftest import API_TIMEOUT_SECONDS
+from tests.webhook.races import Round, play_round, two_first_jobs, two_stagings_of_one_database
+
+ROUNDS = 12
+
+pytestmark = [pytest.mark.timeout(900)]
+
+
+@pytest.fixture(scope="module")
+def service(control_plane: ControlPlane) -> Iterator[WebhookService]:
+    env = {"ELB_GATE_API_TIMEOUT_SECONDS": str(API_TIMEOUT_SECONDS)}
+    with WebhookService(control_plane, replicas=2, env=env) as started:
+        yield started
+
+
+def judged_by(service: WebhookService, played: Round) -> dict[str, int]:
+    """Which replica (index) logged the admission of each racing Job."""
+    out: dict[str, int] = {}
+    names = {s.name for s in played.sent}
+    for index, replica in enumerate(service.replicas):
+        for line in replica.log().splitlines():
+            if not line.startswith("{"):
+                continue
+            record = json.loads(line)
+            if (
+                record.get("msg") == "admission"
+                and record.get("namespace") == played.namespace
+                and record.get("name") in names
+            ):
+                out[str(record["name"])] = index
+    return out
+
+
+@pytest.mark.parametrize(
+    ("bodies", "seed"),
+    [
+        pytest.param(two_first_jobs, 2, id="two first Jobs at 2 of 3"),
+        pytest.param(two_stagings_of_one_database, 0, id="two stagings of one database"),
+    ],
+)
+def test_two_replicas_judging_one_half_each_admit_exactly_one(
+    control_plane: ControlPlane,
+    service: WebhookService,
+    bodies: Callable[[str], list[JsonObj]],
+    seed: int,
+) -> None:
+    wrong: list[str] = []
+    split = 0
+    for _ in range(ROUNDS):
+        assert service.proxy is not None
+        played = play_round(
+            control_plane,
+            service.gate_namespace,
+            bodies,
+            seed=seed,
+            before_race=service.proxy.close_connections,
+        )
+        control_plane.admin.delete("namespaces", None, played.namespace)
+        stagings = len(played.unfinished_stagers) if seed == 0 else 1
+        if len(played.admitted) > 1 or len(played.active_ids) > 3 or stagings > 1:
+            wrong.append(f"{stagings} unfinished stagings; {played.describe()}")
+        judged = judged_by(service, played)
+        if len(judged) < 2:
+            # The API server wrote a request on a connection the Service had just closed:
+            # refused (failurePolicy Fail) without a decision, so no race was judged.
+            assert all(
+                s.code == 500 and "failed calling webhook" in s.message
+                for s in played.sent
+                if s.name not in judged
+            ), played.describe()
+            continue
+        if len(played.admitted) != 1 or stagings != 1:
+            wrong.append(f"{stagings} unfinished stagings; {played.describe()}")
+        split += len(set(judged.values())) == 2
+    assert not wrong, f"{len(wrong)} of {ROUNDS} rounds went wrong:\n" + "\n".join(wrong)
+    # The API server may still reuse a connection it had opened in between (a probe):
+    # most rounds, not every one, split across the replicas.
+    assert split >= ROUNDS // 2, f"only {split} of {ROUNDS} rounds split across the replicas"
