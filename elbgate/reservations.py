@@ -209,6 +209,27 @@ class AdmissionRecord:
         }
 
 
+def without_entries(
+    namespace: str, obj: Mapping[str, Any] | None, stored: Collection[str]
+) -> dict[str, Any] | None:
+    """The record's ConfigMap ``obj`` with the entries of the Jobs ``stored`` removed and
+    everything else as read (its resourceVersion too, for the compare-and-swap); ``None``
+    when it holds none of them. ``stored`` must name Jobs a consistent read showed
+    stored: from then on every census LIST shows them while they are unfinished, so
+    their entries need not count (and must not outlive them: a Job deleted before the
+    next admission reads it would otherwise count until its entry expires)."""
+    record = AdmissionRecord.from_configmap(namespace, obj)
+    if obj is None or not any(e.name in stored for e in record.entries):
+        return None
+    kept = [e.to_json() for e in record.entries if e.name not in stored]
+    out = dict(obj)
+    out["data"] = {
+        **(obj.get("data") or {}),
+        ADMISSION_RECORD_KEY: json.dumps(kept, separators=(",", ":"), sort_keys=True),
+    }
+    return out
+
+
 def _older(value: str, now: datetime, seconds: float) -> bool:
     since = parse_microtime(value.split(" ", 1)[0])
     # Unparseable: kept (dropping evidence could let a running finalizer be collected).

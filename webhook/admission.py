@@ -17,10 +17,16 @@ from typing import Any
 
 from elbgate.census import JobRef
 from elbgate.identities import SubmitterIdentities
-from elbgate.kube.api import ApiError, ApiUnavailable, KubeApi
+from elbgate.kube.api import JOBS, ApiError, ApiUnavailable, KubeApi, path
 from elbgate.kube.reads import get_submit_lease, list_unfinished_search_jobs
 from elbgate.names import JOB_ID_LABEL, lease_name
-from elbgate.reservations import AdmissionRecord, UnreadableRecord, adds_facts, reservation_of
+from elbgate.reservations import (
+    AdmissionRecord,
+    UnreadableRecord,
+    adds_facts,
+    reservation_of,
+    without_entries,
+)
 from elbgate.settings import GateSettings, RuleSettings, WebhookSettings
 from webhook import lease_guard, lease_stamp, search_admission
 from webhook.admission_record import (
@@ -67,6 +73,13 @@ class Listed:
     """Reserved Jobs a GET showed finished (their entries can go)."""
 
 
+CONFIRM_FIRST_PAUSE_SECONDS = 0.2
+CONFIRM_MAX_PAUSE_SECONDS = 5.0
+"""How often the admitting replica looks for an admitted Job to confirm it stored."""
+CONFIRM_WITHIN_SECONDS = 60.0
+"""The API server's request timeout: an admitted create not stored by then never is."""
+
+
 @dataclass
 class Admission:
     """Everything the handlers need, passed explicitly."""
@@ -83,6 +96,13 @@ class Admission:
     nodes: Callable[[], NodesSeen] | None = None
     """The Node watch cache's view (:meth:`webhook.cluster_view.ClusterView.seen`);
     read only while a node rule is on. No API call."""
+    _confirming: set[asyncio.Task[None]] = field(default_factory=set, init=False, repr=False)
+
+    async def close(self) -> None:
+        """Stop confirming reserved Jobs (their entries then expire on their own)."""
+        for task in list(self._confirming):
+            task.cancel()
+        await asyncio.gather(*self._confirming, return_exceptions=True)
 
     # -- handlers ------------------------------------------------------------
 
@@ -211,7 +231,41 @@ class Admission:
             return None
         except ReadFailed as exc:
             return unverified(subject, str(exc))
+        if adds:
+            task = asyncio.create_task(self._confirm_stored(job.namespace, job.name))
+            self._confirming.add(task)
+            task.add_done_callback(self._confirming.discard)
         return decision
+
+    async def _confirm_stored(self, namespace: str, name: str) -> None:
+        """Once a GET shows the admitted Job stored, drop its entry from the record: from
+        then on the census LIST counts it while it runs. Without this an entry outlives a
+        Job that ran and was deleted (TTL) before any other admission read it, and a
+        search that has ended holds a slot until the entry expires. Best effort: while
+        the Job is not seen, or the API is away, the entry stays and expires as before."""
+        loop = asyncio.get_running_loop()
+        ends = loop.time() + min(self.webhook.admission_reservation_seconds, CONFIRM_WITHIN_SECONDS)
+        pause = CONFIRM_FIRST_PAUSE_SECONDS
+        deadline = self.webhook.api_timeout_seconds
+        while loop.time() < ends:
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, CONFIRM_MAX_PAUSE_SECONDS)
+            try:
+                if await self.api.get_or_none(path(JOBS, namespace, name), deadline=deadline):
+                    for _ in range(RECORD_ATTEMPTS):
+                        body = without_entries(
+                            namespace, await get_record(self.api, namespace, deadline), {name}
+                        )
+                        if body is None:
+                            return
+                        try:
+                            await write_record(self.api, body, deadline)
+                            return
+                        except RecordChanged:
+                            continue
+                    return
+            except (ApiError, ApiUnavailable, UnreadableRecord):
+                continue
 
     async def _prune(
         self, job: JobRequest, record: AdmissionRecord, listed: Listed, now: datetime

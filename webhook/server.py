@@ -97,5 +97,6 @@ async def serve(
     finally:
         for runner in runners:  # admission first: it finishes in-flight reviews, then closes
             await runner.cleanup()
+        await admission.close()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
