@@ -26,7 +26,7 @@ import orjson
 
 from bench.namespace_jobs import api_body, job_status, planned_jobs, submit_lease
 from bench.processes import pin
-from elbgate.names import lease_name
+from elbgate.names import ADMISSION_RECORD_CONFIGMAP, lease_name
 from testbed.api import ApiError, JsonObj
 from testbed.controlplane import ATTACH_ENV, ControlPlane
 from testbed.install import Installation
@@ -118,6 +118,13 @@ class BenchCluster:
 
     def drop_lease(self, namespace: str) -> None:
         self.control_plane.admin.delete("leases", namespace, lease_name(namespace))
+
+    def drop_admission_record(self, namespace: str) -> None:
+        """The admission record the review passes wrote: their AdmissionReviews went to
+        the webhook, never through the API server, so the first Jobs they admitted were
+        reserved but never stored, and would hold slots until their entries expired."""
+        if self.control_plane.admin.find("configmaps", namespace, ADMISSION_RECORD_CONFIGMAP):
+            self.control_plane.admin.delete("configmaps", namespace, ADMISSION_RECORD_CONFIGMAP)
 
     def job_count(self, namespace: str) -> int:
         return len(self.control_plane.admin.list("jobs", namespace))

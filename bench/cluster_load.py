@@ -3,7 +3,8 @@ search, per Lease renewal and per controller resync; handoff latency and burst m
 of the submit paths.
 
 The namespace the admission passes filled (:mod:`bench.scenarios`) becomes a gated
-namespace: its two running searches end, the benchmark's Lease goes, and it is labelled
+namespace: its two running searches end, the benchmark's Lease and the admission record
+its reviews wrote go, and it is labelled
 ``elb-gate.io/gated=true``. Then, with the real webhook registered (the shipped webhook
 configurations, :mod:`testbed.webhook_process`) and the controller running, both at the
 default settings and each with its own ServiceAccount's token:
@@ -192,6 +193,7 @@ def stage(
     assert cluster.install is not None
     cluster.finish_running(namespace)
     cluster.drop_lease(namespace)
+    cluster.drop_admission_record(namespace)
     cluster.namespace(namespace, gated=True)
     with ExitStack() as stack:
         proxies = {name: stack.enter_context(FaultProxy(cp)) for name in COMPONENTS}

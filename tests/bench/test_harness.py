@@ -511,13 +511,20 @@ def test_a_quick_run_on_the_control_plane_measures_every_part(
     order = raw["admission_order"]
     assert order["opening"]["outcomes"] == {"allowed": order["opening"]["requests"]}
     assert order["joining"]["outcomes"] == {"allowed": order["joining"]["requests"]}
-    assert order["opening"]["api_requests_by_call"] == {
+    # After answering, the replica that reserved an opening's Job looks for it (GET jobs)
+    # to drop its entry once stored; the bench's reviews never store theirs, so it looks
+    # again until the create could no longer land, also while the joining pass runs.
+    opening = dict(order["opening"]["api_requests_by_call"])
+    assert opening.pop("GET jobs", 0) >= 1
+    assert opening == {
         "GET configmaps": 1.0,
         "GET jobs:list": 1.0,
         "GET leases": 1.0,
         "PUT configmaps": 1.0,
     }
-    assert order["joining"]["api_requests_by_call"] == {
+    joining = dict(order["joining"]["api_requests_by_call"])
+    joining.pop("GET jobs", None)
+    assert joining == {
         "GET configmaps": 1.0,
         "GET jobs:list": 1.0,
     }
