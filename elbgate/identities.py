@@ -12,6 +12,23 @@ map a holder prefix to the users and groups of that path::
 
 A requester "is" the Lease holder when it is the stamped ``holder-user``, or
 when the holder identity and the requester both belong to one submitter.
+
+*Split holders* (``splitHolders``): a holder-identity prefix a submit path uses for
+the shards of one split search (the dashboard's storage-query split takes the Lease
+as ``dashboard-split-<uuid>`` for each shard's ``elastic-blast submit``), and the
+Kubernetes users allowed to use it::
+
+    splitHolders:
+      - holderPrefix: dashboard-split-
+        submitter: dashboard      # that submitter's users
+        users: [dashboard-lease]  # and/or users named here
+
+A Lease is a split holder's only when its holder identity carries the prefix AND
+its stamped ``holder-user`` (the webhook's stamp, never the client's word) is one
+of those users: the holder string alone proves nothing. Users only, because the
+stamp records a username, not groups. Absent, the key defaults to
+:data:`DEFAULT_SPLIT_HOLDERS` (the users of a submitter named ``dashboard``, if
+any); ``splitHolders: []`` turns splits off.
 """
 
 from __future__ import annotations
@@ -43,9 +60,41 @@ class Submitter:
         return username in self.users or not self.groups.isdisjoint(groups)
 
 
+DEFAULT_SPLIT_HOLDERS: tuple[Mapping[str, Any], ...] = (
+    {"holderPrefix": "dashboard-split-", "submitter": "dashboard"},
+)
+"""``splitHolders`` when the file does not say: the dashboard's split fan-out."""
+
+
+@dataclass(frozen=True, slots=True)
+class SplitHolder:
+    """Holder identities ``holder_prefix…`` stamped with one of ``users`` open split shards."""
+
+    holder_prefix: str
+    users: frozenset[str]
+
+    def owns(self, holder: str, holder_user: str) -> bool:
+        return holder.startswith(self.holder_prefix) and holder_user in self.users
+
+
 @dataclass(frozen=True, slots=True)
 class SubmitterIdentities:
     submitters: tuple[Submitter, ...] = ()
+    split_holders: tuple[SplitHolder, ...] = ()
+
+    def split_holder(self, holder: str, holder_user: str) -> SplitHolder | None:
+        """The split holder a Lease held by ``holder`` and stamped ``holder_user``
+        belongs to (longest prefix wins), or ``None``. An empty stamp never matches."""
+        if not holder_user:
+            return None
+        owners = [s for s in self.split_holders if s.owns(holder, holder_user)]
+        return max(owners, key=lambda s: len(s.holder_prefix)) if owners else None
+
+    def split_prefix(self, holder: str) -> SplitHolder | None:
+        """The split holder whose prefix ``holder`` carries, whoever stamped it
+        (for a denial's hint only: it grants nothing)."""
+        owners = [s for s in self.split_holders if holder.startswith(s.holder_prefix)]
+        return max(owners, key=lambda s: len(s.holder_prefix)) if owners else None
 
     def for_holder(self, holder: str) -> Submitter | None:
         """The submitter whose prefix the holder identity carries (longest prefix wins)."""
@@ -63,7 +112,7 @@ class SubmitterIdentities:
     @classmethod
     def parse(cls, doc: Any) -> SubmitterIdentities:
         if doc is None:
-            return cls()
+            return cls(split_holders=_split_holders(DEFAULT_SPLIT_HOLDERS, (), default=True))
         if not isinstance(doc, Mapping) or not isinstance(doc.get("submitters", []), list):
             raise IdentityConfigError("expected a mapping with a 'submitters' list")
         out = []
@@ -85,13 +134,18 @@ class SubmitterIdentities:
                     f"submitters[{i}] ({name}) needs 'users' and/or 'groups' as lists of strings"
                 )
             out.append(Submitter(name, prefix, frozenset(users), frozenset(groups)))
-        return cls(tuple(out))
+        if "splitHolders" in doc:
+            splits = doc.get("splitHolders") or []
+            if not isinstance(splits, list):
+                raise IdentityConfigError("'splitHolders' must be a list")
+            return cls(tuple(out), _split_holders(splits, out, default=False))
+        return cls(tuple(out), _split_holders(DEFAULT_SPLIT_HOLDERS, out, default=True))
 
     @classmethod
     def load(cls, path: str) -> SubmitterIdentities:
         """Read the file named by ``ELB_GATE_SUBMITTER_IDENTITIES_FILE`` (``""`` = none)."""
         if not path:
-            return cls()
+            return cls.parse(None)
         try:
             text = Path(path).read_text()
         except OSError as exc:
@@ -108,3 +162,45 @@ class SubmitterIdentities:
 
 def _strings(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) and v for v in value)
+
+
+def _split_holders(
+    entries: Any, submitters: Iterable[Submitter], *, default: bool
+) -> tuple[SplitHolder, ...]:
+    """Resolve ``splitHolders`` entries to users. The default names a submitter that
+    may not exist (then it grants nothing); an entry the operator wrote must resolve
+    to at least one user, or it is refused."""
+    by_name = {s.name: s for s in submitters}
+    out = []
+    for i, entry in enumerate(entries):
+        where = f"splitHolders[{i}]"
+        if not isinstance(entry, Mapping):
+            raise IdentityConfigError(f"{where} is not a mapping")
+        prefix = entry.get("holderPrefix")
+        if not isinstance(prefix, str) or not prefix:
+            raise IdentityConfigError(f"{where}.holderPrefix must be a non-empty string")
+        users = entry.get("users") or []
+        if not _strings(users) and users != []:
+            raise IdentityConfigError(f"{where}.users must be a list of strings")
+        if "groups" in entry:
+            raise IdentityConfigError(
+                f"{where} lists groups: a split holder is recognised by the Lease's stamped "
+                "holder-user, a username, so only 'users' (or 'submitter') can be checked"
+            )
+        allowed = set(users)
+        name = entry.get("submitter")
+        if name is not None:
+            sub = by_name.get(name) if isinstance(name, str) else None
+            if sub is None and not default:
+                raise IdentityConfigError(f"{where}.submitter {name!r} is not in 'submitters'")
+            if sub is not None:
+                allowed |= sub.users
+        if not allowed:
+            if default:
+                continue
+            raise IdentityConfigError(
+                f"{where} ({prefix}) allows no user: list 'users', or name a 'submitter' that "
+                "lists users (groups cannot be checked against the stamped holder-user)"
+            )
+        out.append(SplitHolder(prefix, frozenset(allowed)))
+    return tuple(out)

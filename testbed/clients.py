@@ -29,6 +29,17 @@ whose ``renewTime`` does not parse is held (never steal on bad data); a free
 holder (``""``) may be taken at once; MicroTimes carry exactly six fractional
 digits (the API server refuses any other count with 400).
 
+:class:`DashboardSplitFanOut` is the dashboard's storage-query split on top of its
+Lease client (``_dispatch_split_child_submits`` with
+``wait_for_k8s_admission(check_capacity=False)``): shards one after another; per
+shard, attempts with a FRESH holder ``dashboard-split-<uuid4 hex>`` each (the holder
+is minted inside every acquire attempt) every 5 s ±20 % until the Lease is taken or
+the shard's deadline (min(300 s cap, what is left of a 1800 s budget for the whole
+fan-out)) passes; Gate A only, no count of active searches; then one
+``elastic-blast submit``, the Lease released in ``finally``. A shard whose wait times
+out, whose Lease call errors or whose submit fails is marked ``submit_failed`` and
+never dispatched again.
+
 Nothing here imports elb-gate: a reproduction sharing elb-gate's code would
 agree with elb-gate by construction, which is what these clients exist to test.
 """
@@ -38,13 +49,15 @@ from __future__ import annotations
 import copy
 import json
 import os
+import random
 import ssl
 import subprocess
+import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
 
@@ -404,6 +417,101 @@ class DashboardLeaseClient(_Decisions):
             if _judge(status, answer, "released") == "released":
                 return "released"
         return "busy"
+
+
+SPLIT_SOURCE = "dashboard-split"
+"""The ``source`` the dashboard's split fan-out mints its holder identities from."""
+SPLIT_RETRY_SECONDS = 5.0
+"""``_GATE_RETRY_INTERVAL_SECONDS``: the split path's inline wait between attempts."""
+SPLIT_CHILD_WAIT_SECONDS = 300.0
+"""``BLAST_SPLIT_CHILD_GATE_WAIT_MAX_SECONDS`` default: one shard's wait for the Lease."""
+SPLIT_PARENT_BUDGET_SECONDS = 1800.0
+"""``BLAST_SPLIT_PARENT_GATE_BUDGET_SECONDS`` default: all shards' waits together."""
+
+
+@dataclass
+class ShardOutcome:
+    """One shard as the dashboard records it: ``submitted`` or ``submit_failed``."""
+
+    shard: int
+    phase: Literal["submitted", "submit_failed"]
+    error: str = ""
+    holder: str = ""
+    detail: str = ""
+
+
+@dataclass
+class DashboardSplitFanOut:
+    """The dashboard's split fan-out over :class:`DashboardLeaseClient` (see the module
+    docstring). ``submit(shard, holder)`` is one shard's ``elastic-blast submit`` run
+    while the Lease is held: it returns ``""`` on success, else the error it printed
+    (the dashboard reads only the exit code and the error text, and never retries)."""
+
+    lease_client: Callable[[str], DashboardLeaseClient]
+    """A Lease client for a holder identity (the dashboard's credential, one namespace)."""
+    child_wait_seconds: float = SPLIT_CHILD_WAIT_SECONDS
+    parent_budget_seconds: float = SPLIT_PARENT_BUDGET_SECONDS
+    retry_seconds: float = SPLIT_RETRY_SECONDS
+    sleep: Callable[[float], None] = time.sleep
+    holders: list[str] = field(default_factory=list)
+    """Every holder identity an attempt minted, in order."""
+
+    def run(self, shards: int, submit: Callable[[int, str], str]) -> Sequence[ShardOutcome]:
+        parent_deadline = time.time() + self.parent_budget_seconds
+        out: list[ShardOutcome] = []
+        for shard in range(shards):
+            now = time.time()
+            if now >= parent_deadline:
+                out.append(
+                    ShardOutcome(
+                        shard,
+                        "submit_failed",
+                        "blast_submit_gate_unavailable",
+                        detail="parent_gate_budget_exhausted",
+                    )
+                )
+                continue
+            deadline = min(now + self.child_wait_seconds, parent_deadline)
+            try:
+                client = self._admit(deadline)
+            except TimeoutError as exc:
+                out.append(
+                    ShardOutcome(
+                        shard, "submit_failed", "blast_submit_gate_unavailable", "", str(exc)
+                    )
+                )
+                continue
+            except ClientError as exc:
+                out.append(
+                    ShardOutcome(
+                        shard, "submit_failed", "blast_submit_lease_api_error", "", str(exc)
+                    )
+                )
+                continue
+            try:
+                error = submit(shard, client.holder)
+            finally:
+                client.release()
+            if error:
+                out.append(ShardOutcome(shard, "submit_failed", error, client.holder))
+            else:
+                out.append(ShardOutcome(shard, "submitted", "", client.holder))
+        return out
+
+    def _admit(self, deadline: float) -> DashboardLeaseClient:
+        """``wait_for_k8s_admission(check_capacity=False)``: Gate A only."""
+        while True:
+            if time.time() >= deadline:
+                raise TimeoutError("split child gate wait exceeded deadline before acquire")
+            holder = new_holder(SPLIT_SOURCE)
+            self.holders.append(holder)
+            client = self.lease_client(holder)
+            if client.acquire() == "acquired":
+                return client
+            remaining = deadline - time.time()
+            if remaining <= 0:
+                raise TimeoutError("split child gate wait exceeded deadline: submit_slot_busy")
+            self.sleep(min(self.retry_seconds * random.uniform(0.8, 1.2), remaining))
 
 
 def _judge(status: int, answer: Mapping[str, Any], success: Outcome) -> Outcome:

@@ -32,7 +32,7 @@ from typing import Any
 from elbgate.census import Census, JobRef, census
 from elbgate.databases import job_databases
 from elbgate.db_staging import staging_conflict
-from elbgate.identities import SubmitterIdentities
+from elbgate.identities import SplitHolder, SubmitterIdentities
 from elbgate.job_status import required_completions, runs_one_pod
 from elbgate.label_values import job_id_problem, near_miss
 from elbgate.lease import LeaseView, holder_source
@@ -390,6 +390,15 @@ def decide(
         if blocked is not None:
             return blocked
         return soft.admit("holder_setup" if job.holder_work else "joins_active", **facts)
+    split = _split_holder(observed.lease, identities)
+    if split is not None:
+        # A split shard (docs/design.md "Split searches"): its path bounds the shards,
+        # so neither Gate B nor the capacity rule refuses it; it is still counted.
+        facts["split"] = split.holder_prefix
+        blocked = soft.apply(rules.db_staging, _db_staging(job, seen, opens=True))
+        if blocked is not None:
+            return blocked
+        return soft.admit("split_shard", **facts)
     if seen.count >= gate.max_run_concurrency:
         ids = ", ".join(seen.active_ids)
         return refuse(
@@ -397,7 +406,7 @@ def decide(
             "ceiling",
             f"Gate B: {seen.count}/{gate.max_run_concurrency} searches already active in "
             f"namespace {job.namespace} ({ids}), so {job.ref} cannot open another. Retry when one "
-            f"of {ids} completes.",
+            f"of {ids} completes.{_split_hint(observed.lease, identities)}",
             **facts,
         )
     if rules.capacity != "off":
@@ -413,6 +422,32 @@ def decide(
     if blocked is not None:
         return blocked
     return soft.admit("ok", **facts)
+
+
+def _split_holder(
+    lease_obj: Mapping[str, Any] | None, identities: SubmitterIdentities | None
+) -> SplitHolder | None:
+    """The split holder whose shard the Lease's holder is opening: the holder identity
+    carries its prefix and the webhook's stamp names one of its users."""
+    if identities is None or not isinstance(lease_obj, Mapping):
+        return None
+    lease = LeaseView.from_dict(lease_obj)
+    return identities.split_holder(lease.holder, lease.holder_user) if lease.held else None
+
+
+def _split_hint(lease_obj: Mapping[str, Any] | None, identities: SubmitterIdentities | None) -> str:
+    """For a Gate B refusal under a holder that looks like a split's but is not one."""
+    if identities is None or not isinstance(lease_obj, Mapping):
+        return ""
+    lease = LeaseView.from_dict(lease_obj)
+    split = identities.split_prefix(lease.holder) if lease.held else None
+    if split is None:
+        return ""
+    return (
+        f" The Lease holder {lease.holder} carries split prefix {split.holder_prefix}, but "
+        f"its stamped user {lease.holder_user or '(none)'} is not one of that split holder's "
+        f"users, so this is not admitted as a split shard (splitHolders in {IDENTITIES_VAR})."
+    )
 
 
 def _nodes(observed: Observed) -> NodesSeen:

@@ -1,0 +1,128 @@
+"""The dashboard's split fan-out through the real admission chain.
+
+The dashboard's storage-query split (:class:`testbed.clients.DashboardSplitFanOut`)
+takes the submit Lease as ``dashboard-split-<uuid>`` for each shard, Gate A only,
+runs one ``elastic-blast submit`` per shard and never retries a shard. The Jobs are
+ElasticBLAST's own (:mod:`testbed.elastic_blast`), created with ``kubectl`` as the
+dashboard's one credential (its admin kubeconfig takes the Lease and runs submit),
+and every request goes through the API server to the webhook over TLS.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+
+import pytest
+
+from testbed import elastic_blast
+from testbed.clients import DashboardLeaseClient, DashboardSplitFanOut, ShardOutcome, new_holder
+from testbed.controlplane import ControlPlane
+from testbed.webhook_process import WebhookProcess
+from tests.webhook.conftest import API_TIMEOUT_SECONDS, decisions
+from tests.webhook.shapes import blast_job, new_job_id
+
+pytestmark = pytest.mark.kubectl
+
+DASHBOARD = "dashboard-lease"
+"""The dashboard's Kubernetes user (token-file user of the control plane)."""
+
+IDENTITIES = f"""\
+splitHolders:
+  - holderPrefix: dashboard-split-
+    users: [{DASHBOARD}]
+"""
+"""Split shards for the dashboard's user; no submitter reserves ``dashboard-``, so
+anyone may write a ``dashboard-split-`` holder and only the stamp tells them apart."""
+
+
+@pytest.fixture(scope="module")
+def split_hook(
+    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WebhookProcess]:
+    path = tmp_path_factory.mktemp("identities") / "submitters.yaml"
+    path.write_text(IDENTITIES)
+    env = {
+        "ELB_GATE_API_TIMEOUT_SECONDS": str(API_TIMEOUT_SECONDS),
+        "ELB_GATE_SUBMITTER_IDENTITIES_FILE": str(path),
+    }
+    with WebhookProcess(control_plane, env) as proc:
+        yield proc
+
+
+def busy_namespace(cp: ControlPlane, hook: WebhookProcess, active: int) -> str:
+    """A gated namespace already running ``active`` searches (created before gating)."""
+    namespace = cp.new_namespace("split")
+    for _ in range(active):
+        cp.admin.create(blast_job(namespace, new_job_id()))
+    return hook.gate_namespace(namespace)
+
+
+def elastic_blast_submit(
+    cp: ControlPlane, user: str, namespace: str, flow: str, job_id: str
+) -> str:
+    """One ``elastic-blast submit``: its Jobs in order, stopping at the first refusal
+    (``""`` when every Job was created, else what kubectl printed)."""
+    for job in elastic_blast.flow(flow, job_id):
+        body = elastic_blast.for_api(job, namespace)
+        result = cp.kubectl(user, "-n", namespace, "create", "-f", "-", input=json.dumps(body))
+        if result.returncode != 0:
+            return result.stderr.strip()
+    return ""
+
+
+def fan_out(
+    cp: ControlPlane, user: str, namespace: str, shards: int, flow: str = "cloud-job-submission"
+) -> tuple[Sequence[ShardOutcome], list[str]]:
+    ids = [new_job_id() for _ in range(shards)]
+    split = DashboardSplitFanOut(
+        lambda holder: DashboardLeaseClient.on(cp, user, namespace, holder=holder)
+    )
+    outcomes = split.run(
+        shards, lambda shard, _holder: elastic_blast_submit(cp, user, namespace, flow, ids[shard])
+    )
+    return outcomes, ids
+
+
+def test_a_five_shard_split_at_two_active_searches_runs_every_shard(
+    control_plane: ControlPlane, split_hook: WebhookProcess
+) -> None:
+    cp = control_plane
+    ns = busy_namespace(cp, split_hook, active=2)
+    outcomes, ids = fan_out(cp, DASHBOARD, ns, shards=5)
+    assert [(o.phase, o.error) for o in outcomes] == [("submitted", "")] * 5
+    assert all(o.holder.startswith("dashboard-split-") for o in outcomes)
+    # Each shard's first Job opened its search as a split shard, through the record.
+    opened = [r for r in decisions(split_hook, ns) if r.get("reason") == "split_shard"]
+    assert sorted(str(r["details"]["job_id"]) for r in opened) == sorted(ids)
+    assert {r["details"]["split"] for r in opened} == {"dashboard-split-"}
+    record = cp.admin.get("configmaps", ns, "elb-gate-admissions")
+    assert all(job_id in record["data"]["batch-work.json"] for job_id in ids)
+    # Counted as active by everyone else: a regular submit of the same path is refused.
+    regular = DashboardLeaseClient.on(cp, DASHBOARD, ns, holder=new_holder("dashboard"))
+    assert regular.acquire() == "acquired"
+    try:
+        refused = elastic_blast_submit(cp, DASHBOARD, ns, "cloud-job-submission", new_job_id())
+    finally:
+        regular.release()
+    assert "Gate B: 7/3 searches already active" in refused
+    assert all(job_id in refused for job_id in ids)
+
+
+def test_another_identity_with_the_split_prefix_gets_no_exemption(
+    control_plane: ControlPlane, split_hook: WebhookProcess
+) -> None:
+    cp = control_plane
+    ns = busy_namespace(cp, split_hook, active=2)
+    outcomes, _ids = fan_out(cp, "mallory", ns, shards=5)
+    # Its holders carry the prefix, and the guard let it take them (no submitter
+    # reserves it), but the stamp says mallory: a regular search each, so the first
+    # takes the last slot and the rest meet Gate B.
+    assert all(o.holder.startswith("dashboard-split-") for o in outcomes)
+    assert [o.phase for o in outcomes] == ["submitted"] + ["submit_failed"] * 4
+    for shard in outcomes[1:]:
+        assert "Gate B: 3/3 searches already active" in shard.error
+        assert "carries split prefix dashboard-split-, but its stamped user mallory" in (
+            shard.error
+        )
+    assert not [r for r in decisions(split_hook, ns) if r.get("reason") == "split_shard"]
