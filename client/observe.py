@@ -10,14 +10,15 @@ from client.errors import CoordinationError
 from client.sync_kube import SyncKube
 from elbgate.capacity import NodeView
 from elbgate.census import Census, census
-from elbgate.kube.api import ApiError, ApiUnavailable
+from elbgate.kube.api import CONFIGMAPS, ApiError, ApiUnavailable, path
 from elbgate.kube.reads import (
     get_submit_lease,
     list_pool_nodes,
     list_search_jobs,
     list_unfinished_search_jobs,
 )
-from elbgate.names import lease_name
+from elbgate.names import ADMISSION_RECORD_CONFIGMAP, lease_name
+from elbgate.reservations import split_searches_of
 from elbgate.settings import GateSettings, RuleSettings
 
 
@@ -50,6 +51,18 @@ def read_lease(kube: SyncKube, namespace: str) -> dict[str, Any] | None:
         raise CoordinationError(
             f"get lease {lease_name(namespace)}", namespace, exc, kube.config.host
         ) from exc
+
+
+def read_split_searches(kube: SyncKube, namespace: str) -> dict[str, str] | str:
+    """The searches the webhook opened as split shards (the admission record's
+    ``split-searches.json``), or why the record could not be read."""
+    try:
+        record = kube.run(
+            lambda api: api.get_or_none(path(CONFIGMAPS, namespace, ADMISSION_RECORD_CONFIGMAP))
+        )
+    except (ApiError, ApiUnavailable) as exc:
+        return f"ConfigMap {namespace}/{ADMISSION_RECORD_CONFIGMAP}: {exc}"
+    return split_searches_of(record)
 
 
 def read_pool_nodes(kube: SyncKube, rules: RuleSettings) -> tuple[NodeView, ...]:

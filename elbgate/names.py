@@ -50,6 +50,8 @@ admitted that a census LIST may not show yet, so that no two admissions that ope
 search or start a staging pass on one observation (:mod:`elbgate.reservations`)."""
 ADMISSION_RECORD_KEY = "reservations.json"
 BATCH_WORK_RECORD_KEY = "batch-work.json"
+SPLIT_RECORD_KEY = "split-searches.json"
+"""The admission record's split shards: ``elb-job-id`` → ``<time> <split holder prefix>``."""
 """The admission record's durable evidence that a search had batch work (see
 :data:`BATCH_WORK_SEEN_ANNOTATION`), written by the webhook when it admits the work."""
 DB_MEMORY_CONFIGMAP = "elb-gate-db-memory"

@@ -33,6 +33,10 @@ controller watched at the time (the controller copies it onto the finalizer as
 ``elb-gate.io/batch-work-seen``). Evidence is dropped only once no unfinished Job of its
 search is listed and it is older than the bound the writer gives (twice the Lease TTL:
 by then the submit that created the search has ended, so no finalizer of it can come).
+
+It keeps, the same way and for as long, which searches were opened as split shards
+(``data.split-searches.json``: ``elb-job-id`` → ``<time> <split holder prefix>``), so
+the census, the CLI and the metrics can show a shard as such after its Lease is gone.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from elbgate.names import (
     ADMISSION_RECORD_KEY,
     BATCH_WORK_EVIDENCE_APPS,
     BATCH_WORK_RECORD_KEY,
+    SPLIT_RECORD_KEY,
 )
 
 
@@ -127,6 +132,8 @@ class AdmissionRecord:
     resource_version: str = ""
     batch_work: Mapping[str, str] = field(default_factory=dict)
     """``elb-job-id`` → ``<time> <app>/<Job name>``: searches known to have had batch work."""
+    splits: Mapping[str, str] = field(default_factory=dict)
+    """``elb-job-id`` → ``<time> <split holder prefix>``: searches opened as split shards."""
 
     @classmethod
     def from_configmap(cls, namespace: str, obj: Mapping[str, Any] | None) -> AdmissionRecord:
@@ -147,6 +154,7 @@ class AdmissionRecord:
             entries,
             str(meta.get("resourceVersion") or ""),
             batch_work_of(obj, strict=True),
+            split_searches_of(obj, strict=True),
         )
 
     def unlisted(self, listed: Collection[str], now: datetime) -> tuple[Reservation, ...]:
@@ -168,11 +176,13 @@ class AdmissionRecord:
         evidence_seconds: float,
         *,
         reserve: bool = True,
+        split: str = "",
     ) -> dict[str, Any]:
         """The ConfigMap to write: ``admitted`` added (unless not ``reserve``: it adds no
         fact, only its search's batch work), its search's batch work recorded when it is
-        batch work, entries listed or expired dropped, and evidence dropped of searches
-        none of whose Jobs is in ``listed_ids`` that is older than ``evidence_seconds``."""
+        batch work and its split holder prefix when ``split``, entries listed or expired
+        dropped, and evidence (and split marks) dropped of searches none of whose Jobs is
+        in ``listed_ids`` that is older than ``evidence_seconds``."""
         # ``listed`` holds the names of Jobs a consistent read showed: unfinished in the
         # LIST, or finished in a GET (a finished Job never counts again).
         kept = [
@@ -189,6 +199,13 @@ class AdmissionRecord:
         }
         if self.needs_evidence(admitted.app, admitted.job_id):
             evidence[admitted.job_id] = f"{format_microtime(now)} {admitted.app}/{admitted.name}"
+        splits = {
+            job_id: value
+            for job_id, value in self.splits.items()
+            if job_id in listed_ids or not _older(value, now, evidence_seconds)
+        }
+        if split and admitted.job_id and admitted.job_id not in splits:
+            splits[admitted.job_id] = f"{format_microtime(now)} {split}"
         meta: dict[str, Any] = {
             "name": ADMISSION_RECORD_CONFIGMAP,
             "namespace": self.namespace,
@@ -196,17 +213,15 @@ class AdmissionRecord:
         }
         if self.resource_version:
             meta["resourceVersion"] = self.resource_version
-        return {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": meta,
-            "data": {
-                ADMISSION_RECORD_KEY: json.dumps(
-                    [e.to_json() for e in kept], separators=(",", ":"), sort_keys=True
-                ),
-                BATCH_WORK_RECORD_KEY: json.dumps(evidence, separators=(",", ":"), sort_keys=True),
-            },
+        data = {
+            ADMISSION_RECORD_KEY: json.dumps(
+                [e.to_json() for e in kept], separators=(",", ":"), sort_keys=True
+            ),
+            BATCH_WORK_RECORD_KEY: json.dumps(evidence, separators=(",", ":"), sort_keys=True),
         }
+        if splits:
+            data[SPLIT_RECORD_KEY] = json.dumps(splits, separators=(",", ":"), sort_keys=True)
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
 
 
 def without_entries(
@@ -248,6 +263,22 @@ def batch_work_of(obj: Mapping[str, Any] | None, *, strict: bool = False) -> dic
     if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
         if strict:
             raise UnreadableRecord(f"data.{BATCH_WORK_RECORD_KEY} is not an object of strings")
+        return {}
+    return {str(k): v for k, v in raw.items()}
+
+
+def split_searches_of(obj: Mapping[str, Any] | None, *, strict: bool = False) -> dict[str, str]:
+    """The record's split shards: ``elb-job-id`` → ``<time> <split holder prefix>``
+    (unreadable: :class:`UnreadableRecord` when ``strict``, else empty, as
+    :func:`batch_work_of`)."""
+    text = ((obj or {}).get("data") or {}).get(SPLIT_RECORD_KEY) or "{}"
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        raw = None
+    if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
+        if strict:
+            raise UnreadableRecord(f"data.{SPLIT_RECORD_KEY} is not an object of strings")
         return {}
     return {str(k): v for k, v in raw.items()}
 

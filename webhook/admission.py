@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -180,7 +180,7 @@ class Admission:
                 f"{record_ref(job.namespace)} is not what elb-gate writes: {exc}; delete it "
                 "and the webhook writes it anew",
             )
-        decision = self._decide(job, observed, now)
+        decision = self._decide(job, observed, now, record.splits)
         if not decision.allowed or dry_run:
             return decision
         assert listed is not None and observed.census is not None
@@ -223,6 +223,7 @@ class Admission:
                         now,
                         2 * self.gate.lease_ttl_seconds,
                         reserve=adds,
+                        split=str(decision.details.get("split") or ""),
                     ),
                     self.webhook.api_timeout_seconds,
                 ),
@@ -285,7 +286,14 @@ class Admission:
         except (RecordChanged, ApiError, ApiUnavailable):
             pass  # another admission wrote (and pruned) first, or the API is away
 
-    def _decide(self, job: JobRequest, observed: Observed, now: datetime) -> Decision:
+    def _decide(
+        self,
+        job: JobRequest,
+        observed: Observed,
+        now: datetime,
+        splits: Mapping[str, str] | None = None,
+    ) -> Decision:
+        """``splits``: the admission record's split shards, when it was read."""
         if observed.census is not None and node_rules_on(self.rules):
             seen = self.nodes() if self.nodes else NodesSeen(None, "no Node watch is running")
             observed = replace(observed, nodes=seen)
@@ -295,6 +303,9 @@ class Admission:
         if observed.census is not None:
             ceiling = decision.details.get("effective_ceiling", self.gate.max_run_concurrency)
             self.metrics.record_census(job.namespace, observed.census.count, int(ceiling))
+            if splits is not None:
+                shards = set(splits) & set(observed.census.active_ids)
+                self.metrics.record_split_searches(job.namespace, len(shards))
         return decision
 
     async def _observe(

@@ -134,6 +134,13 @@ class WebhookMetrics:
             ["namespace"],
             registry=registry,
         )
+        self._split = Gauge(
+            "elb_gate_active_split_searches",
+            "Active searches opened as split shards (of elb_gate_active_searches), as last "
+            "seen at admission.",
+            ["namespace"],
+            registry=registry,
+        )
         self._ceiling = Gauge(
             "elb_gate_search_ceiling",
             "Gate B ceiling (BLAST_MAX_RUN_CONCURRENCY).",
@@ -230,6 +237,9 @@ class WebhookMetrics:
     def record_census(self, namespace: str, active: int, ceiling: int) -> None:
         self._active.labels(namespace).set(active)
         self._ceiling.labels(namespace).set(ceiling)
+
+    def record_split_searches(self, namespace: str, active: int) -> None:
+        self._split.labels(namespace).set(active)
 
     def record_caller(self, caller: str, outcome: str) -> None:
         """One admission HTTP request told apart by its client certificate."""

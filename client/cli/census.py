@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from client.errors import CoordinationError
-from client.observe import read_census, read_lease, read_pool_nodes
+from client.observe import read_census, read_lease, read_pool_nodes, read_split_searches
 from elbgate import quantity
 from elbgate.capacity import Ceiling, NodeView, PodShape, effective_ceiling, selected
 from elbgate.census import Census
@@ -57,11 +57,14 @@ def run(args: argparse.Namespace, command: list[str]) -> int:
         now = datetime.now(UTC)
         seen = read_census(kube, conn.namespace, settings.gate, now, exact_orphans=True)
         lease = read_lease(kube, conn.namespace)
+        splits = read_split_searches(kube, conn.namespace)
         try:
             nodes: tuple[NodeView, ...] | str = read_pool_nodes(kube, settings.rules)
         except CoordinationError as exc:
             nodes = str(exc)  # shown in the report; the census itself stands
-    report = census_report(conn.namespace, seen, lease, settings.gate, settings.rules, now, nodes)
+    report = census_report(
+        conn.namespace, seen, lease, settings.gate, settings.rules, now, nodes, splits
+    )
     print(render(report, args.output, render_table))
     return exit_codes.OK
 
@@ -110,9 +113,14 @@ def census_report(
     rules: RuleSettings,
     now: datetime,
     nodes: tuple[NodeView, ...] | str | None = None,
+    splits: dict[str, str] | str | None = None,
 ) -> dict[str, Any]:
     """JSON-ready census, DB staging, capacity, Lease and verdict (pure). ``nodes``:
-    the pool's Nodes, or why they could not be read (``None``: not read)."""
+    the pool's Nodes, or why they could not be read (``None``: not read). ``splits``:
+    the admission record's split shards, or why it could not be read; a search's
+    ``split`` is then its split holder prefix, ``None`` (not a shard) or, when the
+    record was not read, ``"unknown"``."""
+    split_of = splits if isinstance(splits, dict) else None
     summary = lease_summary(lease, lease_name(namespace), gate, now)
     capacity = capacity_report(gate, rules, nodes)
     ceiling = gate.max_run_concurrency
@@ -127,6 +135,7 @@ def census_report(
                 "ageSeconds": int(max(ages)) if ages else None,
                 "reason": search.reason,
                 "jobs": [f"{j.app}/{j.name}" for j in search.jobs],
+                "split": _split(split_of, search.key),
             }
         )
     orphans = [
@@ -149,12 +158,22 @@ def census_report(
         "finishing": [{"name": j.name, "id": j.job_id or None} for j in seen.finishing],
         "staging": staging,
         "configuredCeiling": gate.max_run_concurrency,
+        "splitShards": sum(1 for s in searches if s["split"] not in (None, "unknown")),
+        "splitRecordError": splits if isinstance(splits, str) else None,
         "capacity": capacity,
         "lease": summary,
         "verdict": verdict(
             seen.count, ceiling, summary, by_nodes=ceiling < gate.max_run_concurrency
         ),
     }
+
+
+def _split(splits: dict[str, str] | None, key: str) -> str | None:
+    """``key``'s split holder prefix, ``None`` when not a shard, ``"unknown"`` unread."""
+    if splits is None:
+        return "unknown"
+    mark = splits.get(key)
+    return mark.split(" ", 1)[1] if mark and " " in mark else None
 
 
 def verdict(active: int, ceiling: int, lease: dict[str, Any], *, by_nodes: bool = False) -> str:
@@ -192,9 +211,15 @@ def render_table(report: dict[str, Any]) -> str:
         "",
     ]
     if report["searches"]:
-        rows = [("SEARCH", "AGE", "JOBS", "WHY ACTIVE")]
+        rows = [("SEARCH", "AGE", "SPLIT", "JOBS", "WHY ACTIVE")]
         rows += [
-            (s["id"], _age(s["ageSeconds"]), ", ".join(s["jobs"]), s["reason"])
+            (
+                s["id"],
+                _age(s["ageSeconds"]),
+                s["split"] or "-",
+                ", ".join(s["jobs"]),
+                s["reason"],
+            )
             for s in report["searches"]
         ]
         lines += _columns(rows)
@@ -202,12 +227,12 @@ def render_table(report: dict[str, Any]) -> str:
         lines.append("no active searches")
     if report["orphans"]:
         lines.append("")
-        rows = [("ORPHANED FINALIZER", "SEARCH", "AGE", "FLAGGED SINCE")]
-        rows += [
+        orphan_rows = [("ORPHANED FINALIZER", "SEARCH", "AGE", "FLAGGED SINCE")]
+        orphan_rows += [
             (o["name"], o["id"] or "-", _age(o["ageSeconds"]), o["orphanedSince"] or "-")
             for o in report["orphans"]
         ]
-        lines += _columns(rows)
+        lines += _columns(orphan_rows)
     if report["finishing"]:
         lines.append("")
         lines.append(

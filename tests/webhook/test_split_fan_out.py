@@ -11,11 +11,16 @@ and every request goes through the API server to the webhook over TLS.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import pytest
 
 from testbed import elastic_blast
+from testbed.api import JsonObj
 from testbed.clients import DashboardLeaseClient, DashboardSplitFanOut, ShardOutcome, new_holder
 from testbed.controlplane import ControlPlane
 from testbed.webhook_process import WebhookProcess
@@ -84,8 +89,27 @@ def fan_out(
     return outcomes, ids
 
 
+def census(cp: ControlPlane, namespace: str, tmp: Path, user: str = "operator") -> JsonObj:
+    """``elb-gate census -o json`` as ``user``, in ``namespace``."""
+    kubeconfig = tmp / f"{user}.kubeconfig"
+    cp.write_kubeconfig(kubeconfig, user, cp.token(user), namespace)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BLAST_", "ELB_GATE_"))}
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    env["KUBECONFIG"] = str(kubeconfig)
+    result = subprocess.run(
+        [sys.executable, "-m", "client", "census", "-o", "json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return dict(json.loads(result.stdout))
+
+
 def test_a_five_shard_split_at_two_active_searches_runs_every_shard(
-    control_plane: ControlPlane, split_hook: WebhookProcess
+    control_plane: ControlPlane, split_hook: WebhookProcess, tmp_path: Path
 ) -> None:
     cp = control_plane
     ns = busy_namespace(cp, split_hook, active=2)
@@ -107,6 +131,14 @@ def test_a_five_shard_split_at_two_active_searches_runs_every_shard(
         regular.release()
     assert "Gate B: 7/3 searches already active" in refused
     assert all(job_id in refused for job_id in ids)
+    # elb-gate census shows the shards as such, the two other searches as regular ones.
+    report = census(cp, ns, tmp_path)
+    split_of = {s["id"]: s["split"] for s in report["searches"]}
+    assert {i: split_of[i] for i in ids} == dict.fromkeys(ids, "dashboard-split-")
+    assert list(split_of.values()).count(None) == 2
+    assert (report["active"], report["splitShards"]) == (7, 5)
+    # The webhook's gauge, as seen at the last admission (before the refused search).
+    assert f'elb_gate_active_split_searches{{namespace="{ns}"}} 5.0' in split_hook.metrics()
 
 
 def test_another_identity_with_the_split_prefix_gets_no_exemption(
