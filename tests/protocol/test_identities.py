@@ -77,3 +77,67 @@ def test_load_reads_yaml_and_names_the_file_on_error(tmp_path: Path) -> None:
         SubmitterIdentities.load(str(bad))
     with pytest.raises(IdentityConfigError, match="cannot read"):
         SubmitterIdentities.load(str(tmp_path / "missing.yaml"))
+
+
+# -- split holders ------------------------------------------------------------------------
+
+SPLIT = "dashboard-split-0123456789abcdef0123456789abcdef"
+
+
+def test_by_default_the_dashboards_users_hold_split_shards() -> None:
+    """No ``splitHolders`` key: ``dashboard-split-`` for the users of submitter dashboard."""
+    assert IDS.split_holder(SPLIT, "dash-lease") is not None
+    assert IDS.split_holder(SPLIT, "dash-apply") is not None
+    assert IDS.split_holder(SPLIT, "mallory") is None
+    assert IDS.split_holder(SPLIT, "") is None  # unstamped: the holder string proves nothing
+    assert IDS.split_holder(DASH, "dash-lease") is None  # a regular dashboard submit
+    assert IDS.split_holder("openapi-split-1", "system:serviceaccount:blast:api") is None
+
+
+def test_without_a_dashboard_submitter_the_default_grants_nothing() -> None:
+    for ids in (SubmitterIdentities.parse(None), SubmitterIdentities.load("")):
+        assert ids.split_holders == ()
+        assert ids.split_holder(SPLIT, "dashboard-lease") is None
+
+
+def test_groups_alone_grant_no_split_shard() -> None:
+    """The stamp records a username: a dashboard mapped by group only gets no default."""
+    ids = SubmitterIdentities.parse(
+        {"submitters": [{"name": "dashboard", "holderPrefix": "dashboard-", "groups": ["d"]}]}
+    )
+    assert ids.split_holders == ()
+
+
+def test_explicit_split_holders_replace_the_default() -> None:
+    doc = {
+        **DOC,
+        "splitHolders": [
+            {"holderPrefix": "dashboard-split-", "users": ["dash-lease"]},
+            {"holderPrefix": "batch-split-", "submitter": "dashboard-batch", "users": ["x"]},
+        ],
+    }
+    ids = SubmitterIdentities.parse(doc)
+    assert ids.split_holder(SPLIT, "dash-lease") is not None
+    assert ids.split_holder(SPLIT, "dash-apply") is None  # not listed any more
+    found = ids.split_holder("batch-split-1", "batch")
+    assert found is not None and found.users == {"batch", "x"}
+    assert SubmitterIdentities.parse({**DOC, "splitHolders": []}).split_holders == ()
+    hint = ids.split_prefix(SPLIT)
+    assert hint is not None and hint.holder_prefix == "dashboard-split-"
+
+
+@pytest.mark.parametrize(
+    ("splits", "message"),
+    [
+        ("x", "'splitHolders' must be a list"),
+        ([1], "splitHolders[0] is not a mapping"),
+        ([{"users": ["u"]}], "splitHolders[0].holderPrefix"),
+        ([{"holderPrefix": "s-", "users": "u"}], "splitHolders[0].users must be a list"),
+        ([{"holderPrefix": "s-", "submitter": "nobody"}], "'nobody' is not in 'submitters'"),
+        ([{"holderPrefix": "s-", "submitter": "openapi"}], "allows no user"),
+        ([{"holderPrefix": "s-", "groups": ["g"]}], "only 'users'"),
+    ],
+)
+def test_malformed_split_holders_are_refused(splits: object, message: str) -> None:
+    with pytest.raises(IdentityConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        SubmitterIdentities.parse({**DOC, "splitHolders": splits})

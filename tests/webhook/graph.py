@@ -13,6 +13,7 @@ from typing import Any
 
 from elbgate.capacity import NodeView
 from elbgate.db_memory import DbMemoryTable
+from elbgate.identities import SubmitterIdentities
 from elbgate.settings import Settings
 from tests.webhook.builders import NOW, SETTINGS, admission, lease, user
 from webhook.decision import Decision
@@ -50,6 +51,8 @@ class Namespace:
     db_memory: dict[str, str] = field(default_factory=dict)
     """The operator's ConfigMap data (``db`` → memory)."""
     now: datetime = NOW
+    identities: SubmitterIdentities | None = None
+    """The submitter identities and split holders (``None``: none configured)."""
     decisions: list[tuple[str, Decision]] = field(default_factory=list)
 
     def judge(self, body: dict[str, Any], who: UserInfo = ALICE) -> Decision:
@@ -72,7 +75,9 @@ class Namespace:
                 table_source="ConfigMap elb-system/elb-gate-db-memory",
             ),
         )
-        decision = decide(job, observed, self.settings.gate, self.settings.rules, self.now)
+        decision = decide(
+            job, observed, self.settings.gate, self.settings.rules, self.now, self.identities
+        )
         self.decisions.append((body["metadata"]["name"], decision))
         if decision.allowed:
             self.jobs.append(body)
