@@ -117,11 +117,16 @@ def test_a_five_shard_split_at_two_active_searches_runs_every_shard(
     assert [(o.phase, o.error) for o in outcomes] == [("submitted", "")] * 5
     assert all(o.holder.startswith("dashboard-split-") for o in outcomes)
     # Each shard's first Job opened its search as a split shard, through the record.
-    opened = [r for r in decisions(split_hook, ns) if r.get("reason") == "split_shard"]
-    assert sorted(str(r["details"]["job_id"]) for r in opened) == sorted(ids)
-    assert {r["details"]["split"] for r in opened} == {"dashboard-split-"}
+    opened = [
+        dict(r["details"])  # type: ignore[call-overload]
+        for r in decisions(split_hook, ns)
+        if r.get("reason") == "split_shard"
+    ]
+    assert sorted(str(d["job_id"]) for d in opened) == sorted(ids)
+    assert {d["split"] for d in opened} == {"dashboard-split-"}
     record = cp.admin.get("configmaps", ns, "elb-gate-admissions")
     assert all(job_id in record["data"]["batch-work.json"] for job_id in ids)
+    assert sorted(json.loads(record["data"]["split-searches.json"])) == sorted(ids)
     # Counted as active by everyone else: a regular submit of the same path is refused.
     regular = DashboardLeaseClient.on(cp, DASHBOARD, ns, holder=new_holder("dashboard"))
     assert regular.acquire() == "acquired"

@@ -208,7 +208,9 @@ ELB_GATE_CLIENT_NAMES: {{ join "," .Values.webhook.clientAuth.names | quote }}
 {{- end }}
 
 {{- define "elb-gate.submittersFile" -}}
-{{- dict "submitters" (.Values.submitters | default list) | toYaml -}}
+{{- $file := dict "submitters" (.Values.submitters | default list) -}}
+{{- if kindIs "slice" .Values.splitHolders }}{{ $_ := set $file "splitHolders" .Values.splitHolders }}{{ end -}}
+{{- $file | toYaml -}}
 {{- end }}
 
 {{/* The job label a scrape gives each component (what alerts and the dashboard select). */}}
