@@ -22,7 +22,7 @@ from typing import Any
 from elbgate.census import JobRef, is_terminal
 from elbgate.lease import LeaseView
 from elbgate.names import BATCH_WORK_EVIDENCE_APPS
-from elbgate.reservations import batch_work_of
+from elbgate.reservations import batch_work_of, split_searches_of
 
 JOBS = "jobs"
 LEASES = "leases"
@@ -70,6 +70,8 @@ class NamespaceCache:
     liveness: ConfigMapRecord | None = None
     recorded_batch_work: dict[str, str] = field(default_factory=dict)
     """From the admission record: ``elb-job-id`` → ``<app>/<name>`` of its first batch work."""
+    recorded_splits: frozenset[str] = frozenset()
+    """From the admission record: the searches opened as split shards."""
     synced: set[str] = field(default_factory=set)
     """Kinds whose LIST completed and whose watch has not failed since."""
 
@@ -89,6 +91,8 @@ class Snapshot:
     batch_work: Mapping[str, str] = field(default_factory=dict)
     """Every search with a batch-work Job in the cache, finished or not: ``elb-job-id`` →
     ``<app>/<name>`` of one such Job (what the finalizer's record names)."""
+    split_ids: frozenset[str] = frozenset()
+    """Searches the admission record says were opened as split shards."""
 
 
 def _recorded(obj: Mapping[str, Any]) -> dict[str, str]:
@@ -136,9 +140,10 @@ class Cache:
             for obj in items:
                 entry.liveness = ConfigMapRecord.from_dict(obj)
         elif kind == ADMISSIONS:
-            entry.recorded_batch_work = {}
+            entry.recorded_batch_work, entry.recorded_splits = {}, frozenset()
             for obj in items:
                 entry.recorded_batch_work = _recorded(obj)
+                entry.recorded_splits = frozenset(split_searches_of(obj))
         else:
             raise ValueError(f"unknown kind {kind!r}")
         entry.synced.add(kind)
@@ -163,6 +168,7 @@ class Cache:
             entry.liveness = None if deleted else ConfigMapRecord.from_dict(obj)
         elif kind == ADMISSIONS:
             entry.recorded_batch_work = {} if deleted else _recorded(obj)
+            entry.recorded_splits = frozenset() if deleted else frozenset(split_searches_of(obj))
         else:
             raise ValueError(f"unknown kind {kind!r}")
         self._on_change(namespace)
@@ -244,6 +250,7 @@ class Cache:
             batch_work_ids=frozenset(entry.finished_batch.values())
             | frozenset(entry.recorded_batch_work),
             batch_work=seen,
+            split_ids=entry.recorded_splits,
         )
 
     def job_count(self) -> int:

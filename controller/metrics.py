@@ -76,6 +76,13 @@ class ControllerMetrics:
             ["namespace"],
             registry=r,
         )
+        self._split = Gauge(
+            "elb_gate_active_split_searches",
+            "Active searches opened as split shards (of elb_gate_active_searches), every "
+            "reconcile.",
+            ["namespace"],
+            registry=r,
+        )
         self._ceiling = Gauge(
             "elb_gate_search_ceiling",
             "Gate B ceiling (BLAST_MAX_RUN_CONCURRENCY).",
@@ -151,6 +158,7 @@ class ControllerMetrics:
         *,
         active_searches: int,
         ceiling: int,
+        split_searches: int = 0,
         orphans: int,
         lease_expired: bool,
         in_use: bool,
@@ -165,6 +173,7 @@ class ControllerMetrics:
             self._reclaimed.labels(namespace, reason)
         self._orphans_deleted.labels(namespace)
         self._active.labels(namespace).set(active_searches)
+        self._split.labels(namespace).set(split_searches)
         self._ceiling.labels(namespace).set(ceiling)
         self._orphans.labels(namespace).set(orphans)
         self._lease_expired.labels(namespace).set(1 if lease_expired else 0)

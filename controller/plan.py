@@ -37,6 +37,8 @@ class Plan:
     lease_expired: bool
     look_again_at: datetime | None = None
     """The next deadline this plan depends on (``None``: only events and the resync)."""
+    split_searches: int = 0
+    """Active searches the admission record says were opened as split shards."""
 
 
 def make_plan(
@@ -101,6 +103,7 @@ def make_plan(
         liveness=decision.view,
         lease_expired=gate.expiry.stale(lease, now),
         look_again_at=min((d for d in deadlines if d is not None and d > now), default=None),
+        split_searches=len(snap.split_ids & set(found.active_ids)),
     )
 
 

@@ -225,6 +225,7 @@ class Reconciler:
         self.metrics.set_namespace_state(
             plan.namespace,
             active_searches=plan.census.count,
+            split_searches=plan.split_searches,
             ceiling=self.gate.max_run_concurrency,
             orphans=len(plan.census.orphans),
             lease_expired=plan.lease_expired,
