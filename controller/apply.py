@@ -115,6 +115,10 @@ class Applier:
                 case WriteLiveness():
                     await self._write_liveness(action)
         except ApiError as exc:
+            if exc.conflict and isinstance(action, UnmarkOrphan):
+                # A finished Job is out of the live watch: no event will bring its newer
+                # version, so its stale ref is dropped rather than retried forever.
+                self.cache.forget_finished(action.job.namespace, action.job.name)
             if exc.conflict:
                 log(
                     logger,
@@ -132,6 +136,10 @@ class Applier:
                     action=type(action).__name__,
                     detail=exc.message,
                 )
+                if isinstance(action, RecordBatchWork | MarkOrphan | UnmarkOrphan):
+                    # A Job that left the live watch may have been deleted, not finished.
+                    job = action.job
+                    self.cache.forget_job(job.namespace, job.name, job.resource_version)
                 return Outcome.GONE
             self._api_error(action)
             log(

@@ -2,12 +2,18 @@
 
 Only the few fields the planners need are kept, as the shared library's own frozen views
 (:class:`elbgate.census.JobRef`, :class:`elbgate.lease.LeaseView`), never whole objects:
-memory is benchmarked. A finished Job is dropped at once unless it still carries the
-orphaned-since mark, which must be removed; of a finished ``submit``/``blast``/``setup``
-Job only its name, app and ``elb-job-id`` are kept, because a finalizer whose batch work is
-done is *finishing* (merging results), not an orphan (see :mod:`elbgate.census`). That
-memory is only a bridge: the batch Jobs are TTL-deleted and a restart forgets it, so the
-reconciler records the sighting on the finalizer itself (``elb-gate.io/batch-work-seen``).
+memory is benchmarked. The Jobs watch sees only live Jobs (``status.successful=0``: the
+unfinished and the failed; a namespace's history of succeeded Jobs is never read whole),
+so a Job that succeeds *leaves* the watch with a DELETED event (see
+:meth:`Cache._leave_job`). A finished Job is dropped at once
+unless it still carries the orphaned-since mark, which must be removed; of a finished
+``submit``/``blast``/``setup`` Job only its name, app and ``elb-job-id`` are kept, because
+a finalizer whose batch work is done is *finishing* (merging results), not an orphan (see
+:mod:`elbgate.census`). Batch work that finished out of the watch's sight is looked up
+once per finalizer (:mod:`controller.history`) and kept in :attr:`NamespaceCache.looked_up`
+until the next relist. That memory is only a bridge: the batch Jobs are TTL-deleted and a
+restart forgets it, so the reconciler records the sighting on the finalizer itself
+(``elb-gate.io/batch-work-seen``).
 
 A namespace is *synced* only while every one of its watched kinds has completed its
 initial LIST and its watch is up; the reconciler never plans on anything less.
@@ -21,7 +27,7 @@ from typing import Any
 
 from elbgate.census import JobRef, is_terminal
 from elbgate.lease import LeaseView
-from elbgate.names import BATCH_WORK_EVIDENCE_APPS
+from elbgate.names import BATCH_WORK_EVIDENCE_APPS, FINALIZER_APP
 from elbgate.reservations import batch_work_of, split_searches_of
 
 JOBS = "jobs"
@@ -72,6 +78,14 @@ class NamespaceCache:
     """From the admission record: ``elb-job-id`` → ``<app>/<name>`` of its first batch work."""
     recorded_splits: frozenset[str] = frozenset()
     """From the admission record: the searches opened as split shards."""
+    looked_up: dict[str, str] = field(default_factory=dict)
+    """Searches whose batch work was looked up in the history (:mod:`controller.history`):
+    ``elb-job-id`` → ``<app>/<name>`` of one batch-work Job, ``""`` when there was none.
+    Valid until the Jobs watch relists: every batch Job created after a lookup is seen
+    live, so a lookup that found nothing stays true while the watch lasts."""
+    jobs_epoch: int = 0
+    """How many times the Jobs watch has relisted (a lookup made before a relist is not
+    kept after it)."""
     synced: set[str] = field(default_factory=set)
     """Kinds whose LIST completed and whose watch has not failed since."""
 
@@ -129,6 +143,8 @@ class Cache:
             entry.finished_marked.clear()
             entry.finished_batch.clear()
             entry.finished_batch_apps.clear()
+            entry.looked_up.clear()
+            entry.jobs_epoch += 1
             for obj in items:
                 self._put_job(entry, obj)
         elif kind == LEASES:
@@ -155,11 +171,7 @@ class Cache:
         deleted = event_type == "DELETED"
         if kind == JOBS:
             if deleted:
-                name = (obj.get("metadata") or {}).get("name")
-                entry.unfinished.pop(name, None)  # type: ignore[arg-type]
-                entry.finished_marked.pop(name, None)  # type: ignore[arg-type]
-                entry.finished_batch.pop(name, None)  # type: ignore[arg-type]
-                entry.finished_batch_apps.pop(name, None)  # type: ignore[arg-type]
+                self._leave_job(entry, obj)
             else:
                 self._put_job(entry, obj)
         elif kind == LEASES:
@@ -172,6 +184,23 @@ class Cache:
         else:
             raise ValueError(f"unknown kind {kind!r}")
         self._on_change(namespace)
+
+    @staticmethod
+    def _leave_job(entry: NamespaceCache, obj: Mapping[str, Any]) -> None:
+        """A Job left the live Jobs watch: deleted, or succeeded (``status.successful=0``
+        no longer selects it). The event carries the Job as it was before (the API
+        server's watch sends the previous object), so the two cannot be told apart here:
+        a batch-work Job is kept as evidence that its search had batch work (it existed,
+        either way), and a Job that carried the orphan mark is kept to be un-marked (the
+        CAS of the un-mark finds out; a Job really deleted answers 404 and is forgotten)."""
+        ref = JobRef.from_dict(obj)
+        entry.unfinished.pop(ref.name, None)
+        entry.finished_marked.pop(ref.name, None)
+        if ref.app in BATCH_WORK_EVIDENCE_APPS and ref.job_id:
+            entry.finished_batch[ref.name] = ref.job_id
+            entry.finished_batch_apps[ref.name] = ref.app
+        if ref.orphaned_since:
+            entry.finished_marked[ref.name] = ref
 
     @staticmethod
     def _put_job(entry: NamespaceCache, obj: Mapping[str, Any]) -> None:
@@ -219,6 +248,46 @@ class Cache:
             entry.finished_marked.pop(name, None)
             self._on_change(namespace)
 
+    def forget_finished(self, namespace: str, name: str) -> None:
+        """Drop a finished Job's stale ref (it is out of the live watch)."""
+        self._ns[namespace].finished_marked.pop(name, None)
+
+    def lookups_wanted(self, namespace: str) -> list[str]:
+        """``elb-job-id`` of each live finalizer whose batch work nothing in view shows
+        (no batch-work Job watched, no admission record, no record on the finalizer) and
+        that was not looked up since the last relist."""
+        entry = self._ns[namespace]
+        known = (
+            set(entry.finished_batch.values())
+            | set(entry.recorded_batch_work)
+            | set(entry.looked_up)
+            | {
+                r.job_id
+                for r in entry.unfinished.values()
+                if r.app in BATCH_WORK_EVIDENCE_APPS and r.job_id
+            }
+        )
+        return sorted(
+            {
+                r.job_id
+                for r in entry.unfinished.values()
+                if r.app == FINALIZER_APP
+                and r.job_id
+                and not r.batch_work_seen
+                and r.job_id not in known
+            }
+        )
+
+    def jobs_epoch(self, namespace: str) -> int:
+        return self._ns[namespace].jobs_epoch
+
+    def looked_up(self, namespace: str, job_id: str, seen: str) -> None:
+        """The history's answer for ``job_id``: ``<app>/<name>`` of a batch-work Job, or
+        ``""`` when it holds none."""
+        self._ns[namespace].looked_up[job_id] = seen
+        if seen:
+            self._on_change(namespace)
+
     def mark_unsynced(self, kind: str, namespace: str) -> None:
         """The watch of ``kind`` failed: stop trusting ``namespace`` until it relists."""
         self._ns[namespace].synced.discard(kind)
@@ -238,6 +307,9 @@ class Cache:
             seen.setdefault(job_id, f"{entry.finished_batch_apps.get(name, '')}/{name}")
         for job_id, job in sorted(entry.recorded_batch_work.items()):
             seen.setdefault(job_id, job)
+        found = {job_id: job for job_id, job in entry.looked_up.items() if job}
+        for job_id, job in sorted(found.items()):
+            seen.setdefault(job_id, job)
         for ref in sorted(entry.unfinished.values(), key=lambda r: r.name):
             if ref.app in BATCH_WORK_EVIDENCE_APPS and ref.job_id:
                 seen[ref.job_id] = f"{ref.app}/{ref.name}"  # a running Job names it best
@@ -248,7 +320,8 @@ class Cache:
             finished_marked=tuple(entry.finished_marked.values()),
             liveness=entry.liveness,
             batch_work_ids=frozenset(entry.finished_batch.values())
-            | frozenset(entry.recorded_batch_work),
+            | frozenset(entry.recorded_batch_work)
+            | frozenset(found),
             batch_work=seen,
             split_ids=entry.recorded_splits,
         )

@@ -19,6 +19,7 @@ from typing import Any
 
 from controller.apply import Applier, Outcome
 from controller.cache import Cache
+from controller.history import look_up_all
 from controller.holder_watch import HolderWatches
 from controller.holders import PodSeen, PodView
 from controller.liveness import LivenessView
@@ -137,6 +138,8 @@ class Reconciler:
         if not self.cache.synced(namespace):
             log(logger, logging.DEBUG, "cache not synced; not reconciling", namespace=namespace)
             return None
+        if not await self._look_up_history(namespace):
+            return None
         snap = self.cache.snapshot(namespace)
         pods: dict[str, PodSeen] = {}
         stamp = holder_pod_to_check(snap.lease, self.clock(), self.gate)
@@ -166,6 +169,35 @@ class Reconciler:
         if plan.actions and self.may_act():
             await self._apply(plan)
         return plan
+
+    async def _look_up_history(self, namespace: str) -> bool:
+        """Look up the batch work of each live finalizer that nothing in view vouches for
+        (:mod:`controller.history`); ``False``: not planned now (a lookup failed, or the
+        cache relisted meanwhile), retried shortly."""
+        wanted = self.cache.lookups_wanted(namespace)
+        if not wanted:
+            return True
+        epoch = self.cache.jobs_epoch(namespace)
+        try:
+            found = await look_up_all(
+                self.api, namespace, wanted, self.controller.controller_api_timeout_seconds
+            )
+        except (ApiError, ApiUnavailable) as exc:
+            self.metrics.record_api_error("list", "jobs")
+            log(
+                logger,
+                logging.WARNING,
+                "batch-work lookup failed; not planning until it succeeds",
+                namespace=namespace,
+                detail=str(exc),
+            )
+            asyncio.get_running_loop().call_later(RETRY_CONFIRM_SECONDS, self.mark_dirty, namespace)
+            return False
+        if not self.cache.synced(namespace) or self.cache.jobs_epoch(namespace) != epoch:
+            return False  # relisted meanwhile: the replace queued a reconcile
+        for job_id, seen in found.items():
+            self.cache.looked_up(namespace, job_id, seen)
+        return True
 
     async def observe_holder(self, namespace: str, name: str, uid: str) -> PodSeen:
         """What is known of the stamped holder pod: its watch's view, and — before the plan

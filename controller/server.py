@@ -50,12 +50,25 @@ def job_selector(controller: ControllerSettings) -> str:
     return f"app in ({','.join(apps)})"
 
 
+LIVE_JOBS = "status.successful=0"
+"""The Jobs the controller watches: unfinished (and failed) ones, as the webhook's census
+LIST reads them. A namespace's history of succeeded Jobs — tens of thousands, most of the
+bytes — is never listed; what a decision still needs of it is looked up
+(:mod:`controller.history`)."""
+
+
 def watch_specs(controller: ControllerSettings) -> list[WatchSpec]:
     """The four watches of each gated namespace."""
     out: list[WatchSpec] = []
     for ns in controller.namespaces:
         out.append(
-            WatchSpec(kinds.JOBS, ns, path(JOBS, ns), label_selector=job_selector(controller))
+            WatchSpec(
+                kinds.JOBS,
+                ns,
+                path(JOBS, ns),
+                label_selector=job_selector(controller),
+                field_selector=LIVE_JOBS,
+            )
         )
         out.append(
             WatchSpec(

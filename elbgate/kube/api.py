@@ -27,6 +27,13 @@ PAGE_SIZE = 500
 thousands of finished Jobs, and an unpaged LIST of them is a gigabyte of JSON."""
 
 
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+"""``Accept`` of a metadata-only LIST: each item is its ``metadata`` alone (name, labels,
+annotations, resourceVersion; no spec, no status), as client-go's metadata client asks."""
+METADATA_WATCH = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+"""``Accept`` of a metadata-only WATCH: each event's object is a ``PartialObjectMetadata``."""
+
+
 class ApiError(Exception):
     """The API server answered with an error Status."""
 
@@ -151,8 +158,10 @@ class KubeApi:
             await self._session.close()
             self._session = None
 
-    def _headers(self, what: str, content_type: str | None = None) -> dict[str, str]:
-        headers = {"Accept": "application/json", "User-Agent": self._user_agent}
+    def _headers(
+        self, what: str, content_type: str | None = None, accept: str = "application/json"
+    ) -> dict[str, str]:
+        headers = {"Accept": accept, "User-Agent": self._user_agent}
         try:
             token = self.config.token.current()
         except CredentialError as exc:
@@ -174,6 +183,7 @@ class KubeApi:
         body: Any = None,
         content_type: str = "application/json",
         deadline: float | None = None,
+        accept: str = "application/json",
     ) -> Json:
         """One API call with a deadline; returns the decoded JSON body. A GET of a
         collection must be paged (``limit``) or a watch: see :meth:`list_objects`."""
@@ -191,7 +201,9 @@ class KubeApi:
         deadline = self.timeout if deadline is None else deadline
         # Before the deadline starts: obtaining the token may run an exec plugin
         # (kubelogin), whose seconds are not the API server's.
-        headers = self._headers(f"{method} {url_path}", content_type if data is not None else None)
+        headers = self._headers(
+            f"{method} {url_path}", content_type if data is not None else None, accept
+        )
         try:
             async with asyncio.timeout(deadline):
                 async with self._session.request(method, url, data=data, headers=headers) as resp:
@@ -223,11 +235,13 @@ class KubeApi:
         field_selector: str | None = None,
         deadline: float | None = None,
         page_size: int = PAGE_SIZE,
+        accept: str = "application/json",
     ) -> Json:
         """A consistent LIST, read in pages of ``page_size`` (``limit`` + ``continue``,
         as client-go's pager does) so that no answer holds a whole namespace's history;
         returns one body: the first page's ``metadata`` and every page's ``items``.
-        ``deadline`` bounds the whole LIST, not each page."""
+        ``deadline`` bounds the whole LIST, not each page; ``accept`` :data:`METADATA_LIST`
+        reads each object's metadata alone."""
         query = {"limit": str(page_size)}
         if label_selector:
             query["labelSelector"] = label_selector
@@ -241,7 +255,7 @@ class KubeApi:
             left = ends - asyncio.get_running_loop().time()
             if left <= 0:
                 raise ApiUnavailable(f"LIST {url_path}: not read whole within {budget:g}s")
-            body = await self.request("GET", url_path, query=query, deadline=left)
+            body = await self.request("GET", url_path, query=query, deadline=left, accept=accept)
             page = body.get("items")
             if isinstance(page, list):
                 items.extend(page)

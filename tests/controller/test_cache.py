@@ -109,20 +109,57 @@ def test_forget_job_drops_only_the_version_that_was_deleted() -> None:
     assert cache.job_count() == 0
 
 
-def test_finished_batch_work_is_remembered_by_search_id_until_its_job_is_deleted() -> None:
+def test_batch_work_that_leaves_the_live_watch_is_remembered_until_the_next_relist() -> None:
     # A finalizer whose batch Jobs finished is merging results, not orphaned: the cache
-    # must remember that batch work existed even though it drops finished Jobs.
+    # must remember that batch work existed even though it drops finished Jobs. The Jobs
+    # watch selects live Jobs (status.successful=0), so a batch Job that succeeds leaves
+    # it with a DELETED event carrying the Job as it was: a deletion and a success look
+    # the same, and either way the batch work existed.
     from controller.cache import JOBS, Cache
     from tests.controller.builders import NS, job_doc
 
     cache = Cache([NS])
     cache.replace(JOBS, NS, [job_doc("blast-1", app="blast", job_id="s1", finished=True)])
-    assert cache.snapshot(NS).batch_work_ids == {"s1"}
+    assert cache.snapshot(NS).batch_work_ids == {"s1"}  # a failed one stays in view
     assert cache.snapshot(NS).unfinished == ()
-    cache.apply(JOBS, NS, "ADDED", job_doc("blast-2", app="blast", job_id="s1", finished=True))
-    cache.apply(JOBS, NS, "DELETED", job_doc("blast-1", app="blast", job_id="s1", finished=True))
-    assert cache.snapshot(NS).batch_work_ids == {"s1"}  # blast-2 still shows it
-    cache.apply(JOBS, NS, "DELETED", job_doc("blast-2", app="blast", job_id="s1", finished=True))
+    cache.apply(JOBS, NS, "ADDED", job_doc("blast-2", app="blast", job_id="s2"))
+    cache.apply(JOBS, NS, "DELETED", job_doc("blast-2", app="blast", job_id="s2"))
+    snap = cache.snapshot(NS)
+    assert snap.batch_work_ids == {"s1", "s2"} and snap.unfinished == ()
+    assert snap.batch_work["s2"] == "blast/blast-2"
+    cache.replace(JOBS, NS, [])  # a relist knows only what it lists (and what is looked up)
     assert cache.snapshot(NS).batch_work_ids == frozenset()
-    cache.apply(JOBS, NS, "MODIFIED", job_doc("fin-1", app="finalizer", job_id="s2", finished=True))
+    cache.apply(JOBS, NS, "DELETED", job_doc("fin-1", app="finalizer", job_id="s3"))
     assert cache.snapshot(NS).batch_work_ids == frozenset()  # a finalizer is not batch work
+
+
+def test_a_marked_job_that_leaves_the_live_watch_is_kept_to_be_unmarked() -> None:
+    cache = synced_cache()
+    cache.apply(JOBS, NS, "ADDED", job_doc("f1", orphaned_since=ago(5), rv="7"))
+    cache.apply(JOBS, NS, "DELETED", job_doc("f1", orphaned_since=ago(5), rv="8"))
+    snap = cache.snapshot(NS)
+    assert snap.unfinished == () and [j.name for j in snap.finished_marked] == ["f1"]
+    cache.forget_job(NS, "f1", "8")  # the un-mark found it deleted (404)
+    assert cache.snapshot(NS).finished_marked == ()
+
+
+def test_only_live_finalizers_that_nothing_vouches_for_are_looked_up_once_per_relist() -> None:
+    cache = synced_cache()
+    cache.apply(JOBS, NS, "ADDED", job_doc("f1", job_id="s1"))
+    cache.apply(JOBS, NS, "ADDED", job_doc("f2", job_id="s2"))
+    cache.apply(JOBS, NS, "ADDED", job_doc("b2", app="blast", job_id="s2"))
+    cache.apply(
+        JOBS,
+        NS,
+        "ADDED",
+        job_doc("f3", job_id="s3", batch_work_seen="2026-01-01T00:00:00.000000Z blast/b3"),
+    )
+    assert cache.lookups_wanted(NS) == ["s1"]
+    epoch = cache.jobs_epoch(NS)
+    cache.looked_up(NS, "s1", "")
+    assert cache.lookups_wanted(NS) == [] and "s1" not in cache.snapshot(NS).batch_work_ids
+    cache.replace(JOBS, NS, [job_doc("f1", job_id="s1")])
+    assert cache.jobs_epoch(NS) == epoch + 1 and cache.lookups_wanted(NS) == ["s1"]
+    cache.looked_up(NS, "s1", "submit/submit-jobs-s1")
+    snap = cache.snapshot(NS)
+    assert "s1" in snap.batch_work_ids and snap.batch_work["s1"] == "submit/submit-jobs-s1"
