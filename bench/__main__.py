@@ -37,6 +37,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-fast", action="store_true", help="skip the fast-path workloads")
     parser.add_argument("--no-controller", action="store_true", help="skip controller_bench")
     parser.add_argument(
+        "--no-controller-scale",
+        action="store_true",
+        help="skip the real controller at each Job count (start-up, relist, leader change, RSS)",
+    )
+    parser.add_argument(
         "--no-capacity", action="store_true", help="skip admission with the capacity rule on"
     )
     parser.add_argument(
@@ -86,6 +91,7 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         profile_at=args.profile_at,
         fast_paths=not args.no_fast,
         capacity=not args.no_capacity,
+        controller_scale=not args.no_controller_scale,
         load=None if args.no_load else load,
         reclaim_runs=base.reclaim_runs if args.reclaim_runs is None else args.reclaim_runs,
         order_requests=base.order_requests if args.order_requests is None else args.order_requests,
@@ -143,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         harness.load,
         harness.reclaim,
         harness.order,
+        harness.controller_scale,
+        harness.cluster.fills,
     )
     results = Results(
         figures=figures,
@@ -168,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
             "load": harness.load,
             "reclaim": harness.reclaim,
             "admission_order": harness.order,
+            "controller_scale": {str(k): v for k, v in harness.controller_scale.items()},
+            "fills": harness.cluster.fills,
         },
         notes=notes,
     )

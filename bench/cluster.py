@@ -14,9 +14,11 @@ Jobs take seconds, not the minutes ``kubectl`` one at a time would.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import ssl
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -26,13 +28,21 @@ import orjson
 
 from bench.namespace_jobs import api_body, job_status, planned_jobs, submit_lease
 from bench.processes import pin
+from elbgate.kube.api import METADATA_LIST
 from elbgate.names import ADMISSION_RECORD_CONFIGMAP, lease_name
 from testbed.api import ApiError, JsonObj
 from testbed.controlplane import ATTACH_ENV, ControlPlane
 from testbed.install import Installation
 
-FILL_CONCURRENCY = 24
-"""Writes in flight while a namespace is filled."""
+FILL_CONCURRENCY = 64
+"""Writes in flight while a namespace is filled, over as many keep-alive connections: one
+Job is a create then a status write, each a few ms of the API server's and etcd's work,
+so the rate is bound by the API server's core, not by round trips."""
+ETCD_QUOTA_BYTES = 8 * 1024**3
+"""etcd's backend quota when a run fills 30,000 Jobs or more: each Job is written twice
+(create, status) and the API server compacts only every 5 minutes, so 80,000 Jobs can
+outgrow etcd's 2 GiB default before the old revisions are compacted."""
+LARGE_FILL = 30_000
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -61,9 +71,13 @@ def _children(pid: int) -> list[int]:
 class BenchCluster:
     """One control plane for the whole run: started (and stopped) here unless attached."""
 
-    def __init__(self, workdir: Path, cpu: int | None) -> None:
+    def __init__(self, workdir: Path, cpu: int | None, largest: int = 0) -> None:
         self.workdir = workdir
         self.cpu = cpu
+        self.largest = largest
+        """The most Jobs a namespace will hold (sizes etcd's quota)."""
+        self.fills: list[dict[str, float]] = []
+        """Each fill: Jobs written, seconds, writes (create + status) per second."""
         self.cp: ControlPlane | None = None
         self.attached = bool(os.environ.get(ATTACH_ENV))
         self.install: Installation | None = None
@@ -73,7 +87,8 @@ class BenchCluster:
         if self.attached:
             self.cp = ControlPlane.attach(Path(os.environ[ATTACH_ENV]))
         else:
-            self.cp = ControlPlane.start(self.workdir / "control-plane")
+            quota = ETCD_QUOTA_BYTES if self.largest >= LARGE_FILL else 0
+            self.cp = ControlPlane.start(self.workdir / "control-plane", etcd_quota_bytes=quota)
         self.install = Installation.on(self.cp)
         if not self.attached and self.cpu is not None:
             for pid in self.pids():
@@ -127,16 +142,105 @@ class BenchCluster:
             self.control_plane.admin.delete("configmaps", namespace, ADMISSION_RECORD_CONFIGMAP)
 
     def job_count(self, namespace: str) -> int:
-        return len(self.control_plane.admin.list("jobs", namespace))
+        return len(self.job_names(namespace))
+
+    def job_names(self, namespace: str) -> set[str]:
+        """Every Job's name, from a paged metadata-only LIST (never the whole Jobs)."""
+        return asyncio.run(self._names(namespace))
 
     def fill(self, namespace: str, total: int) -> int:
         """Bring ``namespace`` up to the first ``total`` Jobs of the mix; returns how
         many Jobs it holds afterwards."""
-        have = {j["metadata"]["name"] for j in self.control_plane.admin.list("jobs", namespace)}
+        have = self.job_names(namespace)
         missing = [j for j in planned_jobs(total) if j.name not in have]
         if missing:
-            asyncio.run(self._create(namespace, missing))
+            started = time.perf_counter()
+            with self._unpinned():
+                asyncio.run(self._create(namespace, missing))
+            seconds = time.perf_counter() - started
+            self.fills.append(
+                {
+                    "jobs": len(missing),
+                    "seconds": round(seconds, 2),
+                    "writes_per_second": round(2 * len(missing) / seconds, 1),
+                }
+            )
         return self.job_count(namespace)
+
+    @contextlib.contextmanager
+    def _unpinned(self) -> Iterator[None]:
+        """While a namespace is filled (not measured), the control plane and this process
+        run on every CPU: tens of thousands of writes are bound by the API server's CPU."""
+        if not self.pinned or self.cpu is None:
+            yield
+            return
+        every = set(os.sched_getaffinity(0)) | set(range(os.cpu_count() or 1))
+        pids = self.pids()
+        mine = set(os.sched_getaffinity(0))
+        for pid in pids:
+            pin(pid, every)
+        pin(0, every)
+        try:
+            yield
+        finally:
+            for pid in self.pids():
+                pin(pid, {self.cpu})
+            pin(0, mine)
+
+    def list_bytes(
+        self,
+        namespace: str,
+        *,
+        label_selector: str,
+        field_selector: str | None = None,
+        accept: str = "application/json",
+    ) -> tuple[int, int]:
+        """(bytes, items) of a paged LIST as the cluster administrator, the bodies counted
+        as the API server sent them (uncompressed)."""
+        return asyncio.run(self._list_bytes(namespace, label_selector, field_selector, accept))
+
+    def _session(self, accept: str = "application/json") -> aiohttp.ClientSession:
+        cp = self.control_plane
+        ctx = ssl.create_default_context(cafile=cp.ca_file)
+        headers = {
+            "Authorization": f"Bearer {cp.token('admin')}",
+            "Content-Type": "application/json",
+            "Accept": accept,
+        }
+        connector = aiohttp.TCPConnector(ssl=ctx, limit=FILL_CONCURRENCY)
+        return aiohttp.ClientSession(connector=connector, headers=headers)
+
+    async def _pages(
+        self, namespace: str, query: dict[str, str], accept: str
+    ) -> list[tuple[int, JsonObj]]:
+        base = f"{self.control_plane.server}/apis/batch/v1/namespaces/{namespace}/jobs"
+        out: list[tuple[int, JsonObj]] = []
+        async with self._session(accept) as session:
+            cont = ""
+            while True:
+                q = {**query, "limit": "500", **({"continue": cont} if cont else {})}
+                async with session.get(base, params=q) as resp:
+                    raw = await resp.read()
+                    if resp.status != 200:
+                        raise ApiError(resp.status, _decoded(raw), "GET", base)
+                body: JsonObj = orjson.loads(raw)
+                out.append((len(raw), body))
+                cont = str((body.get("metadata") or {}).get("continue") or "")
+                if not cont:
+                    return out
+
+    async def _names(self, namespace: str) -> set[str]:
+        pages = await self._pages(namespace, {}, METADATA_LIST)
+        return {str(i["metadata"]["name"]) for _, body in pages for i in body.get("items") or []}
+
+    async def _list_bytes(
+        self, namespace: str, label_selector: str, field_selector: str | None, accept: str
+    ) -> tuple[int, int]:
+        query = {"labelSelector": label_selector}
+        if field_selector:
+            query["fieldSelector"] = field_selector
+        pages = await self._pages(namespace, query, accept)
+        return sum(n for n, _ in pages), sum(len(b.get("items") or []) for _, b in pages)
 
     def finish_running(self, namespace: str) -> int:
         """Write the mix's running Jobs as succeeded (their searches end); returns how
@@ -155,19 +259,11 @@ class BenchCluster:
         return len(running)
 
     async def _create(self, namespace: str, jobs: Iterable[Any]) -> None:
-        cp = self.control_plane
-        ctx = ssl.create_default_context(cafile=cp.ca_file)
-        headers = {
-            "Authorization": f"Bearer {cp.token('admin')}",
-            "Content-Type": "application/json",
-            "Accept": "application/json",
-        }
-        base = f"{cp.server}/apis/batch/v1/namespaces/{namespace}/jobs"
+        base = f"{self.control_plane.server}/apis/batch/v1/namespaces/{namespace}/jobs"
         started = datetime.now(UTC) - timedelta(minutes=30)
         finished = started + timedelta(minutes=5)
         gate = asyncio.Semaphore(FILL_CONCURRENCY)
-        connector = aiohttp.TCPConnector(ssl=ctx, limit=FILL_CONCURRENCY)
-        async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
+        async with self._session() as session:
 
             async def one(job: Any) -> None:
                 async with gate:

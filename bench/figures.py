@@ -21,6 +21,13 @@ HANDOFF_P50_S = 1.0
 HANDOFF_P99_S = 3.0
 MAKESPAN_RATIO = 1.1
 RECLAIM_RATIO = 1.0
+# Issue 26: the namespace as it really is (80,000 Jobs).
+SCALE_P99_RATIO = 1.5
+CONTROLLER_STEADY_MB = 128.0
+CONTROLLER_PEAK_MB = 256.0
+CONTROLLER_SYNC_S = 30.0
+CONTROLLER_SYNC_RATIO = 2.0
+RELIST_BYTES_RATIO = 0.05
 
 
 def _sum(*series: Sequence[float]) -> list[float]:
@@ -435,6 +442,117 @@ def order_figures(result: Mapping[str, Any]) -> list[Figure]:
     return out
 
 
+def scale_figures(
+    s: Series,
+    job_counts: Sequence[int],
+    scale: Mapping[int, Mapping[str, Any]],
+    fills: Sequence[Mapping[str, float]],
+) -> list[Figure]:
+    """The namespace as it grows: admission at the largest count against 0 Jobs, the API
+    server's CPU per admission, and the real controller at each count (issue 26)."""
+    out: list[Figure] = []
+    top = max(job_counts, default=0)
+    if 0 in job_counts and top > 0:
+        out.append(
+            paired(
+                f"scale.search.n{top}.p99_vs_0",
+                f"search admission p99, {top} Jobs against 0 Jobs",
+                s.get(f"hook.n{top}.p99_ms"),
+                "ms",
+                s.get("hook.n0.p99_ms"),
+                "p99 at 0 Jobs",
+                Target(SCALE_P99_RATIO, on="ratio"),
+            )
+        )
+    for n in job_counts:
+        out.append(
+            paired(
+                f"scale.apiserver_cpu.n{n}",
+                f"API server CPU per search admission, {n} Jobs",
+                s.get(f"hook.n{n}.apiserver_cpu_us"),
+                "us",
+                note="kube-apiserver + etcd over the webhook's saturation pass",
+            )
+        )
+    for fill in fills:
+        out.append(
+            paired(
+                f"scale.fill.{int(fill['jobs'])}",
+                f"namespace filled: {int(fill['jobs'])} Jobs (create + /status)",
+                [fill["writes_per_second"]],
+                "/s",
+                note=f"{fill['seconds']} s",
+            )
+        )
+    base = scale.get(3000) or {}
+    for n in job_counts:
+        c = scale.get(n)
+        if not c:
+            continue
+        at_top = n == top and n >= 30_000
+        sync = [float(c["startup_to_synced_s"])]
+        out += [
+            paired(
+                f"scale.controller.n{n}.synced",
+                f"controller start-up to synced, {n} Jobs",
+                sync,
+                "s",
+                [float(base["startup_to_synced_s"])] if at_top and base else None,
+                "at 3000 Jobs",
+                Target(CONTROLLER_SYNC_RATIO, on="ratio") if at_top and base else None,
+            ),
+        ]
+        if at_top:
+            out.append(
+                paired(
+                    f"scale.controller.n{n}.synced_abs",
+                    "  same, against 30 s",
+                    sync,
+                    "s",
+                    target=Target(CONTROLLER_SYNC_S),
+                )
+            )
+        out += [
+            paired(
+                f"scale.controller.n{n}.relist_bytes",
+                f"  bytes read per relist (after 410), {n} Jobs",
+                [float(c["relist_bytes"])],
+                "B",
+                [float(c["unfiltered_list_bytes"])] if c["unfiltered_list_bytes"] else None,
+                f"unfiltered LIST ({c['unfiltered_list_items']} Jobs)",
+                Target(RELIST_BYTES_RATIO, on="ratio") if at_top else None,
+            ),
+            paired(
+                f"scale.controller.n{n}.relist_s",
+                f"  relist after 410 until synced, {n} Jobs",
+                [float(c["relist_s"])],
+                "s",
+            ),
+            paired(
+                f"scale.controller.n{n}.leader_change_s",
+                f"  leader change (SIGTERM) until the other leads, {n} Jobs",
+                [float(c["leader_change_s"])],
+                "s",
+                note=f"{c['leader_change_list_bytes']} bytes of Jobs LISTs during it",
+            ),
+            paired(
+                f"scale.controller.n{n}.steady_rss",
+                f"  steady RSS, {n} Jobs",
+                [float(c["steady_rss_after_relist_mb"])],
+                "MB",
+                target=Target(CONTROLLER_STEADY_MB) if at_top else None,
+            ),
+            paired(
+                f"scale.controller.n{n}.peak_rss",
+                f"  peak RSS (VmHWM, start-up and relist), {n} Jobs",
+                [float(c["peak_rss_mb"])],
+                "MB",
+                target=Target(CONTROLLER_PEAK_MB) if at_top else None,
+            ),
+        ]
+    return out
+
+
 def all_figures(
     s: Series,
     job_counts: Sequence[int],
@@ -443,11 +561,14 @@ def all_figures(
     load: Mapping[str, Any] | None = None,
     reclaim: Mapping[str, Any] | None = None,
     order: Mapping[str, Any] | None = None,
+    scale: Mapping[int, Mapping[str, Any]] | None = None,
+    fills: Sequence[Mapping[str, float]] = (),
 ) -> list[Figure]:
     """Every row, in the order printed."""
     out = floor_figures(s, job_counts)
     for n in job_counts:
         out += search_figures(s, n)
+    out += scale_figures(s, job_counts, scale or {}, fills)
     for n in job_counts:
         out += capacity_figures(s, n)
     for w in fast:

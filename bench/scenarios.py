@@ -35,7 +35,7 @@ from typing import Any
 
 import orjson
 
-from bench import admission_order, cluster_load, reclaim_latency, reviews
+from bench import admission_order, cluster_load, controller_scale, reclaim_latency, reviews
 from bench.child_processes import ApiFloorSteps, NoopServer
 from bench.cluster import BenchCluster
 from bench.cluster_load import LoadConfig
@@ -108,6 +108,9 @@ class BenchConfig:
     """Reclaim cases to run (empty: all of :data:`testbed.holders.CASES`)."""
     order_requests: int = admission_order.DEFAULT_REQUESTS
     """Reviews per kind of the admission-order phase (:mod:`bench.admission_order`; 0: skipped)."""
+    controller_scale: bool = True
+    """At each Job count, the real controller's start-up, relist, leader change and RSS
+    (:mod:`bench.controller_scale`)."""
 
     @classmethod
     def quick(cls) -> BenchConfig:
@@ -178,6 +181,10 @@ def _saturation_into(series: Series, prefix: str, m: Measured, server: str) -> N
     series.add(f"{prefix}.cpu_us", cpu / m.count * 1e6 if m.count else math.nan)
     series.add(f"{prefix}.per_cpu_second", m.count / cpu if cpu > 0 else math.nan)
     series.add(f"{prefix}.rate", m.count / m.wall_seconds if m.wall_seconds else math.nan)
+    if "apiserver" in m.cpu_seconds and m.count:
+        # kube-apiserver and etcd (localkube), over the same pass: what each request costs
+        # the control plane (the LIST's filtering and encoding, the GET).
+        series.add(f"{prefix}.apiserver_cpu_us", m.cpu_seconds["apiserver"] / m.count * 1e6)
     series.add(f"{prefix}.utilisation", cpu / m.wall_seconds if m.wall_seconds else math.nan)
     for other, used in m.cpu_seconds.items():
         if other != server and m.wall_seconds:
@@ -193,7 +200,7 @@ class Harness:
         self.pinned = (os.cpu_count() or 1) >= 2 and can_pin({SERVER_CPU, CLIENT_CPU})
         self.server_cpu = SERVER_CPU if self.pinned else None
         self.client_cpu = CLIENT_CPU if self.pinned else None
-        self.cluster = BenchCluster(workdir, self.client_cpu)
+        self.cluster = BenchCluster(workdir, self.client_cpu, max(config.job_counts, default=0))
         self.webhook: WebhookProcess | None = None
         self.capacity_webhook: WebhookProcess | None = None
         self.noop: NoopServer | None = None
@@ -206,6 +213,8 @@ class Harness:
         self.reclaim: dict[str, Any] | None = None
         self.order: dict[str, Any] | None = None
         """What :func:`bench.reclaim_latency.run` measured."""
+        self.controller_scale: dict[int, dict[str, Any]] = {}
+        """What :func:`bench.controller_scale.measure` measured, by Job count."""
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -493,6 +502,11 @@ def run(config: BenchConfig, workdir: Path, progress: Callable[[str], None]) -> 
         for jobs in config.job_counts:
             progress(f"search admission at {jobs} Jobs")
             await harness.search_admission(jobs)
+            if config.controller_scale:
+                progress(f"the controller at {jobs} Jobs")
+                harness.controller_scale[jobs] = await asyncio.to_thread(
+                    controller_scale.measure, harness.cluster, harness.namespace, jobs, progress
+                )
 
     try:
         progress("starting the control plane, the webhooks and the no-op servers")

@@ -72,6 +72,7 @@ func runUp(args []string) int {
 	usersFile := fs.String("users", "", "JSON list of plain users [{\"name\":…,\"groups\":[…]}] for the token file")
 	port := fs.Int("port", 0, "kube-apiserver port on 127.0.0.1 (0: a free one)")
 	etcdDir := fs.String("etcd-dir", "", "etcd data directory (default DIR/etcd)")
+	etcdQuota := fs.Int64("etcd-quota-bytes", 0, "etcd backend quota in bytes (0: etcd's default, 2 GiB)")
 	verbosity := fs.Int("v", 1, "log verbosity of the Kubernetes components")
 	var nodes, systemNodes nodeFlags
 	fs.Var(&nodes, "node", "a Node to create: NAME=CPU,MEMORY[,pods=N][,label=value...] (repeatable)")
@@ -92,7 +93,7 @@ func runUp(args []string) int {
 		}
 		specs = append(specs, spec)
 	}
-	u := &upper{dir: mustAbs(*dir), port: *port, verbosity: *verbosity, nodes: specs}
+	u := &upper{dir: mustAbs(*dir), port: *port, verbosity: *verbosity, nodes: specs, etcdQuota: *etcdQuota}
 	for _, raw := range systemNodes {
 		spec, err := parseSystemNodeSpec(raw)
 		if err != nil {
@@ -126,6 +127,7 @@ func runUp(args []string) int {
 
 type upper struct {
 	dir, etcdDir string
+	etcdQuota    int64
 	port         int
 	verbosity    int
 	nodes        []nodeSpec
@@ -498,6 +500,11 @@ func (u *upper) startEtcd() (string, *embed.Etcd, error) {
 	// A test cluster lives for one run: durability across power loss buys
 	// nothing, and fsync on every write would dominate its latency.
 	cfg.UnsafeNoFsync = true
+	// A namespace of tens of thousands of Jobs (make bench) outgrows the default quota
+	// before the API server's compaction catches up; 0 keeps etcd's default.
+	if u.etcdQuota > 0 {
+		cfg.QuotaBackendBytes = u.etcdQuota
+	}
 	cfg.LogLevel = "error"
 	cfg.LogOutputs = []string{u.logPath("etcd")}
 	e, err := embed.StartEtcd(cfg)

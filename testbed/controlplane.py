@@ -156,11 +156,13 @@ class ControlPlane:
         extra_users: Iterable[tuple[str, Sequence[str]]] = (),
         timeout: float = 300.0,
         log: Path | None = None,
+        etcd_quota_bytes: int = 0,
     ) -> ControlPlane:
         """Start localkube and wait until it is ready (API, controllers, nodes).
 
         ``system_nodes`` (name, labels) are real kubelet nodes (the system tier:
-        root, containerd, runc and the CNI plugins; see testbed/system_tier.py)."""
+        root, containerd, runc and the CNI plugins; see testbed/system_tier.py);
+        ``etcd_quota_bytes``: etcd's backend quota (0: etcd's default, 2 GiB)."""
         binary = binary_path()
         if not binary.exists():
             raise RuntimeError(f"{binary} is missing: build it with `make localkube`")
@@ -176,6 +178,8 @@ class ControlPlane:
             args += ["--node", node.flag()]
         for name, labels in system_nodes:
             args += ["--system-node", ",".join([name, *(f"{k}={v}" for k, v in labels.items())])]
+        if etcd_quota_bytes:
+            args += ["--etcd-quota-bytes", str(etcd_quota_bytes)]
         etcd_dir = _memory_dir()
         if etcd_dir:
             args += ["--etcd-dir", str(Path(etcd_dir) / f"localkube-etcd-{uuid.uuid4().hex[:8]}")]

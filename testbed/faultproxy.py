@@ -99,6 +99,10 @@ class FaultProxy:
         self.forwarded: Counter[tuple[str, str]] = Counter()
         self.requests: list[tuple[str, str]] = []
         """Every request received, faulted or not: (method, path with its query)."""
+        self.answered: list[tuple[str, str, int]] = []
+        """Every forwarded answer, once sent whole: (method, path with its query, bytes of
+        its body as the API server sent them)."""
+        self._ending: asyncio.Event | None = None
         self._lock = threading.Lock()
         self._dir = Path(tempfile.mkdtemp(prefix="elb-gate-proxy-"))
         ca = trustme.CA()
@@ -200,6 +204,7 @@ class FaultProxy:
         self.stop()
 
     async def _start(self) -> None:
+        self._ending = asyncio.Event()
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(ssl=self._upstream_ctx, limit=0),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
@@ -271,10 +276,42 @@ class FaultProxy:
             if upstream.headers.get("Content-Encoding"):
                 response.headers["Content-Encoding"] = upstream.headers["Content-Encoding"]
             await response.prepare(request)
-            async for chunk in upstream.content.iter_any():
+            sent = 0
+            ending = self._ending
+            chunks = upstream.content.iter_any().__aiter__()
+            while True:
+                step = asyncio.ensure_future(chunks.__anext__())
+                if info.get("watch") and ending is not None:
+                    stop = asyncio.ensure_future(ending.wait())
+                    await asyncio.wait((step, stop), return_when=asyncio.FIRST_COMPLETED)
+                    stop.cancel()
+                    if not step.done():  # end_watches(): the stream ends as a timeout would
+                        step.cancel()
+                        break
+                try:
+                    chunk = await step
+                except StopAsyncIteration:
+                    break
+                sent += len(chunk)
                 await response.write(chunk)
             await response.write_eof()
+            with self._lock:
+                self.answered.append((request.method, request.path_qs, sent))
             return response
+
+    def end_watches(self) -> None:
+        """End every watch stream in flight cleanly, as the API server does when a watch
+        times out: each client resumes from its last resourceVersion (a ``watch_gone``
+        fault then answers that resume with 410)."""
+        loop = self._loop
+        assert loop is not None
+
+        def swap() -> None:
+            old, self._ending = self._ending, asyncio.Event()
+            if old is not None:
+                old.set()
+
+        loop.call_soon_threadsafe(swap)
 
 
 def _status(code: int) -> web.Response:

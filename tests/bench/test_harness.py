@@ -277,7 +277,10 @@ def test_the_job_mix_grows_by_prefix_and_is_mostly_finished() -> None:
     assert planned_jobs(300) == big[:300]
     states = Counter(j.state for j in big)
     assert states["running"] == 4
-    assert states["failed"] == 150
+    assert states["failed"] == 6 and states["finishing"] == 3
+    # The measured production mix: ~0.3 % of the history is selected by successful=0.
+    history = planned_jobs(80_000)
+    assert sum(j.state != "succeeded" for j in history) == 244
     assert {j.app for j in big} == {"submit", "blast", "finalizer"}
     assert len({j.name for j in big}) == 3000
     running_ids = {j.job_id for j in planned_jobs(30) if j.state == "running"}
@@ -298,6 +301,22 @@ def test_the_census_of_the_mix_as_stored_counts_the_two_running_searches() -> No
     counted = census(stored, NOW, 300)
     assert counted.count == 2
     assert len(counted.unfinished) == 4
+
+
+def test_the_finishing_finalizers_of_the_mix_hold_no_slot() -> None:
+    """Every 100th search's finalizer still merges, recorded as having had batch work:
+    the census LIST returns it (unfinished), and it is finishing, not active."""
+    stored = []
+    for job in planned_jobs(3000):
+        if job.state == "succeeded":
+            continue  # what status.successful=0 leaves out
+        body = api_body(job, "bench")
+        body["metadata"]["creationTimestamp"] = "2026-01-05T10:00:00Z"
+        body["status"] = job_status(job.state, NOW, NOW)
+        stored.append(body)
+    counted = census(stored, NOW, 300)
+    assert counted.count == 2
+    assert len(counted.finishing) == 3 and not counted.orphans
 
 
 # -- handoff and API counts -------------------------------------------------------------
@@ -529,6 +548,17 @@ def test_a_quick_run_on_the_control_plane_measures_every_part(
         "GET jobs:list": 1.0,
     }
     assert figures["order.opening.p50"]["value"]["median"] > 0
+    # The real controller at each Job count: start-up, relist after 410, leader change.
+    for n in ("0", "3"):
+        c = raw["controller_scale"][n]
+        assert c["startup_to_synced_s"] > 0 and c["relist_s"] > 0 and c["leader_change_s"] > 0
+        assert 0 < c["relist_bytes"] <= c["live_list_bytes"] * 2 + 4096
+        assert c["live_list_bytes"] <= c["unfiltered_list_bytes"]
+        assert c["steady_rss_mb"] > 0 and c["peak_rss_mb"] >= c["steady_rss_mb"]
+        assert c["leader_change_list_bytes"] == 0  # the successor was synced already
+    assert raw["controller_scale"]["3"]["unfiltered_list_items"] == 3
+    assert raw["fills"] and all(f["writes_per_second"] > 0 for f in raw["fills"])
+    assert figures["scale.apiserver_cpu.n3"]["value"]["median"] > 0
 
     reclaim = raw["reclaim"]["cases"]["pod_deleted"]
     assert reclaim["worst_seconds"] > 0 and reclaim["evidence"]
