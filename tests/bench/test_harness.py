@@ -564,3 +564,22 @@ def test_a_quick_run_on_the_control_plane_measures_every_part(
     assert reclaim["worst_seconds"] > 0 and reclaim["evidence"]
     assert figures["reclaim.pod_deleted"]["met"] is not None
     assert figures["burst.elb_gate.handoff.p50"]["target"]["limit"] == 1.0
+
+
+def test_the_plotted_curve_has_one_point_per_job_count(tmp_path: Path) -> None:
+    from bench import plot
+
+    doc = {
+        "settings": {"job_counts": [0, 30]},
+        "machine": {"cores": 2, "date": "2026-12-01"},
+        "raw": {
+            "series": {"hook.n0.p99_ms": [3.0, 1.0, 2.0], "hook.n30.p99_ms": [4.0]},
+            "controller_scale": {"30": {"startup_to_synced_s": 2.5, "relist_bytes": 2e6}},
+        },
+    }
+    data = plot.curve(doc)
+    assert data["jobs"] == [0.0, 30.0] and data["p99_ms"] == [2.0, 4.0]
+    assert data["synced_s"][1] == 2.5 and data["relist_mb"][1] == 2.0
+    assert math.isnan(data["synced_s"][0]) and math.isnan(data["p50_ms"][0])
+    plot.draw(doc, tmp_path / "curve.png")
+    assert (tmp_path / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
