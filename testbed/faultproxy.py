@@ -281,12 +281,17 @@ class FaultProxy:
             chunks = upstream.content.iter_any().__aiter__()
             while True:
                 step = asyncio.ensure_future(chunks.__anext__())
+                # Retrieved even when the handler is cancelled before awaiting it.
+                step.add_done_callback(lambda t: t.cancelled() or t.exception())
                 if info.get("watch") and ending is not None:
                     stop = asyncio.ensure_future(ending.wait())
-                    await asyncio.wait((step, stop), return_when=asyncio.FIRST_COMPLETED)
-                    stop.cancel()
-                    if not step.done():  # end_watches(): the stream ends as a timeout would
-                        step.cancel()
+                    try:
+                        await asyncio.wait((step, stop), return_when=asyncio.FIRST_COMPLETED)
+                    finally:  # the client may go away meanwhile: leave no task behind
+                        stop.cancel()
+                        if not step.done():
+                            step.cancel()
+                    if step.cancelled():  # end_watches(): the stream ends as a timeout would
                         break
                 try:
                     chunk = await step
