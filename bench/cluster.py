@@ -43,6 +43,8 @@ ETCD_QUOTA_BYTES = 8 * 1024**3
 (create, status) and the API server compacts only every 5 minutes, so 80,000 Jobs can
 outgrow etcd's 2 GiB default before the old revisions are compacted."""
 LARGE_FILL = 30_000
+FINALIZER_GRACE_SECONDS = 300
+"""``BLAST_FINALIZER_GRACE_SECONDS`` at its default, as the measured webhook runs."""
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -76,6 +78,10 @@ class BenchCluster:
         self.cpu = cpu
         self.largest = largest
         """The most Jobs a namespace will hold (sizes etcd's quota)."""
+        self.young_finishing_until = 0.0
+        """Until then (monotonic), finishing finalizers the last fill wrote are younger
+        than the finalizer grace, so the census counts them active (a young finalizer is
+        live): admission is measured after it."""
         self.fills: list[dict[str, float]] = []
         """Each fill: Jobs written, seconds, writes (create + status) per second."""
         self.cp: ControlPlane | None = None
@@ -158,6 +164,9 @@ class BenchCluster:
             with self._unpinned():
                 asyncio.run(self._create(namespace, missing))
             seconds = time.perf_counter() - started
+            self.young_finishing_until = time.monotonic() + FINALIZER_GRACE_SECONDS + 5
+            if not any(j.state == "finishing" for j in missing):
+                self.young_finishing_until = 0.0
             self.fills.append(
                 {
                     "jobs": len(missing),

@@ -514,9 +514,15 @@ def scale_figures(
             )
         out += [
             paired(
-                f"scale.controller.n{n}.relist_bytes",
-                f"  bytes read per relist (after 410), {n} Jobs",
+                f"scale.controller.n{n}.relist_wire_bytes",
+                f"  bytes on the wire per relist (gzip), {n} Jobs",
                 [float(c["relist_bytes"])],
+                "B",
+            ),
+            paired(
+                f"scale.controller.n{n}.relist_bytes",
+                f"  bytes read per relist (after 410, decoded), {n} Jobs",
+                [float(c.get("relist_bytes_decoded", c["live_list_bytes"]))],
                 "B",
                 [float(c["unfiltered_list_bytes"])] if c["unfiltered_list_bytes"] else None,
                 f"unfiltered LIST ({c['unfiltered_list_items']} Jobs)",

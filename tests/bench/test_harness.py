@@ -574,7 +574,7 @@ def test_the_plotted_curve_has_one_point_per_job_count(tmp_path: Path) -> None:
         "machine": {"cores": 2, "date": "2026-12-01"},
         "raw": {
             "series": {"hook.n0.p99_ms": [3.0, 1.0, 2.0], "hook.n30.p99_ms": [4.0]},
-            "controller_scale": {"30": {"startup_to_synced_s": 2.5, "relist_bytes": 2e6}},
+            "controller_scale": {"30": {"startup_to_synced_s": 2.5, "live_list_bytes": 2e6}},
         },
     }
     data = plot.curve(doc)
