@@ -1,0 +1,331 @@
+"""Histories recorded on the real control plane, checked for linearizability.
+
+A history is one namespace's operations over one race schedule, each with the API
+server's own times: every Job create's admission (call = ``requestReceivedTimestamp``,
+return = ``stageTimestamp`` of its audit record, output = stored or refused, with the
+answer), every Job delete and every submit Lease write (from the audit log, who the API
+server authenticated and when), and every Job finishing (from a watch of the
+namespace's Jobs: from the first status that decides its outcome to the final
+condition). The checker (``lincheck/``, a porcupine model written from
+docs/design.md) says whether some order of them, each between its call and its
+return, is a run of the gates.
+
+Like :mod:`testbed.reliability.oracle`, this imports nothing from elb-gate: what a
+Job is (app, search, staged databases) and when it has finished are read here from the
+Job as Kubernetes writes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from testbed.api import Api, JsonObj
+from testbed.reliability.gate_a import LEASE_PREFIX, parse_time
+from testbed.reliability.watch import Watch
+
+REPO = Path(__file__).resolve().parents[2]
+LINCHECK = REPO / "lincheck"
+NEVER = 10**19
+"""A return that never came (a finish whose final condition was not seen): the
+operation may have taken effect at any time after its call."""
+FINAL = frozenset({"Complete", "Failed"})
+DECIDED = frozenset({"SuccessCriteriaMet", "FailureTarget"})
+MARGIN_NS = 1_000_000_000
+"""Condition times are written in whole seconds on the Job controller's clock: a
+finish may have begun up to a second before the time it names."""
+
+
+def _ns(value: object) -> int | None:
+    moment = parse_time(value)
+    return None if moment is None else int(moment.timestamp() * 1e9)
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def job_facts(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The Job as the model reads it: name, ``app``, ``elb-job-id``, the databases a
+    setup Job stages (its containers' ``ELB_DB``), its creation time."""
+    labels = _labels(obj)
+    app = str(labels.get("app") or "")
+    stages: list[str] = []
+    if app == "setup":
+        template = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
+        for container in template.get("containers") or []:
+            for env in container.get("env") or []:
+                if env.get("name") == "ELB_DB" and env.get("value"):
+                    stages.append(str(env["value"]))
+    return {
+        "name": str((obj.get("metadata") or {}).get("name") or ""),
+        "app": app,
+        "id": str(labels.get("elb-job-id") or ""),
+        "stages": sorted(set(stages)),
+        "created_ns": _ns((obj.get("metadata") or {}).get("creationTimestamp")) or 0,
+    }
+
+
+def _true(obj: Mapping[str, Any]) -> dict[str, int]:
+    """The Job's conditions with status True, each with its transition time (ns)."""
+    out = {}
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if isinstance(c, Mapping) and c.get("status") == "True":
+            out[str(c.get("type"))] = _ns(c.get("lastTransitionTime")) or 0
+    return out
+
+
+class JobWatch:
+    """Every event of the given namespaces' Jobs, with the moment it arrived (ns)."""
+
+    def __init__(self, api: Api, namespaces: Iterable[str]) -> None:
+        self.events: dict[str, list[tuple[int, str, JsonObj]]] = {ns: [] for ns in namespaces}
+        self._lock = threading.Lock()
+        self._watch = Watch(api, "jobs", self._on)
+
+    def _on(self, kind: str, obj: JsonObj) -> None:
+        ns = str((obj.get("metadata") or {}).get("namespace") or "")
+        with self._lock:
+            if ns in self.events:
+                self.events[ns].append((time.time_ns(), kind, obj))
+
+    def forget(self, namespace: str) -> None:
+        """Start the namespace's next history."""
+        with self._lock:
+            self.events[namespace] = []
+
+    def start(self) -> JobWatch:
+        self._watch.start()
+        return self
+
+    def stop(self) -> None:
+        self._watch.stop()
+
+    def finishes(self, namespace: str) -> list[dict[str, Any]]:
+        """One finish per Job: from the first status deciding its outcome to the first
+        final condition (``NEVER`` when none was seen)."""
+        with self._lock:
+            events = list(self.events[namespace])
+        begun: dict[str, int] = {}
+        ended: dict[str, int] = {}
+        for seen, _kind, obj in events:
+            name = str((obj.get("metadata") or {}).get("name") or "")
+            true = _true(obj)
+            decided = {k: v for k, v in true.items() if k in FINAL | DECIDED}
+            status = obj.get("status") or {}
+            if status.get("completionTime"):
+                decided.setdefault("completionTime", seen)
+            needed = (obj.get("spec") or {}).get("completions") or 1
+            if (status.get("succeeded") or 0) >= needed and not status.get("terminating"):
+                decided.setdefault("succeeded", seen)
+            if decided and name not in begun:
+                begun[name] = min([seen, *(v for v in decided.values() if v)]) - MARGIN_NS
+            if true.keys() & FINAL and name not in ended:
+                ended[name] = seen
+        return [
+            {"kind": "finish", "job": {"name": n}, "call": c, "return": ended.get(n, NEVER)}
+            for n, c in begun.items()
+        ]
+
+    def outcomes(self, namespace: str) -> Counter[str]:
+        """How each Job was last seen: ``<app>:Complete``/``Failed``, ``<app>:deleted``
+        (before a final condition), ``<app>:unfinished``."""
+        with self._lock:
+            events = list(self.events[namespace])
+        last: dict[str, tuple[str, JsonObj]] = {}
+        for _seen, kind, obj in events:
+            last[str((obj.get("metadata") or {}).get("name"))] = (kind, obj)
+        out: Counter[str] = Counter()
+        final: set[str] = set()
+        for _seen, _kind, obj in events:
+            name = str((obj.get("metadata") or {}).get("name"))
+            for condition in _true(obj).keys() & FINAL:
+                if name not in final:
+                    final.add(name)
+                    out[f"{_labels(obj).get('app') or '-'}:{condition}"] += 1
+        for name, (kind, obj) in last.items():
+            if name not in final:
+                state = "deleted" if kind == "DELETED" else "unfinished"
+                out[f"{_labels(obj).get('app') or '-'}:{state}"] += 1
+        return out
+
+    def stored(self, namespace: str) -> set[str]:
+        """Names of the Jobs the watch saw stored."""
+        with self._lock:
+            events = list(self.events[namespace])
+        return {str((o.get("metadata") or {}).get("name")) for _, _k, o in events}
+
+
+def audit_operations(
+    events: Iterable[Mapping[str, Any]], namespace: str, stored: set[str]
+) -> list[dict[str, Any]]:
+    """The namespace's Job creates and deletes and submit Lease writes, from audit
+    records at ``ResponseComplete``."""
+    out: list[dict[str, Any]] = []
+    for e in events:
+        ref = e.get("objectRef") or {}
+        if ref.get("namespace") != namespace or e.get("stage") != "ResponseComplete":
+            continue
+        if ref.get("subresource"):
+            continue
+        if (e.get("annotations") or {}).get("dryRun") or "dryRun" in str(e.get("requestURI")):
+            continue
+        call, ret = _ns(e.get("requestReceivedTimestamp")), _ns(e.get("stageTimestamp"))
+        if call is None or ret is None:
+            continue
+        code = int((e.get("responseStatus") or {}).get("code") or 0)
+        user = str((e.get("user") or {}).get("username") or "")
+        verb, resource = e.get("verb"), ref.get("resource")
+        base = {"call": call, "return": ret, "user": user}
+        if resource == "jobs" and verb == "create":
+            body = e.get("responseObject") if code == 201 else e.get("requestObject")
+            if not isinstance(body, Mapping):
+                continue
+            facts = job_facts(body)
+            admitted = code == 201 or (code == 504 and facts["name"] in stored)
+            if not facts["created_ns"]:
+                facts["created_ns"] = ret
+            message = str((e.get("responseStatus") or {}).get("message") or "")
+            out.append(
+                {
+                    **base,
+                    "kind": "create",
+                    "job": facts,
+                    "_output": {"admitted": admitted, "answer": f"{code} {message[:160]}"},
+                }
+            )
+        elif resource == "jobs" and verb == "delete" and code in (200, 202):
+            out.append({**base, "kind": "delete", "job": {"name": str(ref.get("name"))}})
+        elif (
+            resource == "leases"
+            and verb in ("create", "update", "patch")
+            and str(ref.get("name") or "").startswith(LEASE_PREFIX)
+            and code in (200, 201)
+            and isinstance(e.get("responseObject"), Mapping)
+        ):
+            spec = e["responseObject"].get("spec") or {}
+            duration = int(spec.get("leaseDurationSeconds") or 0)
+            out.append(
+                {
+                    **base,
+                    "kind": "lease",
+                    "holder": str(spec.get("holderIdentity") or ""),
+                    "duration_ns": duration * 1_000_000_000,
+                }
+            )
+    return out
+
+
+def read_audit(path: Path, offset: int) -> tuple[list[JsonObj], int]:
+    """Audit records appended since ``offset`` (complete lines only), and the new offset."""
+    with open(path, "rb") as log:
+        log.seek(offset)
+        chunk = log.read()
+    end = chunk.rfind(b"\n") + 1
+    events = []
+    for line in chunk[:end].splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            continue
+    return events, offset + end
+
+
+@dataclass
+class History:
+    """One recorded history, ready for the checker."""
+
+    name: str
+    kind: str
+    settings: Mapping[str, Any]
+    namespace: str = ""
+    audit_offset: int = 0
+    fault: str = "none"
+    operations: list[dict[str, Any]] = field(default_factory=list)
+    outcomes: Counter[str] = field(default_factory=Counter)
+    """How its Jobs ended, as the watch saw them."""
+
+    def counts(self) -> dict[str, int]:
+        creates = [o for o in self.operations if o["kind"] == "create"]
+        return {
+            "operations": len(self.operations),
+            "creates": len(creates),
+            "admitted": sum(o["_output"]["admitted"] for o in creates),
+            "refused": sum(not o["_output"]["admitted"] for o in creates),
+            "finishes": sum(o["kind"] == "finish" for o in self.operations),
+            "deletes": sum(o["kind"] == "delete" for o in self.operations),
+            "lease_writes": sum(o["kind"] == "lease" for o in self.operations),
+        }
+
+    def to_json(self) -> str:
+        ops = []
+        for client, o in enumerate(self.operations):
+            inp = {k: v for k, v in o.items() if k != "_output"}
+            ops.append({"client": client, "input": inp, "output": o.get("_output", {})})
+        return json.dumps(
+            {"name": self.name, "kind": self.kind, "settings": self.settings, "operations": ops}
+        )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    name: str
+    kind: str
+    result: str
+    """``Ok``, ``Illegal`` (a violation) or ``Unknown`` (the checker timed out)."""
+    operations: int
+    why: tuple[str, ...]
+
+
+def build_checker(directory: Path) -> Path:
+    """Build ``lincheck`` (its module is pinned by go.sum; the Go module proxy fills
+    the module cache the first time)."""
+    binary = directory / "lincheck"
+    env = {**os.environ, "GOFLAGS": "-mod=readonly", "CGO_ENABLED": "0"}
+    subprocess.run(
+        ["go", "build", "-o", str(binary), "."], cwd=LINCHECK, env=env, check=True, timeout=600
+    )
+    return binary
+
+
+_BUILT: dict[str, Path] = {}
+_BUILD_LOCK = threading.Lock()
+
+
+def checker() -> Path:
+    """The checker binary, built once per process."""
+    with _BUILD_LOCK:
+        if "bin" not in _BUILT:
+            _BUILT["bin"] = build_checker(Path(tempfile.mkdtemp(prefix="elb-lincheck-")))
+        return _BUILT["bin"]
+
+
+def check(histories: Sequence[History], timeout_seconds: int = 60) -> list[Verdict]:
+    """Run the checker over ``histories``."""
+    if not histories:
+        return []
+    stdin = "".join(h.to_json() + "\n" for h in histories)
+    done = subprocess.run(
+        [str(checker()), f"-timeout={timeout_seconds}s"],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=timeout_seconds * len(histories) + 120,
+    )
+    out = []
+    for line in done.stdout.splitlines():
+        v = json.loads(line)
+        out.append(
+            Verdict(v["name"], v["kind"], v["result"], v["operations"], tuple(v.get("why") or ()))
+        )
+    return out

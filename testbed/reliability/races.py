@@ -1,0 +1,334 @@
+"""Race schedules whose histories the linearizability checker judges.
+
+Each history runs in a namespace of its own (a slot, emptied before), on the
+reliability rig: two webhook replicas behind one Service (every TCP connection to the
+next replica, so two requests sent at once are judged by both), their API calls
+through a fault proxy, and the controller. A kind says what races:
+
+* ``one_identity``: one holder's user sends two searches' first Jobs at once, with one
+  search running and sometimes one finishing as they arrive;
+* ``siblings``: two sibling processes of the holder's user (a dashboard's workers share
+  one credential) send first Jobs at once while the holder renews;
+* ``stagings``: two searches stage one database at once;
+* ``stalled_wakes``: a holder stops renewing, and wakes to send its first Job just as
+  another takes the expired hold over;
+* ``controller_down_ttl``: with no controller running, a search's batch Job finishes
+  and is TTL-deleted while its finalizer runs; first Jobs race; the controller starts;
+* ``finalizer_grace``: a search's finalizer and an orphan finalizer pass their grace
+  while first Jobs race, the controller up (orphan policy ``delete``).
+
+Faults are drawn per history for the webhooks' own API calls in its namespace
+(delayed or dropped LISTs, a refused or unanswered admission record write). The
+history is what the API server recorded, whatever the schedule intended.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from testbed.api import ApiError, JsonObj
+from testbed.clients import DashboardLeaseClient
+from testbed.controller_process import CONTROLLER_USER
+from testbed.faultproxy import FaultProxy
+from testbed.reliability.histories import History, JobWatch, audit_operations, read_audit
+from testbed.reliability.jobs import JobPlan, job_body
+from testbed.reliability.rig import CEILING, SKEW_SECONDS, Rig
+from testbed.waiting import wait_until
+
+KINDS: tuple[str, ...] = (
+    "one_identity",
+    "siblings",
+    "stagings",
+    "stalled_wakes",
+    "controller_down_ttl",
+    "finalizer_grace",
+)
+CONTROLLER_KINDS = frozenset({"controller_down_ttl"})
+"""Kinds that stop the controller: run together, apart from the others."""
+GRACE_SECONDS = 6
+RACES_ENV = {
+    "BLAST_FINALIZER_GRACE_SECONDS": str(GRACE_SECONDS),
+    "ELB_GATE_ORPHAN_POLICY": "delete",
+    "ELB_GATE_ORPHAN_DELETE_AFTER_SECONDS": "1",
+}
+"""A finalizer passes its grace within a history; an orphan is deleted 1 s after it is
+flagged."""
+HOLD_SECONDS = 20
+FAULTS: tuple[str, ...] = ("none", "slow_list", "dropped_list", "record_503", "record_lost")
+
+
+def settings() -> dict[str, Any]:
+    return {
+        "ceiling": CEILING,
+        "grace_ns": GRACE_SECONDS * 1_000_000_000,
+        "skew_ns": int(SKEW_SECONDS * 1e9),
+        "controller_users": [CONTROLLER_USER],
+    }
+
+
+def _id() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+def job(
+    ns: str, app: str, job_id: str, *, run: float, db: str = "core_nt", ttl: int | None = None
+) -> JsonObj:
+    """One of elastic-blast's Jobs whose pod runs ``run`` seconds and succeeds."""
+    names = {
+        "setup": f"init-pv-{job_id}",
+        "import": f"import-queries-{job_id}",
+        "submit": f"submit-jobs-{job_id}",
+        "blast": f"blastn-batch-{job_id}-job-0",
+        "finalizer": f"elb-finalizer-{job_id}",
+    }
+    return job_body(ns, JobPlan(app, names[app], run, "ok", ttl), job_id, db)
+
+
+def create(api: Any, body: JsonObj) -> int:
+    try:
+        api.create(body)
+        return 201
+    except ApiError as exc:
+        return exc.status
+    except OSError:
+        return 0
+
+
+def at_once(calls: Sequence[Callable[[], object]]) -> None:
+    """Run every call from its own thread, released by one barrier."""
+    barrier = threading.Barrier(len(calls))
+
+    def run(call: Callable[[], object]) -> None:
+        barrier.wait(60)
+        call()
+
+    threads = [threading.Thread(target=run, args=(c,), daemon=True) for c in calls]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(180)
+
+
+@dataclass(frozen=True)
+class Plan:
+    seed: int
+    kind: str
+    fault: str
+
+
+def plan(seed: int, kind: str) -> Plan:
+    rng = random.Random(f"race-{seed}")
+    fault = "none" if kind in CONTROLLER_KINDS else rng.choice(FAULTS)
+    return Plan(seed, kind, fault)
+
+
+class Races:
+    """Runs race schedules on a rig and records their histories."""
+
+    def __init__(self, rig: Rig, proxy: FaultProxy, watch: JobWatch) -> None:
+        self.rig = rig
+        self.cp = rig.cp
+        self.proxy = proxy
+        self.watch = watch
+
+    # -- faults --------------------------------------------------------------------------
+
+    def _inject(self, ns: str, fault: str, rng: random.Random) -> None:
+        hooks = {"count": rng.choice((1, 2))}
+        if fault == "slow_list":
+            self.proxy.add(
+                method="GET", resource="jobs", namespace=ns, delay=rng.uniform(0.2, 1.2), **hooks
+            )
+        elif fault == "dropped_list":
+            self.proxy.add(method="GET", resource="jobs", namespace=ns, drop=True, **hooks)
+        elif fault == "record_503":
+            self.proxy.add(method="GET", resource="configmaps", namespace=ns, status=503, **hooks)
+        elif fault == "record_lost":
+            self.proxy.add(
+                method="PUT", resource="configmaps", namespace=ns, lose_answer=True, **hooks
+            )
+
+    def _clear(self, ns: str) -> None:
+        with self.proxy._lock:
+            self.proxy.faults[:] = [f for f in self.proxy.faults if f.namespace != ns]
+
+    # -- holds ---------------------------------------------------------------------------
+
+    def hold(self, ns: str, user: str, ttl: int = HOLD_SECONDS) -> DashboardLeaseClient:
+        client = DashboardLeaseClient.on(self.cp, user, ns, ttl=ttl)
+        wait_until(
+            lambda: client.acquire() in ("acquired", "renewed"),
+            120,
+            f"{user} to hold the Lease of {ns}",
+            interval=0.5,
+        )
+        return client
+
+    # -- one history ---------------------------------------------------------------------
+
+    def run(self, p: Plan, ns: str) -> History:
+        rng = random.Random(f"race-run-{p.seed}")
+        self.rig.reset_namespace(ns)
+        self.watch.forget(ns)
+        offset = self.cp.audit_log.stat().st_size
+        self._inject(ns, p.fault, rng)
+        try:
+            getattr(self, f"_{p.kind}")(ns, rng)
+        finally:
+            self._clear(ns)
+        h = History(f"{p.kind}-{p.seed}", p.kind, settings(), ns, offset, p.fault)
+        self.record(h)
+        return h
+
+    def record(self, h: History) -> None:
+        """(Re)read the history from the audit log and the watch."""
+        time.sleep(1.0)  # the last watch events and audit lines land
+        events, _ = read_audit(self.cp.audit_log, h.audit_offset)
+        ops = audit_operations(events, h.namespace, self.watch.stored(h.namespace))
+        h.operations = ops + self.watch.finishes(h.namespace)
+        h.outcomes = self.watch.outcomes(h.namespace)
+
+    def _first_jobs(
+        self, ns: str, users: Sequence[str], apps: Sequence[str] = ("submit", "submit")
+    ) -> None:
+        calls = []
+        for user, app in zip(users, apps, strict=True):
+            api, body = self.cp.api(user), job(ns, app, _id(), run=60)
+            calls.append(functools.partial(create, api, body))
+        at_once(calls)
+
+    def _seed(self, ns: str, user: str, rng: random.Random, live: int) -> None:
+        api = self.cp.api(user)
+        for _ in range(live):
+            create(api, job(ns, "blast", _id(), run=60))
+        if rng.random() < 0.6:  # one more search, finishing about when the race starts
+            create(api, job(ns, "blast", _id(), run=round(rng.uniform(0.5, 2.5), 1)))
+            time.sleep(rng.uniform(0.5, 2.5))
+
+    def _one_identity(self, ns: str, rng: random.Random) -> None:
+        self.hold(ns, "alice")
+        self._seed(ns, "alice", rng, CEILING - 1)
+        self._first_jobs(
+            ns,
+            ["alice", "alice"],
+            rng.choice([("submit", "submit"), ("submit", "setup"), ("blast", "finalizer")]),
+        )
+
+    def _siblings(self, ns: str, rng: random.Random) -> None:
+        holder = self.hold(ns, "dashboard-lease")
+        self._seed(ns, "dashboard-lease", rng, CEILING - 1)
+        api_b, api_c = self.cp.api("dashboard-lease"), self.cp.api("dashboard-lease")
+        b, c = job(ns, "submit", _id(), run=60), job(ns, "submit", _id(), run=60)
+        at_once([lambda: create(api_b, b), lambda: create(api_c, c), holder.acquire])
+
+    def _stagings(self, ns: str, rng: random.Random) -> None:
+        self.hold(ns, "alice")
+        db = rng.choice(("core_nt", "16S_ribosomal_RNA"))
+        bodies = [job(ns, "setup", _id(), run=30, db=db) for _ in range(2)]
+        if rng.random() < 0.4:
+            bodies.append(job(ns, "setup", _id(), run=30, db="swissprot"))
+        apis = [self.cp.api("alice") for _ in bodies]
+        at_once([functools.partial(create, a, b) for a, b in zip(apis, bodies, strict=True)])
+
+    def _stalled_wakes(self, ns: str, rng: random.Random) -> None:
+        ttl = 2
+        self.hold(ns, "carol", ttl=ttl)
+        # carol stalls: no renewal; she wakes about when her hold has expired.
+        time.sleep(ttl + SKEW_SECONDS + rng.uniform(-0.3, 0.6))
+        taker = DashboardLeaseClient.on(self.cp, "bob", ns, ttl=HOLD_SECONDS)
+        carol, bob = self.cp.api("carol"), self.cp.api("bob")
+        mine, theirs = job(ns, "submit", _id(), run=60), job(ns, "submit", _id(), run=60)
+        at_once([lambda: create(carol, mine), taker.acquire])
+        create(bob, theirs)
+        create(carol, job(ns, "submit", _id(), run=60))
+
+    def _finalizer_search(self, ns: str, user: str) -> None:
+        """A search whose batch work finishes and is TTL-deleted at once while its
+        finalizer runs on, and an orphan finalizer (no batch work ever)."""
+        api = self.cp.api(user)
+        work = _id()
+        create(api, job(ns, "submit", work, run=0.5, ttl=1))
+        create(api, job(ns, "finalizer", work, run=120))
+        create(api, job(ns, "finalizer", _id(), run=120))
+        wait_until(
+            lambda: (
+                not any(
+                    j["metadata"]["name"].startswith("submit-jobs-")
+                    for j in self.cp.admin.list("jobs", ns)
+                )
+            ),
+            120,
+            f"the TTL controller to delete the submit Job of {ns}",
+            interval=0.5,
+        )
+
+    def _controller_down_ttl(self, ns: str, rng: random.Random) -> None:
+        # The controller is stopped by the caller (one outage for every such history).
+        self.hold(ns, "alice")
+        self._finalizer_search(ns, "alice")
+        time.sleep(GRACE_SECONDS + rng.uniform(-2.0, 1.0))
+        self._first_jobs(ns, ["alice", "alice"])
+
+    def _finalizer_grace(self, ns: str, rng: random.Random) -> None:
+        self.hold(ns, "alice")
+        self._finalizer_search(ns, "alice")
+        time.sleep(GRACE_SECONDS + rng.uniform(-2.0, 1.0))
+        self._first_jobs(ns, ["alice", "alice"])
+        time.sleep(4 + self.rig.resync_seconds)  # the controller flags and deletes orphans
+
+    def after_outage(self) -> None:
+        """With the controller back: time to act on what it finds (it must not delete
+        a running search's finalizer)."""
+        time.sleep(4 + self.rig.resync_seconds)
+
+
+def run_all(races: Races, seeds: Sequence[int], slots: Sequence[str]) -> list[History]:
+    """Every seed's history, the kind chosen round-robin; controller-down kinds in
+    one outage, at the end."""
+    plans = [plan(s, KINDS[s % len(KINDS)]) for s in seeds]
+    normal = [p for p in plans if p.kind not in CONTROLLER_KINDS]
+    outage = [p for p in plans if p.kind in CONTROLLER_KINDS]
+    out: list[History] = []
+    lock = threading.Lock()
+
+    def worker(slot: str, queue: list[Plan]) -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                p = queue.pop(0)
+            h = races.run(p, slot)
+            with lock:
+                out.append(h)
+
+    def batch(queue: list[Plan]) -> None:
+        threads = [threading.Thread(target=worker, args=(s, queue)) for s in slots]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    batch(list(normal))
+    rig = races.rig
+    for start in range(0, len(outage), len(slots)):
+        chunk = outage[start : start + len(slots)]
+        for ctl in rig.controllers:
+            ctl.stop()
+        before = len(out)
+        try:
+            batch(list(chunk))
+        finally:
+            rig.start_controller(0)
+            rig.wait_for_leader()
+        # These histories end after the controller acted on what it found.
+        races.after_outage()
+        for h in out[before:]:
+            races.record(h)
+    return out

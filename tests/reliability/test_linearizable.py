@@ -1,0 +1,139 @@
+"""Admission is linearizable: histories recorded on the real control plane, checked by
+porcupine against a sequential model of the gates written from docs/design.md.
+
+Every race kind of :mod:`testbed.reliability.races` runs several times, on two webhook
+replicas behind one Service whose API calls go through a fault proxy, with the
+controller (stopped across a batch TTL for one kind). Each history holds what the API
+server recorded — every Job create's admission with its request and answer times, every
+Job delete and submit Lease write, every Job finishing — and the checker (``lincheck/``)
+must find an order of it that the model allows.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import os
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from testbed.controlplane import ControlPlane
+from testbed.faultproxy import FaultProxy
+from testbed.reliability.histories import History, JobWatch, Verdict, check
+from testbed.reliability.ledger import LEDGER
+from testbed.reliability.races import KINDS, RACES_ENV, Races, run_all
+from testbed.reliability.rig import CONTROLLER_ENV, Rig
+
+REPO = Path(__file__).resolve().parents[2]
+CI_RACE_SEEDS = tuple(range(1, 1 + 4 * len(KINDS)))
+"""Four histories of each kind (the kind is the seed modulo the kinds)."""
+SLOTS = 4
+
+pytestmark = [pytest.mark.timeout(1800)]
+
+
+@pytest.fixture(scope="module")
+def histories(control_plane: ControlPlane) -> Iterator[list[History]]:
+    slots = [control_plane.new_namespace("lin") for _ in range(SLOTS)]
+    with (
+        FaultProxy(control_plane) as proxy,
+        Rig(
+            control_plane,
+            slots,
+            env=RACES_ENV,
+            controller_env={**CONTROLLER_ENV, **RACES_ENV},
+            proxy=proxy,
+        ) as rig,
+    ):
+        rig.wait_until_ready()
+        watch = JobWatch(control_plane.admin, slots).start()
+        try:
+            yield run_all(Races(rig, proxy, watch), CI_RACE_SEEDS, slots)
+        finally:
+            watch.stop()
+
+
+@pytest.fixture(scope="module")
+def verdicts(histories: list[History]) -> list[Verdict]:
+    dump = os.environ.get("ELB_GATE_HISTORIES")
+    if dump:  # the recorded histories, one JSON a line: `lincheck -pictures DIR < FILE`
+        Path(dump).write_text("".join(h.to_json() + "\n" for h in histories))
+    found = check(histories)
+    LEDGER.record(
+        "1",
+        linearizability_histories=len(found),
+        linearizability_violations=sum(v.result == "Illegal" for v in found),
+    )
+    return found
+
+
+def test_every_kind_was_recorded_with_races_admitted_and_refused(histories: list[History]) -> None:
+    assert Counter(h.kind for h in histories) == Counter({k: 4 for k in KINDS})
+    totals: Counter[str] = Counter()
+    for h in histories:
+        totals.update(h.counts())
+    assert totals["admitted"] > 0 and totals["refused"] > 0
+    assert totals["finishes"] > 0 and totals["deletes"] > 0 and totals["lease_writes"] > 0
+
+
+def test_every_history_is_linearizable(verdicts: list[Verdict]) -> None:
+    assert len(verdicts) == len(CI_RACE_SEEDS)
+    wrong = [f"{v.name}: {v.result}: {'; '.join(v.why)}" for v in verdicts if v.result != "Ok"]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_checker_finds_the_over_admission_when_refusals_are_turned_into_admissions(
+    histories: list[History],
+) -> None:
+    """The same recorded histories, with every refusal of a race made an admission: a
+    run of the gates that admits both halves of a race at the ceiling is one the model
+    rules out, so the checker must say so (it can fail)."""
+    forged = []
+    for h in histories:
+        if h.kind not in ("one_identity", "stagings"):
+            continue
+        f = copy.deepcopy(h)
+        for op in f.operations:
+            if op["kind"] == "create" and not op["_output"]["admitted"]:
+                op["_output"] = {"admitted": True, "answer": "forged"}
+        forged.append(f)
+    found = check(forged)
+    assert any(v.result == "Illegal" for v in found), found
+    assert any("Gate B" in w or "staging" in w for v in found for w in v.why)
+
+
+PRODUCT = {"elbgate", "webhook", "controller", "client"}
+
+
+def _imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            found.add(node.module or "")
+    return found
+
+
+def test_the_recorder_and_the_model_import_nothing_from_the_code_they_judge() -> None:
+    """The recorder (and what it imports from the testbed, transitively) and the Go
+    model read Jobs and Leases themselves: a misreading shared with the product would
+    hide the bug it is there to find."""
+    seen: set[str] = set()
+    todo = ["testbed.reliability.histories"]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        path = REPO / (name.replace(".", "/") + ".py")
+        if path.exists():
+            todo += [m for m in _imports(path) if m.split(".")[0] in PRODUCT | {"testbed"}]
+    assert not {m for m in seen if m.split(".")[0] in PRODUCT}, seen
+    for source in (REPO / "lincheck").glob("*.go"):
+        text = source.read_text()
+        assert "elb-gate/elb-gate/" not in text.replace("elb-gate/elb-gate/lincheck", "")
+    assert (REPO / "lincheck" / "go.sum").read_text().count("anishathalye/porcupine") == 2
