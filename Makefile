@@ -106,7 +106,7 @@ certs: $(STAMP) ## Generate CA + serving certificate and the caBundle overlay (g
 bench: $(STAMP) $(LOCALKUBE) ## Benchmarks on the real control plane: ratios against the floor, API load, handoff, reclaim; writes bench/results.json (ARGS=--quick: tiny)
 	$(BIN)/python -m bench $(ARGS)
 
-soak: $(STAMP) $(LOCALKUBE) ## Long randomized reliability runs on the real control plane (>= 1,000 schedules); writes tests/reliability/RESULTS.md
+soak: $(STAMP) $(LOCALKUBE) ## Long randomized reliability runs on the real control plane (>= 1,000 schedules, >= 1,000 race histories checked for linearizability); writes tests/reliability/RESULTS.md
 	$(BIN)/python -m testbed.reliability.soak $(ARGS)
 
 fuzz: $(STAMP) ## Coverage-guided fuzzing of the admission decoding and decisions (atheris)

@@ -253,6 +253,8 @@ class History:
     operations: list[dict[str, Any]] = field(default_factory=list)
     outcomes: Counter[str] = field(default_factory=Counter)
     """How its Jobs ended, as the watch saw them."""
+    split: bool = False
+    """Two Job creates that overlapped in time were judged by different replicas."""
 
     def counts(self) -> dict[str, int]:
         creates = [o for o in self.operations if o["kind"] == "create"]

@@ -25,16 +25,17 @@ history is what the API server recorded, whatever the schedule intended.
 from __future__ import annotations
 
 import functools
+import json
 import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from testbed.api import ApiError, JsonObj
-from testbed.clients import DashboardLeaseClient
+from testbed.clients import ClientError, DashboardLeaseClient
 from testbed.controller_process import CONTROLLER_USER
 from testbed.faultproxy import FaultProxy
 from testbed.reliability.histories import History, JobWatch, audit_operations, read_audit
@@ -137,6 +138,8 @@ class Races:
         self.cp = rig.cp
         self.proxy = proxy
         self.watch = watch
+        self._holders: dict[str, list[DashboardLeaseClient]] = {}
+        self._lock = threading.Lock()
 
     # -- faults --------------------------------------------------------------------------
 
@@ -162,7 +165,7 @@ class Races:
     # -- holds ---------------------------------------------------------------------------
 
     def hold(self, ns: str, user: str, ttl: int = HOLD_SECONDS) -> DashboardLeaseClient:
-        client = DashboardLeaseClient.on(self.cp, user, ns, ttl=ttl)
+        client = self.holder(ns, user, ttl)
         wait_until(
             lambda: client.acquire() in ("acquired", "renewed"),
             120,
@@ -170,6 +173,23 @@ class Races:
             interval=0.5,
         )
         return client
+
+    def holder(self, ns: str, user: str, ttl: int = HOLD_SECONDS) -> DashboardLeaseClient:
+        """A Lease client for ``user``, released when the history ends (the next
+        history in the namespace need not wait for its hold to expire)."""
+        client = DashboardLeaseClient.on(self.cp, user, ns, ttl=ttl)
+        with self._lock:
+            self._holders.setdefault(ns, []).append(client)
+        return client
+
+    def release(self, ns: str) -> None:
+        with self._lock:
+            clients = self._holders.pop(ns, [])
+        for client in clients:
+            try:
+                client.release()
+            except (OSError, ClientError):
+                pass
 
     # -- one history ---------------------------------------------------------------------
 
@@ -183,6 +203,7 @@ class Races:
             getattr(self, f"_{p.kind}")(ns, rng)
         finally:
             self._clear(ns)
+            self.release(ns)
         h = History(f"{p.kind}-{p.seed}", p.kind, settings(), ns, offset, p.fault)
         self.record(h)
         return h
@@ -194,6 +215,22 @@ class Races:
         ops = audit_operations(events, h.namespace, self.watch.stored(h.namespace))
         h.operations = ops + self.watch.finishes(h.namespace)
         h.outcomes = self.watch.outcomes(h.namespace)
+        h.split = split(ops, self.judged_by(h.namespace))
+
+    def judged_by(self, ns: str) -> dict[str, int]:
+        """Which webhook replica (index) logged the admission of each Job of ``ns``."""
+        out: dict[str, int] = {}
+        for index, hook in enumerate(self.rig.hooks):
+            for line in hook.log().splitlines():
+                if not line.startswith("{") or f'"{ns}"' not in line:
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if record.get("msg") == "admission" and record.get("namespace") == ns:
+                    out[str(record.get("name"))] = index
+        return out
 
     def _first_jobs(
         self, ns: str, users: Sequence[str], apps: Sequence[str] = ("submit", "submit")
@@ -242,7 +279,7 @@ class Races:
         self.hold(ns, "carol", ttl=ttl)
         # carol stalls: no renewal; she wakes about when her hold has expired.
         time.sleep(ttl + SKEW_SECONDS + rng.uniform(-0.3, 0.6))
-        taker = DashboardLeaseClient.on(self.cp, "bob", ns, ttl=HOLD_SECONDS)
+        taker = self.holder(ns, "bob")
         carol, bob = self.cp.api("carol"), self.cp.api("bob")
         mine, theirs = job(ns, "submit", _id(), run=60), job(ns, "submit", _id(), run=60)
         at_once([lambda: create(carol, mine), taker.acquire])
@@ -287,6 +324,18 @@ class Races:
         """With the controller back: time to act on what it finds (it must not delete
         a running search's finalizer)."""
         time.sleep(4 + self.rig.resync_seconds)
+
+
+def split(ops: Sequence[Mapping[str, Any]], judged: Mapping[str, int]) -> bool:
+    """Whether two Job creates that overlapped in time were judged by different replicas."""
+    creates = [o for o in ops if o["kind"] == "create" and o["job"]["name"] in judged]
+    return any(
+        a["call"] < b["return"]
+        and b["call"] < a["return"]
+        and judged[a["job"]["name"]] != judged[b["job"]["name"]]
+        for i, a in enumerate(creates)
+        for b in creates[i + 1 :]
+    )
 
 
 def run_all(races: Races, seeds: Sequence[int], slots: Sequence[str]) -> list[History]:

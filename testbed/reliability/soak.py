@@ -1,20 +1,23 @@
 """``make soak``: the long reliability runs on the real control plane, with their figures.
 
-    python -m testbed.reliability.soak                 # 1,000 schedules + fault trials
+    python -m testbed.reliability.soak            # 1,000 schedules and race histories, faults
+    python -m testbed.reliability.soak --schedules 0 --fault-trials 0 --storms 0  # races only
     python -m testbed.reliability.soak --schedules 2000 --parallel 24 --fault-trials 400
 
 Starts a control plane (or attaches to ``ELB_GATE_CONTROL_PLANE``), runs promise 1's
-randomized schedules on one rig, then promise 2's fault trials on a rig behind a fault
-proxy. It prints the counts as it goes and rewrites ``tests/reliability/RESULTS.md``
-after every batch (an interrupted soak leaves its figures, marked partial), and exits
-non-zero on any violation or any disagreement between the oracle and the census (each
-one is printed).
+randomized schedules on one rig, then the race histories (checked for
+linearizability by ``lincheck/``, porcupine), then promise 2's fault trials, each on a
+rig behind a fault proxy. It prints the counts as it goes and rewrites
+``tests/reliability/RESULTS.md`` after every batch (an interrupted soak leaves its
+figures, marked partial), and exits non-zero on any violation or any disagreement
+between the oracle and the census (each one is printed).
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +34,9 @@ from testbed.reliability.faults import (
     hold_for,
     webhook_trial,
 )
+from testbed.reliability.histories import History, JobWatch, Verdict, check
 from testbed.reliability.ledger import LEDGER
+from testbed.reliability.races import KINDS, RACES_ENV, Races, run_all
 from testbed.reliability.rig import CEILING, CONTROLLER_ENV, Rig
 from testbed.reliability.scheduler import Runner, ScheduleResult
 from testbed.reliability.summary import summarize
@@ -84,6 +89,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--storms", type=int, default=20, help="controller fault storms (default 20)"
     )
+    parser.add_argument(
+        "--histories",
+        type=int,
+        default=1000,
+        help="race histories checked for linearizability (default 1000)",
+    )
+    parser.add_argument(
+        "--history-slots", type=int, default=6, help="race histories at once (default 6)"
+    )
     parser.add_argument("--results", type=Path, default=RESULTS, help="where to write them")
     parser.add_argument("--no-write", action="store_true", help="print only")
     return parser.parse_args(argv)
@@ -101,9 +115,66 @@ class Soak:
         self.disagreements: list[str] = []
         self.served: list[int] = []
         self.control_plane = ""
+        self.histories: list[History] = []
+        self.verdicts: list[Verdict] = []
+        self.outcomes: Counter[str] = Counter()
+        self.commit = _commit()
+
+    def run_histories(self, cp: ControlPlane) -> None:
+        """Race histories, recorded and checked in batches of a few dozen."""
+        args = self.args
+        if args.histories <= 0:
+            return
+        slots = [cp.new_namespace("soak-lin") for _ in range(args.history_slots)]
+        with (
+            FaultProxy(cp) as proxy,
+            Rig(
+                cp,
+                slots,
+                env=RACES_ENV,
+                controller_env={**CONTROLLER_ENV, **RACES_ENV},
+                proxy=proxy,
+            ) as rig,
+        ):
+            rig.wait_until_ready()
+            watch = JobWatch(cp.admin, slots).start()
+            races = Races(rig, proxy, watch)
+            try:
+                seeds = list(range(args.first_seed, args.first_seed + args.histories))
+                step = 8 * len(KINDS)
+                for start in range(0, len(seeds), step):
+                    batch = run_all(races, seeds[start : start + step], slots)
+                    found = check(batch)
+                    for h in batch:
+                        self.outcomes.update(
+                            f"{h.kind}:{k}" for k, n in h.counts().items() for _ in range(n)
+                        )
+                        self.outcomes[f"{h.kind}:histories"] += 1
+                        self.outcomes[f"{h.kind}:fault {h.fault}"] += 1
+                        self.outcomes.update({f"job:{k}": n for k, n in h.outcomes.items()})
+                    self.histories += batch
+                    self.verdicts += found
+                    for v in found:
+                        if v.result != "Ok":
+                            self.violations.append(
+                                f"history {v.name}: {v.result}: {'; '.join(v.why)}"
+                            )
+                            print(f"VIOLATION in history {v.name}: {v.result}: {v.why}", flush=True)
+                    print(
+                        f"histories {len(self.histories)}/{args.histories}: "
+                        f"{sum(v.result == 'Illegal' for v in self.verdicts)} not linearizable, "
+                        f"{sum(v.result == 'Unknown' for v in self.verdicts)} undecided "
+                        f"({(time.monotonic() - self.started) / 60:.1f} min)",
+                        flush=True,
+                    )
+                    self.write(partial=True)
+            finally:
+                watch.stop()
 
     def run_schedules(self, cp: ControlPlane) -> None:
         args = self.args
+        if args.schedules <= 0:
+            return
         slots = [cp.new_namespace("soak") for _ in range(args.parallel)]
         seeds = list(range(args.first_seed, args.first_seed + args.schedules))
         with (
@@ -147,6 +218,8 @@ class Soak:
 
     def run_faults(self, cp: ControlPlane) -> None:
         args = self.args
+        if args.fault_trials <= 0 and args.storms <= 0:
+            return
         hook_ns, ctl_ns = cp.new_namespace("soak-faults-hook"), cp.new_namespace("soak-faults-ctl")
         with (
             FaultProxy(cp) as proxy,
@@ -221,8 +294,11 @@ class Soak:
                 else "; fault trials not run yet."
             ),
             "",
+            f"Commit: `{self.commit}`.",
+            "",
             LEDGER.table(),
             "",
+            *self._linearizability(),
             "## The oracle's figures",
             "",
             "| figure | value |",
@@ -253,15 +329,53 @@ class Soak:
         lines += [f"- {v}" for v in self.violations] or ["None."]
         return "\n".join(lines) + "\n"
 
+    def _linearizability(self) -> list[str]:
+        """The race histories: per kind, what the API server recorded, and the verdicts."""
+        if not self.histories:
+            return []
+        verdicts = {v.name: v.result for v in self.verdicts}
+        o = self.outcomes
+        out = [
+            "## Linearizability of admission",
+            "",
+            f"{len(self.histories)} race histories recorded on the real control plane and "
+            "checked by `lincheck/` (porcupine) against the sequential model of the gates "
+            "written from docs/design.md. Every figure is what the API server's audit log "
+            "and the Job watch recorded, not what a schedule intended.",
+            "",
+            "| kind | histories | races split across the replicas | creates | admitted "
+            "| refused | Job finishes | Job deletes | Lease writes | linearizable "
+            "| not linearizable | undecided |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for kind in KINDS:
+            names = [h.name for h in self.histories if h.kind == kind]
+            results = Counter(verdicts.get(n, "unchecked") for n in names)
+            split = sum(h.split for h in self.histories if h.kind == kind)
+            out.append(
+                f"| {kind.replace('_', ' ')} | {o[kind + ':histories']} | {split} "
+                f"| {o[kind + ':creates']} "
+                f"| {o[kind + ':admitted']} | {o[kind + ':refused']} | {o[kind + ':finishes']} "
+                f"| {o[kind + ':deletes']} | {o[kind + ':lease_writes']} | {results['Ok']} "
+                f"| {results['Illegal']} | {results['Unknown']} |"
+            )
+        faults = Counter(h.fault for h in self.histories)
+        out += ["", "| fault drawn for the webhooks' API calls | histories |", "|---|---:|"]
+        out += [f"| {k.replace('_', ' ')} | {n} |" for k, n in sorted(faults.items())]
+        jobs = {k.split(":", 1)[1]: n for k, n in o.items() if k.startswith("job:")}
+        out += ["", "| Job | last seen | count |", "|---|---|---:|"]
+        for key, n in sorted(jobs.items()):
+            app, how = key.split(":", 1)
+            out.append(f"| {app} | {how} | {n} |")
+        return [*out, ""]
+
     def _failure_modes(self) -> list[str]:
         deaths: Counter[str] = Counter()
         ended: Counter[str] = Counter()
-        fates: Counter[str] = Counter()
         seconds: dict[str, list[float]] = {}
         for r in self.done:
             deaths.update(r.deaths)
             ended.update(r.reclaimed)
-            fates.update(r.job_fates)
             for death, s in r.reclaim_seconds:
                 seconds.setdefault(death, []).append(s)
         out = [
@@ -285,11 +399,24 @@ class Soak:
         for key, n in sorted(stalls.items()):
             kind, how = key.split(":", 1)
             out.append(f"| {kind.replace('_', ' ')} | {how} | {n} |")
-        out += ["", "| Job | ended | count |", "|---|---|---:|"]
-        for key, n in sorted(fates.items()):
-            app, fate = key.split(":", 1)
-            out.append(f"| {app} | {fate} | {n} |")
         return out
+
+
+def _commit() -> str:
+    """The commit the soak runs (with ``+changes`` when the work tree differs from it)."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except OSError:
+        return "unknown"
+    return (head or "unknown") + (" +changes" if dirty else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -301,10 +428,15 @@ def main(argv: list[str] | None = None) -> int:
     soak.control_plane = f"Kubernetes {cp.kubernetes_version}"
     try:
         soak.run_schedules(cp)
+        soak.run_histories(cp)
         soak.run_faults(cp)
     finally:
         cp.stop()
-        soak.write(partial=len(soak.done) < args.schedules or not soak.trials)
+        soak.write(
+            partial=len(soak.done) < args.schedules
+            or len(soak.histories) < args.histories
+            or (not soak.trials and args.fault_trials + args.storms > 0)
+        )
     print("\n" + LEDGER.table())
     for v in soak.violations:
         print("VIOLATION:", v)

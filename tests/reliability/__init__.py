@@ -2,8 +2,8 @@
 control plane.
 
 The bounded runs are these tests (in ``make test``); the long ones are ``make soak``
-(``python -m testbed.reliability.soak``: >= 1,000 schedules plus fault trials, writes
-``RESULTS.md``) and ``make fuzz`` (``python -m testbed.reliability.fuzz --seconds N``,
+(``python -m testbed.reliability.soak``: >= 1,000 schedules, >= 1,000 race histories
+checked for linearizability, fault trials; writes ``RESULTS.md``) and ``make fuzz`` (``python -m testbed.reliability.fuzz --seconds N``,
 atheris). The tools they share live in ``testbed/reliability``.
 
 =====================  =======================================================
@@ -15,6 +15,9 @@ promise                tests
                        ``test_gate_a_judge``; what the audit log records:
                        ``test_audit_records``; which of the real clients'
                        wire habits change an outcome: ``test_wire_habits``
+                       admission linearizable, checked by porcupine
+                       (``lincheck/``) on recorded race histories:
+                       ``test_linearizable`` (``races``, ``histories``)
 2 fail closed          ``test_fail_closed`` (``faults``)
 3 bad input            ``test_bad_input`` (``review_strategies``,
                        ``inprocess_webhook``), ``fuzz``

@@ -77,6 +77,9 @@ def test_every_kind_was_recorded_with_races_admitted_and_refused(histories: list
         totals.update(h.counts())
     assert totals["admitted"] > 0 and totals["refused"] > 0
     assert totals["finishes"] > 0 and totals["deletes"] > 0 and totals["lease_writes"] > 0
+    # the two replicas judged the two halves of a race, in some history of each racing kind
+    split = {h.kind for h in histories if h.split}
+    assert {"one_identity", "siblings", "stagings"} <= split, split
 
 
 def test_every_history_is_linearizable(verdicts: list[Verdict]) -> None:
