@@ -275,11 +275,14 @@ class Soak:
             )
         minutes = (time.monotonic() - self.started) / 60
         seeds = f"seeds {self.args.first_seed}..{self.args.first_seed + len(self.done) - 1}"
-        state = (
-            f"**Partial**: {len(self.done)} of {self.args.schedules} schedules so far"
-            if partial
-            else f"{len(self.done)} randomized schedules"
-        )
+        if self.args.schedules <= 0:
+            state, seeds = "No randomized schedules in this run", "`--schedules 0`"
+        elif partial:
+            state = f"**Partial**: {len(self.done)} of {self.args.schedules} schedules so far"
+        else:
+            state = f"{len(self.done)} randomized schedules"
+        if self.args.histories > 0 and len(self.histories) < self.args.histories:
+            state += f"; **partial**: {len(self.histories)} of {self.args.histories} race histories"
         lines = [
             "# elb-gate reliability soak results",
             "",
