@@ -250,6 +250,9 @@ class History:
     namespace: str = ""
     audit_offset: int = 0
     fault: str = "none"
+    """The fault put on the webhooks' API calls in its namespace."""
+    fault_fired: int = 0
+    """How many of their requests it hit."""
     operations: list[dict[str, Any]] = field(default_factory=list)
     outcomes: Counter[str] = field(default_factory=Counter)
     """How its Jobs ended, as the watch saw them."""

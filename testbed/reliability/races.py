@@ -37,7 +37,7 @@ from typing import Any
 from testbed.api import ApiError, JsonObj
 from testbed.clients import ClientError, DashboardLeaseClient
 from testbed.controller_process import CONTROLLER_USER
-from testbed.faultproxy import FaultProxy
+from testbed.faultproxy import Fault, FaultProxy
 from testbed.reliability.histories import History, JobWatch, audit_operations, read_audit
 from testbed.reliability.jobs import JobPlan, job_body
 from testbed.reliability.rig import CEILING, SKEW_SECONDS, Rig
@@ -143,20 +143,26 @@ class Races:
 
     # -- faults --------------------------------------------------------------------------
 
-    def _inject(self, ns: str, fault: str, rng: random.Random) -> None:
-        hooks = {"count": rng.choice((1, 2))}
+    def _inject(self, ns: str, fault: str, rng: random.Random) -> Fault | None:
+        count = rng.choice((1, 2))
         if fault == "slow_list":
-            self.proxy.add(
-                method="GET", resource="jobs", namespace=ns, delay=rng.uniform(0.2, 1.2), **hooks
+            delay = rng.uniform(0.2, 1.2)
+            return self.proxy.add(
+                method="GET", resource="jobs", namespace=ns, delay=delay, count=count
             )
-        elif fault == "dropped_list":
-            self.proxy.add(method="GET", resource="jobs", namespace=ns, drop=True, **hooks)
-        elif fault == "record_503":
-            self.proxy.add(method="GET", resource="configmaps", namespace=ns, status=503, **hooks)
-        elif fault == "record_lost":
-            self.proxy.add(
-                method="PUT", resource="configmaps", namespace=ns, lose_answer=True, **hooks
+        if fault == "dropped_list":
+            return self.proxy.add(
+                method="GET", resource="jobs", namespace=ns, drop=True, count=count
             )
+        if fault == "record_503":
+            return self.proxy.add(
+                method="GET", resource="configmaps", namespace=ns, status=503, count=count
+            )
+        if fault == "record_lost":
+            return self.proxy.add(
+                method="PUT", resource="configmaps", namespace=ns, lose_answer=True, count=count
+            )
+        return None
 
     def _clear(self, ns: str) -> None:
         with self.proxy._lock:
@@ -198,13 +204,14 @@ class Races:
         self.rig.reset_namespace(ns)
         self.watch.forget(ns)
         offset = self.cp.audit_log.stat().st_size
-        self._inject(ns, p.fault, rng)
+        fault = self._inject(ns, p.fault, rng)
         try:
             getattr(self, f"_{p.kind}")(ns, rng)
         finally:
             self._clear(ns)
             self.release(ns)
-        h = History(f"{p.kind}-{p.seed}", p.kind, settings(), ns, offset, p.fault)
+        fired = fault.fired if fault is not None else 0
+        h = History(f"{p.kind}-{p.seed}", p.kind, settings(), ns, offset, p.fault, fired)
         self.record(h)
         return h
 

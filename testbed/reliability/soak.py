@@ -150,7 +150,6 @@ class Soak:
                             f"{h.kind}:{k}" for k, n in h.counts().items() for _ in range(n)
                         )
                         self.outcomes[f"{h.kind}:histories"] += 1
-                        self.outcomes[f"{h.kind}:fault {h.fault}"] += 1
                         self.outcomes.update({f"job:{k}": n for k, n in h.outcomes.items()})
                     self.histories += batch
                     self.verdicts += found
@@ -362,9 +361,20 @@ class Soak:
                 f"| {o[kind + ':deletes']} | {o[kind + ':lease_writes']} | {results['Ok']} "
                 f"| {results['Illegal']} | {results['Unknown']} |"
             )
-        faults = Counter(h.fault for h in self.histories)
-        out += ["", "| fault drawn for the webhooks' API calls | histories |", "|---|---:|"]
-        out += [f"| {k.replace('_', ' ')} | {n} |" for k, n in sorted(faults.items())]
+        hit = Counter(h.fault for h in self.histories if h.fault_fired)
+        fired = Counter[str]()
+        for h in self.histories:
+            fired[h.fault] += h.fault_fired
+        out += [
+            "",
+            "| fault on the webhooks' API calls | histories it hit | requests it hit |",
+            "|---|---:|---:|",
+        ]
+        out += [
+            f"| {k.replace('_', ' ')} | {hit[k]} | {fired[k]} |"
+            for k in sorted(fired)
+            if k != "none"
+        ]
         jobs = {k.split(":", 1)[1]: n for k, n in o.items() if k.startswith("job:")}
         out += ["", "| Job | last seen | count |", "|---|---|---:|"]
         for key, n in sorted(jobs.items()):

@@ -80,6 +80,7 @@ def test_every_kind_was_recorded_with_races_admitted_and_refused(histories: list
     # the two replicas judged the two halves of a race, in some history of each racing kind
     split = {h.kind for h in histories if h.split}
     assert {"one_identity", "siblings", "stagings"} <= split, split
+    assert sum(h.fault_fired for h in histories) > 0  # the webhooks' API calls were faulted
 
 
 def test_every_history_is_linearizable(verdicts: list[Verdict]) -> None:
