@@ -38,6 +38,7 @@ from testbed.api import ApiError, JsonObj
 from testbed.clients import ClientError, DashboardLeaseClient
 from testbed.controller_process import CONTROLLER_USER
 from testbed.faultproxy import Fault, FaultProxy
+from testbed.reliability.gate_a import LEASE_PREFIX
 from testbed.reliability.histories import History, JobWatch, audit_operations, read_audit
 from testbed.reliability.jobs import JobPlan, job_body
 from testbed.reliability.rig import CEILING, SKEW_SECONDS, Rig
@@ -188,6 +189,24 @@ class Races:
             self._holders.setdefault(ns, []).append(client)
         return client
 
+    def _fresh_lease(self, ns: str) -> None:
+        """Delete the (released) Lease, so this history's first holder creates it with
+        its own duration: the dashboard's client keeps the stored one on a takeover."""
+        lease = f"{LEASE_PREFIX}{ns}"
+        wait_until(
+            lambda: self._delete_lease(ns, lease),
+            120,
+            f"the Lease of {ns} free and deleted",
+            interval=0.5,
+        )
+
+    def _delete_lease(self, ns: str, lease: str) -> bool:
+        try:
+            self.cp.admin.delete("leases", ns, lease)
+        except ApiError as exc:
+            return exc.status == 404
+        return self.cp.admin.find("leases", ns, lease) is None
+
     def release(self, ns: str) -> None:
         with self._lock:
             clients = self._holders.pop(ns, [])
@@ -202,6 +221,7 @@ class Races:
     def run(self, p: Plan, ns: str) -> History:
         rng = random.Random(f"race-run-{p.seed}")
         self.rig.reset_namespace(ns)
+        self._fresh_lease(ns)
         self.watch.forget(ns)
         offset = self.cp.audit_log.stat().st_size
         fault = self._inject(ns, p.fault, rng)
