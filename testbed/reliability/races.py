@@ -315,6 +315,14 @@ class Races:
         carol, bob = self.cp.api("carol"), self.cp.api("bob")
         mine, theirs = job(ns, "submit", _id(), run=60), job(ns, "submit", _id(), run=60)
         at_once([lambda: create(carol, mine), taker.acquire])
+        # bob waits for the hold (the webhook's clock may not call it expired yet),
+        # opens his search, and carol, still awake, tries once more under his hold.
+        wait_until(
+            lambda: taker.acquire() in ("acquired", "renewed"),
+            60,
+            f"bob to take the expired hold of {ns} over",
+            interval=0.3,
+        )
         create(bob, theirs)
         create(carol, job(ns, "submit", _id(), run=60))
 
