@@ -76,6 +76,14 @@ def test_every_kind_was_recorded_with_races_admitted_and_refused(histories: list
     for h in histories:
         totals.update(h.counts())
     assert totals["admitted"] > 0 and totals["refused"] > 0
+    per_kind: dict[str, Counter[str]] = {k: Counter() for k in KINDS}
+    for h in histories:
+        per_kind[h.kind].update(h.counts())
+    assert all(c["admitted"] > 0 for c in per_kind.values()), per_kind
+    for kind in ("one_identity", "siblings", "stagings", "stalled_wakes"):
+        assert per_kind[kind]["refused"] > 0, (kind, per_kind[kind])
+    for kind in ("controller_down_ttl", "finalizer_grace"):  # the TTL controller deleted
+        assert per_kind[kind]["deletes"] > 0, (kind, per_kind[kind])
     assert totals["finishes"] > 0 and totals["deletes"] > 0 and totals["lease_writes"] > 0
     # the two replicas judged the two halves of a race, in some history of each racing kind
     split = {h.kind for h in histories if h.split}
