@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import copy
 import os
+import subprocess
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -149,3 +150,20 @@ def test_the_recorder_and_the_model_import_nothing_from_the_code_they_judge() ->
         text = source.read_text()
         assert "elb-gate/elb-gate/" not in text.replace("elb-gate/elb-gate/lincheck", "")
     assert (REPO / "lincheck" / "go.sum").read_text().count("anishathalye/porcupine") == 2
+
+
+def test_the_model_rules_out_what_the_design_forbids() -> None:
+    """lincheck's own table (``lincheck/model_test.go``): two openings at one below the
+    ceiling, an opening before the finish that freed its slot, a Job after its hold
+    expired on the API server's clock or from another user, two searches staging one
+    database, the controller deleting a running finalizer — each rejected, and the
+    legal neighbour of each accepted."""
+    done = subprocess.run(
+        ["go", "test", "-count=1", "./..."],
+        cwd=REPO / "lincheck",
+        env={**os.environ, "GOFLAGS": "-mod=readonly"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
