@@ -287,7 +287,8 @@ class Soak:
             "",
             f"Written by `make soak` on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC after "
             f"{minutes:.1f} min on the real control plane ({self.control_plane}). {state} "
-            f"({seeds}, {self.args.parallel} at once, ceiling {CEILING})"
+            f"({seeds}, {self.args.parallel} at once; race histories "
+            f"{self.args.history_slots} at once; ceiling {CEILING})"
             + (
                 f", {sum(r.kind.startswith('webhook') for r in self.trials)} webhook fault "
                 f"trials, {sum(r.kind.startswith('controller') for r in self.trials)} "
