@@ -91,7 +91,8 @@ def test_kubectl_apply_k_serves_and_delete_k_leaves_nothing_that_refuses(
     lease = OpenApiLeaseClient.on(t.cp, "alice", GATED, holder=HOLDER)
     assert lease.acquire() == "acquired", lease.last_stderr
     stamped = t.cp.admin.get("leases", GATED, f"elb-blast-submit-{GATED}")
-    assert stamped["metadata"].get("annotations"), stamped["metadata"]
+    annotations = stamped["metadata"].get("annotations") or {}
+    assert annotations.get("elb-gate.io/holder-user") == "alice", stamped["metadata"]
 
     # Gate B through the Service, with the ids of the three running searches.
     # The label reaches the API server's webhook selector at once, the Pods' own
