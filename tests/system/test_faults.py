@@ -120,8 +120,11 @@ def test_a_replica_whose_readiness_fails_leaves_the_endpoints_and_the_other_answ
             "readiness cut: until the EndpointSlice dropped it",
             f"{window.summary()}; failed={window.failed}",
         )
-        for line in window.failures[:10]:
+        for line in window.failures[:3]:
             report("  admission failure", line)
+        # Until then the API server still calls the cut replica, which refuses what
+        # it cannot verify (fail-closed, 503): it never admits.
+        assert all("could not verify" in f for f in window.failures), window.failures[:5]
         pod = t.cp.admin.get("pods", NAMESPACE, name)
         ready = next(c for c in pod["status"]["conditions"] if c["type"] == "Ready")
         assert ready["status"] == "False"
@@ -206,6 +209,11 @@ def test_a_container_over_its_memory_limit_is_oom_killed_and_admissions_heal(
     rolled = t.helm("rollback", "elb-gate", "-n", NAMESPACE)
     assert rolled.returncode == 0, rolled.stderr
     t.wait_rolled_out("elb-gate-webhook")
+    t.wait_until(
+        "the OOM-killed Pod gone",
+        120,
+        lambda: t.cp.admin.find("pods", NAMESPACE, str(oom["pod"])) is None,
+    )
     t.wait_ready_or_crash("webhook", 2)
     for pod in t.pods("webhook"):
         if not pod["metadata"].get("deletionTimestamp"):
@@ -239,8 +247,13 @@ def test_the_serving_certificate_renewed_under_load_is_reloaded_without_a_restar
         "certificate renewal under load",
         f"answered again {healed:.1f}s after the Secret was deleted; {load.summary()}; failed={load.failed}",
     )
-    for line in load.failures[:5] + load.failures[-3:]:
+    for line in load.failures[:2] + load.failures[-2:]:
         report("  admission failure", line)
+    # What fails is the API server's TLS verification (the new caBundle against the
+    # old certificate, until the kubelet refreshes the mounted Secret): nothing admitted.
+    assert all("x509: certificate signed by unknown authority" in f for f in load.failures), [
+        f for f in load.failures if "x509" not in f
+    ][:5]
     after = {p["metadata"]["name"]: webhook_status(p)["restartCount"] for p in t.pods("webhook")}
     assert after == before, "the webhook Pods were replaced or restarted"
     assert base64.b64decode(new["ca.crt"]).startswith(b"-----BEGIN CERTIFICATE-----")
