@@ -13,21 +13,25 @@ import json
 import shutil
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from certs import files
 from certs.cli import main as certs_main
 from testbed.clients import OpenApiLeaseClient
 from testbed.system_tier import NAMESPACE, SystemTier
 from tests.install.rendering import MANIFESTS
-from tests.system.load import DENIED
+from tests.system.load import DENIED, HOLDER, Load
 from tests.webhook.shapes import blast_job, finalizer_job, new_job_id
 
 pytestmark = [pytest.mark.system, pytest.mark.kubectl, pytest.mark.timeout(900)]
 
 GATED = "default"
-HOLDER = "openapi-7c2d1f0a9b8e4c6d8e1f2a3b4c5d6e7f"
+NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+"""Straight to the Pod: a proxy from the environment must never see the bridge."""
 
 
 def report(name: str, value: object) -> None:
@@ -40,20 +44,46 @@ def overlay(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("kustomize")
     manifests = root / "manifests"
     shutil.copytree(MANIFESTS, manifests, ignore=shutil.ignore_patterns("generated"))
+    make_certs(manifests)
+    return manifests / "overlays" / "generated"
+
+
+def make_certs(manifests: Path, *extra: str) -> str:
+    """``make certs ARGS=...`` into the scratch copy (material beside it)."""
     out = io.StringIO()
     code = certs_main(
         [
             "--out",
-            str(root / "certs-out"),
+            str(manifests.parent / "certs-out"),
             "--overlay",
             str(manifests / "overlays" / "generated"),
             "--base",
             str(manifests / "base"),
+            *extra,
         ],
         out=out,
     )
     assert code == 0, out.getvalue()
-    return manifests / "overlays" / "generated"
+    return out.getvalue()
+
+
+def served_expiry(ip: str) -> float | None:
+    """``elb_gate_certificate_expiry_timestamp_seconds`` on a webhook Pod's metrics
+    port (its address on the run's own bridge): the certificate it has loaded."""
+    try:
+        with NO_PROXY.open(f"http://{ip}:9090/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("elb_gate_certificate_expiry_timestamp_seconds"):
+            return float(line.split()[-1])
+    return None
+
+
+def webhook_restarts(pod: dict[str, Any]) -> int:
+    [cs] = [s for s in pod["status"]["containerStatuses"] if s["name"] == "webhook"]
+    return int(cs["restartCount"])
 
 
 def create(t: SystemTier, user: str, obj: dict[str, object]) -> subprocess.CompletedProcess[str]:
@@ -110,6 +140,39 @@ def test_kubectl_apply_k_serves_and_delete_k_leaves_nothing_that_refuses(
     assert DENIED + f"Gate B: 3/3 searches already active in namespace {GATED}" in stderr
     assert f"Retry when one of {', '.join(seeded)} completes." in stderr
     report("kustomize Gate B denial", stderr)
+
+    # Renewal as docs/install.md says: `make certs ARGS='--renew-before …'` then
+    # apply -k. Only the Secret changes (same CA): no Pod restarts, no admission fails.
+    pods = {p["metadata"]["name"]: p["status"]["podIP"] for p in t.pods("webhook")}
+    old_expiry = {served_expiry(ip) for ip in pods.values()}
+    assert len(old_expiry) == 1 and None not in old_expiry, old_expiry
+    with Load(t, GATED) as load:
+        time.sleep(3)
+        began = time.monotonic()
+        printed = make_certs(overlay.parents[1], "--renew-before", "400d")
+        renewed = files.load(overlay.parents[1].parent / "certs-out").serving
+        assert renewed is not None
+        new_expiry = renewed.cert.not_valid_after_utc.timestamp()
+        assert new_expiry not in old_expiry, printed
+        reapplied = t.kubectl("admin", "apply", "-k", str(overlay), timeout=180)
+        assert reapplied.returncode == 0, reapplied.stderr
+        t.wait_until(
+            "both webhook Pods serving the renewed certificate",
+            300,
+            lambda: all(served_expiry(ip) == new_expiry for ip in pods.values()),
+        )
+        reloaded = time.monotonic() - began
+        time.sleep(3)
+    report(
+        "kustomize certificate renewal under load",
+        f"both Pods reloaded {reloaded:.1f}s after make certs; {load.summary()}; "
+        f"failed={load.failed}",
+    )
+    assert {p["metadata"]["name"]: webhook_restarts(p) for p in t.pods("webhook")} == dict.fromkeys(
+        pods, 0
+    )
+    assert load.outcomes["admission:answered"] > 0
+    assert load.failed == 0, "\n".join(load.failures[:10])
 
     # Uninstall as docs/install.md: unlabel first, then delete -k.
     unlabelled = t.kubectl("admin", "label", "namespace", GATED, "elb-gate.io/gated-")
