@@ -37,7 +37,11 @@ ADMISSIONS = "admissions"
 """The webhook's admission record (ConfigMap ``elb-gate-admissions``): its batch-work
 evidence (:func:`elbgate.reservations.batch_work_of`), which outlives the batch Jobs and
 any time the controller was not watching."""
-KINDS: tuple[str, ...] = (JOBS, LEASES, CONFIGMAPS, ADMISSIONS)
+LIVENESS_JOBS = "liveness-jobs"
+"""Jobs of the apps only liveness reads (the dashboard's warm-up, prepare-db, oracle),
+watched whole: an Indexed Job with some indexes done has ``succeeded`` > 0 while it
+still runs, so the live Jobs watch (``status.successful=0``) would lose it."""
+KINDS: tuple[str, ...] = (JOBS, LIVENESS_JOBS, LEASES, CONFIGMAPS, ADMISSIONS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +68,8 @@ class NamespaceCache:
     """What one namespace looks like, as far as the controller cares."""
 
     unfinished: dict[str, JobRef] = field(default_factory=dict)
+    liveness_jobs: dict[str, JobRef] = field(default_factory=dict)
+    """Unfinished Jobs of the liveness-only apps (:data:`LIVENESS_JOBS`)."""
     """Non-terminal watched Jobs, by name."""
     finished_marked: dict[str, JobRef] = field(default_factory=dict)
     """Terminal Jobs that still carry ``elb-gate.io/orphaned-since`` (to be un-marked)."""
@@ -124,10 +130,19 @@ class Cache:
     """
 
     def __init__(
-        self, namespaces: Iterable[str], on_change: Callable[[str], None] | None = None
+        self,
+        namespaces: Iterable[str],
+        on_change: Callable[[str], None] | None = None,
+        *,
+        liveness_jobs_watched: bool = False,
     ) -> None:
+        """``liveness_jobs_watched``: a :data:`LIVENESS_JOBS` watch feeds this cache (there
+        is none when every liveness app is a search app); until it lists, nothing syncs."""
         self._ns: dict[str, NamespaceCache] = {ns: NamespaceCache() for ns in namespaces}
         self._on_change = on_change or (lambda _ns: None)
+        if not liveness_jobs_watched:
+            for entry in self._ns.values():
+                entry.synced.add(LIVENESS_JOBS)
 
     @property
     def namespaces(self) -> tuple[str, ...]:
@@ -147,6 +162,10 @@ class Cache:
             entry.jobs_epoch += 1
             for obj in items:
                 self._put_job(entry, obj)
+        elif kind == LIVENESS_JOBS:
+            entry.liveness_jobs.clear()
+            for obj in items:
+                self._put_liveness_job(entry, obj)
         elif kind == LEASES:
             entry.lease = None
             for obj in items:
@@ -174,6 +193,11 @@ class Cache:
                 self._leave_job(entry, obj)
             else:
                 self._put_job(entry, obj)
+        elif kind == LIVENESS_JOBS:
+            if deleted:
+                entry.liveness_jobs.pop(JobRef.from_dict(obj).name, None)
+            else:
+                self._put_liveness_job(entry, obj)
         elif kind == LEASES:
             entry.lease = None if deleted else LeaseView.from_dict(obj)
         elif kind == CONFIGMAPS:
@@ -201,6 +225,14 @@ class Cache:
             entry.finished_batch_apps[ref.name] = ref.app
         if ref.orphaned_since:
             entry.finished_marked[ref.name] = ref
+
+    @staticmethod
+    def _put_liveness_job(entry: NamespaceCache, obj: Mapping[str, Any]) -> None:
+        ref = JobRef.from_dict(obj)
+        if is_terminal(obj):
+            entry.liveness_jobs.pop(ref.name, None)
+        else:
+            entry.liveness_jobs[ref.name] = ref
 
     @staticmethod
     def _put_job(entry: NamespaceCache, obj: Mapping[str, Any]) -> None:
@@ -316,7 +348,8 @@ class Cache:
         return Snapshot(
             namespace=namespace,
             lease=entry.lease,
-            unfinished=tuple(entry.unfinished.values()),
+            unfinished=tuple(entry.unfinished.values())
+            + tuple(r for n, r in entry.liveness_jobs.items() if n not in entry.unfinished),
             finished_marked=tuple(entry.finished_marked.values()),
             liveness=entry.liveness,
             batch_work_ids=frozenset(entry.finished_batch.values())
@@ -327,4 +360,7 @@ class Cache:
         )
 
     def job_count(self) -> int:
-        return sum(len(e.unfinished) + len(e.finished_marked) for e in self._ns.values())
+        return sum(
+            len(e.unfinished) + len(e.finished_marked) + len(e.liveness_jobs)
+            for e in self._ns.values()
+        )

@@ -44,10 +44,18 @@ def identity(server: ServerSettings) -> str:
 
 
 def job_selector(controller: ControllerSettings) -> str:
-    """``app in (...)``: the census's apps, the batch-work evidence apps (a finalizer's
-    record) and the configured liveness apps."""
-    apps = sorted(set(SEARCH_APPS) | BATCH_WORK_EVIDENCE_APPS | set(controller.liveness_apps))
+    """``app in (...)``: the census's apps and the batch-work evidence apps (a finalizer's
+    record), watched live only (:data:`LIVE_JOBS`)."""
+    del controller  # the same apps whatever is configured; kept for its callers
+    apps = sorted(set(SEARCH_APPS) | BATCH_WORK_EVIDENCE_APPS)
     return f"app in ({','.join(apps)})"
+
+
+def liveness_only_apps(controller: ControllerSettings) -> tuple[str, ...]:
+    """The configured liveness apps no search watch sees (``elb-db-warmup``, …)."""
+    return tuple(
+        sorted(set(controller.liveness_apps) - set(SEARCH_APPS) - BATCH_WORK_EVIDENCE_APPS)
+    )
 
 
 LIVE_JOBS = "status.successful=0"
@@ -58,9 +66,21 @@ bytes — is never listed; what a decision still needs of it is looked up
 
 
 def watch_specs(controller: ControllerSettings) -> list[WatchSpec]:
-    """The four watches of each gated namespace."""
+    """The watches of each gated namespace: live search Jobs, the liveness-only apps'
+    Jobs (whole: few, and an Indexed one part done still runs), the submit Lease, the
+    liveness ConfigMap and the admission record."""
     out: list[WatchSpec] = []
+    others = liveness_only_apps(controller)
     for ns in controller.namespaces:
+        if others:
+            out.append(
+                WatchSpec(
+                    kinds.LIVENESS_JOBS,
+                    ns,
+                    path(JOBS, ns),
+                    label_selector=f"app in ({','.join(others)})",
+                )
+            )
         out.append(
             WatchSpec(
                 kinds.JOBS,
@@ -110,7 +130,11 @@ class Controller:
         self.identity = identity(settings.server)
         self.metrics = ControllerMetrics()
         register_credential_failures(self.metrics.registry, COMPONENT, api.config.token)
-        self.cache = Cache(settings.controller.namespaces, on_change=self._changed)
+        self.cache = Cache(
+            settings.controller.namespaces,
+            on_change=self._changed,
+            liveness_jobs_watched=bool(liveness_only_apps(settings.controller)),
+        )
         self.leader = LeaderElector(
             api,
             settings.server.pod_namespace,
