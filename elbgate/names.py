@@ -44,6 +44,13 @@ UNFINISHED_JOB_FIELD_SELECTOR = "status.successful=0"
 """fieldSelector that drops Jobs that already succeeded (most of a busy namespace)."""
 
 LIVENESS_CONFIGMAP = "elb-blast-liveness"
+ADMISSION_READY_LEASE = "elb-gate-admission"
+"""The readiness key, a Lease in each gated namespace: renewed by every webhook replica
+the kubelet has found Ready, so a submit path (whose RBAC reads Leases there) knows that
+admission is served — held and unexpired — and waits instead of failing on a cold start
+(docs/clients.md). Not a lock: any replica renews it; nothing is refused by it."""
+ADMISSION_READY_RENEW_SECONDS = 5
+ADMISSION_READY_DURATION_SECONDS = 15
 ADMISSION_RECORD_CONFIGMAP = "elb-gate-admissions"
 """Written by the webhook in each gated namespace (compare-and-swap): the search Jobs it
 admitted that a census LIST may not show yet, so that no two admissions that open a

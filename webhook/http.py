@@ -22,6 +22,7 @@ from webhook.cluster_view import ClusterView
 from webhook.endpoint import admission_endpoint
 from webhook.metrics import LEASE_GUARD, LEASE_STAMP, SEARCH_ADMISSION
 from webhook.readiness import ApiReachability
+from webhook.readiness_key import ReadinessKey
 from webhook.tls import ServingCertificate
 
 JOBS_PATH = "/validate/jobs"
@@ -40,6 +41,8 @@ class Runtime:
     """The node rules' watch caches (run while the admission app runs)."""
     callers: CallerPolicy | None = None
     """How callers are told apart by their client certificate (``None``: they are not)."""
+    readiness_key: ReadinessKey | None = None
+    """The Lease that tells submit paths admission is served (renewed while ready)."""
 
 
 RUNTIME = web.AppKey("runtime", Runtime)
@@ -60,6 +63,8 @@ async def readyz(request: web.Request) -> web.Response:
         problems.append(f"API server unreachable: {runtime.reachability.last_error}")
     if runtime.cluster is not None:
         problems.extend(runtime.cluster.startup_problems())
+    if runtime.readiness_key is not None:
+        runtime.readiness_key.serving(not problems)
     if problems:
         body = {"ready": False, "problems": problems}
         return web.Response(status=503, body=orjson.dumps(body), content_type="application/json")
@@ -82,6 +87,8 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     tasks = [asyncio.create_task(runtime.certificate.watch(), name="certificate-watch")]
     if runtime.cluster is not None:
         tasks.append(asyncio.create_task(runtime.cluster.run(), name="cluster-view"))
+    if runtime.readiness_key is not None:
+        tasks.append(asyncio.create_task(runtime.readiness_key.run(), name="readiness-key"))
     yield
     for task in tasks:
         task.cancel()

@@ -21,6 +21,7 @@ from webhook.cluster_view import ClusterView
 from webhook.http import Runtime, create_app, create_ops_app
 from webhook.metrics import COMPONENT, WebhookMetrics
 from webhook.readiness import ApiReachability
+from webhook.readiness_key import ReadinessKey
 from webhook.tls import ServingCertificate
 
 _log = logging.getLogger("webhook.server")
@@ -61,7 +62,10 @@ async def serve(
     callers = CallerPolicy.from_settings(
         settings.webhook, metrics.record_caller, metrics.record_unverified_in_flight
     )
-    runtime = Runtime(admission, certificate, reachability, cluster, callers)
+    readiness_key = ReadinessKey(
+        api, settings.controller.namespaces, settings.server.pod_name or "elb-gate-webhook"
+    )
+    runtime = Runtime(admission, certificate, reachability, cluster, callers, readiness_key)
     runners = [
         web.AppRunner(create_app(runtime), access_log=None, shutdown_timeout=10.0),
         web.AppRunner(create_ops_app(runtime), access_log=None, shutdown_timeout=2.0),

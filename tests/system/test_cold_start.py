@@ -12,16 +12,19 @@ what a node coming back after ``az aks start`` does for each Pod.
 
 from __future__ import annotations
 
+import json
 import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import pytest
 
+from elbgate.names import ADMISSION_READY_LEASE
 from testbed.api import ApiError
-from testbed.clients import ClientError, DashboardLeaseClient, OpenApiLeaseClient
+from testbed.clients import ClientError, DashboardLeaseClient, OpenApiLeaseClient, is_expired
 from testbed.system_tier import NAMESPACE, SystemTier
 from testbed.waiting import wait_until
 from tests.system.conftest import VALUES
@@ -53,8 +56,9 @@ class Seen:
 class Round:
     clients: dict[str, Seen]
     pods: dict[str, float]
-    """When the first webhook Pod was created, running, Ready, and the first
-    EndpointSlice address turned ready (seconds since the start)."""
+    """When the first webhook Pod was created, running, logged ``listening``, was Ready,
+    the first EndpointSlice address turned ready, and the readiness key first read as
+    serving (seconds since the start)."""
 
 
 @pytest.fixture(scope="module")
@@ -71,10 +75,35 @@ def scale(t: SystemTier, replicas: int) -> None:
     assert result.returncode == 0, result.stderr
 
 
+def key_serving(t: SystemTier, namespace: str) -> bool:
+    """The readiness key as a client reads it: held, and unexpired on the client's clock
+    (the clients' own Lease rule; no skew — one clock here)."""
+    lease = t.cp.api("alice").find("leases", namespace, ADMISSION_READY_LEASE)
+    spec = (lease or {}).get("spec") or {}
+    return bool(spec.get("holderIdentity")) and not is_expired(
+        spec, datetime.now(UTC), skew=0, default_ttl=0
+    )
+
+
 def stop_webhook(t: SystemTier) -> None:
     scale(t, 0)
     wait_until(lambda: not t.pods("webhook"), 180, "no webhook Pod left")
     wait_until(lambda: not t.ready_endpoints("elb-gate-webhook"), 60, "no ready endpoint")
+    for ns in (DASHBOARD_NS, OPENAPI_NS, JOB_NS):
+        wait_until(lambda: not key_serving(t, ns), 120, f"the readiness key in {ns} lapsed")  # noqa: B023
+
+
+def listening_at(t: SystemTier, pod: str) -> float | None:
+    """Wall-clock time the webhook in ``pod`` logged ``listening`` (the kubelet's
+    timestamp: the nodes run on this host, one clock)."""
+    logs = t.kubectl("admin", "-n", NAMESPACE, "logs", pod, "--timestamps")
+    for line in logs.stdout.splitlines():
+        stamp, _, text = line.partition(" ")
+        if text.startswith("{") and json.loads(text).get("msg") == "listening":
+            whole, _, fraction = stamp.rstrip("Z").partition(".")
+            moment = datetime.fromisoformat(whole).replace(tzinfo=UTC)
+            return moment.timestamp() + float(f"0.{fraction or 0}")
+    return None
 
 
 def short(text: str) -> str:
@@ -139,7 +168,7 @@ def cold_start(t: SystemTier) -> Round:
     seen = {name: Seen() for name in calls}
     pods: dict[str, float] = {}
     done = threading.Event()
-    began = time.monotonic()
+    began, began_wall = time.monotonic(), time.time()
 
     def run(name: str) -> None:
         while not done.is_set() and time.monotonic() - began < 240:
@@ -163,6 +192,8 @@ def cold_start(t: SystemTier) -> Round:
                         pods.setdefault("ready", at)
             if t.ready_endpoints("elb-gate-webhook"):
                 pods.setdefault("endpoint", at)
+            if "key" not in pods and key_serving(t, DASHBOARD_NS):
+                pods["key"] = at
             time.sleep(0.1)
 
     threads = [threading.Thread(target=run, args=(n,), daemon=True) for n in calls]
@@ -172,8 +203,12 @@ def cold_start(t: SystemTier) -> Round:
         th.start()
     for th in threads:
         th.join(300)
+    wait_until(lambda: "key" in pods, 120, "the readiness key read as serving")
     done.set()
     watcher.join(10)
+    heard = [listening_at(t, p["metadata"]["name"]) for p in t.pods("webhook")]
+    if [h for h in heard if h is not None]:
+        pods["listening"] = min(h for h in heard if h is not None) - began_wall
     return Round(seen, pods)
 
 
@@ -192,7 +227,7 @@ def summarise(label: str, rounds: list[Round]) -> dict[str, float]:
             for _, a in r.clients[name].calls:
                 answers[a] = answers.get(a, 0) + 1
         report(f"{label}: {name}: answers in the window", answers)
-    for step in ("created", "running", "ready", "endpoint"):
+    for step in ("created", "running", "listening", "ready", "endpoint", "key"):
         report(
             f"{label}: first webhook Pod {step} (s)",
             [round(r.pods.get(step, -1), 1) for r in rounds],
@@ -210,6 +245,8 @@ def check_fail_closed(rounds: list[Round]) -> None:
             for _, a in s.calls:
                 if "Lease" in name:
                     assert API_MESSAGE in a, a
+        # The readiness key never reads as serving before a replica does.
+        assert r.pods["key"] >= r.pods["running"], r.pods
 
 
 def test_the_window_with_the_former_readiness_period(installed: SystemTier) -> None:
