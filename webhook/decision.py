@@ -81,12 +81,19 @@ def warning_lines(text: str) -> list[str]:
     return textwrap.wrap(text, WARNING_WIDTH, break_long_words=True, break_on_hyphens=False)
 
 
+UNVERIFIED_RETRY_SECONDS = 5
+"""What a fail-closed refusal tells the client to wait before the same request again:
+one webhook API deadline and a readiness probe's worth of recovery, well inside both
+clients' own waits (docs/clients.md)."""
+
+
 def unverified(subject: str, failure: str) -> Decision:
     """Fail-closed: a read needed to decide failed or timed out (503)."""
     return refuse(
         503,
         "unverified",
-        f"elb-gate could not verify {subject} ({failure}), so it refuses (fail-closed). Retry "
-        "in a moment; if it persists, check that the elb-gate webhook can reach the API server.",
+        f"elb-gate could not verify {subject} ({failure}), so it refuses (fail-closed). This "
+        f"is transient: the request was not applied; retry in {UNVERIFIED_RETRY_SECONDS} s. If it "
+        "persists, check that the elb-gate webhook can reach the API server.",
         failure=failure,
     )

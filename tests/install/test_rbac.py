@@ -15,7 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from elbgate.names import ADMISSION_RECORD_CONFIGMAP, DB_MEMORY_CONFIGMAP, LIVENESS_CONFIGMAP
+from elbgate.names import (
+    ADMISSION_READY_LEASE,
+    ADMISSION_RECORD_CONFIGMAP,
+    DB_MEMORY_CONFIGMAP,
+    LIVENESS_CONFIGMAP,
+)
 from elbgate.settings import ControllerSettings, RuleSettings
 from tests.install.rendering import REPO, Obj, one, select
 
@@ -56,6 +61,8 @@ controller's leader Lease, the webhook's database memory ConfigMap."""
 EXPECTED: dict[tuple[str, str], set[Grant]] = {
     ("webhook", "gated"): {
         ("leases", "get"),
+        ("leases", "create"),  # the readiness key, elb-gate-admission
+        ("leases", "patch"),  # that one Lease only (resourceNames)
         ("jobs", "get"),
         ("jobs", "list"),
         ("configmaps", "get"),
@@ -235,6 +242,18 @@ def test_the_webhook_writes_only_the_admission_record_configmap_except_create(
     assert unnamed == ["create"] and named == [([ADMISSION_RECORD_CONFIGMAP], ["get", "update"])]
 
 
+def test_the_webhook_writes_only_the_readiness_key_lease_except_create(
+    rendered: dict[str, list[Obj]],
+) -> None:
+    """The webhook reads the submit Lease and never writes it: its Lease writes are the
+    readiness key's create and renewal, the renewal narrowed to that Lease by name."""
+    role = one(rendered["base"], "ClusterRole", "elb-gate-webhook")
+    rules = [r for r in role["rules"] if r["resources"] == ["leases"]]
+    unnamed = sorted(v for r in rules if "resourceNames" not in r for v in r["verbs"])
+    named = [(r["resourceNames"], r["verbs"]) for r in rules if "resourceNames" in r]
+    assert unnamed == ["create", "get"] and named == [([ADMISSION_READY_LEASE], ["patch"])]
+
+
 @pytest.mark.parametrize("component", ["webhook", "controller"])
 def test_the_node_roles_grant_exactly_the_table_and_are_the_only_cluster_wide_bindings(
     rendered: dict[str, list[Obj]], component: str
@@ -290,7 +309,7 @@ def test_roles_are_bound_per_namespace_and_never_cluster_wide(
             assert subject["name"] == role.removesuffix("-leader").removesuffix("-db-memory")
 
 
-def test_the_webhook_can_write_only_its_admission_record() -> None:
+def test_the_webhook_can_write_only_its_admission_record_and_readiness_key() -> None:
     writes = {"create", "update", "patch", "delete", "deletecollection"}
     webhook = {
         (r, v)
@@ -301,4 +320,6 @@ def test_the_webhook_can_write_only_its_admission_record() -> None:
     assert {(r, v) for r, v in webhook if v in writes} == {
         ("configmaps", "create"),
         ("configmaps", "update"),
+        ("leases", "create"),
+        ("leases", "patch"),
     }

@@ -98,6 +98,8 @@ def test_a_failing_read_denies_with_503_and_says_what_could_not_be_verified(
     if how == "hang":
         assert f"no answer within {API_TIMEOUT_SECONDS:g}s" in stderr
     assert "fail-closed" in stderr
+    # It says it is transient and when to try again (the API server's own 500s cannot).
+    assert "This is transient: the request was not applied; retry in 5 s." in stderr
     assert control_plane.admin.find("jobs", ns, job["metadata"]["name"]) is None
     # Once the API answers again, the same request is admitted.
     retry = create(control_plane, "alice", job)

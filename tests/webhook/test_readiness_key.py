@@ -43,10 +43,10 @@ def test_the_key_is_held_while_a_replica_serves_and_expires_when_none_does(
         assert lease["spec"]["holderIdentity"] == POD
         first = lease["spec"]["renewTime"]
         wait_until(
-            lambda: control_plane.admin.get("leases", a, ADMISSION_READY_LEASE)["spec"][
-                "renewTime"
-            ]
-            != first,
+            lambda: (
+                control_plane.admin.get("leases", a, ADMISSION_READY_LEASE)["spec"]["renewTime"]
+                != first
+            ),
             60,
             "a renewal",
         )
