@@ -50,6 +50,8 @@ class Seen:
 
     calls: list[tuple[float, str]] = field(default_factory=list)
     admitted: float | None = None
+    first: str = ""
+    """The first refusal, word for word (what docs/clients.md quotes)."""
 
 
 @dataclass
@@ -177,6 +179,7 @@ def cold_start(t: SystemTier) -> Round:
             if answer is None:
                 seen[name].admitted = at
                 return
+            seen[name].first = seen[name].first or answer
             seen[name].calls.append((at, short(answer)))
             time.sleep(0.1)
 
@@ -227,6 +230,7 @@ def summarise(label: str, rounds: list[Round]) -> dict[str, float]:
             for _, a in r.clients[name].calls:
                 answers[a] = answers.get(a, 0) + 1
         report(f"{label}: {name}: answers in the window", answers)
+        report(f"{label}: {name}: the first, word for word", rounds[0].clients[name].first)
     for step in ("created", "running", "listening", "ready", "endpoint", "key"):
         report(
             f"{label}: first webhook Pod {step} (s)",
