@@ -37,8 +37,7 @@ def test_the_key_is_held_while_a_replica_serves_and_expires_when_none_does(
     env = {"ELB_GATE_NAMESPACES": f"{a},{b}"}
     hook = WebhookProcess(control_plane, env, pod=POD, namespaces=(a, b))
     with hook:
-        for namespace in (a, b):
-            wait_until(lambda ns=namespace: serving(control_plane, ns), 60, f"key in {namespace}")
+        wait_until(lambda: serving(control_plane, a) and serving(control_plane, b), 60, "the key")
         lease = control_plane.api("alice").get("leases", a, ADMISSION_READY_LEASE)
         assert lease["spec"]["holderIdentity"] == POD
         first = lease["spec"]["renewTime"]
