@@ -17,7 +17,6 @@ waits on elb-gate itself.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -60,8 +59,18 @@ class ReadinessKey:
         while True:
             await self._serving.wait()
             for namespace in self.namespaces:
-                with contextlib.suppress(ApiError, ApiUnavailable):
+                try:
                     await self.renew(namespace)
+                except (ApiError, ApiUnavailable):
+                    pass  # the next round tries again
+                except Exception as exc:  # a dead loop would read as "not serving"
+                    log(
+                        _log,
+                        logging.ERROR,
+                        "readiness key failed",
+                        namespace=namespace,
+                        error=repr(exc),
+                    )
             await asyncio.sleep(self.renew_seconds)
 
     def body(self, namespace: str) -> dict[str, object]:

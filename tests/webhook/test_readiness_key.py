@@ -53,3 +53,51 @@ def test_the_key_is_held_while_a_replica_serves_and_expires_when_none_does(
         assert hook.process is not None and hook.process.poll() is None
     # No replica left: the key stops being renewed and reads as not serving.
     wait_until(lambda: not serving(control_plane, a), 90, "the key expired")
+
+
+class RecordingApi:
+    """Answers every renewal, and says which namespaces were renewed."""
+
+    def __init__(self) -> None:
+        self.renewed: list[str] = []
+        self.fail_next = False
+
+    async def merge_patch(self, url: str, patch: dict[str, object]) -> dict[str, object]:
+        if self.fail_next:
+            self.fail_next = False
+            raise RuntimeError("an unexpected failure")
+        self.renewed.append(url.split("/namespaces/")[1].split("/")[0])
+        return {}
+
+
+def test_renewal_follows_readiness_and_survives_an_unexpected_error() -> None:
+    """Renewed only while /readyz last answered 200; a surprise in one renewal does not
+    end the loop (a dead loop would read as "not serving" for ever)."""
+    import asyncio
+
+    from webhook.readiness_key import ReadinessKey
+
+    async def scenario() -> list[int]:
+        api = RecordingApi()
+        key = ReadinessKey(api, ("a", "b"), "pod-0", renew_seconds=0.01)  # type: ignore[arg-type]
+        task = asyncio.create_task(key.run())
+        counts = []
+        await asyncio.sleep(0.05)
+        counts.append(len(api.renewed))  # not yet ready: nothing
+        api.fail_next = True
+        key.serving(True)
+        for _ in range(1000):  # until renewed three times, or 10 s on a busy machine
+            if len(api.renewed) >= 3:
+                break
+            await asyncio.sleep(0.01)
+        counts.append(len(api.renewed))  # renewing, the failure survived
+        key.serving(False)
+        await asyncio.sleep(0.05)
+        settled = len(api.renewed)
+        await asyncio.sleep(0.1)
+        counts.append(len(api.renewed) - settled)  # not ready: stopped
+        task.cancel()
+        return counts
+
+    before, during, after = asyncio.run(scenario())
+    assert before == 0 and during >= 3 and after == 0
