@@ -304,6 +304,8 @@ def test_the_webhook_itself_may_write_only_its_admission_record_in_a_gated_names
             ("create", "jobs"),
             ("delete", "jobs"),
             ("update", "leases"),
+            ("patch", f"leases/elb-blast-submit-{namespace}"),
+            ("delete", "leases/elb-gate-admission"),
             ("create", "pods"),
             ("update", "configmaps/elb-blast-liveness"),
             ("delete", "configmaps/elb-gate-admissions"),
@@ -311,6 +313,9 @@ def test_the_webhook_itself_may_write_only_its_admission_record_in_a_gated_names
         ]:
             assert can(verb, resource) == "no", (verb, resource)
         assert can("update", "configmaps/elb-gate-admissions") == "yes"
+        # The readiness key: created once, then renewed by a patch of that Lease only.
+        assert can("patch", "leases/elb-gate-admission") == "yes"
+        assert can("create", "leases") == "yes"
         assert can("get", "configmaps/elb-gate-admissions") == "yes"
     finally:
         control_plane.admin.delete("namespaces", None, namespace)
