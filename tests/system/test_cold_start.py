@@ -95,16 +95,18 @@ def stop_webhook(t: SystemTier) -> None:
         wait_until(lambda: not key_serving(t, ns), 120, f"the readiness key in {ns} lapsed")  # noqa: B023
 
 
-def listening_at(t: SystemTier, pod: str) -> float | None:
+def listening_at(t: SystemTier, pod: str) -> tuple[float, float] | None:
     """Wall-clock time the webhook in ``pod`` logged ``listening`` (the kubelet's
-    timestamp: the nodes run on this host, one clock)."""
+    timestamp: the nodes run on this host, one clock), and the process's own age then
+    (interpreter, imports and set-up)."""
     logs = t.kubectl("admin", "-n", NAMESPACE, "logs", pod, "--timestamps")
     for line in logs.stdout.splitlines():
         stamp, _, text = line.partition(" ")
-        if text.startswith("{") and json.loads(text).get("msg") == "listening":
+        record = json.loads(text) if text.startswith("{") else {}
+        if record.get("msg") == "listening":
             whole, _, fraction = stamp.rstrip("Z").partition(".")
             moment = datetime.fromisoformat(whole).replace(tzinfo=UTC)
-            return moment.timestamp() + float(f"0.{fraction or 0}")
+            return moment.timestamp() + float(f"0.{fraction or 0}"), record["started_in_seconds"]
     return None
 
 
@@ -209,9 +211,11 @@ def cold_start(t: SystemTier) -> Round:
     wait_until(lambda: "key" in pods, 120, "the readiness key read as serving")
     done.set()
     watcher.join(10)
-    heard = [listening_at(t, p["metadata"]["name"]) for p in t.pods("webhook")]
-    if [h for h in heard if h is not None]:
-        pods["listening"] = min(h for h in heard if h is not None) - began_wall
+    heard = [h for p in t.pods("webhook") if (h := listening_at(t, p["metadata"]["name"]))]
+    if heard:
+        at, age = min(heard)
+        pods["listening"] = at - began_wall
+        pods["process start -> listening"] = age
     return Round(seen, pods)
 
 
@@ -236,6 +240,10 @@ def summarise(label: str, rounds: list[Round]) -> dict[str, float]:
             f"{label}: first webhook Pod {step} (s)",
             [round(r.pods.get(step, -1), 1) for r in rounds],
         )
+    report(
+        f"{label}: its process start -> listening (s)",
+        [r.pods.get("process start -> listening") for r in rounds],
+    )
     return medians
 
 
