@@ -124,6 +124,15 @@ def test_helm_lint_is_clean_in_strict_mode() -> None:
     assert "0 chart(s) failed" in proc.stdout
 
 
+def test_chart_yaml_names_no_address_it_cannot_vouch_for() -> None:
+    """``home``/``sources`` once named a repository address that does not exist (Artifact
+    Hub and ``helm show chart`` print them as the chart's home). The chart names none
+    until the project has a published one; its docs travel with it."""
+    meta = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert "home" not in meta and "sources" not in meta, meta
+    assert "github.com/elb-gate" not in (CHART / "Chart.yaml").read_text()
+
+
 @pytest.mark.parametrize("version", [OLDEST_SUPPORTED, NEWEST])
 @pytest.mark.parametrize("case", sorted(COMBINATIONS))
 def test_every_combination_renders_objects_valid_for_kubernetes(case: str, version: str) -> None:
