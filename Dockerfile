@@ -6,8 +6,15 @@
 # The same image as `make image` (built with no registry, image/build.py): Debian
 # bookworm's python3 and ca-certificates, the venv /opt/elb-gate from the locked
 # wheels (requirements/runtime.txt, hashes required), uid/gid 10001, the same entry points.
-# Pin the base by digest for a release: --build-arg DEBIAN_IMAGE=debian:bookworm-slim@sha256:...
-ARG DEBIAN_IMAGE=debian:bookworm-slim
+# The base is pinned by digest: the multi-platform index of debian:bookworm-slim as
+# Docker Official Images published it (the build of 2026-08-03, as recorded in
+# docker-library/repo-info, repos/debian/remote/bookworm-slim.md), so two builds of one
+# commit start from the same bytes. To move to a newer build (Debian point releases and
+# security updates), read the tag's current index digest (the `Digest:` line) and
+# replace it here, then rebuild and test:
+#   docker buildx imagetools inspect debian:bookworm-slim
+# (or `crane digest debian:bookworm-slim`). `--build-arg DEBIAN_IMAGE=...` overrides it.
+ARG DEBIAN_IMAGE=debian:bookworm-slim@sha256:abd67ffcfa541b485a3dff59865ab629aa048a6c613e639d36e7456b0b229241
 
 # --- build: the venv from the lock, then elb-gate without its dependencies -----
 FROM ${DEBIAN_IMAGE} AS build

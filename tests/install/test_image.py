@@ -27,8 +27,10 @@ def _stages() -> list[str]:
 def test_the_image_is_built_in_two_stages_from_the_debian_release_make_image_uses() -> None:
     stages = _stages()
     assert len(stages) == 2
-    base = re.search(r"^ARG DEBIAN_IMAGE=debian:(\w+)-slim$", DOCKERFILE, flags=re.MULTILINE)
-    assert base, "the Dockerfile's base is a Debian slim image"
+    base = re.search(
+        r"^ARG DEBIAN_IMAGE=debian:(\w+)-slim@sha256:[0-9a-f]{64}$", DOCKERFILE, flags=re.MULTILINE
+    )
+    assert base, "the Dockerfile's base is a Debian slim image, pinned by digest"
     assert base.group(1) == build.SUITE  # so both get the same python3 package
     assert PYTHON_OF_DEBIAN[build.SUITE] == build.PYTHON_MINOR
     assert all(s.startswith("${DEBIAN_IMAGE}") for s in stages)
