@@ -103,6 +103,9 @@ dashboard-png: $(STAMP) $(LOCALKUBE) tools ## Redraw docs/dashboard.png: the Gra
 certs: $(STAMP) ## Generate CA + serving certificate and the caBundle overlay (git-ignored)
 	$(BIN)/python -m certs $(ARGS)
 
+dist: $(STAMP) ## The CLI and the product as a wheel and an sdist in dist/ (pipx install dist/elb_gate-*.whl; docs/cli.md)
+	$(BIN)/python -m image.dist
+
 bench: $(STAMP) $(LOCALKUBE) ## Benchmarks on the real control plane: ratios against the floor, API load, handoff, reclaim; writes bench/results.json (ARGS=--quick: tiny)
 	$(BIN)/python -m bench $(ARGS)
 
@@ -133,6 +136,6 @@ docker-image: ## The same image with docker build (IMAGE=...); az acr build uses
 	docker build --platform linux/amd64 -t $(IMAGE) .
 
 clean: ## Remove the virtualenv and generated files
-	rm -rf $(VENV) .run .build .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
+	rm -rf $(VENV) .run .build dist .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
 
-.PHONY: help venv tools helm manifests localkube localkube-system cluster lint test test-system run dashboard-png certs bench soak fuzz deploy lock image docker-image clean
+.PHONY: help venv tools helm manifests localkube localkube-system cluster lint test test-system run dashboard-png certs bench soak fuzz deploy lock image docker-image dist clean
