@@ -109,6 +109,12 @@ class SubmitterIdentities:
         sub = self.for_holder(holder)
         return sub if sub is not None and sub.owns_user(username, groups) else None
 
+    def for_requester(self, username: str, groups: Iterable[str]) -> Submitter | None:
+        """The first submitter the requester belongs to (by user or group): its submit
+        path, as fair turns name it."""
+        member = tuple(groups)
+        return next((s for s in self.submitters if s.owns_user(username, member)), None)
+
     @classmethod
     def parse(cls, doc: Any) -> SubmitterIdentities:
         if doc is None:

@@ -61,6 +61,10 @@ SPLIT_RECORD_KEY = "split-searches.json"
 """The admission record's split shards: ``elb-job-id`` → ``<time> <split holder prefix>``."""
 """The admission record's durable evidence that a search had batch work (see
 :data:`BATCH_WORK_SEEN_ANNOTATION`), written by the webhook when it admits the work."""
+TURNS_CONFIGMAP = "elb-gate-turns"
+"""Written by the webhook in each gated namespace (compare-and-swap) while fair turns are
+on: which submit paths wait for a free turn and since when (:mod:`elbgate.turns`)."""
+TURNS_RECORD_KEY = "waiting.json"
 DB_MEMORY_CONFIGMAP = "elb-gate-db-memory"
 """Optional, kept by the operator in elb-gate's namespace: ``<db>: <memory>`` per line,
 the memory a search of that database needs on one node (feasibility rule)."""

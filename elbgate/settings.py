@@ -32,6 +32,8 @@ RuleMode = Literal["deny", "warn", "off"]
 ``deny`` still admits with a warning while ``ELB_GATE_ENFORCEMENT=warn``."""
 OrphanPolicy = Literal["delete", "warn"]
 LogFormat = Literal["json", "text"]
+FairTurns = Literal["on", "off"]
+"""Whether the Lease guard gives a free turn to the submit path that waited longest."""
 ClientAuth = Literal["off", "verify", "require"]
 """What the webhook asks of a caller's client certificate (docs/security.md)."""
 
@@ -144,6 +146,7 @@ _parse_orphan_policy: Parser[OrphanPolicy] = _choice("delete", "warn")
 _parse_log_format: Parser[LogFormat] = _choice("json", "text")
 _parse_rule_mode: Parser[RuleMode] = _choice("deny", "warn", "off")
 _parse_client_auth: Parser[ClientAuth] = _choice("off", "verify", "require")
+_parse_fair_turns: Parser[FairTurns] = _choice("on", "off")
 _parse_cpu = _parse_quantity(quantity.millicores)
 _parse_memory = _parse_quantity(quantity.bytes_of)
 
@@ -294,6 +297,31 @@ class WebhookSettings:
         "(ConfigMap elb-gate-admissions) before a census LIST shows it; past it, an entry "
         "whose Job was never stored stops counting. Above the API server's request "
         "timeout (60s), within which an admitted create is stored or has failed.",
+        parse=_parse_float,
+        minimum=1,
+    )
+    fair_turns: FairTurns = _setting(
+        "ELB_GATE_FAIR_TURNS",
+        "off",
+        "Lease guard: `on` gives a free turn (Lease free, a search slot free) to the submit "
+        "path (submitter identity) that has waited longest, refusing the others as busy "
+        "(409) meanwhile (ConfigMap elb-gate-turns; docs/design.md, Fair turns).",
+        parse=_parse_fair_turns,
+    )
+    fair_turn_hold_seconds: float = _setting(
+        "ELB_GATE_FAIR_TURN_HOLD_SECONDS",
+        45.0,
+        "Fair turns: how long a free turn is kept for the path that waited longest; past "
+        "it, a path that did not come loses its place. Above the slowest path's cadence "
+        "(the dashboard's 30s).",
+        parse=_parse_float,
+        minimum=1,
+    )
+    fair_turn_forget_seconds: float = _setting(
+        "ELB_GATE_FAIR_TURN_FORGET_SECONDS",
+        300.0,
+        "Fair turns: a path not seen trying for this long is no longer waiting (its "
+        "waiters gave up).",
         parse=_parse_float,
         minimum=1,
     )
@@ -645,6 +673,13 @@ class Settings:
             out.append(
                 f"ELB_GATE_LEADER_RENEW_SECONDS ({renew:g}) must be below "
                 f"ELB_GATE_LEADER_LEASE_SECONDS ({lease:g}), or leadership lapses between renewals"
+            )
+        hold, forget = webhook.fair_turn_hold_seconds, webhook.fair_turn_forget_seconds
+        if not hold < forget:
+            out.append(
+                f"ELB_GATE_FAIR_TURN_HOLD_SECONDS ({hold:g}) must be below "
+                f"ELB_GATE_FAIR_TURN_FORGET_SECONDS ({forget:g}), or a path waiting for the "
+                "turn kept for it is forgotten first"
             )
         if webhook.client_auth != "off" and not (webhook.client_ca_file and webhook.client_names):
             out.append(

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from elbgate.census import JobRef
+from elbgate.census import JobRef, census
 from elbgate.identities import SubmitterIdentities
 from elbgate.kube.api import JOBS, ApiError, ApiUnavailable, KubeApi, path
 from elbgate.kube.reads import get_submit_lease, list_unfinished_search_jobs
@@ -28,13 +28,16 @@ from elbgate.reservations import (
     without_entries,
 )
 from elbgate.settings import GateSettings, RuleSettings, WebhookSettings
-from webhook import lease_guard, lease_stamp, search_admission
+from elbgate.turns import TurnRecord, TurnRules, UnreadableTurns, judge
+from webhook import fair_turn, lease_guard, lease_stamp, search_admission
 from webhook.admission_record import (
     RecordChanged,
     finished_jobs,
     get_record,
+    get_turns,
     record_ref,
     write_record,
+    write_turns,
 )
 from webhook.decision import Decision, unverified
 from webhook.endpoint import Answer
@@ -122,13 +125,74 @@ class Admission:
         return lease_stamp.decide(LeaseRequest.from_admission(request), self.clock())
 
     async def _guard_lease(self, request: AdmissionRequest) -> Decision:
-        return lease_guard.decide(
-            LeaseRequest.from_admission(request),
-            self.gate,
-            self.webhook,
-            self.clock(),
-            self.identities,
+        lease = LeaseRequest.from_admission(request)
+        decision = lease_guard.decide(lease, self.gate, self.webhook, self.clock(), self.identities)
+        if self.webhook.fair_turns != "on":
+            return decision
+        path_name = fair_turn.path_of(lease, decision, self.identities)
+        if path_name is None:
+            return decision
+        return await self._fair_turn(lease, decision, path_name, request.dry_run)
+
+    async def _fair_turn(
+        self, lease: LeaseRequest, decision: Decision, path_name: str, dry_run: bool
+    ) -> Decision:
+        """The guard admitted an acquisition of a free turn's Lease by ``path_name``: give
+        the turn to the path that waited longest (:mod:`elbgate.turns`). Fairness is not
+        safety: when its record or the census cannot be read, or other replicas keep
+        writing the record first, the guard's admit stands."""
+        rules = TurnRules(
+            self.webhook.fair_turn_hold_seconds, self.webhook.fair_turn_forget_seconds
         )
+        deadline = self.webhook.api_timeout_seconds
+        for _ in range(RECORD_ATTEMPTS):
+            now = self.clock()
+            try:
+                record = TurnRecord.from_configmap(
+                    lease.namespace,
+                    await self._read(
+                        f"GET ConfigMap {lease.namespace}/elb-gate-turns",
+                        "get",
+                        "configmaps",
+                        get_turns(self.api, lease.namespace, deadline),
+                    ),
+                )
+                free = await self._slot_free(lease.namespace, now)
+            except (ReadFailed, UnreadableTurns, UnreadableRecord) as exc:
+                _log.warning("fair turn not judged for Lease %s: %s", lease.ref, exc)
+                return decision
+            judged = judge(record, path_name, now, free, rules)
+            if judged.write is not None and not dry_run:
+                try:
+                    await self._read(
+                        f"write ConfigMap {lease.namespace}/elb-gate-turns",
+                        "update" if record.resource_version else "create",
+                        "configmaps",
+                        write_turns(self.api, judged.write.body(), deadline),
+                    )
+                except RecordChanged:
+                    continue
+                except ReadFailed as exc:
+                    _log.warning("fair turn record of %s not written: %s", lease.ref, exc)
+            return fair_turn.answer(lease, decision, path_name, judged, now)
+        return decision
+
+    async def _slot_free(self, namespace: str, now: datetime) -> bool:
+        """Whether a search slot is free: the census of Gate B (the admission record's
+        reserved Jobs counted) is below the ceiling."""
+        record = AdmissionRecord.from_configmap(
+            namespace,
+            await self._read(
+                f"GET {record_ref(namespace)}",
+                "get",
+                "configmaps",
+                get_record(self.api, namespace, self.webhook.api_timeout_seconds),
+            ),
+        )
+        jobs = await self._list_jobs(namespace)
+        listed = await self._listed(namespace, jobs, now, record)
+        counted = census(jobs, now, self.gate.finalizer_grace_seconds, reserved=listed.pending)
+        return counted.count < self.gate.max_run_concurrency
 
     # -- search admission reads ----------------------------------------------
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from elbgate.job_status import is_terminal
 from elbgate.kube.api import CONFIGMAPS, JOBS, ApiError, ApiUnavailable, KubeApi, path
-from elbgate.names import ADMISSION_RECORD_CONFIGMAP
+from elbgate.names import ADMISSION_RECORD_CONFIGMAP, TURNS_CONFIGMAP
 
 
 class RecordChanged(Exception):
@@ -44,6 +44,26 @@ async def write_record(api: KubeApi, body: dict[str, Any], deadline: float) -> N
             await api.replace(
                 path(CONFIGMAPS, namespace, ADMISSION_RECORD_CONFIGMAP), body, deadline=deadline
             )
+        else:
+            await api.create(path(CONFIGMAPS, namespace), body, deadline=deadline)
+    except ApiError as exc:
+        if exc.conflict or exc.not_found:
+            raise RecordChanged(str(exc)) from None
+        raise
+
+
+async def get_turns(api: KubeApi, namespace: str, deadline: float) -> dict[str, Any] | None:
+    """The fair-turn record's ConfigMap (:mod:`elbgate.turns`), or ``None``."""
+    return await api.get_or_none(path(CONFIGMAPS, namespace, TURNS_CONFIGMAP), deadline=deadline)
+
+
+async def write_turns(api: KubeApi, body: dict[str, Any], deadline: float) -> None:
+    """Compare-and-swap the fair-turn record as :func:`write_record` does the admission
+    record: :class:`RecordChanged` when another replica wrote it first."""
+    namespace = body["metadata"]["namespace"]
+    try:
+        if body["metadata"].get("resourceVersion"):
+            await api.replace(path(CONFIGMAPS, namespace, TURNS_CONFIGMAP), body, deadline=deadline)
         else:
             await api.create(path(CONFIGMAPS, namespace), body, deadline=deadline)
     except ApiError as exc:

@@ -20,6 +20,7 @@ from elbgate.names import (
     ADMISSION_RECORD_CONFIGMAP,
     DB_MEMORY_CONFIGMAP,
     LIVENESS_CONFIGMAP,
+    TURNS_CONFIGMAP,
 )
 from elbgate.settings import ControllerSettings, RuleSettings
 from tests.install.rendering import REPO, Obj, one, select
@@ -232,14 +233,16 @@ def test_configmap_access_is_limited_to_the_liveness_configmap_and_reading_the_r
     assert 'field_selector=f"metadata.name={ADMISSION_RECORD_CONFIGMAP}"' in source
 
 
-def test_the_webhook_writes_only_the_admission_record_configmap_except_create(
+def test_the_webhook_writes_only_its_admission_and_turn_records_except_create(
     rendered: dict[str, list[Obj]],
 ) -> None:
     role = one(rendered["base"], "ClusterRole", "elb-gate-webhook")
     rules = [r for r in role["rules"] if r["resources"] == ["configmaps"]]
     unnamed = [v for r in rules if "resourceNames" not in r for v in r["verbs"]]
     named = [(r["resourceNames"], r["verbs"]) for r in rules if "resourceNames" in r]
-    assert unnamed == ["create"] and named == [([ADMISSION_RECORD_CONFIGMAP], ["get", "update"])]
+    assert unnamed == ["create"] and named == [
+        ([ADMISSION_RECORD_CONFIGMAP, TURNS_CONFIGMAP], ["get", "update"])
+    ]
 
 
 def test_the_webhook_writes_only_the_readiness_key_lease_except_create(

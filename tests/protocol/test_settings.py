@@ -226,7 +226,7 @@ def test_each_component_has_its_own_section_and_describe_lists_every_one() -> No
     ]
     declared = [f.metadata["env"] for _attr, cls in SECTIONS for f in dataclasses.fields(cls)]
     assert [name for name, _default, _doc in describe()] == declared
-    assert len(declared) == 49
+    assert len(declared) == 52
 
 
 def test_an_override_lands_in_the_section_that_declares_it() -> None:
@@ -283,3 +283,19 @@ def test_only_the_composition_roots_import_the_whole_settings() -> None:
     ]
     importing = {str(p.relative_to(ROOT)) for p in modules if _imports_the_composite(p)}
     assert importing == COMPOSITION_ROOTS
+
+
+def test_fair_turns_are_off_or_on_and_a_hold_must_be_below_the_forget_time() -> None:
+    assert Settings.from_env({}).webhook.fair_turns == "off"
+    assert Settings.from_env({"ELB_GATE_FAIR_TURNS": "on"}).webhook.fair_turns == "on"
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env(
+            {
+                "ELB_GATE_FAIR_TURNS": "maybe",
+                "ELB_GATE_FAIR_TURN_HOLD_SECONDS": "300",
+                "ELB_GATE_FAIR_TURN_FORGET_SECONDS": "300",
+            }
+        )
+    problems = " ".join(caught.value.problems)
+    assert "ELB_GATE_FAIR_TURNS='maybe'" in problems
+    assert "ELB_GATE_FAIR_TURN_HOLD_SECONDS (300) must be below" in problems
