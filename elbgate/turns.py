@@ -30,15 +30,17 @@ The rule, at an acquisition the Lease guard already admitted (the Lease is free 
 expired; the guard's refusals are never touched, so no takeover of a live Lease can
 come through here):
 
-* no free turn (the census is at the ceiling): a capacity poll. Admitted; the path is
-  recorded as waiting.
-* a free turn (a slot is free, and no turn was given in the last
-  :data:`GRANT_SECONDS`): admitted if no other live path has waited longer; the path is
+* no free turn (the census is at the ceiling): a capacity poll, whose client would
+  count the ceiling and drop the Lease at once. Refused as busy (409), so it does not
+  hold the Lease against the others' polls (the dashboard's tasks, finding it held,
+  would not even be seen); the path is recorded as waiting.
+* a free turn (a slot is free): admitted if no other live path has waited longer; the path is
   then served (its entry removed: a further waiter of it starts again at the back).
   Otherwise refused as *busy* (409 Conflict, which both clients read as "the Lease is
   taken, try again") and the turn is kept for the path that waited longest.
-* a turn given less than :data:`GRANT_SECONDS` ago: admitted (the API server lets one
-  of the writes racing for it through); the path is recorded as waiting.
+* a write racing for the turn just given (it replaces the same stored Lease, see
+  :data:`GRANT_SECONDS`): admitted (the API server stores only one of them); its path
+  is recorded as waiting.
 """
 
 from __future__ import annotations
@@ -54,12 +56,14 @@ from elbgate.names import TURNS_CONFIGMAP, TURNS_RECORD_KEY
 
 SEEN_REFRESH_SECONDS = 10.0
 """A waiting path's ``seen`` is rewritten only when older than this (fewer writes)."""
-GRANT_SECONDS = 5.0
-"""How long a turn just given is not free again. Waiters of one path that read the free
-Lease together write it together (the dashboard's tasks poll on one 30 s beat): the API
-server lets one of them have it, but each write passes the guard before that. The
-first is served; the others, judged while the grant is this fresh, are further waiters
-of their path, which goes back into the line behind the paths already in it."""
+GRANT_SECONDS = 60.0
+"""The longest a turn just given is recognised (the API server's request timeout).
+Waiters that read the free Lease at one moment write it together (the dashboard's tasks
+often poll on one beat): the API server stores one of the writes, but each passes the
+guard before that. They all replace the same stored Lease (one resourceVersion), which
+the record keeps with the turn given: the first is served, the others, racing for the
+same turn, are admitted (the API server refuses all but one) and their paths wait.
+A write that replaces a later version of the Lease asks for a new turn."""
 
 
 class UnreadableTurns(ValueError):
@@ -91,6 +95,8 @@ class TurnRecord:
     held: Held | None = None
     resource_version: str = ""
     granted: Held | None = None
+    granted_over: str = ""
+    """The resourceVersion of the stored Lease the turn given replaced."""
 
     @classmethod
     def from_configmap(cls, namespace: str, obj: Mapping[str, Any] | None) -> TurnRecord:
@@ -112,7 +118,8 @@ class TurnRecord:
                 raise UnreadableTurns(f"path {name!r}: since/seen is not a time")
             paths[str(name)] = Waiting(since, seen)
         held, granted = _held(doc, "held"), _held(doc, "granted")
-        return cls(namespace, paths, held, str(meta.get("resourceVersion") or ""), granted)
+        over = str(doc.get("grantedOver") or "")
+        return cls(namespace, paths, held, str(meta.get("resourceVersion") or ""), granted, over)
 
     def body(self) -> dict[str, Any]:
         """The ConfigMap to write: PUT naming the resourceVersion read, or POST."""
@@ -123,6 +130,7 @@ class TurnRecord:
             },
             "held": _held_json(self.held),
             "granted": _held_json(self.granted),
+            "grantedOver": self.granted_over,
         }
         meta: dict[str, Any] = {"name": TURNS_CONFIGMAP, "namespace": self.namespace}
         if self.resource_version:
@@ -150,7 +158,7 @@ class Judgement:
 
     allowed: bool
     reason: str
-    """``capacity_poll``, ``just_granted``, ``served``, ``kept_for_other`` or
+    """``no_slot``, ``just_granted``, ``served``, ``kept_for_other`` or
     ``served_after_lapse``."""
     favoured: str = ""
     favoured_since: datetime | None = None
@@ -160,24 +168,37 @@ class Judgement:
 
 
 def judge(
-    record: TurnRecord, path: str, now: datetime, free_turn: bool, rules: TurnRules
+    record: TurnRecord,
+    path: str,
+    now: datetime,
+    free_turn: bool,
+    rules: TurnRules,
+    replaces: str = "",
 ) -> Judgement:
-    """An acquisition by ``path`` that the Lease guard admitted (see the module doc)."""
+    """An acquisition by ``path`` that the Lease guard admitted (see the module doc).
+    ``replaces``: the resourceVersion of the stored Lease it replaces (``oldObject``)."""
     forget = timedelta(seconds=rules.forget_seconds)
     live = {n: w for n, w in record.paths.items() if now - w.seen < forget}
     changed = live != dict(record.paths)
     held = record.held
     mine = live.get(path)
     since = mine.since if mine is not None else now
-    fresh = record.granted is not None and now - record.granted.since < timedelta(
-        seconds=GRANT_SECONDS
+    fresh = (
+        record.granted is not None
+        and bool(replaces)
+        and replaces == record.granted_over
+        and now - record.granted.since < timedelta(seconds=GRANT_SECONDS)
     )
     if not free_turn or fresh:
         waiting = _seen(live, path, since, now)
         after = replace(record, paths=waiting, held=None)  # no free turn to keep
         dirty = changed or waiting != live or held is not None
-        reason = "capacity_poll" if not free_turn else "just_granted"
-        return Judgement(True, reason, "", None, since, after if dirty else None)
+        if not free_turn:
+            # A capacity poll: its client would count the ceiling and drop the Lease.
+            # Refused as busy, it leaves the Lease free for the turn when a slot frees,
+            # and its path is in the line all the same.
+            return Judgement(False, "no_slot", "", None, since, after if dirty else None)
+        return Judgement(True, "just_granted", "", None, since, after if dirty else None)
     lapsed = ""
     if held is not None and held.path != path:
         if now - held.since >= timedelta(seconds=rules.hold_seconds):
@@ -189,7 +210,9 @@ def judge(
     )
     if not ahead:
         served = {n: w for n, w in live.items() if n != path}
-        after = replace(record, paths=served, held=None, granted=Held(path, now))
+        after = replace(
+            record, paths=served, held=None, granted=Held(path, now), granted_over=replaces
+        )
         reason = "served_after_lapse" if lapsed else "served"
         return Judgement(True, reason, path, since, since, after)
     first_since, first = ahead[0]

@@ -157,11 +157,11 @@ class Admission:
                         get_turns(self.api, lease.namespace, deadline),
                     ),
                 )
-                free = await self._slot_free(lease.namespace, now)
+                slots = await self._slots(lease.namespace, now)
             except (ReadFailed, UnreadableTurns, UnreadableRecord) as exc:
                 _log.warning("fair turn not judged for Lease %s: %s", lease.ref, exc)
                 return decision
-            judged = judge(record, path_name, now, free, rules)
+            judged = judge(record, path_name, now, slots[0] < slots[1], rules, lease.old_version)
             if judged.write is not None and not dry_run:
                 try:
                     await self._read(
@@ -174,12 +174,12 @@ class Admission:
                     continue
                 except ReadFailed as exc:
                     _log.warning("fair turn record of %s not written: %s", lease.ref, exc)
-            return fair_turn.answer(lease, decision, path_name, judged, now)
+            return fair_turn.answer(lease, decision, path_name, judged, now, slots)
         return decision
 
-    async def _slot_free(self, namespace: str, now: datetime) -> bool:
-        """Whether a search slot is free: the census of Gate B (the admission record's
-        reserved Jobs counted) is below the ceiling."""
+    async def _slots(self, namespace: str, now: datetime) -> tuple[int, int]:
+        """The active searches by Gate B's census (the admission record's reserved Jobs
+        counted) and the ceiling: a search slot is free while the first is below."""
         record = AdmissionRecord.from_configmap(
             namespace,
             await self._read(
@@ -192,7 +192,7 @@ class Admission:
         jobs = await self._list_jobs(namespace)
         listed = await self._listed(namespace, jobs, now, record)
         counted = census(jobs, now, self.gate.finalizer_grace_seconds, reserved=listed.pending)
-        return counted.count < self.gate.max_run_concurrency
+        return counted.count, self.gate.max_run_concurrency
 
     # -- search admission reads ----------------------------------------------
 

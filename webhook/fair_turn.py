@@ -41,23 +41,40 @@ def path_of(
 
 
 def answer(
-    request: LeaseRequest, decision: Decision, path: str, judged: Judgement, now: datetime
+    request: LeaseRequest,
+    decision: Decision,
+    path: str,
+    judged: Judgement,
+    now: datetime,
+    slots: tuple[int, int],
 ) -> Decision:
-    """The guard's admit, or a refusal as busy, with the rule's facts in the log line."""
+    """The guard's admit, or a refusal as busy, with the rule's facts in the log line.
+    ``slots``: the active searches and the ceiling the rule judged on."""
     facts = {"turn": judged.reason, "path": path}
     if judged.allowed:
         return replace(decision, details={**decision.details, **facts})
-    assert request.new is not None and judged.favoured_since is not None
-    waited = judged.waited_since or now
+    assert request.new is not None
+    waited = format_moment(judged.waited_since or now, now)
+    who = f"path `{path}` (user {request.requester.username})"
+    if judged.favoured_since is None:
+        active, ceiling = slots
+        message = (
+            f"Lease guard: no search slot is free in namespace {request.namespace} "
+            f"({active}/{ceiling} active searches), so Lease {request.ref} stays free for "
+            f"the submit that can use the next one; {who} is in line, waiting since "
+            f"{waited}. Try again (fair turns, ELB_GATE_FAIR_TURNS)."
+        )
+    else:
+        message = (
+            f"Lease guard: Lease {request.ref} is free, but the next free turn is kept for "
+            f"submit path `{judged.favoured}`, waiting since "
+            f"{format_moment(judged.favoured_since, now)}; {who} has waited since {waited}. "
+            "Try again: the turn after it is yours (fair turns, ELB_GATE_FAIR_TURNS)."
+        )
     return refuse(
         409,
         "fair_turn",
-        f"Lease guard: Lease {request.ref} is free, but the next free turn is kept for "
-        f"submit path `{judged.favoured}`, waiting since "
-        f"{format_moment(judged.favoured_since, now)}; "
-        f"path `{path}` (user {request.requester.username}) has waited since "
-        f"{format_moment(waited, now)}. Try again: the turn after it is yours "
-        "(fair turns, ELB_GATE_FAIR_TURNS).",
+        message,
         holder=request.new.holder,
         favoured=judged.favoured,
         **facts,

@@ -23,6 +23,8 @@ class LeaseRequest:
     new: LeaseView | None
     old: LeaseView | None
     requester: Requester
+    old_version: str = ""
+    """``oldObject``'s resourceVersion: the stored Lease this write replaces."""
 
     @classmethod
     def from_admission(cls, req: AdmissionRequest) -> LeaseRequest:
@@ -40,6 +42,9 @@ class LeaseRequest:
             new=LeaseView.from_dict(req.obj) if req.obj is not None else None,
             old=LeaseView.from_dict(req.old_object) if req.old_object is not None else None,
             requester=Requester.from_user_info(req.user),
+            old_version=str(
+                ((req.old_object or {}).get("metadata") or {}).get("resourceVersion") or ""
+            ),
         )
 
     @property

@@ -54,6 +54,7 @@ DENIAL_REASONS: dict[str, tuple[str, ...]] = {
         "duration_bounds",
         "malformed",
         "unverified",
+        "fair_turn",
     ),
     LEASE_STAMP: (),
 }

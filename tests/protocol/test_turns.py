@@ -23,9 +23,9 @@ def record(held: Held | None = None, **paths: tuple[float, float]) -> TurnRecord
     )
 
 
-def test_a_capacity_poll_is_admitted_and_puts_the_path_in_the_line() -> None:
+def test_a_capacity_poll_is_refused_as_busy_and_puts_the_path_in_the_line() -> None:
     judged = judge(TurnRecord("blast"), "dashboard", at(0), False, RULES)
-    assert judged.allowed and judged.reason == "capacity_poll"
+    assert not judged.allowed and judged.reason == "no_slot" and judged.favoured == ""
     assert judged.write is not None
     assert judged.write.paths == {"dashboard": Waiting(at(0), at(0))}
 
@@ -78,7 +78,7 @@ def test_a_path_not_seen_for_the_forget_time_no_longer_waits() -> None:
 def test_at_the_ceiling_no_turn_is_kept() -> None:
     kept = record(Held("dashboard", at(10)), dashboard=(0, 0), openapi=(10, 10))
     judged = judge(kept, "openapi", at(20), False, RULES)
-    assert judged.allowed and judged.write is not None and judged.write.held is None
+    assert not judged.allowed and judged.write is not None and judged.write.held is None
 
 
 def test_ties_go_by_path_name() -> None:
@@ -91,6 +91,7 @@ def test_the_record_round_trips_through_its_configmap() -> None:
     kept = replace(
         record(Held("dashboard", at(10)), dashboard=(0, 0), openapi=(10, 10)),
         granted=Held("openapi", at(5)),
+        granted_over="41",
     )
     body = kept.body()
     assert body["metadata"] == {
@@ -112,16 +113,18 @@ def test_a_record_not_written_by_elb_gate_is_unreadable(data: str) -> None:
 
 
 def test_writes_racing_for_a_turn_just_given_put_their_path_back_in_the_line() -> None:
-    # Five dashboard tasks read the free Lease on one beat and write it together: the
-    # first is served; the others, judged while the grant is fresh, wait behind openapi.
-    first = judge(TurnRecord("blast"), "dashboard", at(0), True, RULES)
+    # Five dashboard tasks read the free Lease (resourceVersion 41) on one beat and write
+    # it together: the first is served; the others replace the same stored Lease, so
+    # they race for that turn (the API server stores one) and wait behind openapi.
+    first = judge(TurnRecord("blast"), "dashboard", at(0), True, RULES, "41")
     assert first.allowed and first.write is not None
     assert first.write.granted == Held("dashboard", at(0))
+    assert first.write.granted_over == "41"
     line = replace(first.write, paths={"openapi": Waiting(at(0.5), at(0.5))})
-    second = judge(line, "dashboard", at(0.6), True, RULES)
+    second = judge(line, "dashboard", at(0.6), True, RULES, "41")
     assert second.allowed and second.reason == "just_granted"
     assert second.write is not None
     assert second.write.paths["dashboard"] == Waiting(at(0.6), at(0.6))
-    # The next free turn, after the grant, is openapi's.
-    assert not judge(second.write, "dashboard", at(20), True, RULES).allowed
-    assert judge(second.write, "openapi", at(20), True, RULES).allowed
+    # A write over a later version of the Lease asks for a new turn: openapi's.
+    assert not judge(second.write, "dashboard", at(2), True, RULES, "44").allowed
+    assert judge(second.write, "openapi", at(2), True, RULES, "44").allowed

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from testbed.clients import DashboardLeaseClient, OpenApiLeaseClient
+from testbed.clients import DashboardLeaseClient, OpenApiLeaseClient, new_holder
 from testbed.controlplane import ControlPlane
 from testbed.waiting import wait_until
 from testbed.webhook_service import WebhookService
@@ -86,11 +86,14 @@ class Paths:
         return OpenApiLeaseClient.on(self.cp, self.openapi_pod, self.ns, holder=holder)
 
     def capacity_poll(self) -> None:
-        """A dashboard task at the ceiling: takes the free Lease, counts 3/3, drops it."""
+        """A dashboard task at the ceiling tries the free Lease: refused as busy (its
+        count would show 3/3), and in line."""
         client = self.dashboard()
-        assert client.acquire() == "acquired"
-        self.next_replica()
-        assert client.release() == "released"
+        assert client.acquire() == "busy"
+        assert client.last_status == 409
+        message = str(client.last_answer.get("message") or "")
+        assert "no search slot is free" in message and "(3/3 active searches)" in message
+        assert self.holder() == ""
 
     def free_a_slot(self) -> None:
         self.cp.admin.delete("jobs", self.ns, self.searches.pop()["metadata"]["name"])
@@ -147,7 +150,7 @@ def test_the_free_turn_goes_to_the_path_that_waited_longest_across_two_replicas(
     dashboard.release()
     assert paths.openapi(openapi.holder).acquire() == "acquired"
     judged = paths.judged()
-    assert {turn for _, _, turn in judged} >= {"capacity_poll", "kept_for_other", "served"}
+    assert {turn for _, _, turn in judged} >= {"no_slot", "kept_for_other", "served"}
     assert "fair_turn" in {reason for _, reason, _ in judged}
     # Consecutive writes went to alternate replicas: both judged through the record.
     assert {index for index, _, _ in judged} == {0, 1}
@@ -170,21 +173,22 @@ def test_a_waiter_that_vanishes_holds_the_turn_for_a_bounded_time(paths: Paths) 
 def test_a_takeover_of_a_live_lease_is_still_refused_for_the_path_whose_turn_it_is(
     paths: Paths,
 ) -> None:
-    paths.capacity_poll()  # the dashboard waits longest
-    # An OpenAPI poll at the ceiling takes the Lease (a capacity poll: admitted) and,
-    # here, keeps it: a live Lease. Then a slot frees.
-    openapi = paths.openapi()
-    assert openapi.acquire() == "acquired"
+    paths.capacity_poll()  # the dashboard is first in line
+    # A submitter of no configured path (outside the rule) takes the free Lease and
+    # keeps it: a live Lease. Then a slot frees: the next turn is the dashboard's.
+    bob = DashboardLeaseClient.on(paths.cp, "bob", paths.ns, holder=new_holder("bob"))
+    paths.next_replica()
+    assert bob.acquire() == "acquired"
     paths.free_a_slot()
-    # The dashboard comes back, the path whose turn it is, with a clock 2000 s ahead:
-    # it judges the live Lease expired and writes a takeover. The guard refuses it.
+    # The dashboard comes back with a clock 2000 s ahead: it judges the live Lease
+    # expired and writes a takeover. The guard refuses it; the rule is never asked.
     paths.next_replica()
     skewed = DashboardLeaseClient.on(paths.cp, DASHBOARD, paths.ns, clock_offset=2000.0)
     assert skewed.acquire() == "busy"
     assert skewed.last_status == 409
     message = str(skewed.last_answer.get("message") or "")
     assert "cannot take it over before then" in message, message
-    assert paths.holder() == openapi.holder
+    assert paths.holder() == bob.holder
     assert "takeover_live" in guard_reasons(paths, DASHBOARD)
     assert "dashboard" in paths.turns()["paths"]  # type: ignore[operator]
 

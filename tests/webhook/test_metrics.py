@@ -72,6 +72,7 @@ POLICY_MODULES = {
     "search_admission.py": SEARCH_ADMISSION,
     "node_rules.py": SEARCH_ADMISSION,
     "lease_guard.py": LEASE_GUARD,
+    "fair_turn.py": LEASE_GUARD,
     "lease_stamp.py": LEASE_STAMP,
 }
 """Each policy module and the webhook whose refusals it words."""
