@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
+import json
 import sys
 import time
 import traceback
@@ -28,6 +29,21 @@ def _counts(text: str) -> tuple[int, ...]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="tiny counts (proves the harness)")
+    parser.add_argument(
+        "--scenario",
+        choices=("all", "fair-turns"),
+        default="all",
+        help="`fair-turns`: only both submit paths at their real cadences, fair turns off "
+        "then on (bench/fair_turns.py; results to bench/results-fair-turns.json)",
+    )
+    parser.add_argument(
+        "--fair-start",
+        choices=("spread", "together"),
+        default="spread",
+        help="fair-turns: each path's tasks start spread over its cadence (default), or "
+        "all at one instant (the dashboard's tasks then poll on one beat)",
+    )
+    parser.add_argument("--fair-searches", type=int, help="fair-turns: searches per path (6)")
     parser.add_argument("--jobs", type=_counts, help="Job counts, e.g. 0,30,300,3000")
     parser.add_argument("--repeats", type=int, help="runs per figure (default 3)")
     parser.add_argument("--requests", type=int, help="measured requests per saturation pass")
@@ -112,10 +128,13 @@ def controller_results(progress: Any) -> dict[str, Any] | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    config = config_from(args)
 
     def progress(message: str) -> None:
         print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+    if args.scenario == "fair-turns":
+        return fair_turns_main(args, progress)
+    config = config_from(args)
 
     machine = machine_info()
     workdir = scratch_dir()
@@ -194,6 +213,41 @@ def main(argv: list[str] | None = None) -> int:
     if args.keep:
         print(f"scratch directory kept: {workdir}")
     else:
+        remove(workdir)
+    return 0
+
+
+def fair_turns_main(args: argparse.Namespace, progress: Any) -> int:
+    """``--scenario fair-turns``: its own control plane, both modes, the table."""
+    from bench import fair_turns
+    from bench.cluster import BenchCluster
+
+    config = fair_turns.FairConfig.quick() if args.quick else fair_turns.FairConfig()
+    config = dataclasses.replace(
+        config,
+        stagger=args.fair_start == "spread",
+        per_path=args.fair_searches or config.per_path,
+    )
+    machine = machine_info()
+    workdir = scratch_dir()
+    cluster = BenchCluster(workdir, cpu=None).start()
+    try:
+        report = fair_turns.run(cluster.control_plane, workdir, config, progress)
+    except Exception:
+        progress(f"failed; logs kept in {workdir}")
+        raise
+    finally:
+        cluster.stop()
+    machine["load_average_at_end"] = list(load_average())
+    report["machine"] = machine
+    text = fair_turns.table(report)
+    print(text)
+    out = args.out if args.out != RESULTS else RESULTS.with_name("results-fair-turns.json")
+    out.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    if args.markdown:
+        args.markdown.write_text(text + "\n")
+    print(f"\nwritten to {out}")
+    if not args.keep:
         remove(workdir)
     return 0
 

@@ -10,6 +10,7 @@ finds out at its next look.
 
 from __future__ import annotations
 
+import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +20,8 @@ from testbed.clients import ClientError, LeaseClient
 
 CELERY_COUNTDOWN_SECONDS = 30.0
 """How long a task that found the Lease busy or the namespace full waits (today)."""
+CELERY_JITTER_SECONDS = 10.0
+"""The dashboard's jitter on top (``_GATE_REQUEUE_JITTER_SECONDS``: 30 s + 0..10 s)."""
 
 
 @dataclass
@@ -50,8 +53,11 @@ class SubmitTask(threading.Thread):
         ceiling: int,
         stop: threading.Event,
         countdown: float = CELERY_COUNTDOWN_SECONDS,
+        jitter: float = 0.0,
         on_ready: Callable[[], None] = lambda: None,
     ) -> None:
+        """``jitter``: each wait is ``countdown`` plus up to this much more, uniformly
+        drawn (the dashboard's ``_gate_requeue_countdown``: 30 s + 0..10 s)."""
         super().__init__(name=name, daemon=True)
         self.lease = lease
         self.count_active = count_active
@@ -59,6 +65,7 @@ class SubmitTask(threading.Thread):
         self.ceiling = ceiling
         self.stop_event = stop
         self.countdown = countdown
+        self.jitter = jitter
         self.on_ready = on_ready
         self.outcome = TaskOutcome()
         self._wait_state = ""
@@ -71,11 +78,11 @@ class SubmitTask(threading.Thread):
                 got = self.lease.acquire()
             except (ClientError, OSError) as exc:
                 out.errors.append(f"Lease: {exc}")
-                self.stop_event.wait(self.countdown)
+                self.stop_event.wait(self._pause())
                 continue
             if got == "busy":
                 self._waiting("lease")
-                self.stop_event.wait(self.countdown)
+                self.stop_event.wait(self._pause())
                 continue
             submitted = False
             try:
@@ -96,9 +103,12 @@ class SubmitTask(threading.Thread):
                 except (ClientError, OSError) as exc:
                     out.errors.append(f"release: {exc}")
                 if not submitted:
-                    self.stop_event.wait(self.countdown)
+                    self.stop_event.wait(self._pause())
             if submitted:
                 return
+
+    def _pause(self) -> float:
+        return self.countdown + (random.uniform(0.0, self.jitter) if self.jitter else 0.0)
 
     def _waiting(self, what: str) -> None:
         """Count waiting episodes (a change into a wait), as the CLI reports them."""
