@@ -15,6 +15,8 @@ from aiohttp import web
 from controller import cache as kinds
 from controller.apply import Applier
 from controller.cache import Cache
+from controller.certificates import CertificateManager
+from controller.certificates import run as run_certificates
 from controller.holder_watch import HolderWatches
 from controller.http import Health, create_app
 from controller.leader import LeaderElector
@@ -163,6 +165,15 @@ class Controller:
             clock,
             holders=self.holders,
         )
+        self.certificates: CertificateManager | None = None
+        if settings.controller.certificates == "managed":
+            self.certificates = CertificateManager(
+                api,
+                settings.server.pod_namespace,
+                settings.controller,
+                settings.webhook.tls_secret,
+                may_act=self.leader.may_act,
+            )
         self.informers = [
             Informer(
                 api, self.cache, spec, self.metrics, watch_timeout_seconds=watch_timeout_seconds
@@ -217,6 +228,14 @@ class Controller:
                     tg.create_task(informer.run())
                 tg.create_task(self.reconciler.run())
                 tg.create_task(self.leader.run())
+                if self.certificates is not None:
+                    tg.create_task(
+                        run_certificates(
+                            self.certificates,
+                            self.settings.controller.cert_check_seconds,
+                            self.leader.may_act,
+                        )
+                    )
         finally:
             self.reconciler.cancel_inflight()
             await asyncio.shield(self.holders.close())

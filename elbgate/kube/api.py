@@ -116,6 +116,15 @@ PODS = ("v1", "pods")
 CONFIGMAPS = ("v1", "configmaps")
 EVENTS = ("v1", "events")
 NODES = ("v1", "nodes")
+SECRETS = ("v1", "secrets")
+VALIDATING_WEBHOOK_CONFIGURATIONS = (
+    "admissionregistration.k8s.io/v1",
+    "validatingwebhookconfigurations",
+)
+MUTATING_WEBHOOK_CONFIGURATIONS = (
+    "admissionregistration.k8s.io/v1",
+    "mutatingwebhookconfigurations",
+)
 
 
 def path(

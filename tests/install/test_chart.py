@@ -147,7 +147,7 @@ def test_the_values_schema_in_values_yaml_comments_matches_the_defaults() -> Non
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert values["gatedNamespaces"] == ["default"]
     assert values["enforcement"] == "deny" and values["orphanPolicy"] == "warn"
-    assert values["certificates"]["source"] == "generated"
+    assert values["certificates"]["source"] == "managed"
     assert values["webhook"]["nodeSelector"] == {"kubernetes.io/os": "linux"}
     assert values["controller"]["nodeSelector"] == {"kubernetes.io/os": "linux"}
 
@@ -307,8 +307,40 @@ def test_the_image_reference_is_made_of_registry_repository_and_tag_or_digest(
 # --- certificates -----------------------------------------------------------------------
 
 
+def test_managed_certificates_render_the_same_every_time_with_nothing_secret() -> None:
+    """The default source: no key, no certificate, no caBundle in what Helm renders, so
+    two renders (Argo CD syncs, `helm template | kubectl diff`) are byte-equal."""
+    from tests.install.chart import template_argv
+
+    runs = [
+        subprocess.run(template_argv({}), capture_output=True, text=True, check=True).stdout
+        for _ in range(2)
+    ]
+    assert runs[0] == runs[1]
+    objects = render({})
+    assert not select(objects, "Secret")
+    for hook in _hooks(objects).values():
+        assert "caBundle" not in hook["clientConfig"]
+    pod = _pod(objects, "webhook")
+    assert "tls" not in {v["name"] for v in pod["volumes"]}
+    settings = one(objects, "ConfigMap", "elb-gate-settings")["data"]
+    assert settings["ELB_GATE_CERTIFICATES"] == "managed"
+    assert settings["ELB_GATE_TLS_SECRET"] == "elb-gate-webhook-tls"
+    # The generated source makes a new CA on every render without a cluster to look in.
+    generated = [
+        subprocess.run(
+            template_argv({"certificates.source": "generated"}),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for _ in range(2)
+    ]
+    assert generated[0] != generated[1]
+
+
 def test_generated_certificates_verify_against_the_ca_bundle_for_the_release_namespace() -> None:
-    objects = render(namespace="gatekeeping")
+    objects = render({"certificates.source": "generated"}, namespace="gatekeeping")
     secret = one(objects, "Secret", "elb-gate-webhook-tls")
     leaf = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
     names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value

@@ -39,14 +39,24 @@ KINDS = {
     "CONFIGMAPS": "configmaps",
     "EVENTS": "events",
     "NODES": "nodes",
+    "SECRETS": "secrets",
+    "VALIDATING_WEBHOOK_CONFIGURATIONS": "validatingwebhookconfigurations",
+    "MUTATING_WEBHOOK_CONFIGURATIONS": "mutatingwebhookconfigurations",
 }
 CLUSTER_SCOPED = {"nodes"}
+WEBHOOK_CONFIGURATIONS = {"validatingwebhookconfigurations", "mutatingwebhookconfigurations"}
+"""Cluster-scoped too, granted by name (elb-gate's own two) with managed certificates."""
 """Resources with no namespace: granted through the one ClusterRoleBinding."""
 SHARED_READS = {
     "list_unfinished_search_jobs": {("jobs", "list")},
     "get_submit_lease": {("leases", "get")},
 }
-OWN_NAMESPACE_MODULES = {"leader.py": "leader", "cluster_view.py": "db-memory"}
+OWN_NAMESPACE_MODULES = {
+    "leader.py": "leader",
+    "cluster_view.py": "db-memory",
+    "certificates.py": "certificates",
+    "tls.py": "certificates",
+}
 """Modules whose namespaced calls are in elb-gate's own namespace (elb-system): the
 controller's leader Lease, the webhook's database memory ConfigMap."""
 
@@ -81,6 +91,18 @@ EXPECTED: dict[tuple[str, str], set[Grant]] = {
     },
     ("controller", "leader"): {("leases", "get"), ("leases", "create"), ("leases", "update")},
     ("controller", "cluster"): {("nodes", "list"), ("nodes", "watch")},
+    ("controller", "webhook-configurations"): {
+        ("validatingwebhookconfigurations", "get"),
+        ("validatingwebhookconfigurations", "update"),
+        ("mutatingwebhookconfigurations", "get"),
+        ("mutatingwebhookconfigurations", "update"),
+    },
+    ("controller", "certificates"): {
+        ("secrets", "get"),
+        ("secrets", "create"),
+        ("secrets", "update"),
+    },
+    ("webhook", "certificates"): {("secrets", "get")},
     ("webhook", "cluster"): {("nodes", "list"), ("nodes", "watch")},
     ("webhook", "db-memory"): {("configmaps", "list"), ("configmaps", "watch")},
 }
@@ -169,7 +191,13 @@ def used_by_code() -> dict[tuple[str, str], set[Grant]]:
         for module in sorted((REPO / component).glob("*.py")):
             scope = OWN_NAMESPACE_MODULES.get(module.name, "gated")
             for resource, verb in calls_in(module):
-                where = "cluster" if resource in CLUSTER_SCOPED else scope
+                where = (
+                    "cluster"
+                    if resource in CLUSTER_SCOPED
+                    else "webhook-configurations"
+                    if resource in WEBHOOK_CONFIGURATIONS
+                    else scope
+                )
                 used.setdefault((component, where), set()).add((resource, verb))
     return used
 
@@ -253,6 +281,34 @@ def test_the_node_roles_grant_exactly_the_table_and_are_the_only_cluster_wide_bi
     assert set(bindings) == {"elb-gate-webhook-nodes", "elb-gate-controller-nodes"}
     (subject,) = bindings[name]["subjects"]
     assert (subject["name"], subject["namespace"]) == (f"elb-gate-{component}", "elb-system")
+
+
+def test_managed_certificates_grant_exactly_the_table_on_the_named_objects_only() -> None:
+    from tests.install.chart import render
+
+    objects = render({})  # the chart's default: certificates.source managed
+    secret_names = ["elb-gate-webhook-ca", "elb-gate-webhook-tls"]
+    ctl = one(objects, "Role", "elb-gate-controller-certificates")
+    assert granted(ctl["rules"]) == EXPECTED[("controller", "certificates")]
+    unnamed = [v for r in ctl["rules"] if "resourceNames" not in r for v in r["verbs"]]
+    assert unnamed == ["create"]  # RBAC cannot limit create by name
+    assert [r["resourceNames"] for r in ctl["rules"] if "resourceNames" in r] == [secret_names]
+    hooks = one(objects, "ClusterRole", "elb-gate-controller-webhook-configurations")
+    assert granted(hooks["rules"]) == EXPECTED[("controller", "webhook-configurations")]
+    assert all(r["resourceNames"] == ["elb-gate"] for r in hooks["rules"])
+    web = one(objects, "Role", "elb-gate-webhook-certificate")
+    assert granted(web["rules"]) == EXPECTED[("webhook", "certificates")]
+    assert all(r["resourceNames"] == ["elb-gate-webhook-tls"] for r in web["rules"])
+    for name, sa in (
+        ("elb-gate-controller-certificates", "elb-gate-controller"),
+        ("elb-gate-webhook-certificate", "elb-gate-webhook"),
+    ):
+        (subject,) = one(objects, "RoleBinding", name)["subjects"]
+        assert subject["name"] == sa
+    (subject,) = one(objects, "ClusterRoleBinding", "elb-gate-controller-webhook-configurations")[
+        "subjects"
+    ]
+    assert subject["name"] == "elb-gate-controller"
 
 
 def test_the_controllers_node_and_pod_watches_name_their_one_object() -> None:
