@@ -466,20 +466,49 @@ class CertificateManager:
         else:
             await self.api.replace(path(SECRETS, self.namespace, name), body)
 
+    async def ca_bundle(self) -> str | None:
+        """The trusted set (base64 PEM, as a caBundle holds it), for registration."""
+        secret = await self.api.get_or_none(path(SECRETS, self.namespace, self.ca_secret))
+        cas = _certs(_unb64(secret, "ca.crt"))
+        return _b64(pem(cas)) if cas else None
 
-async def run(manager: CertificateManager, interval: float, may_act: Callable[[], bool]) -> None:
-    """Sync every ``interval`` while leading (and at once on a WAIT that comes due)."""
+
+async def run(
+    manager: CertificateManager | None,
+    interval: float,
+    may_act: Callable[[], bool],
+    registrar: Any = None,
+    register_every: float = 2.0,
+) -> None:
+    """While leading: certificates every ``interval`` (at once on a WAIT that comes due),
+    and a registration pass (``registrar``, :mod:`controller.registration`) every
+    ``register_every``; both right after the election."""
+    loop = asyncio.get_running_loop()
+    next_certs = 0.0
     while True:
         delay = min(interval, 1.0)  # not leading: look again soon, to start when elected
-        if may_act():
-            delay = interval
+        if not may_act():
+            next_certs = 0.0
+        else:
+            delay = register_every if registrar is not None else interval
             try:
-                step = await manager.sync()
-                if step.at is not None:
-                    due = (step.at - manager.clock()).total_seconds()
-                    delay = max(0.05, min(interval, due + 0.05))
+                if registrar is not None:
+                    await registrar.sync()
+                if manager is not None and loop.time() >= next_certs:
+                    step = await manager.sync()
+                    wait = interval
+                    if step.at is not None:
+                        due = (step.at - manager.clock()).total_seconds()
+                        wait = max(0.05, min(interval, due + 0.05))
+                    next_certs = loop.time() + wait
+                    delay = min(delay, wait)
             except (ApiError, ApiUnavailable) as exc:
-                log(logger, logging.WARNING, "certificates: API write refused", detail=str(exc))
+                log(
+                    logger,
+                    logging.WARNING,
+                    "certificates/registration: API call failed",
+                    detail=str(exc),
+                )
             except Exception:  # never let the loop die: rotation would freeze
-                log(logger, logging.ERROR, "certificates: sync failed", exc_info=True)
+                log(logger, logging.ERROR, "certificates/registration: sync failed", exc_info=True)
         await asyncio.sleep(delay)

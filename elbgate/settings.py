@@ -543,15 +543,31 @@ class ControllerSettings:
     cert_service: str = _setting(
         "ELB_GATE_CERT_SERVICE",
         "elb-gate-webhook",
-        "Managed certificates: the webhook Service the serving certificate names "
-        "(<service>, .<namespace>, .svc, .svc.cluster.local).",
+        "The webhook Service: the names of the managed serving certificate (<service>, "
+        ".<namespace>, .svc, .svc.cluster.local) and the endpoints registration waits for.",
         parse=_parse_str,
     )
     webhook_configuration: str = _setting(
         "ELB_GATE_WEBHOOK_CONFIGURATION",
         "elb-gate",
-        "Managed certificates: the Validating- and MutatingWebhookConfiguration whose "
-        "caBundle the controller keeps.",
+        "The Validating- and MutatingWebhookConfiguration the controller registers and "
+        "whose caBundle it keeps (managed certificates).",
+        parse=_parse_str,
+    )
+    registration_configmap: str = _setting(
+        "ELB_GATE_REGISTRATION_CONFIGMAP",
+        "",
+        "Registration: the ConfigMap of the pod's namespace holding the webhook "
+        "configurations; the leader creates them once the webhook Service "
+        "(ELB_GATE_CERT_SERVICE) has a ready endpoint, owned by ClusterRole "
+        "ELB_GATE_REGISTRATION_OWNER. Empty: something else registers them.",
+        parse=_parse_str,
+    )
+    registration_owner: str = _setting(
+        "ELB_GATE_REGISTRATION_OWNER",
+        "elb-gate-webhook",
+        "Registration: the ClusterRole that owns the registered configurations (deleted "
+        "with the release, so the garbage collector removes them).",
         parse=_parse_str,
     )
     cert_ca_seconds: int = _setting(

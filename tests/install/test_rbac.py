@@ -40,11 +40,17 @@ KINDS = {
     "EVENTS": "events",
     "NODES": "nodes",
     "SECRETS": "secrets",
+    "ENDPOINTSLICES": "endpointslices",
+    "CLUSTERROLES": "clusterroles",
     "VALIDATING_WEBHOOK_CONFIGURATIONS": "validatingwebhookconfigurations",
     "MUTATING_WEBHOOK_CONFIGURATIONS": "mutatingwebhookconfigurations",
 }
 CLUSTER_SCOPED = {"nodes"}
-WEBHOOK_CONFIGURATIONS = {"validatingwebhookconfigurations", "mutatingwebhookconfigurations"}
+WEBHOOK_CONFIGURATIONS = {
+    "validatingwebhookconfigurations",
+    "mutatingwebhookconfigurations",
+    "clusterroles",
+}
 """Cluster-scoped too, granted by name (elb-gate's own two) with managed certificates."""
 """Resources with no namespace: granted through the one ClusterRoleBinding."""
 SHARED_READS = {
@@ -56,6 +62,7 @@ OWN_NAMESPACE_MODULES = {
     "cluster_view.py": "db-memory",
     "certificates.py": "certificates",
     "tls.py": "certificates",
+    "registration.py": "registration",
 }
 """Modules whose namespaced calls are in elb-gate's own namespace (elb-system): the
 controller's leader Lease, the webhook's database memory ConfigMap."""
@@ -92,10 +99,15 @@ EXPECTED: dict[tuple[str, str], set[Grant]] = {
     ("controller", "leader"): {("leases", "get"), ("leases", "create"), ("leases", "update")},
     ("controller", "cluster"): {("nodes", "list"), ("nodes", "watch")},
     ("controller", "webhook-configurations"): {
-        ("validatingwebhookconfigurations", "get"),
-        ("validatingwebhookconfigurations", "update"),
-        ("mutatingwebhookconfigurations", "get"),
-        ("mutatingwebhookconfigurations", "update"),
+        (kind, verb)
+        for kind in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations")
+        for verb in ("get", "update", "create", "delete")
+    }
+    | {("clusterroles", "get")},
+    ("controller", "registration"): {
+        ("configmaps", "get"),
+        ("configmaps", "delete"),
+        ("endpointslices", "list"),
     },
     ("controller", "certificates"): {
         ("secrets", "get"),
@@ -294,7 +306,11 @@ def test_managed_certificates_grant_exactly_the_table_on_the_named_objects_only(
     assert unnamed == ["create"]  # RBAC cannot limit create by name
     assert [r["resourceNames"] for r in ctl["rules"] if "resourceNames" in r] == [secret_names]
     hooks = one(objects, "ClusterRole", "elb-gate-controller-webhook-configurations")
-    assert granted(hooks["rules"]) == EXPECTED[("controller", "webhook-configurations")]
+    assert granted(hooks["rules"]) == {
+        (k, v)
+        for k, v in EXPECTED[("controller", "webhook-configurations")]
+        if v in ("get", "update") and k != "clusterroles"
+    }
     assert all(r["resourceNames"] == ["elb-gate"] for r in hooks["rules"])
     web = one(objects, "Role", "elb-gate-webhook-certificate")
     assert granted(web["rules"]) == EXPECTED[("webhook", "certificates")]
@@ -358,3 +374,32 @@ def test_the_webhook_can_write_only_its_admission_record() -> None:
         ("configmaps", "create"),
         ("configmaps", "update"),
     }
+
+
+def test_registration_grants_exactly_the_table_on_the_named_objects_but_create_and_list() -> None:
+    from tests.install.chart import render
+
+    objects = render({})  # the chart's default: webhook.registration controller
+    role = one(objects, "Role", "elb-gate-controller-registration")
+    assert granted(role["rules"]) == EXPECTED[("controller", "registration")]
+    for rule in role["rules"]:
+        if rule["resources"] == ["configmaps"]:
+            assert rule["resourceNames"] == ["elb-gate-webhook-configurations"]
+        else:  # a list by label selector cannot be limited by name
+            assert rule["verbs"] == ["list"] and "resourceNames" not in rule
+    cluster = one(objects, "ClusterRole", "elb-gate-controller-registration")
+    unnamed = {v for r in cluster["rules"] if "resourceNames" not in r for v in r["verbs"]}
+    assert unnamed == {"create"}  # RBAC cannot limit create by name
+    named = {
+        (tuple(r["resources"]), tuple(r["resourceNames"]))
+        for r in cluster["rules"]
+        if "resourceNames" in r
+    }
+    assert named == {
+        (("validatingwebhookconfigurations", "mutatingwebhookconfigurations"), ("elb-gate",)),
+        (("clusterroles",), ("elb-gate-webhook",)),
+    }
+    both = granted(cluster["rules"]) | granted(
+        one(objects, "ClusterRole", "elb-gate-controller-webhook-configurations")["rules"]
+    )
+    assert both == EXPECTED[("controller", "webhook-configurations")]
