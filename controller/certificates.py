@@ -47,6 +47,7 @@ from cryptography.hazmat.primitives import serialization
 from certs import builder
 from certs.builder import KeyPair
 from elbgate.kube.api import (
+    CLUSTERROLES,
     MUTATING_WEBHOOK_CONFIGURATIONS,
     SECRETS,
     VALIDATING_WEBHOOK_CONFIGURATIONS,
@@ -298,8 +299,12 @@ class CertificateManager:
         *,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
         may_act: Callable[[], bool] = lambda: True,
+        owner: str = "",
     ) -> None:
+        """``owner``: a ClusterRole of the release to own the Secrets the manager
+        creates, so the garbage collector removes them with it (empty: none)."""
         self.api = api
+        self.owner = owner
         self.namespace = namespace
         self.ca_secret = settings.cert_ca_secret
         self.tls_secret = tls_secret
@@ -462,6 +467,20 @@ class CertificateManager:
             "data": {k: _b64(v) for k, v in data.items()},
         }
         if current is None:
+            owner = (
+                await self.api.get_or_none(path(CLUSTERROLES, None, self.owner))
+                if self.owner
+                else None
+            )
+            if owner is not None:
+                meta["ownerReferences"] = [
+                    {
+                        "apiVersion": "rbac.authorization.k8s.io/v1",
+                        "kind": "ClusterRole",
+                        "name": owner["metadata"]["name"],
+                        "uid": owner["metadata"]["uid"],
+                    }
+                ]
             await self.api.create(path(SECRETS, self.namespace), body)
         else:
             await self.api.replace(path(SECRETS, self.namespace, name), body)

@@ -174,6 +174,11 @@ class Controller:
                 settings.controller,
                 settings.webhook.tls_secret,
                 may_act=self.leader.may_act,
+                owner=(
+                    settings.controller.registration_owner
+                    if settings.controller.registration_configmap
+                    else ""
+                ),
             )
         self.registrar: Registrar | None = None
         if settings.controller.registration_configmap:
