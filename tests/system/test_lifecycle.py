@@ -126,6 +126,16 @@ def left_behind(t: SystemTier) -> list[str]:
     return out
 
 
+def test_namespace_create_is_refused_by_helm_install_with_the_reason(tier: SystemTier) -> None:
+    """Helm keeps its release record in the namespace, so it exists before the chart
+    is applied: the chart says so instead of failing on 'already exists'."""
+    result = helm_install(tier, *sets(*VALUES, "namespace.create=true"))
+    assert result.returncode != 0
+    assert "namespace.create=true is for `helm template`" in result.stderr, result.stderr
+    assert "--create-namespace" in result.stderr
+    assert not left_behind(tier)
+
+
 def test_an_install_that_fails_applying_leaves_no_webhook_configuration(tier: SystemTier) -> None:
     """The issue's case: a gated namespace that does not exist yet. ``--atomic`` rolls
     the release back (its pre-delete hook runs); no webhook was ever registered."""
@@ -270,7 +280,9 @@ def test_an_upgrade_under_load_reaches_the_registered_configurations(rotating: S
             "--reuse-values",
             "--atomic",
             "--timeout=300s",
-            *sets("webhook.timeoutSeconds=6", "webhook.podAnnotations.rollout=2"),
+            *sets("webhook.timeoutSeconds=6"),
+            "--set-string",
+            "webhook.podAnnotations.rollout=2",
         )
         assert result.returncode == 0, result.stderr[-2000:]
         report("helm upgrade --atomic (s)", round(time.monotonic() - began, 1))
