@@ -491,3 +491,33 @@ def test_the_liveness_alert_follows_the_resync_period() -> None:
     ]
     assert stale["expr"].strip().endswith("> 60")
     assert one(objects, "ConfigMap", "elb-gate-settings")["data"]["ELB_GATE_RESYNC_SECONDS"] == "20"
+
+
+def test_alerts_and_scraping_ship_on_wherever_the_cluster_can_read_them() -> None:
+    """monitoring.*.enabled default auto: on when the cluster serves the kinds (helm
+    install sees its APIs; here --api-versions stands in), absent from a plain helm
+    template (so its output stays the same), the certificate-expiry alert included."""
+    from tests.install.chart import helm
+
+    def kinds(*api_versions: str, flavour: str = "prometheus-operator") -> dict[str, Any]:
+        argv = [str(helm()), "template", "elb-gate", str(CHART), "-n", "elb-system"]
+        argv += ["--set", f"monitoring.flavour={flavour}"]
+        for api in api_versions:
+            argv += ["--api-versions", api]
+        out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+        return {f"{d['kind']}/{d['metadata']['name']}": d for d in yaml.safe_load_all(out) if d}
+
+    plain = kinds()
+    assert not [k for k in plain if k.split("/")[0] in ("PrometheusRule", "ServiceMonitor")]
+    served = kinds(
+        "monitoring.coreos.com/v1/PrometheusRule", "monitoring.coreos.com/v1/ServiceMonitor"
+    )
+    rule = served["PrometheusRule/elb-gate"]
+    alerts = {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert "ElbGateServingCertificateExpiringSoon" in alerts
+    assert "ServiceMonitor/elb-gate-webhook" in served or any(
+        k.startswith("ServiceMonitor/") for k in served
+    )
+    azure = kinds("azmonitoring.coreos.com/v1/ServiceMonitor", flavour="azure-managed-prometheus")
+    assert "ConfigMap/elb-gate-prometheus-rule-groups" in azure
+    assert not [k for k in azure if k.startswith("PrometheusRule/")]

@@ -198,7 +198,7 @@ def test_a_misspelt_choice_is_refused(key: str, value: str) -> None:
         ("webhook.timeoutSeconds", 2.5, "got number, want integer"),
         ("gatedNamespaces", "default", "got string, want array"),
         ("networkPolicy.enabled", "yes", "got string, want boolean"),
-        ("monitoring.prometheusRule.enabled", "true", "got string, want boolean"),
+        ("monitoring.prometheusRule.enabled", "true", "value must be one of true, false, 'auto'"),
         ("webhook", [], "got array, want object"),
         ("commonLabels", {"team": 7}, "got number, want string"),
     ],
