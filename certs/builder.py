@@ -66,14 +66,19 @@ class KeyPair:
 
 
 def new_ca(
-    now: dt.datetime, days: int = CA_DAYS, common_name: str = "elb-gate webhook CA"
+    now: dt.datetime,
+    days: int = CA_DAYS,
+    common_name: str = "elb-gate webhook CA",
+    *,
+    lifetime: dt.timedelta | None = None,
 ) -> KeyPair:
-    """A self-signed CA that may sign leaf certificates only (pathLength 0)."""
+    """A self-signed CA that may sign leaf certificates only (pathLength 0), valid
+    ``days`` (or ``lifetime``) from ``now``."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
     cert = (
-        _skeleton(name, name, key, now, days)
+        _skeleton(name, name, key, now, _validity(days, lifetime))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             _key_usage(digital_signature=True, key_cert_sign=True, crl_sign=True), critical=True
@@ -85,9 +90,15 @@ def new_ca(
 
 
 def new_serving(
-    ca: KeyPair, dns_names: list[str], now: dt.datetime, days: int = SERVING_DAYS
+    ca: KeyPair,
+    dns_names: list[str],
+    now: dt.datetime,
+    days: int = SERVING_DAYS,
+    *,
+    lifetime: dt.timedelta | None = None,
 ) -> KeyPair:
-    """A leaf for ``dns_names`` (serverAuth only), signed by ``ca``."""
+    """A leaf for ``dns_names`` (serverAuth only), signed by ``ca``, valid ``days`` (or
+    ``lifetime``) from ``now`` and never beyond the CA."""
     if not dns_names:
         raise ValueError("a serving certificate needs at least one DNS name")
     key = ec.generate_private_key(ec.SECP256R1())
@@ -95,7 +106,12 @@ def new_serving(
     ca_ski = ca.cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
     cert = (
         _skeleton(
-            subject, ca.cert.subject, key, now, days, not_after_cap=ca.cert.not_valid_after_utc
+            subject,
+            ca.cert.subject,
+            key,
+            now,
+            _validity(days, lifetime),
+            not_after_cap=ca.cert.not_valid_after_utc,
         )
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(_key_usage(digital_signature=True), critical=True)
@@ -197,12 +213,10 @@ def _skeleton(
     issuer: x509.Name,
     key: ec.EllipticCurvePrivateKey,
     now: dt.datetime,
-    days: int,
+    validity: dt.timedelta,
     not_after_cap: dt.datetime | None = None,
 ) -> x509.CertificateBuilder:
-    if days <= 0:
-        raise ValueError("validity must be at least one day")
-    not_after = now + dt.timedelta(days=days)
+    not_after = now + validity
     if not_after_cap is not None:
         # A leaf never outlives its CA: the chain would break before the leaf "expires".
         not_after = min(not_after, not_after_cap)
@@ -215,6 +229,16 @@ def _skeleton(
         .not_valid_before(now - BACKDATE)
         .not_valid_after(not_after)
     )
+
+
+def _validity(days: int, lifetime: dt.timedelta | None) -> dt.timedelta:
+    if lifetime is not None:
+        if lifetime <= dt.timedelta(0):
+            raise ValueError("validity must be positive")
+        return lifetime
+    if days <= 0:
+        raise ValueError("validity must be at least one day")
+    return dt.timedelta(days=days)
 
 
 def _key_usage(

@@ -11,8 +11,10 @@ import os
 import signal
 import sys
 
+from controller.registration import unregister
 from controller.server import serve
 from elbgate import logs, runtime
+from elbgate.kube.api import KubeApi
 from elbgate.kube.config import KubeConfig, KubeConfigError
 from elbgate.settings import Settings, SettingsError
 from elbgate.settings_help import server_parser
@@ -29,7 +31,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "environment (below).",
     )
     parser.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG or in-cluster")
+    parser.add_argument(
+        "command",
+        nargs="?",
+        choices=("serve", "unregister"),
+        default="serve",
+        help="serve (the default): run the controller; unregister: delete the "
+        "configurations' ConfigMap and elb-gate's two webhook configurations, then exit "
+        "(Helm's pre-delete hook)",
+    )
     return parser.parse_args(argv)
+
+
+async def _unregister(settings: Settings, config: KubeConfig) -> int:
+    async with KubeApi(config, timeout=10.0, user_agent="elb-gate-unregister") as api:
+        deleted = await unregister(api, settings.server.pod_namespace, settings.controller)
+    logs.log(logger, logging.INFO, "unregistered", deleted=deleted)
+    return 0
 
 
 async def _main(settings: Settings, config: KubeConfig) -> None:
@@ -54,6 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     except KubeConfigError as exc:
         logs.log(logger, logging.ERROR, "no API configuration", detail=str(exc))
         return 2
+    if args.command == "unregister":
+        if not settings.controller.registration_configmap:
+            logs.log(logger, logging.INFO, "unregister: registration is off; nothing to do")
+            return 0
+        return asyncio.run(_unregister(settings, config))
     runtime.tune_gc()
     asyncio.run(_main(settings, config))
     return 0

@@ -15,11 +15,14 @@ from aiohttp import web
 from controller import cache as kinds
 from controller.apply import Applier
 from controller.cache import Cache
+from controller.certificates import CertificateManager
+from controller.certificates import run as run_certificates
 from controller.holder_watch import HolderWatches
 from controller.http import Health, create_app
 from controller.leader import LeaderElector
 from controller.metrics import COMPONENT, ControllerMetrics
 from controller.reconciler import Reconciler
+from controller.registration import Registrar
 from elbgate.credential_metrics import register_credential_failures
 from elbgate.kube.api import CONFIGMAPS, JOBS, LEASES, KubeApi, path
 from elbgate.kube.config import KubeConfig
@@ -163,6 +166,28 @@ class Controller:
             clock,
             holders=self.holders,
         )
+        self.certificates: CertificateManager | None = None
+        if settings.controller.certificates == "managed":
+            self.certificates = CertificateManager(
+                api,
+                settings.server.pod_namespace,
+                settings.controller,
+                settings.webhook.tls_secret,
+                may_act=self.leader.may_act,
+                owner=(
+                    settings.controller.registration_owner
+                    if settings.controller.registration_configmap
+                    else ""
+                ),
+            )
+        self.registrar: Registrar | None = None
+        if settings.controller.registration_configmap:
+            self.registrar = Registrar(
+                api,
+                settings.server.pod_namespace,
+                settings.controller,
+                ca_bundle=self.certificates.ca_bundle if self.certificates else None,
+            )
         self.informers = [
             Informer(
                 api, self.cache, spec, self.metrics, watch_timeout_seconds=watch_timeout_seconds
@@ -217,6 +242,15 @@ class Controller:
                     tg.create_task(informer.run())
                 tg.create_task(self.reconciler.run())
                 tg.create_task(self.leader.run())
+                if self.certificates is not None or self.registrar is not None:
+                    tg.create_task(
+                        run_certificates(
+                            self.certificates,
+                            self.settings.controller.cert_check_seconds,
+                            self.leader.may_act,
+                            self.registrar,
+                        )
+                    )
         finally:
             self.reconciler.cancel_inflight()
             await asyncio.shield(self.holders.close())

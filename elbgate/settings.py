@@ -36,6 +36,7 @@ FairTurns = Literal["on", "off"]
 """Whether the Lease guard gives a free turn to the submit path that waited longest."""
 ClientAuth = Literal["off", "verify", "require"]
 """What the webhook asks of a caller's client certificate (docs/security.md)."""
+Certificates = Literal["off", "managed"]
 
 DEFAULT_CONTROLLER_USER = "system:serviceaccount:elb-system:elb-gate-controller"
 DEFAULT_LIVENESS_APPS = (
@@ -95,6 +96,25 @@ def _parse_float(raw: str, minimum: float) -> float:
         raise ValueError("not a number") from None
     if not value >= minimum or value == float("inf"):
         raise ValueError(f"must be a finite number >= {minimum:g}")
+    return value
+
+
+_DURATION_PART = re.compile(r"(\d+)([dhms])")
+_DURATION_UNIT = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def _parse_duration(raw: str, minimum: float) -> int:
+    """Whole seconds from ``8760h``, ``90d``, ``1h30m``, ``45s`` or a bare number."""
+    text = raw.strip().lower()
+    if text.isdigit():
+        value = int(text)
+    else:
+        parts = _DURATION_PART.findall(text)
+        if not text or "".join(n + u for n, u in parts) != text:
+            raise ValueError("not a duration like 8760h, 90d, 1h30m or 45s")
+        value = sum(int(n) * _DURATION_UNIT[u] for n, u in parts)
+    if value < minimum:
+        raise ValueError(f"must be at least {minimum:g}s")
     return value
 
 
@@ -337,6 +357,14 @@ class WebhookSettings:
     tls_key_file: str = _setting(
         "ELB_GATE_TLS_KEY_FILE", "/etc/elb-gate/tls/tls.key", "Serving key (PEM).", parse=_parse_str
     )
+    tls_secret: str = _setting(
+        "ELB_GATE_TLS_SECRET",
+        "",
+        "Read the serving pair from this Secret of the pod's namespace through the API "
+        "(tls.crt, tls.key; polled every 2 s) instead of ELB_GATE_TLS_CERT_FILE/KEY_FILE. "
+        "Set with ELB_GATE_CERTIFICATES=managed: the controller writes it.",
+        parse=_parse_str,
+    )
     max_request_bytes: int = _setting(
         "ELB_GATE_MAX_REQUEST_BYTES",
         8 * 1024 * 1024,
@@ -524,6 +552,92 @@ class ControllerSettings:
         parse=_parse_float,
         minimum=0.1,
     )
+    certificates: Certificates = _setting(
+        "ELB_GATE_CERTIFICATES",
+        "off",
+        "`managed`: the controller's leader owns the webhook's CA and serving pair (Secrets "
+        "ELB_GATE_CERT_CA_SECRET and ELB_GATE_TLS_SECRET) and the caBundle of the webhook "
+        "configurations named ELB_GATE_WEBHOOK_CONFIGURATION, and renews them "
+        '(docs/design.md, "Managed certificates"); `off`: something else provides them.',
+        parse=_choice("off", "managed"),
+    )
+    cert_ca_secret: str = _setting(
+        "ELB_GATE_CERT_CA_SECRET",
+        "elb-gate-webhook-ca",
+        "Managed certificates: the Secret holding the trusted CAs and the signing key "
+        "(read by the controller only).",
+        parse=_parse_str,
+    )
+    cert_service: str = _setting(
+        "ELB_GATE_CERT_SERVICE",
+        "elb-gate-webhook",
+        "The webhook Service: the names of the managed serving certificate (<service>, "
+        ".<namespace>, .svc, .svc.cluster.local) and the endpoints registration waits for.",
+        parse=_parse_str,
+    )
+    webhook_configuration: str = _setting(
+        "ELB_GATE_WEBHOOK_CONFIGURATION",
+        "elb-gate",
+        "The Validating- and MutatingWebhookConfiguration the controller registers and "
+        "whose caBundle it keeps (managed certificates).",
+        parse=_parse_str,
+    )
+    registration_configmap: str = _setting(
+        "ELB_GATE_REGISTRATION_CONFIGMAP",
+        "",
+        "Registration: the ConfigMap of the pod's namespace holding the webhook "
+        "configurations; the leader creates them once the webhook Service "
+        "(ELB_GATE_CERT_SERVICE) has a ready endpoint, owned by ClusterRole "
+        "ELB_GATE_REGISTRATION_OWNER. Empty: something else registers them.",
+        parse=_parse_str,
+    )
+    registration_owner: str = _setting(
+        "ELB_GATE_REGISTRATION_OWNER",
+        "elb-gate-webhook",
+        "Registration: the ClusterRole that owns the registered configurations (deleted "
+        "with the release, so the garbage collector removes them).",
+        parse=_parse_str,
+    )
+    cert_ca_seconds: int = _setting(
+        "ELB_GATE_CERT_CA_LIFETIME",
+        365 * 86400,
+        "Managed certificates: lifetime of a CA (8760h, 365d or seconds).",
+        parse=_parse_duration,
+        minimum=60,
+    )
+    cert_serving_seconds: int = _setting(
+        "ELB_GATE_CERT_SERVING_LIFETIME",
+        90 * 86400,
+        "Managed certificates: lifetime of a serving certificate (never beyond its CA's).",
+        parse=_parse_duration,
+        minimum=30,
+    )
+    cert_renew_fraction: float = _setting(
+        "ELB_GATE_CERT_RENEW_FRACTION",
+        2 / 3,
+        "Managed certificates: a CA or serving certificate is replaced once this fraction of "
+        "its lifetime has passed.",
+        parse=_parse_float,
+        minimum=0.05,
+    )
+    cert_overlap_seconds: int = _setting(
+        "ELB_GATE_CERT_OVERLAP",
+        300,
+        "Managed certificates: how long a new caBundle is published before a certificate of "
+        "its new CA is served, and how long a new serving certificate is served before the "
+        "old CA leaves the caBundle. Above the time a caBundle change takes to reach every "
+        "API server and a Secret change every webhook Pod (seconds: both are read through "
+        "the API).",
+        parse=_parse_duration,
+        minimum=1,
+    )
+    cert_check_seconds: float = _setting(
+        "ELB_GATE_CERT_CHECK_SECONDS",
+        30.0,
+        "Managed certificates: how often the leader checks the certificates and caBundle.",
+        parse=_parse_float,
+        minimum=0.1,
+    )
     controller_api_timeout_seconds: float = _setting(
         "ELB_GATE_CONTROLLER_API_TIMEOUT_SECONDS",
         5.0,
@@ -680,6 +794,16 @@ class Settings:
                 f"ELB_GATE_FAIR_TURN_HOLD_SECONDS ({hold:g}) must be below "
                 f"ELB_GATE_FAIR_TURN_FORGET_SECONDS ({forget:g}), or a path waiting for the "
                 "turn kept for it is forgotten first"
+            )
+        if not controller.cert_renew_fraction < 1:
+            out.append(
+                f"ELB_GATE_CERT_RENEW_FRACTION ({controller.cert_renew_fraction:g}) must be "
+                "below 1, or a certificate is renewed only once it has expired"
+            )
+        if controller.certificates == "managed" and not webhook.tls_secret:
+            out.append(
+                "ELB_GATE_CERTIFICATES=managed needs ELB_GATE_TLS_SECRET (the Secret the "
+                "controller writes the serving pair to)"
             )
         if webhook.client_auth != "off" and not (webhook.client_ca_file and webhook.client_names):
             out.append(

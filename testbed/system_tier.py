@@ -148,7 +148,9 @@ class SystemTier:
         self, *values: str, action: str = "install", strings: Sequence[str] = ()
     ) -> subprocess.CompletedProcess[str]:
         """``helm install elb-gate charts/elb-gate -n elb-system --create-namespace``
-        with ``--set`` values, as the README says; timed into ``timings[action]``."""
+        with ``--set`` values, as the README says; timed into ``timings[action]``. A
+        successful install returns once the controller has registered the webhook
+        configurations (``timings["registered"]``)."""
         began = time.monotonic()
         args = [action, RELEASE, str(CHART), "-n", NAMESPACE]
         if action == "install":
@@ -159,7 +161,27 @@ class SystemTier:
             args += ["--set-string", v]
         result = self.helm(*args)
         self.timings[action] = time.monotonic() - began
+        if (
+            action == "install"
+            and result.returncode == 0
+            and "webhook.registration=chart" not in values
+        ):
+            # The controller registers the webhook configurations once a webhook Pod
+            # is Ready (docs/design.md, "Registration"): the install serves from then.
+            self.wait_registered()
+            self.timings["registered"] = time.monotonic() - began
         return result
+
+    def wait_registered(self, timeout: float = 240) -> None:
+        """Wait until both of elb-gate's webhook configurations exist."""
+
+        def registered() -> bool:
+            return all(
+                self.cp.admin.find(kind, None, RELEASE) is not None
+                for kind in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations")
+            )
+
+        wait_until(registered, timeout, "the controller to register both webhook configurations")
 
     def kubectl(self, user: str, *args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
         return self.cp.kubectl(user, *args, **kw)

@@ -24,7 +24,7 @@ from webhook.http import Runtime, create_app, create_ops_app
 from webhook.metrics import COMPONENT, WebhookMetrics
 from webhook.readiness import ApiReachability
 from webhook.readiness_key import ReadinessKey
-from webhook.tls import ServingCertificate
+from webhook.tls import ServingCertificate, secret_fetcher
 
 _log = logging.getLogger("webhook.server")
 
@@ -52,15 +52,21 @@ async def serve(
     stop = stop or asyncio.Event()
     metrics = WebhookMetrics(CollectorRegistry(auto_describe=True))
     register_credential_failures(metrics.registry, COMPONENT, kube.token)
+    api = KubeApi(kube, timeout=settings.webhook.api_timeout_seconds, user_agent="elb-gate-webhook")
+    fetch, source = None, settings.webhook.tls_cert_file
+    if settings.webhook.tls_secret:
+        namespace, name = settings.server.pod_namespace, settings.webhook.tls_secret
+        source = f"Secret {namespace}/{name}"
+        fetch = secret_fetcher(api, namespace, name)
     certificate = ServingCertificate(
-        settings.webhook.tls_cert_file,
+        source,
         settings.webhook.tls_key_file,
         on_loaded=lambda not_after: metrics.record_certificate_expiry(not_after.timestamp()),
         client_auth=settings.webhook.client_auth,
         client_ca_file=settings.webhook.client_ca_file,
+        fetch=fetch,
     )
-    certificate.reload_if_changed()  # before listening, so the first handshake has it
-    api = KubeApi(kube, timeout=settings.webhook.api_timeout_seconds, user_agent="elb-gate-webhook")
+    await certificate.refresh()  # before listening, so the first handshake has it
     reachability = ApiReachability(api, settings.webhook.api_timeout_seconds)
     cluster = ClusterView(api, settings.rules, settings.server.pod_namespace, metrics)
     admission = Admission(

@@ -13,22 +13,29 @@ With ``ELB_GATE_CLIENT_AUTH`` verify or require, the same context asks each
 caller for a client certificate and verifies it against ``ELB_GATE_CLIENT_CA_FILE``
 (read once, at start-up): optional or required at the handshake
 (:mod:`webhook.callers` reads what was verified).
+
+With ``ELB_GATE_TLS_SECRET`` (managed certificates) the pair is read from that Secret
+through the API on the same poll instead (:func:`secret_fetcher`): a renewed pair is
+served within seconds of its write, with no wait for the kubelet to refresh a volume,
+and a Pod starts before the Secret exists (it is Ready once the pair is loaded).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import os
 import ssl
 import tempfile
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
+from elbgate.kube.api import SECRETS, KubeApi, path
 from elbgate.logs import log
 from elbgate.settings import ClientAuth
 
@@ -89,8 +96,12 @@ class ServingCertificate:
         *,
         client_auth: ClientAuth = "off",
         client_ca_file: str = "",
+        fetch: Callable[[], Awaitable[tuple[bytes, bytes] | None]] | None = None,
     ) -> None:
+        """``fetch``, when given, is where the pair comes from instead of the files
+        (the Secret read through the API); ``cert_file`` then only names it."""
         self.cert_file = cert_file
+        self._fetch = fetch
         self.key_file = key_file
         self.context = server_context(client_auth, client_ca_file)
         self.not_after: datetime | None = None
@@ -117,7 +128,10 @@ class ServingCertificate:
 
     def reload_if_changed(self) -> bool:
         """Load the files' pair if it differs from the one in service; True when loaded."""
-        pair = self._read()
+        return self.offer(self._read())
+
+    def offer(self, pair: tuple[bytes, bytes] | None) -> bool:
+        """Load ``pair`` (cert, key) if it differs from the one in service and is valid."""
         if pair is None or pair == self._loaded or pair == self._rejected:
             return False
         try:
@@ -157,11 +171,50 @@ class ServingCertificate:
                     fh.write(data)
             self.context.load_cert_chain(cert_path, key_path)
 
+    async def refresh(self) -> bool:
+        """Load the pair from its source (files, or ``fetch``) if it changed."""
+        if self._fetch is None:
+            return self.reload_if_changed()
+        return self.offer(await self._fetch())
+
     async def watch(self, interval: float = RELOAD_POLL_SECONDS) -> None:
-        """Poll the files forever (run as a task; cancel to stop)."""
+        """Poll the source forever (run as a task; cancel to stop)."""
         while True:
             await asyncio.sleep(interval)
             try:
-                self.reload_if_changed()
+                await self.refresh()
             except Exception:  # a watcher that dies silently would freeze rotation
                 log(_log, logging.ERROR, "certificate reload failed", exc_info=True)
+
+
+def secret_fetcher(
+    api: KubeApi, namespace: str, name: str
+) -> Callable[[], Awaitable[tuple[bytes, bytes] | None]]:
+    """A ``fetch`` for :class:`ServingCertificate`: the ``tls.crt``/``tls.key`` of
+    Secret ``namespace/name`` (None when absent or unreadable, so the pair in
+    service stays)."""
+    state = {"warned": ""}
+    url_path = path(SECRETS, namespace, name)
+
+    async def fetch() -> tuple[bytes, bytes] | None:
+        try:
+            secret = await api.get_or_none(path(SECRETS, namespace, name))
+        except Exception as exc:  # the API unreachable or refusing: keep serving
+            problem = f"{type(exc).__name__}: {exc}"
+            if state["warned"] != problem:
+                log(_log, logging.WARNING, "certificate Secret unreadable", error=problem)
+                state["warned"] = problem
+            return None
+        data = (secret or {}).get("data") or {}
+        if not isinstance(data, dict) or not data.get("tls.crt") or not data.get("tls.key"):
+            if state["warned"] != "absent":
+                log(_log, logging.WARNING, "certificate Secret absent or empty", secret=url_path)
+                state["warned"] = "absent"
+            return None
+        state["warned"] = ""
+        try:
+            return base64.b64decode(str(data["tls.crt"])), base64.b64decode(str(data["tls.key"]))
+        except ValueError:
+            return None
+
+    return fetch

@@ -116,6 +116,17 @@ PODS = ("v1", "pods")
 CONFIGMAPS = ("v1", "configmaps")
 EVENTS = ("v1", "events")
 NODES = ("v1", "nodes")
+SECRETS = ("v1", "secrets")
+ENDPOINTSLICES = ("discovery.k8s.io/v1", "endpointslices")
+CLUSTERROLES = ("rbac.authorization.k8s.io/v1", "clusterroles")
+VALIDATING_WEBHOOK_CONFIGURATIONS = (
+    "admissionregistration.k8s.io/v1",
+    "validatingwebhookconfigurations",
+)
+MUTATING_WEBHOOK_CONFIGURATIONS = (
+    "admissionregistration.k8s.io/v1",
+    "mutatingwebhookconfigurations",
+)
 
 
 def path(

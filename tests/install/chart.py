@@ -59,9 +59,28 @@ def render(
     *,
     namespace: str = NAMESPACE,
     kustomize_profile: bool = False,
+    raw: bool = False,
 ) -> list[Obj]:
     """The chart's objects for ``sets`` (dotted keys, any JSON value) on top of the
-    chart defaults (or of manifests/kustomize-values.yaml with ``kustomize_profile``)."""
+    chart defaults (or of manifests/kustomize-values.yaml with ``kustomize_profile``),
+    plus the webhook configurations the controller registers (unless ``raw``)."""
     frozen = tuple(sorted((k, json.dumps(v)) for k, v in (sets or {}).items()))
     text = _render(frozen, namespace, kustomize_profile)
-    return [doc for doc in yaml.safe_load_all(text) if doc]
+    docs = [doc for doc in yaml.safe_load_all(text) if doc]
+    if raw:
+        return docs
+    return docs + registered(docs)
+
+
+REGISTRATION_CONFIGMAP = "elb-gate-webhook-configurations"
+
+
+def registered(docs: list[Obj]) -> list[Obj]:
+    """The webhook configurations the controller registers from the chart's
+    ConfigMap (``webhook.registration: controller``, the default), as objects."""
+    return [
+        json.loads(raw)
+        for doc in docs
+        if doc["kind"] == "ConfigMap" and doc["metadata"]["name"] == REGISTRATION_CONFIGMAP
+        for raw in doc["data"].values()
+    ]

@@ -156,7 +156,7 @@ def test_the_values_schema_in_values_yaml_comments_matches_the_defaults() -> Non
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert values["gatedNamespaces"] == ["default"]
     assert values["enforcement"] == "deny" and values["orphanPolicy"] == "warn"
-    assert values["certificates"]["source"] == "generated"
+    assert values["certificates"]["source"] == "managed"
     assert values["webhook"]["nodeSelector"] == {"kubernetes.io/os": "linux"}
     assert values["controller"]["nodeSelector"] == {"kubernetes.io/os": "linux"}
 
@@ -316,8 +316,40 @@ def test_the_image_reference_is_made_of_registry_repository_and_tag_or_digest(
 # --- certificates -----------------------------------------------------------------------
 
 
+def test_managed_certificates_render_the_same_every_time_with_nothing_secret() -> None:
+    """The default source: no key, no certificate, no caBundle in what Helm renders, so
+    two renders (Argo CD syncs, `helm template | kubectl diff`) are byte-equal."""
+    from tests.install.chart import template_argv
+
+    runs = [
+        subprocess.run(template_argv({}), capture_output=True, text=True, check=True).stdout
+        for _ in range(2)
+    ]
+    assert runs[0] == runs[1]
+    objects = render({})
+    assert not select(objects, "Secret")
+    for hook in _hooks(objects).values():
+        assert "caBundle" not in hook["clientConfig"]
+    pod = _pod(objects, "webhook")
+    assert "tls" not in {v["name"] for v in pod["volumes"]}
+    settings = one(objects, "ConfigMap", "elb-gate-settings")["data"]
+    assert settings["ELB_GATE_CERTIFICATES"] == "managed"
+    assert settings["ELB_GATE_TLS_SECRET"] == "elb-gate-webhook-tls"
+    # The generated source makes a new CA on every render without a cluster to look in.
+    generated = [
+        subprocess.run(
+            template_argv({"certificates.source": "generated"}),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for _ in range(2)
+    ]
+    assert generated[0] != generated[1]
+
+
 def test_generated_certificates_verify_against_the_ca_bundle_for_the_release_namespace() -> None:
-    objects = render(namespace="gatekeeping")
+    objects = render({"certificates.source": "generated"}, namespace="gatekeeping")
     secret = one(objects, "Secret", "elb-gate-webhook-tls")
     leaf = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
     names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
@@ -468,3 +500,33 @@ def test_the_liveness_alert_follows_the_resync_period() -> None:
     ]
     assert stale["expr"].strip().endswith("> 60")
     assert one(objects, "ConfigMap", "elb-gate-settings")["data"]["ELB_GATE_RESYNC_SECONDS"] == "20"
+
+
+def test_alerts_and_scraping_ship_on_wherever_the_cluster_can_read_them() -> None:
+    """monitoring.*.enabled default auto: on when the cluster serves the kinds (helm
+    install sees its APIs; here --api-versions stands in), absent from a plain helm
+    template (so its output stays the same), the certificate-expiry alert included."""
+    from tests.install.chart import helm
+
+    def kinds(*api_versions: str, flavour: str = "prometheus-operator") -> dict[str, Any]:
+        argv = [str(helm()), "template", "elb-gate", str(CHART), "-n", "elb-system"]
+        argv += ["--set", f"monitoring.flavour={flavour}"]
+        for api in api_versions:
+            argv += ["--api-versions", api]
+        out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+        return {f"{d['kind']}/{d['metadata']['name']}": d for d in yaml.safe_load_all(out) if d}
+
+    plain = kinds()
+    assert not [k for k in plain if k.split("/")[0] in ("PrometheusRule", "ServiceMonitor")]
+    served = kinds(
+        "monitoring.coreos.com/v1/PrometheusRule", "monitoring.coreos.com/v1/ServiceMonitor"
+    )
+    rule = served["PrometheusRule/elb-gate"]
+    alerts = {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert "ElbGateServingCertificateExpiringSoon" in alerts
+    assert "ServiceMonitor/elb-gate-webhook" in served or any(
+        k.startswith("ServiceMonitor/") for k in served
+    )
+    azure = kinds("azmonitoring.coreos.com/v1/ServiceMonitor", flavour="azure-managed-prometheus")
+    assert "ConfigMap/elb-gate-prometheus-rule-groups" in azure
+    assert not [k for k in azure if k.startswith("PrometheusRule/")]

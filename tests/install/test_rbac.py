@@ -45,14 +45,31 @@ KINDS = {
     "CONFIGMAPS": "configmaps",
     "EVENTS": "events",
     "NODES": "nodes",
+    "SECRETS": "secrets",
+    "ENDPOINTSLICES": "endpointslices",
+    "CLUSTERROLES": "clusterroles",
+    "VALIDATING_WEBHOOK_CONFIGURATIONS": "validatingwebhookconfigurations",
+    "MUTATING_WEBHOOK_CONFIGURATIONS": "mutatingwebhookconfigurations",
 }
 CLUSTER_SCOPED = {"nodes"}
+WEBHOOK_CONFIGURATIONS = {
+    "validatingwebhookconfigurations",
+    "mutatingwebhookconfigurations",
+    "clusterroles",
+}
+"""Cluster-scoped too, granted by name (elb-gate's own two) with managed certificates."""
 """Resources with no namespace: granted through the one ClusterRoleBinding."""
 SHARED_READS = {
     "list_unfinished_search_jobs": {("jobs", "list")},
     "get_submit_lease": {("leases", "get")},
 }
-OWN_NAMESPACE_MODULES = {"leader.py": "leader", "cluster_view.py": "db-memory"}
+OWN_NAMESPACE_MODULES = {
+    "leader.py": "leader",
+    "cluster_view.py": "db-memory",
+    "certificates.py": "certificates",
+    "tls.py": "certificates",
+    "registration.py": "registration",
+}
 """Modules whose namespaced calls are in elb-gate's own namespace (elb-system): the
 controller's leader Lease, the webhook's database memory ConfigMap."""
 
@@ -89,6 +106,23 @@ EXPECTED: dict[tuple[str, str], set[Grant]] = {
     },
     ("controller", "leader"): {("leases", "get"), ("leases", "create"), ("leases", "update")},
     ("controller", "cluster"): {("nodes", "list"), ("nodes", "watch")},
+    ("controller", "webhook-configurations"): {
+        (kind, verb)
+        for kind in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations")
+        for verb in ("get", "update", "create", "delete")
+    }
+    | {("clusterroles", "get")},
+    ("controller", "registration"): {
+        ("configmaps", "get"),
+        ("configmaps", "delete"),
+        ("endpointslices", "list"),
+    },
+    ("controller", "certificates"): {
+        ("secrets", "get"),
+        ("secrets", "create"),
+        ("secrets", "update"),
+    },
+    ("webhook", "certificates"): {("secrets", "get")},
     ("webhook", "cluster"): {("nodes", "list"), ("nodes", "watch")},
     ("webhook", "db-memory"): {("configmaps", "list"), ("configmaps", "watch")},
 }
@@ -177,7 +211,13 @@ def used_by_code() -> dict[tuple[str, str], set[Grant]]:
         for module in sorted((REPO / component).glob("*.py")):
             scope = OWN_NAMESPACE_MODULES.get(module.name, "gated")
             for resource, verb in calls_in(module):
-                where = "cluster" if resource in CLUSTER_SCOPED else scope
+                where = (
+                    "cluster"
+                    if resource in CLUSTER_SCOPED
+                    else "webhook-configurations"
+                    if resource in WEBHOOK_CONFIGURATIONS
+                    else scope
+                )
                 used.setdefault((component, where), set()).add((resource, verb))
     return used
 
@@ -277,6 +317,38 @@ def test_the_node_roles_grant_exactly_the_table_and_are_the_only_cluster_wide_bi
     assert (subject["name"], subject["namespace"]) == (f"elb-gate-{component}", "elb-system")
 
 
+def test_managed_certificates_grant_exactly_the_table_on_the_named_objects_only() -> None:
+    from tests.install.chart import render
+
+    objects = render({})  # the chart's default: certificates.source managed
+    secret_names = ["elb-gate-webhook-ca", "elb-gate-webhook-tls"]
+    ctl = one(objects, "Role", "elb-gate-controller-certificates")
+    assert granted(ctl["rules"]) == EXPECTED[("controller", "certificates")]
+    unnamed = [v for r in ctl["rules"] if "resourceNames" not in r for v in r["verbs"]]
+    assert unnamed == ["create"]  # RBAC cannot limit create by name
+    assert [r["resourceNames"] for r in ctl["rules"] if "resourceNames" in r] == [secret_names]
+    hooks = one(objects, "ClusterRole", "elb-gate-controller-webhook-configurations")
+    assert granted(hooks["rules"]) == {
+        (k, v)
+        for k, v in EXPECTED[("controller", "webhook-configurations")]
+        if v in ("get", "update") and k != "clusterroles"
+    }
+    assert all(r["resourceNames"] == ["elb-gate"] for r in hooks["rules"])
+    web = one(objects, "Role", "elb-gate-webhook-certificate")
+    assert granted(web["rules"]) == EXPECTED[("webhook", "certificates")]
+    assert all(r["resourceNames"] == ["elb-gate-webhook-tls"] for r in web["rules"])
+    for name, sa in (
+        ("elb-gate-controller-certificates", "elb-gate-controller"),
+        ("elb-gate-webhook-certificate", "elb-gate-webhook"),
+    ):
+        (subject,) = one(objects, "RoleBinding", name)["subjects"]
+        assert subject["name"] == sa
+    (subject,) = one(objects, "ClusterRoleBinding", "elb-gate-controller-webhook-configurations")[
+        "subjects"
+    ]
+    assert subject["name"] == "elb-gate-controller"
+
+
 def test_the_controllers_node_and_pod_watches_name_their_one_object() -> None:
     # Never a list of every Pod or Node: the holder's pod and its node, by name.
     source = (REPO / "controller" / "holder_watch.py").read_text()
@@ -326,3 +398,32 @@ def test_the_webhook_can_write_only_its_admission_record_and_readiness_key() -> 
         ("leases", "create"),
         ("leases", "patch"),
     }
+
+
+def test_registration_grants_exactly_the_table_on_the_named_objects_but_create_and_list() -> None:
+    from tests.install.chart import render
+
+    objects = render({})  # the chart's default: webhook.registration controller
+    role = one(objects, "Role", "elb-gate-controller-registration")
+    assert granted(role["rules"]) == EXPECTED[("controller", "registration")]
+    for rule in role["rules"]:
+        if rule["resources"] == ["configmaps"]:
+            assert rule["resourceNames"] == ["elb-gate-webhook-configurations"]
+        else:  # a list by label selector cannot be limited by name
+            assert rule["verbs"] == ["list"] and "resourceNames" not in rule
+    cluster = one(objects, "ClusterRole", "elb-gate-controller-registration")
+    unnamed = {v for r in cluster["rules"] if "resourceNames" not in r for v in r["verbs"]}
+    assert unnamed == {"create"}  # RBAC cannot limit create by name
+    named = {
+        (tuple(r["resources"]), tuple(r["resourceNames"]))
+        for r in cluster["rules"]
+        if "resourceNames" in r
+    }
+    assert named == {
+        (("validatingwebhookconfigurations", "mutatingwebhookconfigurations"), ("elb-gate",)),
+        (("clusterroles",), ("elb-gate-webhook",)),
+    }
+    both = granted(cluster["rules"]) | granted(
+        one(objects, "ClusterRole", "elb-gate-controller-webhook-configurations")["rules"]
+    )
+    assert both == EXPECTED[("controller", "webhook-configurations")]

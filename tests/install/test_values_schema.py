@@ -93,18 +93,23 @@ def test_an_unknown_setting_in_extra_is_refused() -> None:
 
 def test_settings_extra_takes_exactly_the_settings_the_chart_does_not_set_itself() -> None:
     allowed = set(SCHEMA["properties"]["settings"]["properties"]["extra"]["propertyNames"]["enum"])
-    objects = render(
-        {
-            "webhook.clientAuth": {
-                "mode": "verify",
-                "caBundle": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
-                "names": ["kube-apiserver-webhook-client"],
-            }
-        }
-    )
-    rendered = set(one(objects, "ConfigMap", "elb-gate-settings")["data"])
+    client_auth = {
+        "mode": "verify",
+        "caBundle": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+        "names": ["kube-apiserver-webhook-client"],
+    }
+    # The managed certificates' settings (the default) and the mounted files' (the
+    # other sources): the chart sets each in one mode, so neither is extra.
+    managed = render({"webhook.clientAuth": client_auth})
+    mounted = render({"webhook.clientAuth": client_auth, "certificates.source": "generated"})
+    rendered = {
+        key
+        for objects in (managed, mounted)
+        for key in one(objects, "ConfigMap", "elb-gate-settings")["data"]
+    }
     pods = [
         one(objects, "Deployment", f"elb-gate-{c}")["spec"]["template"]["spec"]
+        for objects in (managed, mounted)
         for c in ("webhook", "controller")
     ]
     containers = [c for pod in pods for c in pod["containers"]]
@@ -193,7 +198,7 @@ def test_a_misspelt_choice_is_refused(key: str, value: str) -> None:
         ("webhook.timeoutSeconds", 2.5, "got number, want integer"),
         ("gatedNamespaces", "default", "got string, want array"),
         ("networkPolicy.enabled", "yes", "got string, want boolean"),
-        ("monitoring.prometheusRule.enabled", "true", "got string, want boolean"),
+        ("monitoring.prometheusRule.enabled", "true", "value must be one of true, false, 'auto'"),
         ("webhook", [], "got array, want object"),
         ("commonLabels", {"team": 7}, "got number, want string"),
     ],

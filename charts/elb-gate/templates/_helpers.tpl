@@ -169,6 +169,24 @@ ELB_GATE_ORPHAN_POLICY: {{ .Values.orphanPolicy | quote }}
 ELB_GATE_ORPHAN_DELETE_AFTER_SECONDS: {{ .Values.orphanDeleteAfterSeconds | toString | quote }}
 ELB_GATE_RESYNC_SECONDS: {{ $s.resyncSeconds | toString | quote }}
 ELB_GATE_LOG_FORMAT: {{ $s.logFormat | quote }}
+{{- if eq .Values.webhook.registration "controller" }}
+ELB_GATE_REGISTRATION_CONFIGMAP: elb-gate-webhook-configurations
+ELB_GATE_REGISTRATION_OWNER: elb-gate-webhook
+{{- end }}
+{{- if or (eq .Values.certificates.source "managed") (eq .Values.webhook.registration "controller") }}
+ELB_GATE_CERT_SERVICE: {{ include "elb-gate.webhookService" . | quote }}
+ELB_GATE_WEBHOOK_CONFIGURATION: elb-gate
+{{- end }}
+{{- if eq .Values.certificates.source "managed" }}
+{{- $m := .Values.certificates.managed }}
+ELB_GATE_CERTIFICATES: managed
+ELB_GATE_TLS_SECRET: {{ .Values.certificates.secretName | quote }}
+ELB_GATE_CERT_CA_SECRET: {{ $m.caSecretName | quote }}
+ELB_GATE_CERT_CA_LIFETIME: {{ $m.caLifetime | quote }}
+ELB_GATE_CERT_SERVING_LIFETIME: {{ $m.servingLifetime | quote }}
+ELB_GATE_CERT_RENEW_FRACTION: {{ $m.renewFraction | toString | quote }}
+ELB_GATE_CERT_OVERLAP: {{ $m.overlap | quote }}
+{{- end }}
 {{- $clientAuth := include "elb-gate.clientAuthMode" . }}
 {{- if ne $clientAuth "off" }}
 ELB_GATE_CLIENT_AUTH: {{ $clientAuth | quote }}

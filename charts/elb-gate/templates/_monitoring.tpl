@@ -7,6 +7,20 @@
 {{- end -}}
 {{- end }}
 
+{{/* "true" when a monitoring object is on: (dict "root" $ "enabled" <true|false|"auto">
+     "kind" "ServiceMonitor"). auto: when the cluster serves that kind of the chosen
+     flavour's group (helm install/upgrade see the cluster's APIs; helm template sees
+     none unless given --api-versions, so its output stays the same every time). */}}
+{{- define "elb-gate.monitoringOn" -}}
+{{- $enabled := .enabled | toString -}}
+{{- if eq $enabled "true" -}}true
+{{- else if eq $enabled "auto" -}}
+{{- $api := include "elb-gate.monitoringApiVersion" .root -}}
+{{- if .root.Capabilities.APIVersions.Has (printf "%s/%s" $api .kind) -}}true{{- end -}}
+{{- else if ne $enabled "false" -}}{{ fail "monitoring.*.enabled: true, false or auto" }}
+{{- end -}}
+{{- end }}
+
 {{/* Azure Managed Prometheus drops targets whose labels exceed these unless they are set. */}}
 {{- define "elb-gate.azureLimits" -}}
 {{- if eq .Values.monitoring.flavour "azure-managed-prometheus" }}
