@@ -71,6 +71,9 @@ def unavailable() -> str | None:
     return None
 
 
+SOCKET_PATH_MAX = 107
+"""The longest path a Unix socket may have (``sun_path`` is 108 bytes with its NUL)."""
+
 IMAGE_ENV = "ELB_GATE_IMAGE_ARCHIVE"
 """An OCI archive to import instead of ``make image``'s (e.g. one built from another
 revision, to show what that revision does on a kubelet)."""
@@ -103,6 +106,14 @@ class SystemTier:
     ) -> SystemTier:
         """Real kubelet ``nodes``, and ``stand_ins`` (the stand-in kubelet's nodes, e.g.
         the blast pool of a demo whose search Pods run no real image) beside them."""
+        if state_dir is not None:
+            longest = max((len(name) for name, _ in nodes), default=0)
+            socket = f"{state_dir}/system/nodes/{'x' * longest}/containerd.sock"
+            if len(socket.encode()) > SOCKET_PATH_MAX:
+                raise RuntimeError(
+                    f"{state_dir} is too deep for the nodes' containerd sockets "
+                    f"({len(socket.encode())} > {SOCKET_PATH_MAX} bytes): use a shorter TMPDIR"
+                )
         began = time.monotonic()
         cp = ControlPlane.start(state_dir, nodes=stand_ins, system_nodes=nodes)
         tier = cls(cp)

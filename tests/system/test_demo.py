@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +34,21 @@ def summary_value(output: str, key: str) -> str:
     return match.group(1)
 
 
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A temporary directory short enough for the nodes' containerd sockets under it
+    (a Unix socket path has at most 107 bytes; pytest's tmp_path is too deep)."""
+    path = Path(tempfile.mkdtemp(prefix="elbd-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def test_the_demo_plays_its_story_on_the_chart_installed_as_shipped(
-    tmp_path: Path, host_before: dict[str, Any]
+    short_tmp: Path, host_before: dict[str, Any]
 ) -> None:
+    tmp_path = short_tmp
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ELB_GATE_", "BLAST_"))}
     env |= {"TMPDIR": str(tmp_path), "PYTHONUNBUFFERED": "1"}
     for key in ("ELB_GATE_HELM", "ELB_GATE_IMAGE_ARCHIVE"):
