@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -73,6 +74,9 @@ def unavailable() -> str | None:
 
 SOCKET_PATH_MAX = 107
 """The longest path a Unix socket may have (``sun_path`` is 108 bytes with its NUL)."""
+DEEPEST_SOCKET = "kubelet/device-plugins/kubelet.sock"
+"""The deepest socket under a node's directory (the kubelet's device-plugin socket;
+containerd's ``containerd.sock`` sits higher)."""
 
 IMAGE_ENV = "ELB_GATE_IMAGE_ARCHIVE"
 """An OCI archive to import instead of ``make image``'s (e.g. one built from another
@@ -106,14 +110,15 @@ class SystemTier:
     ) -> SystemTier:
         """Real kubelet ``nodes``, and ``stand_ins`` (the stand-in kubelet's nodes, e.g.
         the blast pool of a demo whose search Pods run no real image) beside them."""
-        if state_dir is not None:
-            longest = max((len(name) for name, _ in nodes), default=0)
-            socket = f"{state_dir}/system/nodes/{'x' * longest}/containerd.sock"
-            if len(socket.encode()) > SOCKET_PATH_MAX:
-                raise RuntimeError(
-                    f"{state_dir} is too deep for the nodes' containerd sockets "
-                    f"({len(socket.encode())} > {SOCKET_PATH_MAX} bytes): use a shorter TMPDIR"
-                )
+        # What tempfile.mkdtemp(prefix="localkube-") makes when no directory is given.
+        base = state_dir or Path(tempfile.gettempdir()) / ("localkube-" + "x" * 8)
+        longest = max((len(name) for name, _ in nodes), default=0)
+        socket = f"{base}/system/nodes/{'x' * longest}/{DEEPEST_SOCKET}"
+        if len(socket.encode()) > SOCKET_PATH_MAX:
+            raise RuntimeError(
+                f"{base} is too deep for the nodes' sockets ({socket}: "
+                f"{len(socket.encode())} > {SOCKET_PATH_MAX} bytes): use a shorter TMPDIR"
+            )
         began = time.monotonic()
         cp = ControlPlane.start(state_dir, nodes=stand_ins, system_nodes=nodes)
         tier = cls(cp)

@@ -332,7 +332,9 @@ def _start_system_tier(root: Path, timeline: Timeline) -> System:
         "starting the control plane with real kubelet nodes (containerd, runc, a CNI "
         f"bridge) for the system pool ({names}) and {len(STAND_INS)} stand-in blast nodes…",
     )
-    tier = SystemTier.start(stand_ins=STAND_INS, state_dir=root / "control-plane")
+    # Its own temporary directory, not under root: the nodes' sockets must stay
+    # within a Unix socket path's 107 bytes. Removed when the tier stops.
+    tier = SystemTier.start(stand_ins=STAND_INS)
     cp = tier.cp
     try:
         timeline.emit(
