@@ -94,8 +94,11 @@ localkube-system: $(LOCALKUBE_SYSTEM) ## Build localkube with the system tier's 
 test-system: $(STAMP) tools $(HELM) $(LOCALKUBE_SYSTEM) ## The system tier (root): the chart installed as shipped on real kubelet nodes, with the image (make image)
 	ELB_GATE_SYSTEM_TIER=required ELB_GATE_HELM=$(abspath $(HELM)) $(BIN)/pytest -q -s tests/system $(ARGS)
 
-run: $(STAMP) $(LOCALKUBE) ## Run the whole system on a real control plane, default settings (ARGS=--once: exit after the summary)
-	$(BIN)/python -m testbed.demo $(ARGS)
+# ARGS=--system-tier also needs the real kubelet and helm (and root).
+RUN_SYSTEM_TIER := $(if $(findstring --system-tier,$(ARGS)),$(LOCALKUBE_SYSTEM) $(HELM))
+
+run: $(STAMP) $(LOCALKUBE) $(RUN_SYSTEM_TIER) ## Run the whole system on a real control plane, default settings (ARGS=--once: exit after the summary; ARGS=--system-tier: the chart as shipped on real kubelet nodes, root)
+	ELB_GATE_HELM=$(abspath $(HELM)) $(BIN)/python -m testbed.demo $(ARGS)
 
 dashboard-png: $(STAMP) $(LOCALKUBE) tools ## Redraw docs/dashboard.png: the Grafana dashboard over a run of `make run`, scraped by Prometheus
 	$(BIN)/python -m testbed.demo --once --dashboard docs/dashboard.png

@@ -15,17 +15,20 @@ the image (``make image``). :func:`unavailable` says what is missing.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from manifests.generate import CHART, helm_path
 from testbed.api import JsonObj
-from testbed.controlplane import SYSTEM_POOL, ControlPlane, binary_path
+from testbed.controlplane import SYSTEM_POOL, ControlPlane, NodeSpec, binary_path
 from testbed.install import SUBMITTER_ROLE, SUBMITTER_RULES
 from testbed.waiting import wait_until
 
@@ -69,6 +72,12 @@ def unavailable() -> str | None:
     return None
 
 
+SOCKET_PATH_MAX = 107
+"""The longest path a Unix socket may have (``sun_path`` is 108 bytes with its NUL)."""
+DEEPEST_SOCKET = "kubelet/device-plugins/kubelet.sock"
+"""The deepest socket under a node's directory (the kubelet's device-plugin socket;
+containerd's ``containerd.sock`` sits higher)."""
+
 IMAGE_ENV = "ELB_GATE_IMAGE_ARCHIVE"
 """An OCI archive to import instead of ``make image``'s (e.g. one built from another
 revision, to show what that revision does on a kubelet)."""
@@ -92,9 +101,26 @@ class SystemTier:
         self.timings: dict[str, float] = {}
 
     @classmethod
-    def start(cls, nodes: Sequence[tuple[str, Mapping[str, str]]] = SYSTEM_NODES) -> SystemTier:
+    def start(
+        cls,
+        nodes: Sequence[tuple[str, Mapping[str, str]]] = SYSTEM_NODES,
+        *,
+        stand_ins: Sequence[NodeSpec] = (),
+        state_dir: Path | None = None,
+    ) -> SystemTier:
+        """Real kubelet ``nodes``, and ``stand_ins`` (the stand-in kubelet's nodes, e.g.
+        the blast pool of a demo whose search Pods run no real image) beside them."""
+        # What tempfile.mkdtemp(prefix="localkube-") makes when no directory is given.
+        base = state_dir or Path(tempfile.gettempdir()) / ("localkube-" + "x" * 8)
+        longest = max((len(name) for name, _ in nodes), default=0)
+        socket = f"{base}/system/nodes/{'x' * longest}/{DEEPEST_SOCKET}"
+        if len(socket.encode()) > SOCKET_PATH_MAX:
+            raise RuntimeError(
+                f"{base} is too deep for the nodes' sockets ({socket}: "
+                f"{len(socket.encode())} > {SOCKET_PATH_MAX} bytes): use a shorter TMPDIR"
+            )
         began = time.monotonic()
-        cp = ControlPlane.start(nodes=(), system_nodes=nodes)
+        cp = ControlPlane.start(state_dir, nodes=stand_ins, system_nodes=nodes)
         tier = cls(cp)
         tier.timings["start"] = time.monotonic() - began
         return tier
@@ -145,16 +171,22 @@ class SystemTier:
         )
 
     def install(
-        self, *values: str, action: str = "install", strings: Sequence[str] = ()
+        self,
+        *values: str,
+        action: str = "install",
+        strings: Sequence[str] = (),
+        files: Sequence[Path] = (),
     ) -> subprocess.CompletedProcess[str]:
         """``helm install elb-gate charts/elb-gate -n elb-system --create-namespace``
-        with ``--set`` values, as the README says; timed into ``timings[action]``. A
-        successful install returns once the controller has registered the webhook
-        configurations (``timings["registered"]``)."""
+        with ``--set`` values (and ``-f`` files), as the README says; timed into
+        ``timings[action]``. A successful install returns once the controller has
+        registered the webhook configurations (``timings["registered"]``)."""
         began = time.monotonic()
         args = [action, RELEASE, str(CHART), "-n", NAMESPACE]
         if action == "install":
             args.append("--create-namespace")
+        for f in files:
+            args += ["-f", str(f)]
         for v in values:
             args += ["--set", v]
         for v in strings:
@@ -188,9 +220,10 @@ class SystemTier:
 
     # -- the cluster's side of a submit path --------------------------------------------
 
-    def open_namespace(self, namespace: str) -> str:
-        """Create ``namespace`` and let the named users submit there (what a cluster
-        grants ElasticBLAST's users; elb-gate's own RoleBindings come from the chart)."""
+    def open_namespace(self, namespace: str, subjects: Sequence[JsonObj] | None = None) -> str:
+        """Create ``namespace`` and let the named users (or ``subjects``) submit there
+        (what a cluster grants ElasticBLAST's users; elb-gate's own RoleBindings come
+        from the chart)."""
         self.cp.ensure_namespace(namespace)
         self.cp.admin.apply(
             {
@@ -210,7 +243,9 @@ class SystemTier:
                     "kind": "ClusterRole",
                     "name": SUBMITTER_ROLE,
                 },
-                "subjects": [
+                "subjects": list(subjects)
+                if subjects is not None
+                else [
                     {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "team"},
                     {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "bob"},
                 ],
@@ -224,6 +259,15 @@ class SystemTier:
         return self.cp.admin.list(
             "pods", NAMESPACE, label_selector=f"app.kubernetes.io/component={component}"
         )
+
+    def metrics_urls(self, component: str) -> dict[str, str]:
+        """``http://<pod IP>:9090`` of each running Pod of ``component`` (not being
+        deleted), by Pod name: its metrics port, on the run's own bridge."""
+        return {
+            p["metadata"]["name"]: f"http://{p['status']['podIP']}:9090"
+            for p in self.pods(component)
+            if (p.get("status") or {}).get("podIP") and not p["metadata"].get("deletionTimestamp")
+        }
 
     def ready_endpoints(self, service: str) -> list[str]:
         """Addresses of the Service's EndpointSlices that are ready (what the API
@@ -312,6 +356,57 @@ class SystemTier:
             int(line.split()[0]) for line in out.splitlines()[2:] if "DROP" in line.split()[2:3]
         )
 
+    @contextmanager
+    def address_beyond_the_bridge(self) -> Iterator[tuple[str, str]]:
+        """An address of this run's own, off the pod bridge, for the egress counter's
+        positive control: a network namespace (``lkc-<id>``) and a veth pair into it,
+        its inner end ``198.18.<n>.1`` (198.18.0.0/15 is set aside for test networks,
+        RFC 2544; ``n`` the run's /24 of the bridge, so runs never share one) and a /32
+        route to it on the host. Refused when the host already routes that address
+        anywhere but by its default route (a network of its own there). A Pod's packet
+        to it is forwarded out of the bridge, which the egress chain must count and
+        drop. Yields (address, namespace); the namespace goes at the end, and with it
+        both veth ends and the route."""
+        bridge = str(self.system["bridge"])
+        n = int(str(self.system["subnet"]).split(".")[2])
+        address, netns = f"198.18.{n}.1", f"lkc-{bridge.removeprefix('lk')}"
+        host_end, inner_end = f"{bridge}c", f"{bridge}p"
+
+        def ip(*argv: str) -> str:
+            return subprocess.run(["ip", *argv], check=True, capture_output=True, text=True).stdout
+
+        routed = [r for r in ip("-4", "route", "show", "match", address).splitlines() if r]
+        if any(not r.startswith("default ") for r in routed):
+            raise RuntimeError(f"the host routes {address} already: {routed}")
+        netns_dir = Path("/run/netns")
+        made_dir = not netns_dir.exists()  # ip makes it, and mounts it on itself
+        ip("netns", "add", netns)
+        try:
+            ip("link", "add", host_end, "type", "veth", "peer", "name", inner_end, "netns", netns)
+            ip("-n", netns, "addr", "add", f"{address}/32", "dev", inner_end)
+            ip("-n", netns, "link", "set", inner_end, "up")
+            ip("link", "set", host_end, "up")
+            ip("route", "add", f"{address}/32", "dev", host_end)
+            yield address, netns
+        finally:
+            subprocess.run(["ip", "link", "del", host_end], capture_output=True, check=False)
+            ip("netns", "del", netns)
+            if made_dir and not any(netns_dir.iterdir()):
+                subprocess.run(["umount", str(netns_dir)], capture_output=True, check=False)
+                netns_dir.rmdir()
+
+    @staticmethod
+    def ipv4_received(netns: str) -> int:
+        """IPv4 packets the namespace's stack has received (``Ip: InReceives``)."""
+        out = subprocess.run(
+            ["ip", "netns", "exec", netns, "cat", "/proc/net/snmp"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        header, values = [line.split() for line in out.splitlines() if line.startswith("Ip:")][:2]
+        return int(values[header.index("InReceives")])
+
     def wait_until(self, what: str, timeout: float, check: Any) -> Any:
         return wait_until(check, timeout, what)
 
@@ -341,6 +436,7 @@ def host_snapshot() -> dict[str, Any]:
     )
     cgroups = sorted(p.name for p in Path("/sys/fs/cgroup/memory").iterdir() if p.is_dir())
     return {
+        "others": _other_runs(),
         "sysctls": sysctls,
         "routes": run("ip", "-4", "route", "show", "table", "all"),
         "links": sorted(line.split()[0] for line in run("ip", "-br", "link").splitlines()),
@@ -358,3 +454,72 @@ def host_snapshot() -> dict[str, Any]:
         "run-containerd": os.path.exists("/run/containerd"),
         "ledgers": os.path.exists("/run/localkube-system"),
     }
+
+
+LEDGERS = Path("/run/localkube-system")
+SHARED = ("sysctls", "run-containerd", "ledgers")
+"""What every live run shares: compared only when no other run was live."""
+
+
+def _other_runs() -> dict[str, list[str]]:
+    """The footprint of the runs live now (each has a ledger whose process is alive):
+    ids, directories, bridges and the veths on them, blackhole routes."""
+    out: dict[str, list[str]] = {"ids": [], "dirs": [], "links": [], "routes": []}
+    for path in sorted(LEDGERS.glob("*.json")) if LEDGERS.is_dir() else []:
+        try:
+            led = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not led.get("pid") or not Path(f"/proc/{led['pid']}").exists():
+            continue
+        out["ids"].append(path.stem)
+        out["dirs"].append(str(Path(led.get("dir") or "/nonexistent").parent))
+        bridge = led.get("bridge") or ""
+        if bridge:
+            listed = subprocess.run(
+                ["ip", "-br", "link", "show", "master", bridge],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout
+            out["links"] += [
+                line.split()[0].split("@")[0] for line in listed.splitlines() if line.split()
+            ]
+        out["routes"] += [" ".join(r) for r in led.get("routes") or []]
+    return out
+
+
+def host_differences(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """What differs between two :func:`host_snapshot`, less what belongs to other runs
+    live at either moment (several runs may share a host): their ids, directories,
+    veths and routes are left out, and what all runs share (kernel parameters, the
+    kubelet's ``KUBE-*`` chains, ``/run/containerd``) is compared only when no other
+    run was live. With no other run (CI), everything is compared."""
+    others: dict[str, set[str]] = {
+        k: set(before["others"][k]) | set(after["others"][k]) for k in before["others"]
+    }
+    alone = not others["ids"]
+    marks = [*others["ids"], *others["dirs"]]
+
+    def foreign(item: str) -> bool:
+        if any(m in item for m in marks) or item.split("@")[0] in others["links"]:
+            return True
+        if item.strip() in others["routes"]:
+            return True
+        return not alone and ("KUBE-" in item or item.startswith("/run/containerd"))
+
+    def kept(value: Any) -> Any:
+        if isinstance(value, list):
+            return [v for v in value if not foreign(str(v))]
+        if isinstance(value, str):
+            return "\n".join(line for line in value.splitlines() if not foreign(line))
+        return value
+
+    out = {}
+    for key in before:
+        if key == "others" or (key in SHARED and not alone):
+            continue
+        b, a = kept(before[key]), kept(after.get(key))
+        if b != a:
+            out[key] = (b, a)
+    return out

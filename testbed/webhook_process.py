@@ -13,6 +13,10 @@ container runtime needs: each webhook's ``clientConfig.service`` becomes
 ``make certs`` or cert-manager's cainjector does). :func:`point_at` is that
 transformation; ``tests/install/test_webhook_configs.py`` checks nothing else
 differs.
+
+The fast tier is enough for what its users test (the decisions, the API calls and
+their RBAC, TLS, faults): those do not depend on who runs the process; the install as
+shipped (image, Deployments, probes, the Service) is tests/system/.
 """
 
 from __future__ import annotations

@@ -10,6 +10,10 @@ TCP forwarder on 127.0.0.1 plays that part, and the shipped webhook configuratio
 registered with the testbed's one transformation (:func:`testbed.webhook_process.point_at`)
 aimed at it. The replicas share one serving certificate, as two pods mounting one
 Secret do.
+
+The fast tier is enough for what it is used for (two replicas deciding at once, each
+connection to one of them): the forwarder spreads connections as kube-proxy does; the
+real Service → EndpointSlice → Pod path, gated by readiness, is tests/system/.
 """
 
 from __future__ import annotations

@@ -96,6 +96,8 @@ class Admission:
     clock: Callable[[], datetime] = utc_now
     on_api_answer: Callable[[], None] = lambda: None
     """Told whenever the API answered (readiness uses it as a free probe)."""
+    on_api_unavailable: Callable[[str], None] = lambda _error: None
+    """Told whenever a read got no answer (readiness then probes at once)."""
     nodes: Callable[[], NodesSeen] | None = None
     """The Node watch cache's view (:meth:`webhook.cluster_view.ClusterView.seen`);
     read only while a node rule is on. No API call."""
@@ -452,6 +454,7 @@ class Admission:
         try:
             result = await call
         except ApiUnavailable as exc:
+            self.on_api_unavailable(str(exc))
             self.metrics.record_api_error(verb, resource)
             raise ReadFailed(f"{what}: {exc}") from None
         except ApiError as exc:

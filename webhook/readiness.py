@@ -27,6 +27,15 @@ class ApiReachability:
         self._last_answer = self.clock()
         self.last_error = ""
 
+    def note_unavailable(self, error: str) -> None:
+        """An admission read got no answer: the last answer no longer vouches for the
+        API, so the next ``/readyz`` probes ``/version`` instead of trusting an answer
+        up to :data:`FRESH_SECONDS` old. A lone failed read while the API answers the
+        probe leaves the replica ready; a cut API makes it not ready at the next probe
+        (the readiness probe's period), not :data:`FRESH_SECONDS` later."""
+        self._last_answer = None
+        self.last_error = error
+
     async def reachable(self) -> bool:
         """True when the API answered within :data:`FRESH_SECONDS`, probing if needed."""
         if self._last_answer is not None and self.clock() - self._last_answer < FRESH_SECONDS:

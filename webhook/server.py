@@ -77,6 +77,7 @@ async def serve(
         metrics,
         identities,
         on_api_answer=reachability.note_answer,
+        on_api_unavailable=reachability.note_unavailable,
         nodes=cluster.seen,
     )
     callers = CallerPolicy.from_settings(

@@ -8,8 +8,9 @@ for poking until Ctrl-C. ``--once`` exits after the summary: status 0 only if
 every expectation held. ``--dashboard PATH`` also runs a Prometheus scraping both
 webhook replicas and the controller (as a ServiceMonitor would) and, after the summary,
 draws the shipped Grafana dashboard over the run into PATH (``make dashboard-png``:
-docs/dashboard.png). Child processes and temporary files are removed on every way out,
-Ctrl-C included.
+docs/dashboard.png). ``--system-tier`` plays the same story with the chart installed
+as shipped on real kubelet nodes (root; :mod:`testbed.demo.system`). Child processes
+and temporary files are removed on every way out, Ctrl-C included.
 """
 
 from __future__ import annotations
@@ -31,7 +32,13 @@ from testbed.controlplane import kubectl_path
 from testbed.demo.scenario import Scenario
 from testbed.demo.searches import SearchPlan, new_search_id, submit_job
 from testbed.demo.summary import summarize
-from testbed.demo.system import DASHBOARD_APPLY_USER, ROGUE_USER, System, start_system
+from testbed.demo.system import (
+    DASHBOARD_APPLY_USER,
+    ROGUE_USER,
+    Processes,
+    System,
+    start_system,
+)
 from testbed.demo.timeline import Timeline
 from testbed.prometheus import CONTROLLER_JOB, WEBHOOK_JOB, PrometheusServer, Target
 
@@ -51,7 +58,8 @@ def poke_instructions(system: System) -> list[str]:
     cp, ns, root = system.cp, system.namespace, system.root
     manifest = root / "a-search-job.json"
     manifest.write_text(json.dumps(submit_job(SearchPlan.for_id(new_search_id()), ns)))
-    hook = system.webhooks.replicas[0]
+    hook = next(iter(system.elbgate.webhook_metrics_urls().values()))
+    controller = system.elbgate.controller_url()
     return [
         RULE,
         "It stays up. In another terminal:",
@@ -62,9 +70,9 @@ def poke_instructions(system: System) -> list[str]:
         f"  .venv/bin/elb-gate -n {ns} census        # what the webhook would decide now",
         f"  kubectl --kubeconfig {cp.kubeconfig(ROGUE_USER)} create -f {manifest}"
         "   # Gate A says no",
-        f"  curl -s {hook.metrics_url}/metrics | grep elb_gate_admission_requests_total",
-        f"  curl -s {system.controller.url('/liveness')}",
-        f"  curl -s {system.controller.url('/metrics')} | grep -E 'elb_gate_(in_use|leases_re)'",
+        f"  curl -s {hook}/metrics | grep elb_gate_admission_requests_total",
+        f"  curl -s {controller}/liveness",
+        f"  curl -s {controller}/metrics | grep -E 'elb_gate_(in_use|leases_re)'",
         "Kubeconfigs (token-file users and the OpenAPI pod's bound token; RBAC as shipped):",
         *(f"  {user:<18} {path}" for user, path in _kubeconfigs(system)),
         "Ctrl-C stops everything and removes the temporary files.",
@@ -81,13 +89,13 @@ def _kubeconfigs(system: System) -> list[tuple[str, str]]:
     ]
 
 
-def scrape_targets(system: System) -> list[Target]:
+def scrape_targets(processes: Processes) -> list[Target]:
     """Both webhook replicas and the controller, labelled as their ServiceMonitor labels them."""
     hooks = [
         Target(WEBHOOK_JOB, h.metrics_url.removeprefix("http://"), h.identity.pod)
-        for h in system.webhooks.replicas
+        for h in processes.webhooks.replicas
     ]
-    controller = system.controller
+    controller = processes.controller
     return [*hooks, Target(CONTROLLER_JOB, f"127.0.0.1:{controller.metrics_port}", controller.name)]
 
 
@@ -125,9 +133,23 @@ def main(argv: list[str] | None = None) -> int:
         metavar="PNG",
         help="scrape the run with Prometheus and draw the Grafana dashboard into PNG",
     )
+    parser.add_argument(
+        "--system-tier",
+        action="store_true",
+        help="elb-gate installed as shipped (helm install, the image of make image) on real "
+        "kubelet nodes, called through the Service (root; README: the system tier)",
+    )
     args = parser.parse_args(argv)
     if args.dashboard is not None and not PrometheusServer.available():
         parser.error("--dashboard needs the prometheus binary (make tools installs it)")
+    if args.dashboard is not None and args.system_tier:
+        parser.error("--dashboard scrapes the fast tier's processes: not with --system-tier")
+    if args.system_tier:
+        from testbed.system_tier import unavailable
+
+        why = unavailable()
+        if why is not None:
+            parser.error(f"--system-tier cannot run here: {why}")
 
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
@@ -140,9 +162,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         timeline.say("elb-gate demo: the whole system on a real Kubernetes control plane")
         timeline.say(RULE)
-        system = start_system(root, timeline)
+        system = start_system(root, timeline, system_tier=args.system_tier)
         if args.dashboard is not None:
-            prom = PrometheusServer(scrape_targets(system), root / "prometheus").start()
+            assert isinstance(system.elbgate, Processes)
+            prom = PrometheusServer(scrape_targets(system.elbgate), root / "prometheus").start()
             prom.wait_for_scrapes(2)
             timeline.emit(
                 "setup", f"Prometheus at {prom.url} scrapes every elb-gate process every 2s"

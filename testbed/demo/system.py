@@ -6,6 +6,14 @@ namespace and the dashboard's submitter identity.
 The control plane is started here (and stopped at the end), unless
 ``ELB_GATE_CONTROL_PLANE`` names one already running (``make cluster``): then the demo
 plays in a namespace of its own there and removes what it created when it ends.
+
+Two ways elb-gate runs, one story: host processes behind a Service proxy (the default:
+no root), or ``--system-tier``: the chart installed as shipped (``helm install``, the
+image ``make image`` builds) on real kubelet nodes of the system pool, the API server
+calling the webhook through the Service (testbed/system_tier.py; root). There the
+system-pool nodes carry AKS's add-on taint (``CriticalAddonsOnly``, which the chart
+tolerates) and the blast pool is the stand-in's, so the searches' Pods and the
+submitters' Pods, whose images do not exist here, run on stand-in nodes.
 """
 
 from __future__ import annotations
@@ -13,19 +21,28 @@ from __future__ import annotations
 import os
 import secrets
 import threading
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
 from elbgate.settings import Settings
 from testbed.controller_process import ControllerProcess
-from testbed.controlplane import ATTACH_ENV, ControlPlane, PodIdentity
+from testbed.controlplane import (
+    ATTACH_ENV,
+    BLAST_POOL,
+    DEFAULT_NODES,
+    SYSTEM_POOL,
+    ControlPlane,
+    PodIdentity,
+)
 from testbed.demo.timeline import Timeline
-from testbed.install import SYSTEM_NAMESPACE, Installation
+from testbed.install import SYSTEM_NAMESPACE, Installation, submitter_subjects
+from testbed.system_tier import SYSTEM_NODES, SystemTier
 from testbed.webhook_service import WebhookService
 
 NAMESPACE = "blast"
@@ -50,6 +67,68 @@ IDENTITIES = {
 """The dashboard takes the Lease as one user and creates Jobs as another."""
 
 
+NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+"""Straight to a Pod on the run's bridge: a proxy from the environment must never see it."""
+
+
+class ElbGate(Protocol):
+    """How elb-gate runs under the story: what the demo reads from it and how it stops."""
+
+    def webhook_metrics_urls(self) -> dict[str, str]:
+        """Each webhook replica's metrics base URL, by pod name."""
+        ...
+
+    def controller_url(self) -> str:
+        """A controller's metrics base URL (``/liveness``, ``/metrics``)."""
+        ...
+
+    def stop(self) -> None: ...
+
+
+@dataclass
+class Processes:
+    """The fast tier: ``python -m webhook`` twice behind a Service proxy, and
+    ``python -m controller``, as host processes with the shipped RBAC."""
+
+    cp: ControlPlane
+    webhooks: WebhookService
+    controller: ControllerProcess
+    owns_control_plane: bool
+
+    def webhook_metrics_urls(self) -> dict[str, str]:
+        return {h.identity.pod: h.metrics_url for h in self.webhooks.replicas}
+
+    def controller_url(self) -> str:
+        return self.controller.url("")
+
+    def stop(self) -> None:
+        """Every process (controller first); on a control plane the demo did not start,
+        also the Pod objects that stood for them."""
+        _quietly(self.controller.stop)
+        _quietly(self.webhooks.stop)
+        if not self.owns_control_plane:
+            pods = [h.identity.pod for h in self.webhooks.replicas] + [self.controller.name]
+            for pod in pods:
+                _quietly(partial(self.cp.admin.delete, "pods", SYSTEM_NAMESPACE, pod))
+
+
+@dataclass
+class Chart:
+    """The system tier: the chart installed as shipped, its Pods on real kubelet nodes."""
+
+    tier: SystemTier
+
+    def webhook_metrics_urls(self) -> dict[str, str]:
+        return self.tier.metrics_urls("webhook")
+
+    def controller_url(self) -> str:
+        return next(iter(self.tier.metrics_urls("controller").values()), "")
+
+    def stop(self) -> None:
+        """The tier's control plane, its nodes and what they changed on the host."""
+        _quietly(self.tier.stop)
+
+
 @dataclass
 class System:
     """Everything that runs, and where to reach it."""
@@ -61,8 +140,7 @@ class System:
     settings: Settings
     env: dict[str, str]
     """The settings environment every elb-gate process gets (and the submitters)."""
-    webhooks: WebhookService
-    controller: ControllerProcess
+    elbgate: ElbGate
     openapi: PodIdentity
     """The OpenAPI service's pod: `elb-gate submit` runs there with its bound token."""
     doomed: PodIdentity
@@ -71,27 +149,22 @@ class System:
     def replica_metrics(self) -> dict[str, str]:
         """Each webhook replica's /metrics text, by pod name."""
         out = {}
-        for hook in self.webhooks.replicas:
+        for pod, url in self.elbgate.webhook_metrics_urls().items():
             try:
-                out[hook.identity.pod] = hook.metrics()
+                with NO_PROXY.open(f"{url}/metrics", timeout=30) as resp:
+                    out[pod] = resp.read().decode()
             except OSError:
-                out[hook.identity.pod] = ""
+                out[pod] = ""
         return out
 
     def stop(self) -> None:
-        """Stop every process (controller first), then clean up the control plane: all
-        of it when the demo started it, else what the demo created there."""
-        _quietly(self.controller.stop)
-        _quietly(self.webhooks.stop)
+        """Stop elb-gate, then clean up the control plane: all of it when the demo
+        started it, else what the demo created there."""
+        self.elbgate.stop()
         if self.owns_control_plane:
             _quietly(self.cp.stop)
             return
         _quietly(lambda: self.cp.admin.delete("namespaces", None, self.namespace))
-        for pod in self.system_pods():
-            _quietly(partial(self.cp.admin.delete, "pods", SYSTEM_NAMESPACE, pod))
-
-    def system_pods(self) -> list[str]:
-        return [h.identity.pod for h in self.webhooks.replicas] + [self.controller.name]
 
 
 def _quietly(stop: Callable[[], Any]) -> None:
@@ -106,8 +179,39 @@ def _suffix() -> str:
     return secrets.token_hex(3)[:5]
 
 
-def start_system(root: Path, timeline: Timeline) -> System:
-    """Start everything under ``root`` and print what came up."""
+def _settings_env(root: Path, namespace: str) -> dict[str, str]:
+    """What the environment names (the rest at its defaults): the gated namespace and
+    the dashboard's submitter identity."""
+    identities = root / "submitter-identities.yaml"
+    identities.write_text(yaml.safe_dump(IDENTITIES))
+    return {
+        "ELB_GATE_NAMESPACES": namespace,
+        "ELB_GATE_SUBMITTER_IDENTITIES_FILE": str(identities),
+    }
+
+
+def _submitter_pods(
+    cp: ControlPlane, namespace: str, rs: str, node_selector: dict[str, str]
+) -> tuple[PodIdentity, PodIdentity]:
+    """The OpenAPI service's two pods, each with a token bound to it."""
+    openapi = cp.pod_identity(
+        namespace, OPENAPI_SA, pod=f"elb-openapi-{rs}-{_suffix()}", node_selector=node_selector
+    )
+    doomed = cp.pod_identity(
+        namespace,
+        OPENAPI_SA,
+        pod=f"elb-openapi-{rs}-{_suffix()}",
+        node_selector=node_selector,
+        annotations={STOP_SECONDS_ANNOTATION: str(TERMINATING_SECONDS)},
+    )
+    return openapi, doomed
+
+
+def start_system(root: Path, timeline: Timeline, *, system_tier: bool = False) -> System:
+    """Start everything under ``root`` and print what came up (``system_tier``: the
+    chart on real kubelet nodes, see the module's docstring)."""
+    if system_tier:
+        return _start_system_tier(root, timeline)
     attached = os.environ.get(ATTACH_ENV)
     if attached:
         cp = ControlPlane.attach(Path(attached))
@@ -129,12 +233,7 @@ def start_system(root: Path, timeline: Timeline) -> System:
     try:
         Installation.on(cp)
         namespace = cp.new_namespace(NAMESPACE) if attached else NAMESPACE
-        identities = root / "submitter-identities.yaml"
-        identities.write_text(yaml.safe_dump(IDENTITIES))
-        env = {
-            "ELB_GATE_NAMESPACES": namespace,
-            "ELB_GATE_SUBMITTER_IDENTITIES_FILE": str(identities),
-        }
+        env = _settings_env(root, namespace)
         settings = Settings.from_env(env)
         rs = _suffix()
         webhooks = WebhookService(
@@ -180,19 +279,8 @@ def start_system(root: Path, timeline: Timeline) -> System:
             f"controller {controller.name}: python -m controller leads; "
             f"metrics {controller.url('/metrics')}",
         )
-        openapi = cp.pod_identity(namespace, OPENAPI_SA, pod=f"elb-openapi-{rs}-{_suffix()}")
-        doomed = cp.pod_identity(
-            namespace,
-            OPENAPI_SA,
-            pod=f"elb-openapi-{rs}-{_suffix()}",
-            annotations={STOP_SECONDS_ANNOTATION: str(TERMINATING_SECONDS)},
-        )
-        timeline.emit(
-            "setup",
-            f"namespace {namespace} gated; OpenAPI pods {openapi.pod} and {doomed.pod} "
-            f"Running (service account {OPENAPI_SA}, tokens bound to each pod); every "
-            "setting at its default",
-        )
+        openapi, doomed = _submitter_pods(cp, namespace, rs, dict(SYSTEM_POOL))
+        _emit_submitters(timeline, namespace, openapi, doomed)
     except BaseException:
         for ctl in controllers:
             _quietly(ctl.stop)
@@ -208,11 +296,92 @@ def start_system(root: Path, timeline: Timeline) -> System:
         namespace,
         settings,
         env,
-        webhooks,
-        controller,
+        Processes(cp, webhooks, controller, not attached),
         openapi,
         doomed,
     )
+
+
+def _emit_submitters(
+    timeline: Timeline, namespace: str, openapi: PodIdentity, doomed: PodIdentity
+) -> None:
+    timeline.emit(
+        "setup",
+        f"namespace {namespace} gated; OpenAPI pods {openapi.pod} and {doomed.pod} "
+        f"Running (service account {OPENAPI_SA}, tokens bound to each pod); every "
+        "setting at its default",
+    )
+
+
+STAND_INS = tuple(n for n in DEFAULT_NODES if n.labels == BLAST_POOL)
+"""The system tier's stand-in nodes: the blast pool (the system pool is real)."""
+ADDONS_TAINT = "CriticalAddonsOnly=true:NoSchedule"
+"""AKS's taint of a system pool kept for add-ons (the chart's Pods tolerate it)."""
+
+
+def _start_system_tier(root: Path, timeline: Timeline) -> System:
+    """The chart as shipped on real kubelet nodes: ``helm install`` with the gated
+    namespace and the dashboard's submitter identity as values, nothing else set."""
+    if os.environ.get(ATTACH_ENV):
+        raise RuntimeError(
+            f"--system-tier starts its own control plane with real nodes: unset {ATTACH_ENV}"
+        )
+    names = ", ".join(name for name, _ in SYSTEM_NODES)
+    timeline.emit(
+        "setup",
+        "starting the control plane with real kubelet nodes (containerd, runc, a CNI "
+        f"bridge) for the system pool ({names}) and {len(STAND_INS)} stand-in blast nodes…",
+    )
+    # Its own temporary directory, not under root: the nodes' sockets must stay
+    # within a Unix socket path's 107 bytes. Removed when the tier stops.
+    tier = SystemTier.start(stand_ins=STAND_INS)
+    cp = tier.cp
+    try:
+        timeline.emit(
+            "setup",
+            f"Kubernetes {cp.kubernetes_version} at {cp.server}, ready in "
+            f"{tier.timings['start']:.1f}s; pod bridge {tier.system['bridge']} "
+            f"({tier.system['subnet']})",
+        )
+        for node in tier.nodes:
+            tainted = tier.kubectl("admin", "taint", "nodes", node, ADDONS_TAINT, "--overwrite")
+            if tainted.returncode != 0:
+                raise RuntimeError(f"kubectl taint {node}: {tainted.stderr.strip()}")
+        archive = tier.import_image()
+        timeline.emit("setup", f"image {archive.name} (make image) imported on {names}")
+        env = _settings_env(root, NAMESPACE)
+        settings = Settings.from_env(env)
+        tier.open_namespace(NAMESPACE, submitter_subjects(NAMESPACE))
+        values = root / "values.yaml"
+        values.write_text(yaml.safe_dump({"gatedNamespaces": [NAMESPACE], **IDENTITIES}))
+        installed = tier.install(files=[values])
+        if installed.returncode != 0:
+            raise RuntimeError(f"helm install: {installed.stderr.strip()}")
+        tier.wait_ready_or_crash("webhook", 2)
+        tier.wait_ready_or_crash("controller", 2)
+        timeline.emit(
+            "setup",
+            f"helm install elb-gate charts/elb-gate -n {SYSTEM_NAMESPACE} -f {values.name} "
+            f"(gatedNamespaces, submitters) in {tier.timings['install']:.1f}s",
+        )
+        for pod in tier.pods("webhook") + tier.pods("controller"):
+            timeline.emit(
+                "setup",
+                f"{pod['metadata']['name']} on {pod['spec']['nodeName']} "
+                f"({pod['status']['podIP']}): Ready by its probes",
+            )
+        endpoints = ", ".join(tier.ready_endpoints("elb-gate-webhook"))
+        timeline.emit(
+            "setup",
+            f"the API server calls the webhook through Service {SYSTEM_NAMESPACE}/"
+            f"elb-gate-webhook -> EndpointSlice {endpoints}",
+        )
+        openapi, doomed = _submitter_pods(cp, NAMESPACE, _suffix(), dict(BLAST_POOL))
+        _emit_submitters(timeline, NAMESPACE, openapi, doomed)
+    except BaseException:
+        _quietly(tier.stop)
+        raise
+    return System(root, cp, True, NAMESPACE, settings, env, Chart(tier), openapi, doomed)
 
 
 def _in_parallel(starts: list[Callable[[], object]]) -> None:

@@ -6,6 +6,10 @@ pointed at that address with both replicas' CAs in ``caBundle``, and one or more
 ``python -m controller`` replicas, leader-elected. Every component authenticates as
 its own ServiceAccount with exactly the shipped RBAC (see :mod:`testbed.install`).
 Either component can be put behind a :class:`~testbed.faultproxy.FaultProxy`.
+
+The fast tier is enough here: the reliability runs judge decisions and their races
+under injected faults, which need thousands of schedules, not a container runtime;
+what a kubelet does to an install (probes, restarts, OOM, drains) is tests/system/.
 """
 
 from __future__ import annotations

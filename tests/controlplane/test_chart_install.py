@@ -6,6 +6,10 @@ namespace outside the list).
 The webhook runs as a host process (no container runtime), so the chart's
 configurations are registered with the testbed's one transformation
 (``clientConfig.service`` → the process's URL, ``caBundle`` filled in).
+
+The fast tier is enough for these claims (acceptance by the API server, namespace
+selection), both the API server's; the chart as installed, on real nodes through the
+Service, is tests/system/test_install.py.
 """
 
 from __future__ import annotations

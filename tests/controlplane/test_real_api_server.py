@@ -5,6 +5,9 @@ shapes elb-gate's code: the Lease writers must send MicroTimes with exactly six
 fractional digits, a Lease update must be conditional, a PUT to a missing
 Lease is a CREATE for admission, a Job's template is immutable, and the
 webhook configurations' CEL is compiled (and type-checked) by the API server.
+
+The fast tier is enough: every behaviour here is the API server's own, whatever serves
+the webhook (``point_at`` only gives the configurations an address).
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ logged and counted, nothing crashes, nothing is admitted — and giving it back 
 
 (tests/install/test_rbac.py checks the same grants statically, against the calls the
 code makes; this shows them enforced.)
+
+The fast tier is enough: a 403 is the API server's authorizer, the same for a host
+process and a Pod holding the same ServiceAccount's token.
 """
 
 from __future__ import annotations

@@ -216,6 +216,65 @@ def test_no_packet_left_the_pod_network(installed: SystemTier) -> None:
     assert installed.egress_dropped() == 0
 
 
+SENT = 10
+
+
+def test_the_egress_counter_counts_what_a_pod_sends_beyond_the_bridge(
+    installed: SystemTier,
+) -> None:
+    """The positive control of the test above: a Pod (the product's image, on a real
+    node) sends SENT UDP datagrams to an address this test creates off the bridge (a
+    veth into a network namespace of its own); the counter rises by them, and not one
+    reaches even that namespace (dropped on the way out)."""
+    t = installed
+    image = t.cp.admin.get("deployments", NAMESPACE, "elb-gate-webhook")["spec"]["template"][
+        "spec"
+    ]["containers"][0]["image"]
+    name = f"egress-control-{new_job_id()[:8]}"
+    with t.address_beyond_the_bridge() as (address, netns):
+        before = t.egress_dropped()
+        send = (
+            "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+            f"for i in range({SENT}): s.sendto(b'control', ('{address}', 9))"
+        )
+        t.cp.admin.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "terminationGracePeriodSeconds": 1,
+                    "enableServiceLinks": False,
+                    "containers": [
+                        {
+                            "name": "send",
+                            "image": image,
+                            "imagePullPolicy": "Never",
+                            "command": ["python", "-c", send],
+                        }
+                    ],
+                },
+            }
+        )
+        try:
+
+            def done() -> str | None:
+                phase = (t.cp.admin.get("pods", "default", name).get("status") or {}).get("phase")
+                return phase if phase in ("Succeeded", "Failed") else None
+
+            phase = wait_until(done, 180, f"the control Pod {name} to finish")
+            counted = t.egress_dropped() - before
+            received = t.ipv4_received(netns)
+            logs = t.kubectl("admin", "logs", name).stdout
+        finally:
+            t.cp.admin.delete("pods", "default", name, grace_seconds=0)
+    report("egress control", f"sent {SENT} to {address}: counted {counted}, received {received}")
+    assert phase == "Succeeded", logs
+    assert counted >= SENT
+    assert received == 0
+
+
 def test_helm_uninstall_leaves_nothing_that_can_refuse_a_request(installed: SystemTier) -> None:
     t = installed
     began = time.monotonic()

@@ -1,5 +1,8 @@
 """Fixtures for the integration tests: the session's control plane and one real
-webhook process per module, registered with the shipped configurations."""
+webhook process per module, registered with the shipped configurations.
+
+The fast tier is enough for these modules: they test the webhook's decisions over real
+TLS through the API server's admission chain, not the install (tests/system/)."""
 
 from __future__ import annotations
 

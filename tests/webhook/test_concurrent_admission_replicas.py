@@ -5,6 +5,9 @@ As :mod:`tests.webhook.test_concurrent_admission`, with two replicas behind one 
 lock can order the two decisions, only the API server can. Before each race the
 Service closes its connections, so the API server dials one for each request, and the
 two go to the two replicas; their logs say which one judged each request.
+
+The fast tier is enough: the race is between two processes' decisions, which only the
+API server orders; the forwarder only makes each race reach both replicas.
 """
 
 from __future__ import annotations

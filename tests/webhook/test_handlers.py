@@ -627,3 +627,65 @@ async def test_a_policy_that_raises_is_left_to_the_http_layer_which_counts_it_er
         == 1
     )
     assert sample(runtime.admission, "elb_gate_admission_in_flight", webhook=guard) == 0
+
+
+def wired(api: FakeApi, tmp_path: Any) -> Runtime:
+    """Admission and readiness wired as webhook/server.py wires them."""
+    reach = ApiReachability(api, 1.0)  # type: ignore[arg-type]
+    chosen = Settings.of()
+    handlers = Admission(
+        chosen.gate,
+        chosen.webhook,
+        chosen.rules,
+        api,  # type: ignore[arg-type]
+        WebhookMetrics(CollectorRegistry()),
+        clock=lambda: NOW,
+        on_api_answer=reach.note_answer,
+        on_api_unavailable=reach.note_unavailable,
+    )
+    certificate = ServingCertificate(str(tmp_path / "missing.crt"), str(tmp_path / "missing.key"))
+    return Runtime(handlers, certificate, reach)
+
+
+async def problems(ops: TestClient) -> list[str]:
+    return list((await (await ops.get("/readyz")).json()).get("problems") or [])
+
+
+READS = ("list", "get", "record", "job")
+
+
+async def test_an_api_that_stops_answering_makes_readiness_fail_at_the_next_probe(
+    aiohttp_client: Any, tmp_path: Any
+) -> None:
+    """Not FRESH_SECONDS after the last answer: the first admission read that gets no
+    answer sends the next /readyz to the API itself, which does not answer either."""
+    api = FakeApi(lease_obj=alice_holds())
+    runtime = wired(api, tmp_path)
+    app: TestClient = await aiohttp_client(create_app(runtime))
+    ops: TestClient = await aiohttp_client(create_ops_app(runtime))
+    review = review_of(admission("CREATE", job_object("finalizer", "a")))
+    assert (await app.post("/validate/jobs", json=review)).status == 200
+    assert not [p for p in await problems(ops) if "API server unreachable" in p]
+    cut = ApiUnavailable("Cannot connect to host 10.96.0.1:443 [Connect call failed]")
+    api.fail = dict.fromkeys((*READS, "probe"), cut)
+    body = await (await app.post("/validate/jobs", json=review)).json()
+    assert body["response"]["allowed"] is False and body["response"]["status"]["code"] == 503
+    assert [p for p in await problems(ops) if "API server unreachable" in p] == [
+        f"API server unreachable: {cut}"
+    ]
+
+
+async def test_a_lone_failed_read_while_the_api_answers_leaves_the_replica_ready(
+    aiohttp_client: Any, tmp_path: Any
+) -> None:
+    api = FakeApi(lease_obj=alice_holds())
+    runtime = wired(api, tmp_path)
+    app: TestClient = await aiohttp_client(create_app(runtime))
+    ops: TestClient = await aiohttp_client(create_ops_app(runtime))
+    api.fail = dict.fromkeys(READS, ApiUnavailable("no answer within 1.5s"))
+    review = review_of(admission("CREATE", job_object("finalizer", "a")))
+    body = await (await app.post("/validate/jobs", json=review)).json()
+    assert body["response"]["allowed"] is False
+    probes = len([c for c in api.calls if c[0] == "probe"])
+    assert not [p for p in await problems(ops) if "API server unreachable" in p]
+    assert len([c for c in api.calls if c[0] == "probe"]) == probes + 1  # it asked the API
