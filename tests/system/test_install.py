@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from testbed.api import JsonObj
 from testbed.clients import OpenApiLeaseClient
 from testbed.system_tier import NAMESPACE, SystemTier
 from testbed.waiting import wait_until
@@ -159,7 +160,23 @@ def test_helm_rollback_returns_to_the_first_release_and_serves(installed: System
 
 def test_a_killed_webhook_container_is_restarted_and_admissions_heal(installed: SystemTier) -> None:
     t = installed
-    [victim, *_] = t.pods("webhook")
+
+    def settled() -> list[JsonObj] | None:
+        # A Pod of an earlier rollout may still be terminating (its container already
+        # gone from containerd): kill a serving one, once the rollout has settled.
+        pods = t.pods("webhook")
+        serving = [
+            p
+            for p in pods
+            if not p["metadata"].get("deletionTimestamp")
+            and any(
+                s["name"] == "webhook" and s.get("ready") and "running" in (s.get("state") or {})
+                for s in (p.get("status") or {}).get("containerStatuses") or []
+            )
+        ]
+        return serving if len(serving) == len(pods) == 2 else None
+
+    [victim, *_] = wait_until(settled, 180, "both webhook Pods serving, none terminating")
     node = victim["spec"]["nodeName"]
     [cs] = [s for s in victim["status"]["containerStatuses"] if s["name"] == "webhook"]
     container_id = cs["containerID"].removeprefix("containerd://")
