@@ -38,7 +38,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="serve",
         help="serve (the default): run the controller; unregister: delete the "
         "configurations' ConfigMap and elb-gate's two webhook configurations, then exit "
-        "(Helm's pre-delete hook)",
+        "(before `helm uninstall`, to have them gone before anything else)",
     )
     return parser.parse_args(argv)
 

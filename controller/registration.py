@@ -1,6 +1,6 @@
 """Registration: the leader creates elb-gate's two webhook configurations only once a
-webhook Pod serves, and ``python -m controller unregister`` (Helm's pre-delete hook)
-removes them before anything else of the release goes.
+webhook Pod serves; the garbage collector removes them with their owner on uninstall,
+and ``python -m controller unregister`` (an operator's command) removes them first.
 
 The configurations are the chart's (ConfigMap :attr:`registration_configmap`, one JSON
 object per kind). A pass of :meth:`Registrar.sync`:
@@ -10,7 +10,7 @@ object per kind). A pass of :meth:`Registrar.sync`:
 * a configuration absent: created once the webhook Service has a ready endpoint
   (a webhook Pod passed its readiness probe: certificate loaded, API answering),
   with ``ownerReferences`` to ClusterRole :attr:`registration_owner`, so the garbage
-  collector deletes it with the release even if the hook never ran; its caBundle is
+  collector deletes it with the release; its caBundle is
   the chart's (``provided``), cainjector's (``cert-manager``), or the managed
   trusted set (:mod:`controller.certificates`), whichever applies;
 * a configuration present: updated when the ConfigMap's version of it changed

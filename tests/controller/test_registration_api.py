@@ -223,7 +223,7 @@ async def test_registered_only_once_an_endpoint_is_ready_then_updated_then_unreg
         assert {h["timeoutSeconds"] for h in obj["webhooks"]} == {7}
         assert {h["clientConfig"]["caBundle"] for h in obj["webhooks"]} == {changed}
 
-    # The pre-delete hook: ConfigMap and both configurations gone; the leader does
+    # An operator's unregister: ConfigMap and both configurations gone; the leader does
     # not register them again, even with a ready endpoint.
     cp.admin.apply(_slice(names, ready=True))
     assert await unregister(api, SYSTEM_NAMESPACE, _settings(names).controller) == [

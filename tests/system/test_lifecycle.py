@@ -2,8 +2,9 @@
 controller registration): a failing install leaves no webhook configuration; an
 ``--atomic`` install serves; the controller's leader rotates the webhook's CA and
 serving certificate under a steady stream of admissions and Lease renewals with none
-failing; an upgrade and a rollback reach the registered configurations; an uninstall
-leaves nothing that can refuse a request.
+failing; an upgrade and a rollback reach the registered configurations; an operator's
+unregister removes them until the next upgrade; an uninstall, which runs no hook,
+leaves nothing that can refuse a request, even when the image never started.
 
 The tests of this module run in order, on installs of their own."""
 
@@ -138,7 +139,7 @@ def test_namespace_create_is_refused_by_helm_install_with_the_reason(tier: Syste
 
 def test_an_install_that_fails_applying_leaves_no_webhook_configuration(tier: SystemTier) -> None:
     """The issue's case: a gated namespace that does not exist yet. ``--atomic`` rolls
-    the release back (its pre-delete hook runs); no webhook was ever registered."""
+    the release back; no webhook was ever registered."""
     t = tier
     with Watch(t) as watch:
         result = helm_install(
@@ -154,25 +155,35 @@ def test_an_install_that_fails_applying_leaves_no_webhook_configuration(tier: Sy
     assert t.helm("status", "elb-gate", "-n", NAMESPACE).returncode != 0
 
 
-def test_an_install_whose_image_cannot_start_never_registers_a_webhook(tier: SystemTier) -> None:
+def test_an_atomic_install_whose_image_cannot_start_rolls_back_and_leaves_nothing(
+    tier: SystemTier,
+) -> None:
     """Pods that never start (pullPolicy Never, a tag no node holds: no pull is tried)
-    -> helm install --wait fails and nothing judged a single request meanwhile."""
+    -> ``helm install --atomic`` times out and uninstalls the release. Nothing judged a
+    single request meanwhile, and nothing of the release is left: uninstalling runs no
+    hook, so it does not need the image that cannot start."""
     t = tier
     with Watch(t) as watch:
         result = helm_install(
             t,
-            "--wait",
+            "--atomic",
             "--timeout=60s",
             *sets(*VALUES, "image.tag=0.0.0-missing", "image.pullPolicy=Never"),
         )
         assert result.returncode != 0, result.stdout
-        time.sleep(5)
+        report("atomic install with a broken image", result.stderr.strip().splitlines()[-1:])
+        assert "has been uninstalled due to atomic" in result.stderr, result.stderr
+        assert "error occurred while uninstalling" not in result.stderr, result.stderr
+        wait_until(lambda: not left_behind(t), 180, "the rolled-back release gone")
     assert watch.seen == set(), watch.seen
-    # Its pre-delete hook would run the same image that cannot start: nothing was
-    # registered, so uninstall without hooks (docs/install.md, "Uninstall").
-    result = t.helm("uninstall", "elb-gate", "-n", NAMESPACE, "--no-hooks", "--wait")
-    assert result.returncode == 0, result.stderr
-    wait_until(lambda: not left_behind(t), 180, "the failed release gone")
+    assert t.helm("status", "elb-gate", "-n", NAMESPACE).returncode != 0
+    for kind in ("deployments", "jobs", "configmaps", "secrets"):
+        owned = [
+            o["metadata"]["name"]
+            for o in t.cp.admin.list(kind, NAMESPACE)
+            if (o["metadata"].get("labels") or {}).get("app.kubernetes.io/instance") == "elb-gate"
+        ]
+        assert owned == [], (kind, owned)
 
 
 @pytest.fixture(scope="module")
@@ -307,9 +318,50 @@ def test_a_rollback_under_load_reaches_the_registered_configurations(rotating: S
     assert load.failed == 0, "\n".join(load.failures[:20])
 
 
-def test_uninstall_removes_the_configurations_first_and_leaves_nothing(
+def test_an_operators_unregister_removes_the_configurations_until_the_next_upgrade(
     rotating: SystemTier,
 ) -> None:
+    """docs/install.md, "Uninstall": ``python -m controller unregister`` in the
+    controller's Pod, as the controller's own ServiceAccount, deletes the ConfigMap and
+    both configurations, and no leader registers them again; an upgrade brings the
+    ConfigMap back and the leader registers them again."""
+    t = rotating
+    result = t.kubectl(
+        "admin",
+        "-n",
+        NAMESPACE,
+        "exec",
+        "deploy/elb-gate-controller",
+        "--",
+        "python",
+        "-m",
+        "controller",
+        "unregister",
+    )
+    assert result.returncode == 0, result.stderr
+    assert configurations(t) == []
+    assert t.cp.admin.find("configmaps", NAMESPACE, "elb-gate-webhook-configurations") is None
+    time.sleep(5)  # several registration passes of the leader
+    assert configurations(t) == []
+    result = t.helm(
+        "upgrade",
+        "elb-gate",
+        str(CHART),
+        "-n",
+        NAMESPACE,
+        "--reuse-values",
+        "--wait",
+        "--timeout=300s",
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    wait_until(lambda: len(configurations(t)) == 2, 120, "both configurations registered again")
+
+
+def test_uninstall_leaves_nothing_and_the_configurations_go_with_the_release(
+    rotating: SystemTier,
+) -> None:
+    """No hook: Helm deletes the release's objects, the garbage collector removes the
+    two configurations with their owner ClusterRole."""
     t = rotating
     gone_at: list[float] = []
     pods_gone_at: list[float] = []
@@ -339,8 +391,7 @@ def test_uninstall_removes_the_configurations_first_and_leaves_nothing(
     report(
         "uninstall: configurations gone / serving webhook Pods gone at (s)", (gone_at, pods_gone_at)
     )
-    assert configurations(t) == []
-    assert gone_at and pods_gone_at and gone_at[0] <= pods_gone_at[0]
+    wait_until(lambda: configurations(t) == [], 120, "the configurations collected")
     wait_until(lambda: not left_behind(t), 120, "nothing of the release left")
     for secret in ("elb-gate-webhook-ca", "elb-gate-webhook-tls"):
         assert t.cp.admin.find("secrets", NAMESPACE, secret) is None
