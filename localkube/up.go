@@ -174,6 +174,10 @@ func (u *upper) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("etcd: %w", err)
 	}
+	// etcd's data is this run's alone (startEtcd empties the directory first): it goes
+	// once etcd has stopped, so a data directory in memory (/dev/shm) does not outlive
+	// the run and hold the machine's RAM.
+	defer func() { _ = os.RemoveAll(u.etcdDir) }()
 	defer etcd.Close()
 
 	if u.port == 0 {
