@@ -21,6 +21,7 @@ import signal
 import subprocess
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -132,6 +133,9 @@ class ControlPlane:
         self.state_dir = state_dir
         self.state = dict(state)
         self.process = process
+        self.etcd_dir: Path | None = None
+        """etcd's data directory when it is outside ``state_dir`` (in memory): removed
+        by :meth:`stop`."""
         self.server: str = state["server"]
         self.ca_file: str = state["caFile"]
         self.audit_log = Path(state["auditLog"])
@@ -180,9 +184,12 @@ class ControlPlane:
             args += ["--system-node", ",".join([name, *(f"{k}={v}" for k, v in labels.items())])]
         if etcd_quota_bytes:
             args += ["--etcd-quota-bytes", str(etcd_quota_bytes)]
-        etcd_dir = _memory_dir()
-        if etcd_dir:
-            args += ["--etcd-dir", str(Path(etcd_dir) / f"localkube-etcd-{uuid.uuid4().hex[:8]}")]
+        memory = _memory_dir()
+        etcd_dir = None
+        if memory:
+            sweep_stale_etcd_dirs(memory)
+            etcd_dir = memory / f"{ETCD_DIR_PREFIX}{uuid.uuid4().hex[:8]}"
+            args += ["--etcd-dir", str(etcd_dir)]
         out = open(log or state_dir / "localkube.log", "ab")
         process = subprocess.Popen(
             args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
@@ -201,8 +208,13 @@ class ControlPlane:
             wait_until(ready, timeout, f"localkube to be ready (see {state_dir})")
         except BaseException:
             process.kill()  # a no-op once it has exited
+            process.wait(10)
+            if etcd_dir is not None:
+                shutil.rmtree(etcd_dir, ignore_errors=True)
             raise
-        return cls(state_dir, json.loads(state_file.read_text()), process)
+        cp = cls(state_dir, json.loads(state_file.read_text()), process)
+        cp.etcd_dir = etcd_dir
+        return cp
 
     @classmethod
     def attach(cls, state_dir: Path) -> ControlPlane:
@@ -230,6 +242,8 @@ class ControlPlane:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait(10)
         shutil.rmtree(self.state_dir, ignore_errors=True)
+        if self.etcd_dir is not None:  # localkube removes it too, unless it was killed
+            shutil.rmtree(self.etcd_dir, ignore_errors=True)
 
     def __enter__(self) -> ControlPlane:
         return self
@@ -507,9 +521,52 @@ def _running(pod: JsonObj | None) -> JsonObj | None:
     return None
 
 
-def _memory_dir() -> str | None:
+def _memory_dir() -> Path | None:
     """A RAM-backed directory for etcd's data, when the machine has one."""
     shm = Path("/dev/shm")
     if shm.is_dir() and os.access(shm, os.W_OK):
-        return str(shm)
+        return shm
     return None
+
+
+ETCD_DIR_PREFIX = "localkube-etcd-"
+STALE_AFTER_SECONDS = 600.0
+"""A data directory no process holds open is left alone this long after its last
+change: long enough for a localkube that is starting to open it."""
+
+
+def held_open() -> set[str]:
+    """Every path some process on the machine holds open (that this user may see)."""
+    held = set()
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            for fd in fd_dir.iterdir():
+                try:
+                    held.add(os.readlink(fd))
+                except OSError:
+                    continue
+        except OSError:
+            continue  # the process ended, or is not ours to read
+    return held
+
+
+def sweep_stale_etcd_dirs(memory: Path, *, now: float | None = None) -> list[Path]:
+    """Remove the etcd data directories a run left in ``memory`` when it was killed
+    before it could remove its own (they hold RAM until the machine restarts): those
+    no process holds a file of open, unchanged for :data:`STALE_AFTER_SECONDS`.
+    Returns what was removed."""
+    now = time.time() if now is None else now
+    held = held_open()
+    removed = []
+    for d in sorted(memory.glob(f"{ETCD_DIR_PREFIX}*")):
+        try:
+            if not d.is_dir() or now - d.stat().st_mtime < STALE_AFTER_SECONDS:
+                continue
+        except OSError:
+            continue
+        prefix = f"{d}/"
+        if any(path.startswith(prefix) for path in held):
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        removed.append(d)
+    return removed
