@@ -31,15 +31,13 @@ from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 
 from bench import reviews
-from bench.api_counts import classify
+from bench.api_counts import classify, is_readiness_key
 from bench.namespace_jobs import submit_lease
 from bench.stats import percentile
-from elbgate.names import ADMISSION_READY_LEASE
 from testbed import elastic_blast as elb
 from testbed.controlplane import ControlPlane
 from testbed.faultproxy import FaultProxy
@@ -128,7 +126,7 @@ async def _measure(
     # The readiness key is renewed on the replica's own clock (every few seconds per
     # gated namespace), not per review: a renewal that falls inside a review's window is
     # counted apart, so the per-review figures say what admission itself costs.
-    per_review = [c for c in calls if not _is_readiness_key(c[1])]
+    per_review = [c for c in calls if not is_readiness_key(c[1])]
     background = len(calls) - len(per_review)
     by: Counter[str] = Counter()
     for method, path_qs in per_review:
@@ -143,11 +141,6 @@ async def _measure(
         "api_requests_by_call": {k: v / requests for k, v in sorted(by.items())},
         "readiness_key_requests": background,
     }
-
-
-def _is_readiness_key(path_qs: str) -> bool:
-    """A request for the readiness key Lease (whatever the namespace)."""
-    return urlsplit(path_qs).path.endswith(f"/leases/{ADMISSION_READY_LEASE}")
 
 
 def _bound(

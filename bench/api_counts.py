@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
+from elbgate.names import ADMISSION_READY_LEASE
+
 _PATH = re.compile(
     r"^/(?:api/v1|apis/[^/]+/[^/]+)"
     r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<resource>[^/]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>[^/]+))?$"
@@ -72,10 +74,20 @@ class Tally:
         return Tally(self.by + other.by)
 
 
+def is_readiness_key(path_qs: str) -> bool:
+    """A request for a webhook replica's readiness key (the Lease ``elb-gate-admission``
+    it renews every few seconds per gated namespace on its own clock)."""
+    return urlsplit(path_qs).path.endswith(f"/leases/{ADMISSION_READY_LEASE}")
+
+
 def tally(requests: Iterable[tuple[str, str]]) -> Tally:
-    """Count ``(method, path?query)`` records (other than discovery)."""
+    """Count ``(method, path?query)`` records (other than discovery, and other than the
+    readiness key's renewals: they run on the replica's clock, not per search, renewal
+    or resync, so whether one falls inside a measured window is chance)."""
     out: Counter[tuple[str, str]] = Counter()
     for method, path_qs in requests:
+        if is_readiness_key(path_qs):
+            continue
         kind, resource = classify(method, path_qs)
         if kind != "other":
             out[(kind, resource)] += 1

@@ -510,12 +510,12 @@ def test_a_quick_run_on_the_control_plane_measures_every_part(
         api = burst["api_per_search"]
         assert api["detail"]["submitters"]["write jobs"] == 4 * searches  # each search's Jobs
         assert api["webhook"]["read"] >= 2  # the census LIST and the Lease GET, at least
-        # The webhook writes the admission record (at least each search's opening) and,
-        # on its own clock rather than per search, its readiness key (the Lease
-        # elb-gate-admission, renewed every 5 s; RBAC lets it write no other Lease).
+        # The webhook writes the admission record (at least each search's opening) and
+        # nothing else per search (its readiness key, renewed on its own clock, is not
+        # counted: bench/api_counts.py).
         assert api["webhook"]["write"] >= 1
         writes = {k for k in api["detail"]["webhook"] if k.startswith("write ")}
-        assert writes - {"write leases"} == {"write configmaps"}
+        assert writes == {"write configmaps"}
     assert load["burst_elb_gate"]["api_per_search"]["submitters"]["watch"] > 0  # waits watching
     assert load["burst_polling"]["api_per_search"]["submitters"]["watch"] == 0
     phases = load["burst_elb_gate"]["phases_s"]
@@ -528,27 +528,24 @@ def test_a_quick_run_on_the_control_plane_measures_every_part(
     assert load["resync"]["reconciles"] >= 1
 
     # The admission record's cost: a search's first Job reads it, lists, reads the Lease
-    # and writes it; a batch Job of an active search only reads it and lists.
+    # and writes it; a batch Job of an active search only reads it and lists. Each
+    # review makes at least those calls and no other kind. After answering, the replica
+    # that reserved an opening's Job looks for it (GET jobs) and, the bench's reviews
+    # never storing theirs, drops the entry once the create could no longer land (a
+    # read and a write of the record, on its own clock: how many of those fall inside
+    # a pass depends on how long the pass takes, so only lower bounds are exact).
     order = raw["admission_order"]
     assert order["opening"]["outcomes"] == {"allowed": order["opening"]["requests"]}
     assert order["joining"]["outcomes"] == {"allowed": order["joining"]["requests"]}
-    # After answering, the replica that reserved an opening's Job looks for it (GET jobs)
-    # to drop its entry once stored; the bench's reviews never store theirs, so it looks
-    # again until the create could no longer land, also while the joining pass runs.
     opening = dict(order["opening"]["api_requests_by_call"])
     assert opening.pop("GET jobs", 0) >= 1
-    assert opening == {
-        "GET configmaps": 1.0,
-        "GET jobs:list": 1.0,
-        "GET leases": 1.0,
-        "PUT configmaps": 1.0,
-    }
+    assert set(opening) == {"GET configmaps", "GET jobs:list", "GET leases", "PUT configmaps"}
+    assert all(n >= 1.0 for n in opening.values()), opening
     joining = dict(order["joining"]["api_requests_by_call"])
     joining.pop("GET jobs", None)
-    assert joining == {
-        "GET configmaps": 1.0,
-        "GET jobs:list": 1.0,
-    }
+    assert {"GET configmaps", "GET jobs:list"} <= set(joining)
+    assert set(joining) <= {"GET configmaps", "GET jobs:list", "PUT configmaps"}, joining
+    assert joining["GET configmaps"] >= 1.0 and joining["GET jobs:list"] >= 1.0
     assert figures["order.opening.p50"]["value"]["median"] > 0
     # The real controller at each Job count: start-up, relist after 410, leader change.
     for n in ("0", "3"):
