@@ -39,8 +39,7 @@ from webhook.admission_record import (
     write_record,
     write_turns,
 )
-from webhook.decision import Decision, unverified
-from webhook.endpoint import Answer
+from webhook.decision import Answer, Decision, unverified
 from webhook.lease_request import LeaseRequest
 from webhook.metrics import LEASE_GUARD, LEASE_STAMP, SEARCH_ADMISSION, WebhookMetrics
 from webhook.node_rules import NodesSeen
@@ -487,6 +486,4 @@ class Admission:
             self.metrics.record_would_deny(webhook, decision.reason)
         else:
             outcome, response = "denied", decision.response()
-        return Answer(
-            response, outcome, decision.reason, decision.code, decision.message, decision.details
-        )
+        return Answer(response, outcome, decision)
