@@ -12,9 +12,8 @@ from datetime import UTC, datetime
 
 from aiohttp import web
 
-from controller import cache as kinds
 from controller.apply import Applier
-from controller.cache import Cache
+from controller.cache import Cache, Kind
 from controller.certificates import CertificateManager
 from controller.certificates import run as run_certificates
 from controller.holder_watch import HolderWatches
@@ -78,7 +77,7 @@ def watch_specs(controller: ControllerSettings) -> list[WatchSpec]:
         if others:
             out.append(
                 WatchSpec(
-                    kinds.LIVENESS_JOBS,
+                    Kind.LIVENESS_JOBS,
                     ns,
                     path(JOBS, ns),
                     label_selector=f"app in ({','.join(others)})",
@@ -86,7 +85,7 @@ def watch_specs(controller: ControllerSettings) -> list[WatchSpec]:
             )
         out.append(
             WatchSpec(
-                kinds.JOBS,
+                Kind.JOBS,
                 ns,
                 path(JOBS, ns),
                 label_selector=job_selector(controller),
@@ -95,12 +94,12 @@ def watch_specs(controller: ControllerSettings) -> list[WatchSpec]:
         )
         out.append(
             WatchSpec(
-                kinds.LEASES, ns, path(LEASES, ns), field_selector=f"metadata.name={lease_name(ns)}"
+                Kind.LEASES, ns, path(LEASES, ns), field_selector=f"metadata.name={lease_name(ns)}"
             )
         )
         out.append(
             WatchSpec(
-                kinds.CONFIGMAPS,
+                Kind.CONFIGMAPS,
                 ns,
                 path(CONFIGMAPS, ns),
                 field_selector=f"metadata.name={LIVENESS_CONFIGMAP}",
@@ -108,7 +107,7 @@ def watch_specs(controller: ControllerSettings) -> list[WatchSpec]:
         )
         out.append(
             WatchSpec(
-                kinds.ADMISSIONS,
+                Kind.ADMISSIONS,
                 ns,
                 path(CONFIGMAPS, ns),
                 field_selector=f"metadata.name={ADMISSION_RECORD_CONFIGMAP}",
