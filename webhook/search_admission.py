@@ -1,6 +1,6 @@
 """Gate A + Gate B on search Jobs (webhook ``search-admission.elb-gate.io``). Pure; no I/O.
 
-DESIGN.md "Gate B — search admission":
+docs/design.md, "Gate B — search admission":
 
 * a Job labelled ``app`` in (setup, submit, blast, finalizer) whose
   ``elb-job-id`` is not yet active opens a search: Gate A (the requester holds
