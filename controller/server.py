@@ -22,7 +22,6 @@ from controller.leader import LeaderElector
 from controller.metrics import COMPONENT, ControllerMetrics
 from controller.reconciler import Reconciler
 from controller.registration import Registrar
-from elbgate.credential_metrics import register_credential_failures
 from elbgate.kube.api import CONFIGMAPS, JOBS, LEASES, KubeApi, path
 from elbgate.kube.config import KubeConfig
 from elbgate.kube.informer import Informer, WatchSpec
@@ -34,6 +33,7 @@ from elbgate.names import (
     SEARCH_APPS,
     lease_name,
 )
+from elbgate.serving.credential_metrics import register_credential_failures
 from elbgate.settings import ControllerSettings, ServerSettings, Settings
 
 logger = logging.getLogger("controller.server")

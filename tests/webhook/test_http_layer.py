@@ -13,7 +13,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from prometheus_client import CollectorRegistry
 
-from elbgate.logs import JsonFormatter
+from elbgate.serving.logs import JsonFormatter
 from webhook.decision import Answer, admit, refuse
 from webhook.endpoint import admission_endpoint
 from webhook.metrics import LEASE_GUARD, SEARCH_ADMISSION, WebhookMetrics
