@@ -37,6 +37,10 @@ class Decision:
     """Structured facts for the log line (holder, active ids, ...)."""
     warned: tuple[Decision, ...] = ()
     """Refusals of rules set to ``warn`` that this admit carries as warnings."""
+    ceiling: int | None = None
+    """Search admission: the effective ceiling the capacity rule computed for this Job
+    (``None`` when it computed none: the configured ceiling applies). The census metric
+    reports it."""
 
     @property
     def status_reason(self) -> str:

@@ -18,9 +18,11 @@ from elbgate.names import SEARCH_JOB_SELECTOR, UNFINISHED_JOB_FIELD_SELECTOR
 from elbgate.settings import Settings
 from testbed.elastic_blast import import_queries, init_ssd
 from tests.webhook.builders import NOW, admission, job, job_object, lease, user
+from tests.webhook.test_node_rules import AKS, POOL
 from webhook.admission import Admission
 from webhook.http import Runtime, create_app, create_ops_app
 from webhook.metrics import WebhookMetrics
+from webhook.node_rules import NodesSeen
 from webhook.readiness import ApiReachability
 from webhook.review import AdmissionRequest
 from webhook.tls import ServingCertificate
@@ -550,6 +552,25 @@ async def test_each_judged_search_job_exports_the_census_it_was_judged_on() -> N
     # The second was judged on a and on d, which the first admitted (the record holds it).
     assert sample(handlers, "elb_gate_active_searches", namespace="default") == 2
     assert sample(handlers, "elb_gate_search_ceiling", namespace="default") == 3
+
+
+async def test_the_census_metric_reports_the_ceiling_the_nodes_lower_it_to() -> None:
+    # Three blast-pool nodes of 15.7 CPU hold two searches of 6-CPU pods: the webhook
+    # exports the effective ceiling it judged against (2), not the configured one (3),
+    # for an admitted Job and for one the DB staging rule refuses after the capacity rule.
+    staging = init_ssd("job-1", 0, "core_nt")
+    api = FakeApi(jobs=[staging], lease_obj=alice_holds())
+    handlers = make(
+        api, capacity="deny", capacity_pool_selector=POOL, capacity_pod_cpu="6", db_staging="deny"
+    )
+    handlers.nodes = lambda: NodesSeen(AKS)
+    refused = await handlers.validate_job(admission("CREATE", init_ssd("job-2", 0, "core_nt")))
+    assert (refused.outcome, refused.decision.reason) == ("denied", "db_staging")
+    assert sample(handlers, "elb_gate_search_ceiling", namespace="default") == 2
+    handlers.metrics.record_census("default", 0, 3)  # so the next sample is the next Job's
+    admitted = await handlers.validate_job(admission("CREATE", init_ssd("job-3", 0, "other_db")))
+    assert admitted.outcome == "allowed", admitted.response.message
+    assert sample(handlers, "elb_gate_search_ceiling", namespace="default") == 2
 
 
 # -- the applications ------------------------------------------------------------------------
