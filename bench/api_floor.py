@@ -5,7 +5,7 @@ no admission around them.
 same reads as search admission of a finalizer — the census LIST and the Lease GET,
 concurrently, through the same :class:`KubeApi` client and the same functions
 (``elbgate.kube.reads``), in a runtime set up as the webhook's
-(``elbgate.runtime.tune_gc``). After ``W`` round trips it prints ``ready`` and
+(``elbgate.serving.runtime.tune_gc``). After ``W`` round trips it prints ``ready`` and
 reads commands on stdin, answering each with one JSON line:
 
 * ``step``: one round trip, timed in this process (``ns``, ``outcome``);
@@ -30,10 +30,10 @@ from typing import Any
 import orjson
 
 from bench.load import LoadPlan, Measured, closed_loop
-from elbgate import runtime
 from elbgate.kube.api import ApiError, ApiUnavailable, KubeApi
 from elbgate.kube.config import KubeConfig
 from elbgate.kube.reads import get_submit_lease, list_unfinished_search_jobs
+from elbgate.serving import runtime
 
 
 async def round_trip(api: KubeApi, namespace: str) -> str:

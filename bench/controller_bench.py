@@ -27,7 +27,7 @@ from typing import Any, cast
 import orjson
 
 from controller.actions import WriteLiveness
-from controller.cache import CONFIGMAPS, JOBS, LEASES, Cache, ConfigMapRecord, Snapshot
+from controller.cache import Cache, ConfigMapRecord, Kind, Snapshot
 from controller.metrics import ControllerMetrics
 from controller.plan import make_plan
 from elbgate.kube.api import KubeApi
@@ -100,7 +100,7 @@ def _job(i: int, now: datetime, rv: int) -> dict[str, Any]:
 
 def _synced_cache(on_change: Any = None) -> Cache:
     cache = Cache([NS], on_change=on_change)
-    for kind in (JOBS, LEASES, CONFIGMAPS):
+    for kind in (Kind.JOBS, Kind.LEASES, Kind.CONFIGMAPS):
         cache.replace(kind, NS, [])
     return cache
 
@@ -114,7 +114,7 @@ def measure_cache_memory(now: datetime) -> float:
         before = tracemalloc.take_snapshot()
         cache = _synced_cache()
         informer = Informer(
-            cast(KubeApi, None), cache, WatchSpec(JOBS, NS, ""), ControllerMetrics()
+            cast(KubeApi, None), cache, WatchSpec(Kind.JOBS, NS, ""), ControllerMetrics()
         )
         for line in lines:
             informer.handle_event(orjson.loads(line))  # decoded object dropped after this
@@ -131,7 +131,9 @@ def measure_event_cpu(now: datetime, events_n: int = EVENTS_N) -> tuple[float, f
     """(µs per event through the watch path, µs per JSON decode of one event line)."""
     dirty: set[str] = set()
     cache = _synced_cache(dirty.add)
-    informer = Informer(cast(KubeApi, None), cache, WatchSpec(JOBS, NS, ""), ControllerMetrics())
+    informer = Informer(
+        cast(KubeApi, None), cache, WatchSpec(Kind.JOBS, NS, ""), ControllerMetrics()
+    )
     for i in range(JOBS_N):
         informer.handle_event({"type": "ADDED", "object": _job(i, now, i + 1)})
     rng = random.Random(7)
@@ -155,7 +157,7 @@ def measure_resync(now: datetime, settings: Settings) -> tuple[float, int, int]:
     """(ms CPU of one plan at JOBS_N Jobs, writes of the first plan, writes once steady)."""
     cache = _synced_cache()
     for i in range(JOBS_N):
-        cache.apply(JOBS, NS, "ADDED", _job(i, now, i + 1))
+        cache.apply(Kind.JOBS, NS, "ADDED", _job(i, now, i + 1))
     snap = cache.snapshot(NS)
     first = make_plan(snap, {}, None, now, settings.gate, settings.controller)
     (write,) = [a for a in first.actions if isinstance(a, WriteLiveness)]

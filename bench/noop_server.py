@@ -4,7 +4,7 @@
 over TLS with the webhook's own server set-up (``webhook.tls.ServingCertificate``
 for the TLS 1.2+ context, ``web.AppRunner`` without access log, ``TCPSite``),
 reads and decodes the body, and answers ``allowed: true`` with the request's
-uid. It sets up the runtime as the webhook does (``elbgate.runtime.tune_gc``).
+uid. It sets up the runtime as the webhook does (``elbgate.serving.runtime.tune_gc``).
 Everything the webhook does beyond this is its policy cost.
 
 With ``--reads KUBECONFIG`` it first makes the reads search admission makes —
@@ -25,10 +25,10 @@ from collections.abc import AsyncIterator
 import orjson
 from aiohttp import web
 
-from elbgate import runtime
 from elbgate.kube.api import KubeApi
 from elbgate.kube.config import KubeConfig
 from elbgate.kube.reads import get_submit_lease, list_unfinished_search_jobs
+from elbgate.serving import runtime
 from webhook.tls import ServingCertificate
 
 MAX_BYTES = 8 * 1024 * 1024

@@ -20,7 +20,7 @@ from typing import Any
 
 from elbgate.kube.api import LEASES, ApiError, KubeApi, path
 from elbgate.kube.reads import get_submit_lease
-from elbgate.lease import Expiry, LeaseView, format_microtime
+from elbgate.lease import Expiry, LeaseView, format_microtime, new_lease
 from elbgate.names import lease_name
 
 Json = dict[str, Any]
@@ -30,19 +30,8 @@ Json = dict[str, Any]
 
 
 def new_lease_body(namespace: str, holder: str, ttl_seconds: int, now: datetime) -> Json:
-    """POST body of a Lease that does not exist yet, held by ``holder``."""
-    stamp = format_microtime(now)
-    return {
-        "apiVersion": "coordination.k8s.io/v1",
-        "kind": "Lease",
-        "metadata": {"name": lease_name(namespace), "namespace": namespace},
-        "spec": {
-            "holderIdentity": holder,
-            "leaseDurationSeconds": ttl_seconds,
-            "acquireTime": stamp,
-            "renewTime": stamp,
-        },
-    }
+    """POST body of a submit Lease that does not exist yet, held by ``holder``."""
+    return new_lease(namespace, lease_name(namespace), holder, ttl_seconds, now)
 
 
 def claimed_body(current: Json, holder: str, ttl_seconds: int, now: datetime) -> Json:

@@ -34,8 +34,8 @@ from client.slot_machine import (
     ApiFailed,
     Cancelled,
     CensusTaken,
+    HeldElsewhere,
     LeaseAcquired,
-    LeaseBusy,
     Observation,
     Phase,
     SlotLimits,
@@ -129,7 +129,7 @@ def run_slot(
             elif action is Action.ACQUIRE:
                 try:
                     result = lease.acquire()
-                    obs = LeaseAcquired() if result.acquired else LeaseBusy(result.reason)
+                    obs = LeaseAcquired() if result.acquired else HeldElsewhere(result.reason)
                 except CoordinationError as exc:
                     error, obs = exc, ApiFailed(str(exc))
             else:
@@ -139,7 +139,7 @@ def run_slot(
                 except CoordinationError as exc:
                     error, obs = exc, ApiFailed(str(exc))
             if room is not None and room.entered:
-                if isinstance(obs, LeaseBusy):
+                if isinstance(obs, HeldElsewhere):
                     room.tried("busy")
                 elif isinstance(obs, CensusTaken) and len(obs.active_ids) >= limits.ceiling:
                     room.tried("full")

@@ -79,7 +79,10 @@ class LeaseAcquired:
 
 
 @dataclass(frozen=True, slots=True)
-class LeaseBusy:
+class HeldElsewhere:
+    """The acquire found the Lease held by another submit (what :class:`client.LeaseBusy`
+    is raised for outside the machine)."""
+
     detail: str
     """Who holds it and until when."""
 
@@ -99,7 +102,7 @@ class Cancelled:
     pass
 
 
-Observation = LeaseAcquired | LeaseBusy | CensusTaken | ApiFailed | Cancelled
+Observation = LeaseAcquired | HeldElsewhere | CensusTaken | ApiFailed | Cancelled
 
 
 # --- state, limits, step -----------------------------------------------------
@@ -167,7 +170,7 @@ def transition(state: SlotState, obs: Observation, now: float, limits: SlotLimit
                 state, phase=Phase.CHECKING_CAPACITY, slot_wait_since=None, detail="Lease held"
             )
             return Step(nxt, Action.TAKE_CENSUS)
-        if isinstance(obs, LeaseBusy):
+        if isinstance(obs, HeldElsewhere):
             since = now if state.slot_wait_since is None else state.slot_wait_since
             left = since + limits.slot_wait_max_seconds - now
             if left <= 0:

@@ -41,7 +41,7 @@ from datetime import datetime
 from typing import Any
 
 from elbgate.census import census
-from elbgate.lease import Expiry, LeaseView, format_microtime, parse_microtime
+from elbgate.lease import Expiry, LeaseView, format_microtime, new_lease, parse_microtime
 
 ENTRY_PREFIX = "elb-blast-wait-"
 WAITING_LABEL = "elb-gate.io/waiting-for"
@@ -63,22 +63,14 @@ def entry_name(holder: str) -> str:
 
 def entry_body(namespace: str, holder: str, now: datetime) -> dict[str, Any]:
     """POST body of a new line entry."""
-    stamp = format_microtime(now)
-    return {
-        "apiVersion": "coordination.k8s.io/v1",
-        "kind": "Lease",
-        "metadata": {
-            "name": entry_name(holder),
-            "namespace": namespace,
-            "labels": {WAITING_LABEL: WAITING_VALUE},
-        },
-        "spec": {
-            "holderIdentity": holder,
-            "leaseDurationSeconds": ENTRY_TTL_SECONDS,
-            "acquireTime": stamp,
-            "renewTime": stamp,
-        },
-    }
+    return new_lease(
+        namespace,
+        entry_name(holder),
+        holder,
+        ENTRY_TTL_SECONDS,
+        now,
+        labels={WAITING_LABEL: WAITING_VALUE},
+    )
 
 
 def renewed_body(current: Mapping[str, Any], now: datetime) -> dict[str, Any]:

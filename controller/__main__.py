@@ -13,11 +13,13 @@ import sys
 
 from controller.registration import unregister
 from controller.server import serve
-from elbgate import logs, runtime
+from elbgate import logs
 from elbgate.kube.api import KubeApi
 from elbgate.kube.config import KubeConfig, KubeConfigError
+from elbgate.serving import logs as log_setup
+from elbgate.serving import runtime
+from elbgate.serving.settings_help import server_parser
 from elbgate.settings import Settings, SettingsError
-from elbgate.settings_help import server_parser
 
 logger = logging.getLogger("controller.server")
 
@@ -66,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"elb-gate controller: {exc}", file=sys.stderr)
         return 2
-    logs.configure(settings.server.log_format)
+    log_setup.configure(settings.server.log_format)
     try:
         config = KubeConfig.load(args.kubeconfig)
     except KubeConfigError as exc:

@@ -17,7 +17,6 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
-from controller import cache as kinds
 from controller import events
 from controller.actions import (
     Action,
@@ -29,7 +28,7 @@ from controller.actions import (
     WriteLiveness,
 )
 from controller.batch_work import record_value
-from controller.cache import Cache
+from controller.cache import Cache, Kind
 from controller.metrics import ControllerMetrics
 from elbgate.census import JobRef
 from elbgate.kube.api import (
@@ -179,7 +178,7 @@ class Applier:
             "spec": {"holderIdentity": None},
         }
         result = await self.api.merge_patch(path(LEASES, a.namespace, a.name), patch)
-        self.cache.write_through(kinds.LEASES, a.namespace, a.resource_version, result)
+        self.cache.write_through(Kind.LEASES, a.namespace, a.resource_version, result)
         now = self.clock()
         latency = (
             max(0.0, (now - a.evidence_since).total_seconds())
@@ -218,7 +217,7 @@ class Applier:
             }
         }
         result = await self.api.merge_patch(path(JOBS, job.namespace, job.name), patch)
-        self.cache.write_through(kinds.JOBS, job.namespace, job.resource_version, result)
+        self.cache.write_through(Kind.JOBS, job.namespace, job.resource_version, result)
         return result
 
     async def _record(self, a: RecordBatchWork) -> None:
@@ -230,7 +229,7 @@ class Applier:
             annotations[ORPHANED_SINCE_ANNOTATION] = None  # no longer an orphan
         patch = {"metadata": {"resourceVersion": job.resource_version, "annotations": annotations}}
         result = await self.api.merge_patch(path(JOBS, job.namespace, job.name), patch)
-        self.cache.write_through(kinds.JOBS, job.namespace, job.resource_version, result)
+        self.cache.write_through(Kind.JOBS, job.namespace, job.resource_version, result)
         log(
             logger,
             logging.INFO,
@@ -309,7 +308,7 @@ class Applier:
             }
             # 409 AlreadyExists: another writer made it; the watch will tell us its version.
             result = await self.api.create(path(CONFIGMAPS, a.namespace), body)
-        self.cache.write_through(kinds.CONFIGMAPS, a.namespace, a.resource_version, result)
+        self.cache.write_through(Kind.CONFIGMAPS, a.namespace, a.resource_version, result)
         level = logging.DEBUG if a.why == "heartbeat" else logging.INFO
         log(
             logger,

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from elbgate.census import JobRef, is_terminal
@@ -30,18 +31,25 @@ from elbgate.lease import LeaseView
 from elbgate.names import BATCH_WORK_EVIDENCE_APPS, FINALIZER_APP
 from elbgate.reservations import batch_work_of, split_searches_of
 
-JOBS = "jobs"
-LEASES = "leases"
-CONFIGMAPS = "configmaps"
-ADMISSIONS = "admissions"
-"""The webhook's admission record (ConfigMap ``elb-gate-admissions``): its batch-work
-evidence (:func:`elbgate.reservations.batch_work_of`), which outlives the batch Jobs and
-any time the controller was not watching."""
-LIVENESS_JOBS = "liveness-jobs"
-"""Jobs of the apps only liveness reads (the dashboard's warm-up, prepare-db, oracle),
-watched whole: an Indexed Job with some indexes done has ``succeeded`` > 0 while it
-still runs, so the live Jobs watch (``status.successful=0``) would lose it."""
-KINDS: tuple[str, ...] = (JOBS, LIVENESS_JOBS, LEASES, CONFIGMAPS, ADMISSIONS)
+
+class Kind(StrEnum):
+    """What a watch feeds into the cache. Not an API resource (those are
+    :mod:`elbgate.kube.api`'s ``JOBS``, ``LEASES``…): two kinds read Jobs and two read
+    ConfigMaps, each through its own watch."""
+
+    JOBS = "jobs"
+    """The live search Jobs (``status.successful=0``)."""
+    LIVENESS_JOBS = "liveness-jobs"
+    """Jobs of the apps only liveness reads (the dashboard's warm-up, prepare-db, oracle),
+    watched whole: an Indexed Job with some indexes done has ``succeeded`` > 0 while it
+    still runs, so the live Jobs watch (``status.successful=0``) would lose it."""
+    LEASES = "leases"
+    CONFIGMAPS = "configmaps"
+    """The liveness ConfigMap."""
+    ADMISSIONS = "admissions"
+    """The webhook's admission record (ConfigMap ``elb-gate-admissions``): its batch-work
+    evidence (:func:`elbgate.reservations.batch_work_of`), which outlives the batch Jobs
+    and any time the controller was not watching."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +150,7 @@ class Cache:
         self._on_change = on_change or (lambda _ns: None)
         if not liveness_jobs_watched:
             for entry in self._ns.values():
-                entry.synced.add(LIVENESS_JOBS)
+                entry.synced.add(Kind.LIVENESS_JOBS)
 
     @property
     def namespaces(self) -> tuple[str, ...]:
@@ -153,7 +161,7 @@ class Cache:
     def replace(self, kind: str, namespace: str, items: Iterable[Mapping[str, Any]]) -> None:
         """Install the result of a LIST and mark ``kind`` synced in ``namespace``."""
         entry = self._ns[namespace]
-        if kind == JOBS:
+        if kind == Kind.JOBS:
             entry.unfinished.clear()
             entry.finished_marked.clear()
             entry.finished_batch.clear()
@@ -162,19 +170,19 @@ class Cache:
             entry.jobs_epoch += 1
             for obj in items:
                 self._put_job(entry, obj)
-        elif kind == LIVENESS_JOBS:
+        elif kind == Kind.LIVENESS_JOBS:
             entry.liveness_jobs.clear()
             for obj in items:
                 self._put_liveness_job(entry, obj)
-        elif kind == LEASES:
+        elif kind == Kind.LEASES:
             entry.lease = None
             for obj in items:
                 entry.lease = LeaseView.from_dict(obj)
-        elif kind == CONFIGMAPS:
+        elif kind == Kind.CONFIGMAPS:
             entry.liveness = None
             for obj in items:
                 entry.liveness = ConfigMapRecord.from_dict(obj)
-        elif kind == ADMISSIONS:
+        elif kind == Kind.ADMISSIONS:
             entry.recorded_batch_work, entry.recorded_splits = {}, frozenset()
             for obj in items:
                 entry.recorded_batch_work = _recorded(obj)
@@ -188,21 +196,21 @@ class Cache:
         """One watch event (``ADDED``/``MODIFIED``/``DELETED``): the hot path."""
         entry = self._ns[namespace]
         deleted = event_type == "DELETED"
-        if kind == JOBS:
+        if kind == Kind.JOBS:
             if deleted:
                 self._leave_job(entry, obj)
             else:
                 self._put_job(entry, obj)
-        elif kind == LIVENESS_JOBS:
+        elif kind == Kind.LIVENESS_JOBS:
             if deleted:
                 entry.liveness_jobs.pop(JobRef.from_dict(obj).name, None)
             else:
                 self._put_liveness_job(entry, obj)
-        elif kind == LEASES:
+        elif kind == Kind.LEASES:
             entry.lease = None if deleted else LeaseView.from_dict(obj)
-        elif kind == CONFIGMAPS:
+        elif kind == Kind.CONFIGMAPS:
             entry.liveness = None if deleted else ConfigMapRecord.from_dict(obj)
-        elif kind == ADMISSIONS:
+        elif kind == Kind.ADMISSIONS:
             entry.recorded_batch_work = {} if deleted else _recorded(obj)
             entry.recorded_splits = frozenset() if deleted else frozenset(split_searches_of(obj))
         else:
@@ -259,9 +267,9 @@ class Cache:
         entry = self._ns[namespace]
         name = str(((obj or {}).get("metadata") or {}).get("name") or "")
         current: Any
-        if kind == JOBS:
+        if kind == Kind.JOBS:
             current = entry.unfinished.get(name) or entry.finished_marked.get(name)
-        elif kind == LEASES:
+        elif kind == Kind.LEASES:
             current = entry.lease
         else:
             current = entry.liveness
@@ -327,7 +335,7 @@ class Cache:
     # -- reading (the reconciler) --------------------------------------------
 
     def synced(self, namespace: str) -> bool:
-        return self._ns[namespace].synced.issuperset(KINDS)
+        return self._ns[namespace].synced.issuperset(Kind)
 
     def all_synced(self) -> bool:
         return all(self.synced(ns) for ns in self._ns)

@@ -24,7 +24,7 @@ from typing import Any
 
 from controller.metrics import ControllerMetrics
 from elbgate.kube.api import LEASES, ApiError, ApiUnavailable, KubeApi, path
-from elbgate.lease import format_microtime
+from elbgate.lease import format_microtime, held_spec, new_lease
 from elbgate.logs import log
 
 logger = logging.getLogger("controller.leader")
@@ -134,14 +134,12 @@ class LeaderElector:
                 return True
             # Conflict: another writer changed the Lease since; read it and decide.
         obj = await self.api.get_or_none(self._url)
-        now = format_microtime(self._wall())
+        moment = self._wall()
+        now = format_microtime(moment)
         if obj is None:
-            body = {
-                "apiVersion": "coordination.k8s.io/v1",
-                "kind": "Lease",
-                "metadata": {"name": self.name, "namespace": self.namespace},
-                "spec": self._spec(now, now, 0),
-            }
+            body = new_lease(
+                self.namespace, self.name, self.identity, self._duration, moment, transitions=0
+            )
             return await self._write(self.api.create(path(LEASES, self.namespace), body), started)
         spec: dict[str, Any] = obj.get("spec") or {}
         meta = obj.get("metadata") or {}
@@ -163,14 +161,12 @@ class LeaderElector:
         body = {**obj, "spec": {**spec, **new_spec}}
         return await self._write(self.api.replace(self._url, body), started)
 
+    @property
+    def _duration(self) -> int:
+        return max(1, round(self.lease_seconds))
+
     def _spec(self, acquire: str, renew: str, transitions: int) -> dict[str, Any]:
-        return {
-            "holderIdentity": self.identity,
-            "leaseDurationSeconds": max(1, round(self.lease_seconds)),
-            "acquireTime": acquire,
-            "renewTime": renew,
-            "leaseTransitions": transitions,
-        }
+        return held_spec(self.identity, self._duration, acquire, renew, transitions)
 
     async def _write(self, call: Any, started: float) -> bool:
         try:

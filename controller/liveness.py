@@ -1,10 +1,11 @@
 """The auto-stop liveness feed: is the namespace in use, and since when is it idle. Pure.
 
-"In use" (DESIGN.md) = the submit Lease is held and unexpired, or any non-terminal Job
-labelled ``app`` in ``ControllerSettings.liveness_apps`` exists — so a finalizer still merging
-results, or a DB warm-up, is never scaled away. The ConfigMap is written only when its
-content changes, plus a heartbeat so ``updatedAt`` stays fresh: a consumer reads an
-``updatedAt`` older than 3 x resync as *unknown*, never as idle (docs/liveness.md).
+"In use" (docs/design.md, "Controller") = the submit Lease is held and unexpired, or any
+non-terminal Job labelled ``app`` in ``ControllerSettings.liveness_apps`` exists — so a
+finalizer still merging results, or a DB warm-up, is never scaled away. The ConfigMap is
+written only when its content changes, plus a heartbeat so ``updatedAt`` stays fresh: a
+consumer reads an ``updatedAt`` older than 3 x resync as *unknown*, never as idle
+(docs/liveness.md).
 """
 
 from __future__ import annotations

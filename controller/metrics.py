@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from elbgate.build_info import register_build_info
+from elbgate.serving.build_info import register_build_info
 
 COMPONENT = "controller"
 

@@ -12,9 +12,8 @@ from datetime import UTC, datetime
 
 from aiohttp import web
 
-from controller import cache as kinds
 from controller.apply import Applier
-from controller.cache import Cache
+from controller.cache import Cache, Kind
 from controller.certificates import CertificateManager
 from controller.certificates import run as run_certificates
 from controller.holder_watch import HolderWatches
@@ -23,7 +22,6 @@ from controller.leader import LeaderElector
 from controller.metrics import COMPONENT, ControllerMetrics
 from controller.reconciler import Reconciler
 from controller.registration import Registrar
-from elbgate.credential_metrics import register_credential_failures
 from elbgate.kube.api import CONFIGMAPS, JOBS, LEASES, KubeApi, path
 from elbgate.kube.config import KubeConfig
 from elbgate.kube.informer import Informer, WatchSpec
@@ -35,6 +33,7 @@ from elbgate.names import (
     SEARCH_APPS,
     lease_name,
 )
+from elbgate.serving.credential_metrics import register_credential_failures
 from elbgate.settings import ControllerSettings, ServerSettings, Settings
 
 logger = logging.getLogger("controller.server")
@@ -78,7 +77,7 @@ def watch_specs(controller: ControllerSettings) -> list[WatchSpec]:
         if others:
             out.append(
                 WatchSpec(
-                    kinds.LIVENESS_JOBS,
+                    Kind.LIVENESS_JOBS,
                     ns,
                     path(JOBS, ns),
                     label_selector=f"app in ({','.join(others)})",
@@ -86,7 +85,7 @@ def watch_specs(controller: ControllerSettings) -> list[WatchSpec]:
             )
         out.append(
             WatchSpec(
-                kinds.JOBS,
+                Kind.JOBS,
                 ns,
                 path(JOBS, ns),
                 label_selector=job_selector(controller),
@@ -95,12 +94,12 @@ def watch_specs(controller: ControllerSettings) -> list[WatchSpec]:
         )
         out.append(
             WatchSpec(
-                kinds.LEASES, ns, path(LEASES, ns), field_selector=f"metadata.name={lease_name(ns)}"
+                Kind.LEASES, ns, path(LEASES, ns), field_selector=f"metadata.name={lease_name(ns)}"
             )
         )
         out.append(
             WatchSpec(
-                kinds.CONFIGMAPS,
+                Kind.CONFIGMAPS,
                 ns,
                 path(CONFIGMAPS, ns),
                 field_selector=f"metadata.name={LIVENESS_CONFIGMAP}",
@@ -108,7 +107,7 @@ def watch_specs(controller: ControllerSettings) -> list[WatchSpec]:
         )
         out.append(
             WatchSpec(
-                kinds.ADMISSIONS,
+                Kind.ADMISSIONS,
                 ns,
                 path(CONFIGMAPS, ns),
                 field_selector=f"metadata.name={ADMISSION_RECORD_CONFIGMAP}",

@@ -2,7 +2,7 @@
 (admission), the controller (liveness, orphans) and the CLI (``elb-gate census``),
 so the three can never disagree on "3".
 
-Rules (DESIGN.md, "Census"):
+Rules (docs/design.md, "Census"):
 
 * terminal Job: as the Job controller writes it (:mod:`elbgate.job_status`). For
   ElasticBLAST's one-pod Jobs: ``status.succeeded > 0``, or ``completionTime``
@@ -30,9 +30,11 @@ Rules (DESIGN.md, "Census"):
   and still "in use" for auto-stop — and an *orphan* when its batch work never
   appeared (only orphans are garbage-collected).
 
-  DESIGN.md calls every non-live finalizer an orphan; taken literally, the
-  controller would delete a finalizer still merging results once its last batch
-  Job had been done for the delete grace, losing the search's output. Telling
+  The first design called every non-live finalizer an orphan (docs/design.md,
+  "Decisions that refine the first design", *Finishing is not orphaned*); taken
+  literally, the controller would delete a finalizer still merging results once
+  its last batch Job had been done for the delete grace, losing the search's
+  output. Telling
   the two apart needs the terminal Jobs: callers that LIST with
   ``status.successful=0`` (the webhook) see fewer finishing finalizers, which
   changes nothing they decide, since neither kind holds a slot.

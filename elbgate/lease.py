@@ -54,6 +54,47 @@ def format_microtime(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def held_spec(
+    holder: str, duration_seconds: int, acquired: str, renewed: str, transitions: int | None = None
+) -> dict[str, Any]:
+    """The ``spec`` of a Lease held by ``holder``: acquired and last renewed at these
+    MicroTimes (:func:`format_microtime`); ``leaseTransitions`` only when given."""
+    spec: dict[str, Any] = {
+        "holderIdentity": holder,
+        "leaseDurationSeconds": duration_seconds,
+        "acquireTime": acquired,
+        "renewTime": renewed,
+    }
+    if transitions is not None:
+        spec["leaseTransitions"] = transitions
+    return spec
+
+
+def new_lease(
+    namespace: str,
+    name: str,
+    holder: str,
+    duration_seconds: int,
+    now: datetime,
+    *,
+    labels: Mapping[str, str] | None = None,
+    transitions: int | None = None,
+) -> dict[str, Any]:
+    """The POST body of a Lease that does not exist yet, held by ``holder`` from ``now``
+    (acquired and renewed at once). The one builder of a new Lease: the submit Lease,
+    a waiting-line entry and the controller's leader Lease are all made here."""
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if labels:
+        metadata["labels"] = dict(labels)
+    stamp = format_microtime(now)
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": metadata,
+        "spec": held_spec(holder, duration_seconds, stamp, stamp, transitions),
+    }
+
+
 def new_holder_identity(source: str) -> str:
     """``<source>-<uuid4 hex>``: the full uuid, never a truncation."""
     if not source or not re.fullmatch(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?", source):

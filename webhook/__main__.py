@@ -7,11 +7,11 @@ import asyncio
 import os
 import sys
 
-from elbgate import logs, runtime
 from elbgate.identities import IdentityConfigError, SubmitterIdentities
 from elbgate.kube.config import KubeConfig, KubeConfigError
+from elbgate.serving import logs, runtime
+from elbgate.serving.settings_help import server_parser
 from elbgate.settings import Settings, SettingsError
-from elbgate.settings_help import server_parser
 from webhook.server import serve
 from webhook.tls import CertificateInvalid
 

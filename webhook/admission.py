@@ -39,13 +39,12 @@ from webhook.admission_record import (
     write_record,
     write_turns,
 )
-from webhook.decision import Decision, unverified
-from webhook.endpoint import Answer
+from webhook.decision import Answer, Decision, unverified
 from webhook.lease_request import LeaseRequest
 from webhook.metrics import LEASE_GUARD, LEASE_STAMP, SEARCH_ADMISSION, WebhookMetrics
 from webhook.node_rules import NodesSeen
 from webhook.review import AdmissionRequest
-from webhook.search_admission import NOT_READ, JobRequest, Observed, Reads, node_rules_on
+from webhook.search_admission import JobRequest, Observed, Reads, node_rules_on
 
 RECORD_ATTEMPTS = 5
 """Reads and decisions per request when other admissions keep writing the record first;
@@ -367,8 +366,10 @@ class Admission:
             job, observed, self.gate, self.rules, now, self.identities
         )
         if observed.census is not None:
-            ceiling = decision.details.get("effective_ceiling", self.gate.max_run_concurrency)
-            self.metrics.record_census(job.namespace, observed.census.count, int(ceiling))
+            ceiling = (
+                self.gate.max_run_concurrency if decision.ceiling is None else decision.ceiling
+            )
+            self.metrics.record_census(job.namespace, observed.census.count, ceiling)
             if splits is not None:
                 shards = set(splits) & set(observed.census.active_ids)
                 self.metrics.record_split_searches(job.namespace, len(shards))
@@ -409,7 +410,7 @@ class Admission:
         seen = search_admission.survey(job, jobs, self.gate, now, listed.pending)
         if search_admission.lease_needed(job, seen):
             return Observed(seen, await self._get_lease(job.namespace)), listed
-        return Observed(seen, NOT_READ), listed
+        return Observed(seen), listed  # Gate A does not apply: the Lease is not read
 
     async def _listed(
         self,
@@ -487,6 +488,4 @@ class Admission:
             self.metrics.record_would_deny(webhook, decision.reason)
         else:
             outcome, response = "denied", decision.response()
-        return Answer(
-            response, outcome, decision.reason, decision.code, decision.message, decision.details
-        )
+        return Answer(response, outcome, decision)

@@ -1,8 +1,10 @@
-"""What a policy function returns: admit or deny, with the reason and the words.
+"""What a policy function returns: admit or deny, with the reason and the words;
+and what a handler answers.
 
 Policies (``search_admission``, ``lease_guard``, ``lease_stamp``) are pure and
-return a :class:`Decision`; the handlers turn it into an AdmissionResponse,
-a metric and a log line. Nothing here does I/O.
+return a :class:`Decision`; the handlers turn it into an :class:`Answer` (the
+AdmissionResponse and the outcome), which the HTTP layer (:mod:`webhook.endpoint`)
+writes, counts and logs. Nothing here does I/O or knows of HTTP.
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ class Decision:
     """Structured facts for the log line (holder, active ids, ...)."""
     warned: tuple[Decision, ...] = ()
     """Refusals of rules set to ``warn`` that this admit carries as warnings."""
+    ceiling: int | None = None
+    """Search admission: the effective ceiling the capacity rule computed for this Job
+    (``None`` when it computed none: the configured ceiling applies). The census metric
+    reports it."""
 
     @property
     def status_reason(self) -> str:
@@ -97,3 +103,14 @@ def unverified(subject: str, failure: str) -> Decision:
         "persists, check that the elb-gate webhook can reach the API server.",
         failure=failure,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A judged request: the response sent, its outcome, and the decision behind it
+    (whose reason, code, message and details the HTTP layer counts and logs)."""
+
+    response: AdmissionResponse
+    outcome: str
+    """``allowed``, ``denied`` or ``warned`` (``errored`` is the HTTP layer's own)."""
+    decision: Decision

@@ -25,8 +25,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -34,29 +34,14 @@ from aiohttp import web
 
 from elbgate.logs import log
 from webhook.callers import Caller, CallerPolicy, without_reasons
+from webhook.decision import Answer, Decision
 from webhook.metrics import WebhookMetrics
 from webhook.review import (
     STATUS_REASONS,
     AdmissionRequest,
-    AdmissionResponse,
     MalformedReview,
     errored,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """A judged request: the response, and what the layer counts and logs of it."""
-
-    response: AdmissionResponse
-    decision: str
-    """``allowed``, ``denied`` or ``warned`` (``errored`` is the layer's own)."""
-    reason: str
-    """The policy's snake_case reason code (``ok``, ``not_holder``, ``ceiling``...)."""
-    code: int = 200
-    message: str = ""
-    details: Mapping[str, Any] = field(default_factory=dict)
-
 
 Judge = Callable[[AdmissionRequest], Awaitable[Answer]]
 Endpoint = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -214,7 +199,7 @@ async def _judged(
             f"elb-gate internal error ({exc.__class__.__name__}) while judging this request; "
             f"refusing; see the webhook log for uid {admission.uid}"
         )
-        answer = Answer(errored(500, message), "errored", "internal", 500, message)
+        answer = Answer(errored(500, message), "errored", Decision(False, "internal", message, 500))
         return _Judged(admission, answer, time.perf_counter() - started, reasons, exc)
     return _Judged(admission, answer, time.perf_counter() - started, reasons)
 
@@ -275,8 +260,9 @@ def _record(
         log(_log, logging.WARNING, "request rejected", **rejected)
         return
     request, answer = served.request, served.answer
+    decision = answer.decision
     metrics.record_admission(
-        webhook, request.operation, answer.decision, answer.reason, served.seconds
+        webhook, request.operation, answer.outcome, decision.reason, served.seconds
     )
     fields: dict[str, Any] = {
         "webhook": webhook,
@@ -285,17 +271,17 @@ def _record(
         "name": request.name,
         "operation": request.operation,
         "user": request.user.username,
-        "decision": answer.decision,
-        "reason": answer.reason,
-        "code": answer.code,
+        "decision": answer.outcome,
+        "reason": decision.reason,
+        "code": decision.code,
         "duration_ms": round(served.seconds * 1000, 3),
         "dry_run": request.dry_run,
         **who,
     }
-    if answer.message:
-        fields["message"] = answer.message
-    if answer.details:
-        fields["details"] = dict(answer.details)
+    if decision.message:
+        fields["message"] = decision.message
+    if decision.details:
+        fields["details"] = dict(decision.details)
     if served.failure is not None:
         fields["error"] = served.failure.__class__.__name__
         log(_log, logging.ERROR, "admission", exc_info=served.failure, **fields)

@@ -6,7 +6,7 @@ and until when* is therefore made against ``oldObject`` — the stored state,
 whose ``renewTime`` was itself stamped on the webhook's clock — never against
 the ``renewTime`` a client sent.
 
-Rules (DESIGN.md "Gate A"):
+Rules (docs/design.md, "Gate A — the Lease, guarded server-side"):
 
 * takeover (holder A → B) only when A is expired on the webhook's clock;
 * renew (holder unchanged) only by A's user or A's submitter identity;

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from elbgate.build_info import register_build_info
+from elbgate.serving.build_info import register_build_info
 
 COMPONENT = "webhook"
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)

@@ -1,6 +1,6 @@
 """Gate A + Gate B on search Jobs (webhook ``search-admission.elb-gate.io``). Pure; no I/O.
 
-DESIGN.md "Gate B — search admission":
+docs/design.md, "Gate B — search admission":
 
 * a Job labelled ``app`` in (setup, submit, blast, finalizer) whose
   ``elb-job-id`` is not yet active opens a search: Gate A (the requester holds
@@ -157,24 +157,20 @@ class Reads(enum.Enum):
     """Both, concurrently (a finalizer always needs Gate A)."""
 
 
-class _NotRead:
-    def __repr__(self) -> str:
-        return "NOT_READ"
-
-
-NOT_READ: Any = _NotRead()
-"""Marks an observation the handler did not make (distinct from a Lease that is absent)."""
-
-
 @dataclass(frozen=True, slots=True)
 class Observed:
     """What the handler read: the census of the search Jobs (see :func:`survey`),
-    the submit Lease (``None`` = it does not exist, :data:`NOT_READ` = not asked for),
-    and, when a node rule is on, what the Node watch cache and the operator's
-    database memory table held (no API call: both are watch caches)."""
+    the submit Lease, and, when a node rule is on, what the Node watch cache and the
+    operator's database memory table held (no API call: both are watch caches).
+
+    ``lease`` is ``None`` when the Lease does not exist, and also when the handler did
+    not read it because :func:`reads_needed` / :func:`lease_needed` said Gate A does not
+    apply: :func:`decide` looks at the Lease exactly when those say it is needed, so an
+    unread Lease is never judged, and a handler that failed to read one is refused
+    (Gate A finds no Lease: fail-closed)."""
 
     census: Census | None = None
-    lease: Mapping[str, Any] | None = NOT_READ
+    lease: Mapping[str, Any] | None = None
     nodes: NodesSeen | None = None
     """``None`` when no node rule is on (:func:`node_rules_on`)."""
 
@@ -354,8 +350,6 @@ def decide(
         return refused
     if job.holder_work and not job.stages:
         # Nothing to count: the holder's import-queries / cloud-split Job.
-        if observed.lease is NOT_READ:
-            raise ValueError("decide() needs the Lease for Gate A (see reads_needed)")
         gate_a = _gate_a(job, observed.lease, gate, now, identities or SubmitterIdentities())
         return gate_a or admit("holder_setup")
     seen = observed.census
@@ -371,8 +365,6 @@ def decide(
         "ceiling": gate.max_run_concurrency,
     }
     if lease_needed(job, seen):
-        if observed.lease is NOT_READ:
-            raise ValueError("decide() needs the Lease for Gate A (see lease_needed)")
         gate_a = _gate_a(job, observed.lease, gate, now, identities or SubmitterIdentities())
         if gate_a is not None:
             return gate_a
@@ -409,19 +401,20 @@ def decide(
             f"of {ids} completes.{_split_hint(observed.lease, identities)}",
             **facts,
         )
+    effective: int | None = None
     if rules.capacity != "off":
         refusal, ceiling = capacity(
             job.ref, job.namespace, seen.active_ids, job.app, job.pod, _nodes(observed), gate, rules
         )
         if ceiling is not None:
-            facts["effective_ceiling"] = ceiling.effective
+            effective = facts["effective_ceiling"] = ceiling.effective  # and in the log line
         blocked = soft.apply(rules.capacity, refusal)
         if blocked is not None:
-            return blocked
+            return replace(blocked, ceiling=effective)
     blocked = soft.apply(rules.db_staging, _db_staging(job, seen, opens=True))
     if blocked is not None:
-        return blocked
-    return soft.admit("ok", **facts)
+        return replace(blocked, ceiling=effective)
+    return replace(soft.admit("ok", **facts), ceiling=effective)
 
 
 def _split_holder(

@@ -11,11 +11,11 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from elbgate.credential_metrics import register_credential_failures
 from elbgate.identities import SubmitterIdentities
 from elbgate.kube.api import KubeApi
 from elbgate.kube.config import KubeConfig
 from elbgate.logs import log
+from elbgate.serving.credential_metrics import register_credential_failures
 from elbgate.settings import Settings
 from webhook.admission import Admission
 from webhook.callers import CallerPolicy

@@ -11,8 +11,8 @@ from client.slot_machine import (
     ApiFailed,
     Cancelled,
     CensusTaken,
+    HeldElsewhere,
     LeaseAcquired,
-    LeaseBusy,
     Observation,
     Phase,
     SlotLimits,
@@ -30,8 +30,8 @@ def state(phase: Phase, slot: float | None = None, cap: float | None = None) -> 
     return SlotState(phase=phase, slot_wait_since=slot, capacity_wait_since=cap)
 
 
-def busy() -> LeaseBusy:
-    return LeaseBusy("held by dashboard-1 until later")
+def busy() -> HeldElsewhere:
+    return HeldElsewhere("held by dashboard-1 until later")
 
 
 def searches(n: int) -> CensusTaken:

@@ -15,9 +15,8 @@ from typing import Any
 
 import pytest
 
-from controller import cache as kinds
 from controller.apply import Applier
-from controller.cache import Cache
+from controller.cache import Cache, Kind
 from controller.holder_watch import HolderWatches
 from controller.metrics import ControllerMetrics
 from controller.reconciler import Reconciler
@@ -193,10 +192,10 @@ async def reconciling(api: KubeApi) -> AsyncIterator[tuple[HolderWatches, Contro
     try:
         renewed = datetime.now(UTC) - timedelta(seconds=2)
         lease = lease_doc(pod=f"{POD_NS}/{POD}/{UID}", renew_time=format_microtime(renewed))
-        cache.replace(kinds.JOBS, "blast", [])
-        cache.replace(kinds.CONFIGMAPS, "blast", [])
-        cache.replace(kinds.ADMISSIONS, "blast", [])
-        cache.replace(kinds.LEASES, "blast", [lease])
+        cache.replace(Kind.JOBS, "blast", [])
+        cache.replace(Kind.CONFIGMAPS, "blast", [])
+        cache.replace(Kind.ADMISSIONS, "blast", [])
+        cache.replace(Kind.LEASES, "blast", [lease])
         await wait_until_async(
             lambda: watches.seen(POD_NS, POD).state != "unknown", 30, "holder watched"
         )

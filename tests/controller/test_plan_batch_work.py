@@ -17,10 +17,9 @@ from typing import Any
 
 import pytest
 
-from controller import cache as kinds
 from controller.actions import DeleteOrphan, MarkOrphan, RecordBatchWork, UnmarkOrphan
 from controller.batch_work import plan_batch_work_records, record_value
-from controller.cache import Cache
+from controller.cache import Cache, Kind
 from controller.plan import Plan, make_plan
 from elbgate.census import JobRef
 from elbgate.lease import format_microtime
@@ -115,10 +114,10 @@ def test_records_only_ever_go_to_unrecorded_unfinished_finalizers() -> None:
 def feed(cache: Cache, *docs: dict[str, Any], record: dict[str, Any] | None = None) -> None:
     """A fresh LIST of ``docs`` (what a controller sees when it starts), and of the
     webhook's admission record when given."""
-    cache.replace(kinds.JOBS, NS, list(docs))
-    cache.replace(kinds.LEASES, NS, [])
-    cache.replace(kinds.CONFIGMAPS, NS, [])
-    cache.replace(kinds.ADMISSIONS, NS, [record] if record else [])
+    cache.replace(Kind.JOBS, NS, list(docs))
+    cache.replace(Kind.LEASES, NS, [])
+    cache.replace(Kind.CONFIGMAPS, NS, [])
+    cache.replace(Kind.ADMISSIONS, NS, [record] if record else [])
 
 
 def orphan_actions(plan: Plan) -> list[str]:
@@ -150,14 +149,14 @@ def test_a_finalizer_whose_batch_jobs_were_ttl_deleted_is_finishing(
     (record,) = [a for a in first.actions if isinstance(a, RecordBatchWork)]
     # The CAS write lands; the watch brings it back.
     cache.apply(
-        kinds.JOBS,
+        Kind.JOBS,
         NS,
         "MODIFIED",
         annotated(start, BATCH_WORK_SEEN_ANNOTATION, record_value(NOW, record.seen), "8"),
     )
     # ttl-after-finished deletes both batch Jobs (1800 s after they finished).
     for name, app in ((SUBMIT, "submit"), (BATCH, "blast")):
-        cache.apply(kinds.JOBS, NS, "DELETED", batch(name, app=app, finished=True))
+        cache.apply(Kind.JOBS, NS, "DELETED", batch(name, app=app, finished=True))
     # An hour later the finalizer is still merging: finishing, not an orphan, untouched.
     later = NOW + timedelta(hours=1)
     plan = make_plan(cache.snapshot(NS), {}, None, later, *policy)

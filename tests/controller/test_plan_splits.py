@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 
-from controller import cache as kinds
-from controller.cache import Cache
+from controller.cache import Cache, Kind
 from controller.metrics import ControllerMetrics
 from controller.plan import make_plan
 from tests.controller.builders import NOW, NS, job_doc, sections
@@ -27,10 +26,10 @@ def test_only_active_searches_the_record_marks_count_as_split_shards() -> None:
         job_doc(f"submit-jobs-{SHARD}", app="submit", job_id=SHARD),
         job_doc(f"submit-jobs-{OTHER}", app="submit", job_id=OTHER),
     ]
-    cache.replace(kinds.JOBS, NS, jobs)
-    cache.replace(kinds.LEASES, NS, [])
-    cache.replace(kinds.CONFIGMAPS, NS, [])
-    cache.replace(kinds.ADMISSIONS, NS, [record(SHARD, DONE)])  # DONE: no Job listed
+    cache.replace(Kind.JOBS, NS, jobs)
+    cache.replace(Kind.LEASES, NS, [])
+    cache.replace(Kind.CONFIGMAPS, NS, [])
+    cache.replace(Kind.ADMISSIONS, NS, [record(SHARD, DONE)])  # DONE: no Job listed
     plan = make_plan(cache.snapshot(NS), {}, None, NOW, *sections())
     assert (plan.census.count, plan.split_searches) == (2, 1)
     metrics = ControllerMetrics()
@@ -47,5 +46,5 @@ def test_only_active_searches_the_record_marks_count_as_split_shards() -> None:
     )
     assert f'elb_gate_active_split_searches{{namespace="{NS}"}} 1.0' in metrics.render().decode()
     # The record rewritten without marks (or deleted): no shard any more.
-    cache.apply(kinds.ADMISSIONS, NS, "DELETED", record())
+    cache.apply(Kind.ADMISSIONS, NS, "DELETED", record())
     assert make_plan(cache.snapshot(NS), {}, None, NOW, *sections()).split_searches == 0

@@ -15,6 +15,9 @@ FORBIDDEN = {
     "a machine path": re.compile(r"/work/|/home/\w+/|/root/"),
     "a file next to the repository": re.compile(r"\.\./shared|shared/DESIGN\.md"),
     "the retired internal contract": re.compile(r"CONTRACT-INTERNAL"),
+    "a design file the repository does not have (it has docs/design.md)": re.compile(
+        r"\bDESIGN\.md"
+    ),
     "the machine it was built on": re.compile(
         r"this shared (\d-core )?machine|shared 2-core", re.I
     ),
@@ -79,6 +82,24 @@ def test_the_design_ships_with_the_repository_and_the_docs_point_at_it() -> None
     assert "docs/design.md" in (REPO / "README.md").read_text()
     for doc in ("interfaces.md", "install.md"):
         assert "design.md" in (REPO / "docs" / doc).read_text(), doc
+
+
+def test_every_section_of_the_design_a_file_cites_is_in_the_design() -> None:
+    headings = {
+        line.lstrip("#").strip()
+        for line in (REPO / "docs" / "design.md").read_text().splitlines()
+        if line.startswith("#")
+    }
+    cited = 0
+    missing = []
+    for name in tracked_text_files():
+        text = " ".join((REPO / name).read_text(errors="replace").split())
+        for section in re.findall(r'docs/design\.md, "([^"]+)"', text):
+            cited += 1
+            if not any(h.startswith(section) for h in headings):  # "Gate A" names "Gate A — …"
+                missing.append(f"{name}: {section!r}")
+    assert cited > 0
+    assert missing == [], f"no such heading in docs/design.md: {missing}"
 
 
 @pytest.mark.parametrize(

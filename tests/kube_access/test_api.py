@@ -23,7 +23,6 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from client.errors import explain_api_failure
-from elbgate.credential_metrics import register_credential_failures
 from elbgate.kube.api import (
     JOBS,
     LEASES,
@@ -36,6 +35,7 @@ from elbgate.kube.api import (
     resource_path,
 )
 from elbgate.kube.config import CredentialError, KubeConfig, KubeConfigError, TokenSource
+from elbgate.serving.credential_metrics import register_credential_failures
 from testbed.controlplane import ControlPlane
 from testbed.faultproxy import FaultProxy
 

@@ -1,4 +1,4 @@
-"""The census table: every rule of DESIGN.md "Census", one row each."""
+"""The census table: every rule of docs/design.md, "Census", one row each."""
 
 from __future__ import annotations
 

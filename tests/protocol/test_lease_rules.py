@@ -14,6 +14,7 @@ from elbgate.lease import (
     format_microtime,
     holder_source,
     new_holder_identity,
+    new_lease,
     parse_holder_pod,
     parse_microtime,
 )
@@ -152,3 +153,23 @@ def test_lease_names() -> None:
     assert is_submit_lease_name("elb-blast-submit-blast")
     assert not is_submit_lease_name("elb-gate-controller")
     assert not is_submit_lease_name(None)
+
+
+def test_a_new_lease_is_held_from_now_and_reads_back_as_built() -> None:
+    moment = T + timedelta(microseconds=7)
+    body = new_lease(
+        "blast", "elb-blast-wait-cli-1", "cli-1", 30, moment, labels={"a": "b"}, transitions=0
+    )
+    assert (body["apiVersion"], body["kind"]) == ("coordination.k8s.io/v1", "Lease")
+    assert body["metadata"] == {
+        "name": "elb-blast-wait-cli-1",
+        "namespace": "blast",
+        "labels": {"a": "b"},
+    }
+    assert body["spec"]["leaseTransitions"] == 0
+    view = LeaseView.from_dict(body)
+    assert (view.holder, view.duration_seconds) == ("cli-1", 30)
+    assert view.acquire_time == view.renew_time == moment
+    # Without labels or transitions the body carries neither (what the submit clients write).
+    plain = new_lease("blast", "elb-blast-submit-blast", "cli-1", 900, moment)
+    assert "labels" not in plain["metadata"] and "leaseTransitions" not in plain["spec"]

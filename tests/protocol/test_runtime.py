@@ -1,4 +1,4 @@
-"""The runtime set-up the webhook and the controller start with (elbgate.runtime)."""
+"""The runtime set-up the webhook and the controller start with (elbgate.serving.runtime)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from elbgate import runtime
+from elbgate.serving import runtime
 from testbed import elastic_blast as elb
 
 

@@ -25,7 +25,8 @@ from prometheus_client import CollectorRegistry
 
 from elbgate.settings import Settings
 from webhook.callers import CallerPolicy
-from webhook.endpoint import Answer, admission_endpoint
+from webhook.decision import Answer, refuse
+from webhook.endpoint import admission_endpoint
 from webhook.metrics import LEASE_GUARD, WebhookMetrics
 from webhook.review import AdmissionRequest, denied
 from webhook.tls import CertificateInvalid, ServingCertificate
@@ -83,7 +84,7 @@ class Held:
                 self.holding += 1
                 self._entered.notify_all()
             await self.release.wait()
-        return Answer(denied(409, "Conflict", HELD), "denied", "takeover_live", 409, HELD)
+        return Answer(denied(409, "Conflict", HELD), "denied", refuse(409, "takeover_live", HELD))
 
     async def wait_holding(self, count: int) -> None:
         """Until ``count`` requests are inside the handler."""

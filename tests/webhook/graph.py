@@ -20,7 +20,6 @@ from webhook.decision import Decision
 from webhook.node_rules import NodesSeen
 from webhook.review import UserInfo
 from webhook.search_admission import (
-    NOT_READ,
     JobRequest,
     Observed,
     Reads,
@@ -67,7 +66,7 @@ class Namespace:
         )
         observed = Observed(
             seen,
-            self.lease if wants_lease else NOT_READ,
+            self.lease if wants_lease else None,
             nodes=NodesSeen(
                 self.nodes,
                 "" if self.nodes is not None else "the Node watch has not synced yet",

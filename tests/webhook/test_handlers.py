@@ -18,9 +18,11 @@ from elbgate.names import SEARCH_JOB_SELECTOR, UNFINISHED_JOB_FIELD_SELECTOR
 from elbgate.settings import Settings
 from testbed.elastic_blast import import_queries, init_ssd
 from tests.webhook.builders import NOW, admission, job, job_object, lease, user
+from tests.webhook.test_node_rules import AKS, POOL
 from webhook.admission import Admission
 from webhook.http import Runtime, create_app, create_ops_app
 from webhook.metrics import WebhookMetrics
+from webhook.node_rules import NodesSeen
 from webhook.readiness import ApiReachability
 from webhook.review import AdmissionRequest
 from webhook.tls import ServingCertificate
@@ -286,7 +288,7 @@ async def test_a_reserved_job_the_list_does_not_show_yet_counts_against_the_ceil
         record=record_of(entry("submit-jobs-c", "submit", "c")),
     )
     answer = await make(api).validate_job(admission("CREATE", job_object("submit", "d")))
-    assert (answer.decision, answer.reason) == ("denied", "ceiling")
+    assert (answer.outcome, answer.decision.reason) == ("denied", "ceiling")
     assert "Gate B: 3/3 searches already active" in answer.response.message
     assert "a, b, c" in answer.response.message
     assert api.written == []
@@ -302,7 +304,7 @@ async def test_an_expired_or_listed_reservation_no_longer_counts_and_is_dropped(
         ),
     )
     answer = await make(api).validate_job(admission("CREATE", job_object("submit", "d")))
-    assert answer.decision == "allowed", answer.response.message
+    assert answer.outcome == "allowed", answer.response.message
     (written,) = api.written
     assert written["metadata"]["resourceVersion"] == "8"  # the CAS named "7"
     assert [e["elbJobId"] for e in json.loads(written["data"]["reservations.json"])] == ["d"]
@@ -319,7 +321,7 @@ async def test_a_reserved_job_a_get_shows_finished_no_longer_counts_and_is_dropp
         "status": {"succeeded": 1, "completionTime": "2026-11-29T11:59:00Z"}
     }
     answer = await make(api).validate_job(admission("CREATE", job_object("submit", "d")))
-    assert answer.decision == "allowed", answer.response.message
+    assert answer.outcome == "allowed", answer.response.message
     assert ("job", "/apis/batch/v1/namespaces/default/jobs/submit-jobs-c") in [
         c[:2] for c in api.calls
     ]
@@ -330,7 +332,7 @@ async def test_a_reserved_job_a_get_shows_finished_no_longer_counts_and_is_dropp
 async def test_a_lost_write_reads_and_decides_again() -> None:
     api = FakeApi(jobs=[job("blast", "a").build()], lease_obj=alice_holds(), conflicts=2)
     answer = await make(api).validate_job(admission("CREATE", job_object("submit", "d")))
-    assert answer.decision == "allowed", answer.response.message
+    assert answer.outcome == "allowed", answer.response.message
     assert [c[0] for c in api.calls].count("record") == 3
     assert [c[0] for c in api.calls].count("write") == 3 and len(api.written) == 1
 
@@ -338,7 +340,7 @@ async def test_a_lost_write_reads_and_decides_again() -> None:
 async def test_a_write_lost_on_every_attempt_is_a_503() -> None:
     api = FakeApi(lease_obj=alice_holds(), conflicts=99)
     answer = await make(api).validate_job(admission("CREATE", job_object("submit", "d")))
-    assert (answer.response.code, answer.reason) == (503, "unverified")
+    assert (answer.response.code, answer.decision.reason) == (503, "unverified")
     assert (
         "ConfigMap default/elb-gate-admissions was changed by 5 other admissions in a row"
         in answer.response.message
@@ -349,7 +351,7 @@ async def test_a_write_lost_on_every_attempt_is_a_503() -> None:
 async def test_a_failed_write_of_the_record_is_a_503_never_an_admit() -> None:
     api = FakeApi(lease_obj=alice_holds(), fail={"write": ApiError(403, "Forbidden", "nope")})
     answer = await make(api).validate_job(admission("CREATE", job_object("submit", "d")))
-    assert (answer.response.code, answer.reason) == (503, "unverified")
+    assert (answer.response.code, answer.decision.reason) == (503, "unverified")
     assert (
         "write ConfigMap default/elb-gate-admissions: API answered 403" in answer.response.message
     )
@@ -359,7 +361,7 @@ async def test_an_unreadable_record_is_a_503_that_says_to_delete_it() -> None:
     broken = {"metadata": {"resourceVersion": "3"}, "data": {"reservations.json": "{nope"}}
     api = FakeApi(lease_obj=alice_holds(), record=broken)
     answer = await make(api).validate_job(admission("CREATE", job_object("submit", "d")))
-    assert (answer.response.code, answer.reason) == (503, "unverified")
+    assert (answer.response.code, answer.decision.reason) == (503, "unverified")
     assert "is not what elb-gate writes" in answer.response.message
     assert "delete it" in answer.response.message
 
@@ -369,7 +371,7 @@ async def test_a_dry_run_writes_nothing() -> None:
     answer = await make(api).validate_job(
         admission("CREATE", job_object("submit", "d"), dry_run=True)
     )
-    assert answer.decision == "allowed"
+    assert answer.outcome == "allowed"
     assert "write" not in [c[0] for c in api.calls]
 
 
@@ -377,7 +379,7 @@ async def test_a_second_staging_job_of_one_search_adds_nothing_and_writes_nothin
     first = init_ssd("job-1", 0, "core_nt")
     api = FakeApi(jobs=[first], lease_obj=alice_holds(), record=evidence("job-1"))
     answer = await make(api).validate_job(admission("CREATE", init_ssd("job-1", 1, "core_nt")))
-    assert answer.decision == "allowed", answer.response.message
+    assert answer.outcome == "allowed", answer.response.message
     assert api.written == []
 
 
@@ -389,7 +391,7 @@ async def test_the_first_batch_work_of_a_search_opened_by_its_finalizer_is_recor
         answer = await handlers.validate_job(
             admission("CREATE", job_object("blast", "a", name), who=in_cluster)
         )
-        assert answer.decision == "allowed", answer.response.message
+        assert answer.outcome == "allowed", answer.response.message
     (written,) = api.written  # the second found the evidence already recorded
     found = json.loads(written["data"]["batch-work.json"])
     assert list(found) == ["a"] and found["a"].endswith(" blast/b0")
@@ -409,7 +411,7 @@ async def test_evidence_of_a_search_with_no_job_left_is_dropped_once_old() -> No
     }
     api = FakeApi(jobs=[job("finalizer", "a").build()], lease_obj=alice_holds(), record=record)
     answer = await make(api).validate_job(admission("CREATE", job_object("submit", "d")))
-    assert answer.decision == "allowed", answer.response.message
+    assert answer.outcome == "allowed", answer.response.message
     (written,) = api.written
     # "a" still has a Job listed (its finalizer runs): kept however old; "gone" is past
     # twice the Lease TTL with nothing left; "young" may still get its finalizer.
@@ -421,7 +423,7 @@ async def test_a_staging_reserved_by_another_search_refuses_a_second_one() -> No
     reserved["stages"] = reserved["uses"] = ["core_nt"]
     api = FakeApi(lease_obj=alice_holds(), record=record_of(reserved))
     answer = await make(api).validate_job(admission("CREATE", init_ssd("job-2", 0, "core_nt")))
-    assert (answer.decision, answer.reason) == ("denied", "db_staging")
+    assert (answer.outcome, answer.decision.reason) == ("denied", "db_staging")
     assert "which job-1 is staging already" in answer.response.message
 
 
@@ -499,7 +501,7 @@ async def test_warn_mode_admits_with_the_denial_text_and_counts_it() -> None:
     handlers = make(api, enforcement="warn")
     answer = await handlers.validate_job(admission("CREATE", job_object("submit", "d")))
     response = answer.response
-    assert response.allowed and (answer.decision, answer.reason) == ("warned", "ceiling")
+    assert response.allowed and (answer.outcome, answer.decision.reason) == ("warned", "ceiling")
     joined = " ".join(response.warnings)
     assert "Gate B: 3/3 searches" in joined and "Retry when one of a, b, c completes" in joined
     assert all(len(w) <= 120 for w in response.warnings)
@@ -543,13 +545,32 @@ async def test_each_judged_search_job_exports_the_census_it_was_judged_on() -> N
     second = await handlers.validate_job(
         admission("CREATE", job_object("submit", "e"), who=user("bob"))
     )
-    assert [(a.decision, a.reason) for a in (first, second)] == [
+    assert [(a.outcome, a.decision.reason) for a in (first, second)] == [
         ("allowed", "ok"),
         ("denied", "not_holder"),
     ]
     # The second was judged on a and on d, which the first admitted (the record holds it).
     assert sample(handlers, "elb_gate_active_searches", namespace="default") == 2
     assert sample(handlers, "elb_gate_search_ceiling", namespace="default") == 3
+
+
+async def test_the_census_metric_reports_the_ceiling_the_nodes_lower_it_to() -> None:
+    # Three blast-pool nodes of 15.7 CPU hold two searches of 6-CPU pods: the webhook
+    # exports the effective ceiling it judged against (2), not the configured one (3),
+    # for an admitted Job and for one the DB staging rule refuses after the capacity rule.
+    staging = init_ssd("job-1", 0, "core_nt")
+    api = FakeApi(jobs=[staging], lease_obj=alice_holds())
+    handlers = make(
+        api, capacity="deny", capacity_pool_selector=POOL, capacity_pod_cpu="6", db_staging="deny"
+    )
+    handlers.nodes = lambda: NodesSeen(AKS)
+    refused = await handlers.validate_job(admission("CREATE", init_ssd("job-2", 0, "core_nt")))
+    assert (refused.outcome, refused.decision.reason) == ("denied", "db_staging")
+    assert sample(handlers, "elb_gate_search_ceiling", namespace="default") == 2
+    handlers.metrics.record_census("default", 0, 3)  # so the next sample is the next Job's
+    admitted = await handlers.validate_job(admission("CREATE", init_ssd("job-3", 0, "other_db")))
+    assert admitted.outcome == "allowed", admitted.response.message
+    assert sample(handlers, "elb_gate_search_ceiling", namespace="default") == 2
 
 
 # -- the applications ------------------------------------------------------------------------

@@ -13,8 +13,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from prometheus_client import CollectorRegistry
 
-from elbgate.logs import JsonFormatter
-from webhook.endpoint import Answer, admission_endpoint
+from elbgate.serving.logs import JsonFormatter
+from webhook.decision import Answer, admit, refuse
+from webhook.endpoint import admission_endpoint
 from webhook.metrics import LEASE_GUARD, SEARCH_ADMISSION, WebhookMetrics
 from webhook.review import AdmissionRequest, allowed, denied
 
@@ -31,8 +32,10 @@ def review(uid: Any = "5d7d6c1e", **request: Any) -> dict[str, Any]:
 async def echo_user(request: AdmissionRequest) -> Answer:
     if request.user.username:
         message = f"{request.user.username} may not"
-        return Answer(denied(403, "Forbidden", message), "denied", "not_holder", 403, message)
-    return Answer(allowed(), "allowed", "ok")
+        return Answer(
+            denied(403, "Forbidden", message), "denied", refuse(403, "not_holder", message)
+        )
+    return Answer(allowed(), "allowed", admit())
 
 
 async def explode(_request: AdmissionRequest) -> Answer:

@@ -12,7 +12,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from prometheus_client import CollectorRegistry
 
-from webhook.endpoint import Answer, admission_endpoint
+from webhook.decision import Answer, admit
+from webhook.endpoint import admission_endpoint
 from webhook.metrics import SEARCH_ADMISSION, WebhookMetrics
 from webhook.review import AdmissionRequest, MalformedReview, allowed
 
@@ -45,7 +46,7 @@ def asked() -> list[AdmissionRequest]:
 async def client(aiohttp_client: Any, asked: list[AdmissionRequest]) -> TestClient:
     async def handler(request: AdmissionRequest) -> Answer:
         asked.append(request)
-        return Answer(allowed(), "allowed", "ok")
+        return Answer(allowed(), "allowed", admit())
 
     app = web.Application()
     metrics = WebhookMetrics(CollectorRegistry())

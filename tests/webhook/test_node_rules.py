@@ -69,7 +69,8 @@ def test_six_cpu_pods_on_three_aks_nodes_hold_two_searches() -> None:
     ns = cluster(capacity="deny")
     admitted, third = searches(ns, 2, cpus=8), searches(ns, 1, cpus=8, first=2)[0]
     assert [d.reason for d in admitted] == ["ok", "ok"]
-    assert admitted[1].details["effective_ceiling"] == 2
+    assert [d.ceiling for d in admitted] == [2, 2]  # what the census metric reports
+    assert admitted[1].details["effective_ceiling"] == 2  # and the log line
     assert (third.allowed, third.code, third.reason) == (False, 429, "capacity")
     assert third.message == (
         "Capacity: the ready nodes of the pool agentpool=blastpool hold 2 searches at 6 CPU / "

@@ -13,7 +13,6 @@ from tests.webhook.builders import NOW, SETTINGS, admission, job, job_object, le
 from webhook.decision import WARNING_WIDTH, Decision
 from webhook.review import AdmissionRequest, UserInfo
 from webhook.search_admission import (
-    NOT_READ,
     JobRequest,
     Observed,
     Reads,
@@ -152,7 +151,8 @@ def test_lease_needed_after_the_census(
 class Case:
     request: AdmissionRequest
     jobs: list[dict[str, Any]] | None = None
-    lease: Any = NOT_READ
+    lease: dict[str, Any] | None = None
+    """The Lease as read (``None``: absent, or not read when Gate A does not apply)."""
     allowed: bool = True
     reason: str = "ok"
     code: int = 200
@@ -260,7 +260,7 @@ CASES: dict[str, Case] = {
     "a blast Job of an active search passes without Lease and without Gate B": Case(
         create("blast", "a", user("system:serviceaccount:default:elb-submit")),
         active("a", "b", "c"),
-        NOT_READ,
+        None,
         reason="joins_active",
     ),
     "the finalizer of an active search needs only Gate A, even at the ceiling": Case(
