@@ -17,13 +17,28 @@ from bench.figures import all_figures
 from bench.load import LoadPlan
 from bench.machine import load_average, machine_info
 from bench.report import Results, format_table, markdown_table, write_results
-from bench.scenarios import BenchConfig, describe_layout, run
+from bench.scenarios import WEBHOOK_TIMEOUT_SECONDS, BenchConfig, describe_layout, run
 
 RESULTS = Path(__file__).resolve().parent / "results.json"
 
 
 def _counts(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(",") if x.strip())
+
+
+def _api_timeout(text: str) -> float:
+    """A webhook API deadline: positive, and below the webhooks' ``timeoutSeconds`` (the
+    API server would give up on the webhook before the webhook gives up on its read)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < seconds < WEBHOOK_TIMEOUT_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"{seconds:g} s: must be > 0 and < the webhooks' timeoutSeconds "
+            f"({WEBHOOK_TIMEOUT_SECONDS:g} s)"
+        )
+    return seconds
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -47,6 +62,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--jobs", type=_counts, help="Job counts, e.g. 0,30,300,3000")
     parser.add_argument("--repeats", type=int, help="runs per figure (default 3)")
     parser.add_argument("--requests", type=int, help="measured requests per saturation pass")
+    parser.add_argument(
+        "--large-latency-seconds",
+        type=float,
+        help="time limit of each latency pass from 1,000 Jobs on, per thing measured "
+        "(default 4): at tens of thousands of Jobs a census LIST takes near a second, so "
+        "the default gives a p99 of a handful of requests",
+    )
     parser.add_argument(
         "--profile-at", type=_counts, default=(), help="py-spy the webhook at these Job counts"
     )
@@ -79,6 +101,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         help="reviews per kind of the admission-order phase (0: skip)",
     )
+    parser.add_argument(
+        "--api-timeout",
+        type=_api_timeout,
+        metavar="SECONDS",
+        help="the measured webhooks' API deadline (ELB_GATE_API_TIMEOUT_SECONDS; default: "
+        "the webhook's own, 1.5 s); below their timeoutSeconds (5 s). A larger one measures "
+        "a loaded control plane's slow census LIST as an admission, not a fail-closed 503",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help="results file")
     parser.add_argument("--markdown", type=Path, help="also write the table as Markdown here")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory (logs)")
@@ -90,6 +120,9 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
     sat = base.saturation
     if args.requests:
         sat = LoadPlan(sat.concurrency, args.requests, sat.warmup, sat.max_seconds)
+    latency_large = base.latency_large
+    if args.large_latency_seconds:
+        latency_large = dataclasses.replace(latency_large, max_seconds=args.large_latency_seconds)
     load = base.load
     if load is not None:
         load = dataclasses.replace(
@@ -104,6 +137,7 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         job_counts=args.jobs or base.job_counts,
         repeats=args.repeats or base.repeats,
         saturation=sat,
+        latency_large=latency_large,
         profile_at=args.profile_at,
         fast_paths=not args.no_fast,
         capacity=not args.no_capacity,
@@ -111,6 +145,7 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         load=None if args.no_load else load,
         reclaim_runs=base.reclaim_runs if args.reclaim_runs is None else args.reclaim_runs,
         order_requests=base.order_requests if args.order_requests is None else args.order_requests,
+        api_timeout_seconds=args.api_timeout,
     )
 
 
@@ -185,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             "load": dataclasses.asdict(config.load) if config.load else None,
             "reclaim_runs": config.reclaim_runs,
             "order_requests": config.order_requests,
+            "webhook_api_timeout_seconds": config.api_timeout,
             "layout": describe_layout(harness),
         },
         raw={
@@ -201,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
         notes=notes,
     )
     print(format_table(figures, title=_title(machine, config)))
+    for line in outcome_lines(series.outcomes, config.job_counts):
+        print(line)
     for note in notes:
         print(f"note: {note}")
     for name, text in series.profiles.items():
@@ -215,6 +253,19 @@ def main(argv: list[str] | None = None) -> int:
     else:
         remove(workdir)
     return 0
+
+
+def outcome_lines(outcomes: Any, job_counts: tuple[int, ...]) -> list[str]:
+    """Per Job count, how the measured search admissions were answered (``allowed``,
+    ``denied-429`` …, ``http-…``): a latency is an admission's only where all were allowed."""
+    lines = []
+    for n in job_counts:
+        for server in ("hook", "cap", "reads"):
+            counts = outcomes.get(f"{server}.n{n}")
+            if counts:
+                text = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+                lines.append(f"outcomes {server}.n{n}: {text}")
+    return lines
 
 
 def fair_turns_main(args: argparse.Namespace, progress: Any) -> int:

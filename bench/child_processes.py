@@ -60,11 +60,18 @@ class NoopServer:
     ``reads``: the no-op that first makes search admission's reads)."""
 
     def __init__(
-        self, cert_file: str, key_file: str, cpu: int | None, reads: str | None = None
+        self,
+        cert_file: str,
+        key_file: str,
+        cpu: int | None,
+        reads: str | None = None,
+        read_deadline: float | None = None,
     ) -> None:
         self.cert_file, self.key_file, self.cpu = cert_file, key_file, cpu
         self.reads = reads
         """A kubeconfig: read the API (census LIST + Lease GET) before allowing."""
+        self.read_deadline = read_deadline
+        """The deadline of each read (``None``: the webhook's default)."""
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -72,6 +79,8 @@ class NoopServer:
         args = ["--cert", self.cert_file, "--key", self.key_file]
         if self.reads is not None:
             args += ["--reads", self.reads]
+        if self.read_deadline is not None:
+            args += ["--read-deadline", f"{self.read_deadline:g}"]
         if self.cpu is not None:
             args += ["--cpu", str(self.cpu)]
         self.process = subprocess.Popen(

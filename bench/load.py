@@ -97,8 +97,9 @@ async def closed_loop(
 
 
 def outcome_of(status: int, raw: bytes) -> str:
-    """``allowed`` / ``allowed+patch`` / ``denied`` for an AdmissionReview answer,
-    ``http-<status>`` for anything else."""
+    """``allowed`` / ``allowed+patch`` / ``denied`` for an AdmissionReview answer
+    (``denied-<code>`` when the refusal carries its code: ``denied-429`` Gate B,
+    ``denied-503`` fail-closed), ``http-<status>`` for anything else."""
     if status != 200:
         return f"http-{status}"
     try:
@@ -106,7 +107,8 @@ def outcome_of(status: int, raw: bytes) -> str:
     except (orjson.JSONDecodeError, AttributeError):
         return "unparseable"
     if not response.get("allowed"):
-        return "denied"
+        code = (response.get("status") or {}).get("code")
+        return f"denied-{code}" if isinstance(code, int) else "denied"
     return "allowed+patch" if response.get("patch") else "allowed"
 
 

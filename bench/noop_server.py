@@ -38,6 +38,7 @@ READ_DEADLINE = 1.5
 
 
 API = web.AppKey("api", KubeApi)
+DEADLINE = web.AppKey("deadline", float)
 
 
 async def allow(request: web.Request) -> web.Response:
@@ -47,9 +48,10 @@ async def allow(request: web.Request) -> web.Response:
     api = request.app.get(API)
     if api is not None:
         namespace = review["request"]["namespace"]
+        deadline = request.app[DEADLINE]
         await asyncio.gather(
-            list_unfinished_search_jobs(api, namespace, deadline=READ_DEADLINE),
-            get_submit_lease(api, namespace, deadline=READ_DEADLINE),
+            list_unfinished_search_jobs(api, namespace, deadline=deadline),
+            get_submit_lease(api, namespace, deadline=deadline),
         )
     body = {
         "apiVersion": "admission.k8s.io/v1",
@@ -59,14 +61,16 @@ async def allow(request: web.Request) -> web.Response:
     return web.Response(body=orjson.dumps(body), content_type="application/json")
 
 
-def create_app(reads: KubeConfig | None = None) -> web.Application:
-    """The no-op application; with ``reads``, it reads the API before allowing."""
+def create_app(reads: KubeConfig | None = None, deadline: float = READ_DEADLINE) -> web.Application:
+    """The no-op application; with ``reads``, it reads the API before allowing, each read
+    under ``deadline`` (as the webhook reads under its API deadline)."""
     app = web.Application(client_max_size=MAX_BYTES + 1)
     app.router.add_post("/{path:.*}", allow)
+    app[DEADLINE] = deadline
     if reads is not None:
 
         async def api_session(app: web.Application) -> AsyncIterator[None]:
-            async with KubeApi(reads, timeout=READ_DEADLINE, user_agent="elb-gate-bench") as api:
+            async with KubeApi(reads, timeout=deadline, user_agent="elb-gate-bench") as api:
                 app[API] = api
                 yield
 
@@ -74,11 +78,13 @@ def create_app(reads: KubeConfig | None = None) -> web.Application:
     return app
 
 
-async def serve(cert: str, key: str, port: int, reads: KubeConfig | None = None) -> None:
+async def serve(
+    cert: str, key: str, port: int, reads: KubeConfig | None = None, deadline: float = READ_DEADLINE
+) -> None:
     certificate = ServingCertificate(cert, key)
     if not certificate.reload_if_changed():
         raise SystemExit(f"no usable certificate in {cert} / {key}")
-    runner = web.AppRunner(create_app(reads), access_log=None, shutdown_timeout=10.0)
+    runner = web.AppRunner(create_app(reads, deadline), access_log=None, shutdown_timeout=10.0)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port, ssl_context=certificate.context).start()
     print(f"ready {runner.addresses[0][1]}", flush=True)
@@ -96,13 +102,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--key", required=True)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--reads", default=None, metavar="KUBECONFIG", help="read the API first")
+    parser.add_argument(
+        "--read-deadline",
+        type=float,
+        default=READ_DEADLINE,
+        help="deadline of each read, seconds (the webhook's ELB_GATE_API_TIMEOUT_SECONDS)",
+    )
     parser.add_argument("--cpu", type=int, default=None, help="pin this process to one CPU")
     args = parser.parse_args(argv)
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
     reads = KubeConfig.load(args.reads) if args.reads else None
     runtime.tune_gc()  # as python -m webhook does before it serves
-    asyncio.run(serve(args.cert, args.key, args.port, reads))
+    asyncio.run(serve(args.cert, args.key, args.port, reads, args.read_deadline))
     return 0
 
 
