@@ -276,26 +276,58 @@ class BenchCluster:
 
             async def one(job: Any) -> None:
                 async with gate:
-                    created = await _send(session, "POST", base, api_body(job, namespace))
-                    created["status"] = job_status(job.state, started, finished)
-                    url = f"{base}/{created['metadata']['name']}/status"
-                    await _send(session, "PUT", url, created)
+                    url = f"{base}/{job.name}"
+                    try:
+                        created = await _send(session, "POST", base, api_body(job, namespace))
+                    except ApiError as exc:
+                        # A POST retried after a 5xx (a 504: the API server's deadline
+                        # passed) that the API server answered once the Job was stored:
+                        # it is ours.
+                        if exc.status != 409:
+                            raise
+                        created = await _get(session, url)
+                    status = job_status(job.state, started, finished)
+                    for attempt in range(3):
+                        created["status"] = status
+                        try:
+                            await _send(session, "PUT", f"{url}/status", created)
+                            return
+                        except ApiError as exc:
+                            # The same: a retried write whose first attempt was stored
+                            # moved the resourceVersion on. Write it again on the current.
+                            if exc.status != 409 or attempt == 2:
+                                raise
+                            created = await _get(session, url)
 
             await asyncio.gather(*(one(j) for j in jobs))
 
 
+SEND_ATTEMPTS = 8
+"""Tries of one fill write answered 429, 500, 503 or 504: tens of thousands of writes on a
+loaded machine meet a busy etcd (a 504 is the API server's own deadline passing)."""
+
+
 async def _send(session: aiohttp.ClientSession, method: str, url: str, body: JsonObj) -> JsonObj:
-    for attempt in range(5):
+    for attempt in range(SEND_ATTEMPTS):
         async with session.request(method, url, data=orjson.dumps(body)) as resp:
             raw = await resp.read()
             if resp.status < 300:
                 answer: JsonObj = orjson.loads(raw)
                 return answer
-            if resp.status in (429, 500, 503) and attempt < 4:
-                await asyncio.sleep(0.2 * (attempt + 1))
+            if resp.status in (429, 500, 503, 504) and attempt < SEND_ATTEMPTS - 1:
+                await asyncio.sleep(min(0.2 * 2**attempt, 5.0))
                 continue
             raise ApiError(resp.status, _decoded(raw), method, url)
     raise AssertionError("unreachable")
+
+
+async def _get(session: aiohttp.ClientSession, url: str) -> JsonObj:
+    async with session.get(url) as resp:
+        raw = await resp.read()
+        if resp.status != 200:
+            raise ApiError(resp.status, _decoded(raw), "GET", url)
+        answer: JsonObj = orjson.loads(raw)
+        return answer
 
 
 def _decoded(raw: bytes) -> Any:
