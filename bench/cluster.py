@@ -303,21 +303,30 @@ class BenchCluster:
 
 
 SEND_ATTEMPTS = 8
-"""Tries of one fill write answered 429, 500, 503 or 504: tens of thousands of writes on a
-loaded machine meet a busy etcd (a 504 is the API server's own deadline passing)."""
+"""Tries of one fill write answered 429, 500, 503 or 504, or whose connection closed
+before the answer: tens of thousands of writes on a loaded machine meet a busy etcd (a
+504 is the API server's own deadline passing). Such a write may have been stored."""
 
 
 async def _send(session: aiohttp.ClientSession, method: str, url: str, body: JsonObj) -> JsonObj:
     for attempt in range(SEND_ATTEMPTS):
-        async with session.request(method, url, data=orjson.dumps(body)) as resp:
-            raw = await resp.read()
-            if resp.status < 300:
-                answer: JsonObj = orjson.loads(raw)
-                return answer
-            if resp.status in (429, 500, 503, 504) and attempt < SEND_ATTEMPTS - 1:
-                await asyncio.sleep(min(0.2 * 2**attempt, 5.0))
-                continue
-            raise ApiError(resp.status, _decoded(raw), method, url)
+        last = attempt == SEND_ATTEMPTS - 1
+        try:
+            async with session.request(method, url, data=orjson.dumps(body)) as resp:
+                raw = await resp.read()
+                status = resp.status
+        except (aiohttp.ClientConnectionError, TimeoutError):
+            if last:
+                raise
+            await asyncio.sleep(min(0.2 * 2**attempt, 5.0))
+            continue
+        if status < 300:
+            answer: JsonObj = orjson.loads(raw)
+            return answer
+        if status in (429, 500, 503, 504) and not last:
+            await asyncio.sleep(min(0.2 * 2**attempt, 5.0))
+            continue
+        raise ApiError(status, _decoded(raw), method, url)
     raise AssertionError("unreachable")
 
 

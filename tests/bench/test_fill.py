@@ -1,6 +1,7 @@
-"""Writing the namespace survives a write that was stored though its answer said
-otherwise: on a loaded machine the API server can answer a create with a 5xx after
-storing the Job, and the retry then meets the Job (409). No timed assertions."""
+"""Writing the namespace survives a write that was stored though its client never learnt
+it: on a loaded machine the API server can answer a create with a 504 after storing the
+Job, or the connection closes before the answer, and the retry then meets the Job (409).
+No timed assertions."""
 
 from __future__ import annotations
 
@@ -39,10 +40,10 @@ def proxy(control_plane: ControlPlane) -> Iterator[FaultProxy]:
 def test_a_create_and_a_status_write_stored_before_their_answer_are_taken_as_written(
     control_plane: ControlPlane, proxy: FaultProxy, tmp_path: Path
 ) -> None:
-    """The proxy forwards the first create and the first status write, loses their
-    answers and forwards each again: the API server answers the second create 409
-    AlreadyExists and the second status write 409 Conflict (its resourceVersion was
-    taken by the first). The fill ends with every Job written, in its planned state."""
+    """The proxy forwards the first create and the first status write, then closes the
+    connection without their answers: the retried create is answered 409 AlreadyExists,
+    the retried status write 409 Conflict (its resourceVersion was taken by the first).
+    The fill ends with every Job written, in its planned state."""
     namespace = control_plane.new_namespace("fill")
     cluster = BenchCluster(tmp_path, cpu=None)
     cluster.cp = cast(ControlPlane, _ThroughProxy(proxy.url, proxy.ca_file, control_plane))
