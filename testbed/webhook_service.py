@@ -65,6 +65,16 @@ class ServiceProxy:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
+            await self._forward(reader, writer)
+        except asyncio.CancelledError:
+            # The Service is stopping with this connection open. A connection task that
+            # ends cancelled makes Python 3.11's StreamReaderProtocol log "Exception in
+            # callback ... CancelledError" with a traceback (its done-callback asks the
+            # task for its exception); the connection just ends here instead.
+            writer.close()
+
+    async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
             up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._pick())
         except OSError:
             writer.close()
