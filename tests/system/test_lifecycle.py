@@ -114,6 +114,12 @@ def helm_install(t: SystemTier, *args: str) -> subprocess.CompletedProcess[str]:
     return t.helm(*argv, *args)
 
 
+def helm_upgrade(t: SystemTier, *args: str) -> subprocess.CompletedProcess[str]:
+    """``helm upgrade`` of the release with its values kept, then ``args``."""
+    argv = ["upgrade", "elb-gate", str(CHART), "-n", NAMESPACE, "--reuse-values"]
+    return t.helm(*argv, "--timeout=300s", *args)
+
+
 def sets(*values: str) -> list[str]:
     return [a for v in values for a in ("--set", v)]
 
@@ -282,15 +288,9 @@ def test_an_upgrade_under_load_reaches_the_registered_configurations(rotating: S
     with Load(t, LOAD_NS) as load:
         time.sleep(2)
         began = time.monotonic()
-        result = t.helm(
-            "upgrade",
-            "elb-gate",
-            str(CHART),
-            "-n",
-            NAMESPACE,
-            "--reuse-values",
+        result = helm_upgrade(
+            t,
             "--atomic",
-            "--timeout=300s",
             *sets("webhook.timeoutSeconds=6"),
             "--set-string",
             "webhook.podAnnotations.rollout=2",
@@ -343,16 +343,7 @@ def test_an_operators_unregister_removes_the_configurations_until_the_next_upgra
     assert t.cp.admin.find("configmaps", NAMESPACE, "elb-gate-webhook-configurations") is None
     time.sleep(5)  # several registration passes of the leader
     assert configurations(t) == []
-    result = t.helm(
-        "upgrade",
-        "elb-gate",
-        str(CHART),
-        "-n",
-        NAMESPACE,
-        "--reuse-values",
-        "--wait",
-        "--timeout=300s",
-    )
+    result = helm_upgrade(t, "--wait")
     assert result.returncode == 0, result.stderr[-2000:]
     wait_until(lambda: len(configurations(t)) == 2, 120, "both configurations registered again")
 
