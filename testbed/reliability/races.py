@@ -378,13 +378,23 @@ def split(ops: Sequence[Mapping[str, Any]], judged: Mapping[str, int]) -> bool:
     )
 
 
-def run_all(races: Races, seeds: Sequence[int], slots: Sequence[str]) -> list[History]:
+def run_all(
+    races: Races,
+    seeds: Sequence[int],
+    slots: Sequence[str],
+    on_error: Callable[[Plan, Exception], None] | None = None,
+) -> list[History]:
     """Every seed's history, the kind chosen round-robin; controller-down kinds in
-    one outage, at the end."""
+    one outage, at the end.
+
+    A history the harness could not finish (a wait that timed out, an API call that
+    failed) raises here once the others have run, or, with ``on_error``, is handed to
+    it and left out."""
     plans = [plan(s, KINDS[s % len(KINDS)]) for s in seeds]
     normal = [p for p in plans if p.kind not in CONTROLLER_KINDS]
     outage = [p for p in plans if p.kind in CONTROLLER_KINDS]
     out: list[History] = []
+    errors: list[tuple[Plan, Exception]] = []
     lock = threading.Lock()
 
     def worker(slot: str, queue: list[Plan]) -> None:
@@ -393,7 +403,12 @@ def run_all(races: Races, seeds: Sequence[int], slots: Sequence[str]) -> list[Hi
                 if not queue:
                     return
                 p = queue.pop(0)
-            h = races.run(p, slot)
+            try:
+                h = races.run(p, slot)
+            except Exception as exc:
+                with lock:
+                    errors.append((p, exc))
+                continue
             with lock:
                 out.append(h)
 
@@ -403,6 +418,11 @@ def run_all(races: Races, seeds: Sequence[int], slots: Sequence[str]) -> list[Hi
             t.start()
         for t in threads:
             t.join()
+        while errors:
+            failed, exc = errors.pop(0)
+            if on_error is None:
+                raise exc
+            on_error(failed, exc)
 
     batch(list(normal))
     rig = races.rig

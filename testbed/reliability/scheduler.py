@@ -178,13 +178,30 @@ class Runner:
         with ThreadPoolExecutor(max_workers=min(parallel, len(self.rig.namespaces))) as pool:
             return list(pool.map(self.run, seeds))
 
-    def run_each(self, seeds: Iterable[int], parallel: int) -> Iterator[ScheduleResult]:
+    def run_each(
+        self,
+        seeds: Iterable[int],
+        parallel: int,
+        on_error: Callable[[int, Exception], None] | None = None,
+    ) -> Iterator[ScheduleResult]:
         """Like :meth:`run_many`, but yield each result as its schedule ends: a slot
-        freed starts the next seed at once, never waiting for a batch."""
+        freed starts the next seed at once, never waiting for a batch.
+
+        A schedule the harness could not finish (a wait that timed out, an API call
+        that failed) raises here, or, with ``on_error``, is handed to it with its seed
+        and the others go on."""
         pool = ThreadPoolExecutor(max_workers=min(parallel, len(self.rig.namespaces)))
         try:
-            for done in as_completed([pool.submit(self.run, seed) for seed in seeds]):
-                yield done.result()
+            futures = {pool.submit(self.run, seed): seed for seed in seeds}
+            for done in as_completed(futures):
+                try:
+                    result = done.result()
+                except Exception as exc:
+                    if on_error is None:
+                        raise
+                    on_error(futures[done], exc)
+                    continue
+                yield result
         finally:  # interrupted: finish the schedules running, start no other
             pool.shutdown(wait=True, cancel_futures=True)
 

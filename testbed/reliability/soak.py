@@ -9,8 +9,13 @@ randomized schedules on one rig, then the race histories (checked for
 linearizability by ``lincheck/``, porcupine), then promise 2's fault trials, each on a
 rig behind a fault proxy. It prints the counts as it goes and rewrites
 ``tests/reliability/RESULTS.md`` after every batch (an interrupted soak leaves its
-figures, marked partial), and exits non-zero on any violation or any disagreement
-between the oracle and the census (each one is printed).
+figures, marked partial), and exits 1 on any violation or any disagreement between the
+oracle and the census (each one is printed).
+
+A run the harness itself could not finish (a wait that timed out, an API call that
+failed) is not a verdict on the gates: it is printed, listed in RESULTS.md under
+"Runs the harness could not finish", and the soak goes on with the next one; the exit
+status is then 2 (when nothing worse was found), so it is never passed over.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
@@ -118,7 +124,26 @@ class Soak:
         self.histories: list[History] = []
         self.verdicts: list[Verdict] = []
         self.outcomes: Counter[str] = Counter()
+        self.unfinished: list[tuple[str, str]] = []
+        """(what, why) for each run the harness could not finish."""
         self.commit = _commit()
+
+    def harness_error(self, what: str, exc: Exception) -> None:
+        """Record a run the harness could not finish, and go on."""
+        frames = traceback.extract_tb(exc.__traceback__)
+        ours = [
+            f
+            for f in frames
+            if Path(f.filename).is_relative_to(REPO) and Path(f.filename).name != "waiting.py"
+        ]
+        where = f"{Path(ours[-1].filename).name}:{ours[-1].lineno}" if ours else "?"
+        first = (str(exc).strip().splitlines() or [""])[0]
+        why = f"{type(exc).__name__} at {where}: {first}"[:300]
+        self.unfinished.append((what, why))
+        print(f"UNFINISHED {what}: {why}", flush=True)
+
+    def unfinished_count(self, prefix: str) -> int:
+        return sum(what.startswith(prefix) for what, _ in self.unfinished)
 
     def run_histories(self, cp: ControlPlane) -> None:
         """Race histories, recorded and checked in batches of a few dozen."""
@@ -143,7 +168,14 @@ class Soak:
                 seeds = list(range(args.first_seed, args.first_seed + args.histories))
                 step = 8 * len(KINDS)
                 for start in range(0, len(seeds), step):
-                    batch = run_all(races, seeds[start : start + step], slots)
+                    batch = run_all(
+                        races,
+                        seeds[start : start + step],
+                        slots,
+                        on_error=lambda p, exc: self.harness_error(
+                            f"history {p.kind}-{p.seed}", exc
+                        ),
+                    )
                     found = check(batch)
                     for h in batch:
                         self.outcomes.update(
@@ -166,7 +198,7 @@ class Soak:
                         f"({(time.monotonic() - self.started) / 60:.1f} min)",
                         flush=True,
                     )
-                    self.write(partial=True)
+                    self.write()
             finally:
                 watch.stop()
 
@@ -183,12 +215,17 @@ class Soak:
             rig.wait_until_ready()
             runner = Runner(rig, Path(tmp), report=True)
             try:
-                for i, result in enumerate(runner.run_each(seeds, args.parallel), 1):
+                results = runner.run_each(
+                    seeds,
+                    args.parallel,
+                    on_error=lambda seed, exc: self.harness_error(f"schedule {seed}", exc),
+                )
+                for i, result in enumerate(results, 1):
                     runner.last_submitters.pop(result.seed, None)
                     self._take([result], quiet=i % 10 != 0 and i != len(seeds))
                     if i % 25 == 0 or i == len(seeds):
                         self.served = rig.admissions_served()
-                        self.write(partial=True)
+                        self.write()
             finally:
                 runner.close()
 
@@ -229,7 +266,10 @@ class Soak:
             alice = hold_for(cp, hook_ns, "alice")
             try:
                 for i in range(args.fault_trials):
-                    self.trials.append(webhook_trial(rig, proxy, alice, hook_ns, rng))
+                    try:
+                        self.trials.append(webhook_trial(rig, proxy, alice, hook_ns, rng))
+                    except Exception as exc:
+                        self.harness_error(f"webhook fault trial {i + 1}", exc)
                     if (i + 1) % 50 == 0:
                         print(
                             f"webhook fault trials {i + 1}/{args.fault_trials} "
@@ -240,7 +280,10 @@ class Soak:
                 alice.stop()
             identity = cp.pod_identity(ctl_ns, "openapi-submit")
             for i in range(args.storms):
-                self.trials.append(controller_trial(rig, proxy, ctl_ns, identity, rng))
+                try:
+                    self.trials.append(controller_trial(rig, proxy, ctl_ns, identity, rng))
+                except Exception as exc:
+                    self.harness_error(f"controller fault storm {i + 1}", exc)
                 print(
                     f"controller fault storms {i + 1}/{args.storms} "
                     f"({(time.monotonic() - self.started) / 60:.1f} min)",
@@ -251,12 +294,12 @@ class Soak:
 
     # -- RESULTS.md --------------------------------------------------------------------------
 
-    def write(self, partial: bool) -> None:
-        text = self.render(partial)  # fills the ledger, printed at the end either way
+    def write(self) -> None:
+        text = self.render()  # fills the ledger, printed at the end either way
         if not self.args.no_write:
             self.args.results.write_text(text)
 
-    def render(self, partial: bool) -> str:
+    def render(self) -> str:
         LEDGER.rows.clear()
         totals = summarize(self.done, LEDGER) if self.done else {}
         if self.served:
@@ -273,15 +316,22 @@ class Soak:
                 controller_storms=sum(r.kind.startswith("controller") for r in self.trials),
             )
         minutes = (time.monotonic() - self.started) / 60
-        seeds = f"seeds {self.args.first_seed}..{self.args.first_seed + len(self.done) - 1}"
+        left_schedules = self.unfinished_count("schedule ")
+        left_histories = self.unfinished_count("history ")
+        ran = len(self.done) + left_schedules
+        seeds = f"seeds {self.args.first_seed}..{self.args.first_seed + ran - 1}"
         if self.args.schedules <= 0:
             state, seeds = "No randomized schedules in this run", "`--schedules 0`"
-        elif partial:
+        elif ran < self.args.schedules:
             state = f"**Partial**: {len(self.done)} of {self.args.schedules} schedules so far"
         else:
             state = f"{len(self.done)} randomized schedules"
-        if self.args.histories > 0 and len(self.histories) < self.args.histories:
+        if left_schedules:
+            state += f" (and {left_schedules} the harness could not finish)"
+        if self.args.histories > 0 and len(self.histories) + left_histories < self.args.histories:
             state += f"; **partial**: {len(self.histories)} of {self.args.histories} race histories"
+        if left_histories:
+            state += f"; {left_histories} race histories the harness could not finish"
         lines = [
             "# elb-gate reliability soak results",
             "",
@@ -330,6 +380,18 @@ class Soak:
         lines += [f"- {d}" for d in self.disagreements] or ["None."]
         lines += ["", "## Violations", ""]
         lines += [f"- {v}" for v in self.violations] or ["None."]
+        lines += ["", "## Runs the harness could not finish", ""]
+        lines += (
+            [
+                "Not verdicts on the gates: the harness stopped waiting (or an API call of its "
+                "own failed), so the run was left out of every figure above. Each one needs a "
+                "look: a wait that timed out may hide a gate that never let a client in.",
+                "",
+            ]
+            if self.unfinished
+            else []
+        )
+        lines += [f"- {what}: {why}" for what, why in self.unfinished] or ["None."]
         return "\n".join(lines) + "\n"
 
     def _linearizability(self) -> list[str]:
@@ -446,17 +508,17 @@ def main(argv: list[str] | None = None) -> int:
         soak.run_faults(cp)
     finally:
         cp.stop()
-        soak.write(
-            partial=len(soak.done) < args.schedules
-            or len(soak.histories) < args.histories
-            or (not soak.trials and args.fault_trials + args.storms > 0)
-        )
+        soak.write()
     print("\n" + LEDGER.table())
     for v in soak.violations:
         print("VIOLATION:", v)
     if not args.no_write:
         print(f"wrote {args.results}")
-    return 1 if soak.violations or soak.disagreements else 0
+    for what, why in soak.unfinished:
+        print("UNFINISHED:", what, why)
+    if soak.violations or soak.disagreements:
+        return 1
+    return 2 if soak.unfinished else 0
 
 
 if __name__ == "__main__":
