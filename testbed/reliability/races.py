@@ -11,7 +11,7 @@ through a fault proxy, and the controller. A kind says what races:
   one credential) send first Jobs at once while the holder renews;
 * ``stagings``: two searches stage one database at once;
 * ``stalled_wakes``: a holder stops renewing, and wakes to send its first Job just as
-  another takes the expired hold over;
+  another takes the expired hold over, then again just as the new holder sends its own;
 * ``controller_down_ttl``: with no controller running, a search's batch Job finishes
   and is TTL-deleted while its finalizer runs; first Jobs race; the controller starts;
 * ``finalizer_grace``: a search's finalizer and an orphan finalizer pass their grace
@@ -316,15 +316,16 @@ class Races:
         mine, theirs = job(ns, "submit", _id(), run=60), job(ns, "submit", _id(), run=60)
         at_once([lambda: create(carol, mine), taker.acquire])
         # bob waits for the hold (the webhook's clock may not call it expired yet),
-        # opens his search, and carol, still awake, tries once more under his hold.
+        # and opens his search just as carol, still awake, tries once more under his
+        # hold: the two first Jobs race (and may reach the two replicas).
         wait_until(
             lambda: taker.acquire() in ("acquired", "renewed"),
             60,
             f"bob to take the expired hold of {ns} over",
             interval=0.3,
         )
-        create(bob, theirs)
-        create(carol, job(ns, "submit", _id(), run=60))
+        late = job(ns, "submit", _id(), run=60)
+        at_once([lambda: create(bob, theirs), lambda: create(carol, late)])
 
     def _finalizer_search(self, ns: str, user: str) -> None:
         """A search whose batch work finishes and is TTL-deleted at once while its
