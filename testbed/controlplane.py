@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 
 from testbed.api import Api, ApiError, JsonObj
+from testbed.audit_log import read_audit
 from testbed.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
@@ -501,18 +502,7 @@ class ControlPlane:
 
     def audit_events(self) -> list[JsonObj]:
         """What the API server's audit log holds so far (writes to Jobs and Leases)."""
-        out: list[JsonObj] = []
-        try:
-            text = self.audit_log.read_text()
-        except FileNotFoundError:
-            return out
-        for line in text.splitlines():
-            if line.strip():
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    continue  # a line being written right now
-        return out
+        return read_audit(self.audit_log)[0]
 
 
 def _running(pod: JsonObj | None) -> JsonObj | None:

@@ -11,13 +11,13 @@ they account for gives them theirs): :meth:`AuditTail.account`.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from testbed.audit_log import read_audit
 from testbed.reliability.gate_a import (
     Delete,
     LostAnswer,
@@ -47,7 +47,6 @@ class AuditTail:
         self.path = path
         self.namespaces = set(namespaces)
         self._offset = 0
-        self._partial = b""
         self._lock = threading.Lock()
         self.writes: dict[str, list[Write]] = {ns: [] for ns in self.namespaces}
         self.rvs: dict[str, set[int]] = {ns: set() for ns in self.namespaces}
@@ -61,31 +60,16 @@ class AuditTail:
                 self._offset = self.path.stat().st_size
             except FileNotFoundError:
                 self._offset = 0
-            self._partial = b""
 
     def poll(self) -> int:
         """Read what was appended; returns how many committed writes were kept."""
         with self._lock:
-            try:
-                with open(self.path, "rb") as log:
-                    log.seek(self._offset)
-                    chunk = log.read()
-            except FileNotFoundError:
-                return 0
-            self._offset += len(chunk)
-            data = self._partial + chunk
-            lines = data.split(b"\n")
-            self._partial = lines.pop()  # an unfinished last line waits for the next poll
-            events = []
-            for line in lines:
-                if not line.strip():
-                    continue
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    continue
-                if (event.get("objectRef") or {}).get("namespace") in self.namespaces:
-                    events.append(event)
+            appended, self._offset = read_audit(self.path, self._offset)
+            events = [
+                e
+                for e in appended
+                if (e.get("objectRef") or {}).get("namespace") in self.namespaces
+            ]
             kept = 0
             for write in committed_writes(events):
                 self.writes[write.namespace].append(write)

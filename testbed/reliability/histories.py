@@ -226,21 +226,6 @@ def audit_operations(
     return out
 
 
-def read_audit(path: Path, offset: int) -> tuple[list[JsonObj], int]:
-    """Audit records appended since ``offset`` (complete lines only), and the new offset."""
-    with open(path, "rb") as log:
-        log.seek(offset)
-        chunk = log.read()
-    end = chunk.rfind(b"\n") + 1
-    events = []
-    for line in chunk[:end].splitlines():
-        try:
-            events.append(json.loads(line))
-        except ValueError:
-            continue
-    return events, offset + end
-
-
 @dataclass
 class History:
     """One recorded history, ready for the checker."""

@@ -35,11 +35,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from testbed.api import ApiError, JsonObj
+from testbed.audit_log import read_audit
 from testbed.clients import ClientError, DashboardLeaseClient
 from testbed.controller_process import CONTROLLER_USER
 from testbed.faultproxy import Fault, FaultProxy
 from testbed.reliability.gate_a import LEASE_PREFIX
-from testbed.reliability.histories import History, JobWatch, audit_operations, read_audit
+from testbed.reliability.histories import History, JobWatch, audit_operations
 from testbed.reliability.jobs import JobPlan, job_body
 from testbed.reliability.rig import CEILING, SKEW_SECONDS, Rig
 from testbed.waiting import wait_until

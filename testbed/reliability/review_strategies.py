@@ -262,8 +262,8 @@ def _label(obj: Any, key: str) -> str | None:
 
 
 def opens_or_finalizes_search(request: Mapping[str, Any]) -> bool:
-    """Gate A applies (the DESIGN's rule, written independently of the webhook): a CREATE
-    or an UPDATE that makes a Job a search Job or moves it to another search."""
+    """Gate A applies (docs/design.md, "Gate A", written independently of the webhook):
+    a CREATE or an UPDATE that makes a Job a search Job or moves it to another search."""
     op, obj, old = request.get("operation"), request.get("object"), request.get("oldObject")
     if op not in ("CREATE", "UPDATE") or not isinstance(obj, Mapping):
         return False
