@@ -149,7 +149,7 @@ class WebhookProcess:
                     stderr=subprocess.STDOUT,
                 )
             try:
-                wait_until(self._ready, timeout, "the webhook's /readyz")
+                wait_until(lambda: self.ready(5.0), timeout, "the webhook's /readyz")
                 break
             except AssertionError:
                 self._terminate()
@@ -163,11 +163,12 @@ class WebhookProcess:
                 self.gate_namespace(namespace)
         return self
 
-    def _ready(self) -> bool:
-        if self.process is not None and self.process.poll() is not None:
-            return False  # exited: start() reports it (with the log)
+    def ready(self, timeout: float = 2.0) -> bool:
+        """The readiness probe: the process runs and ``/readyz`` answers 200."""
+        if self.process is None or self.process.poll() is not None or not self.metrics_port:
+            return False  # not started, or exited (start() reports it, with the log)
         try:
-            with urllib.request.urlopen(f"{self.metrics_url}/readyz", timeout=5) as resp:
+            with urllib.request.urlopen(f"{self.metrics_url}/readyz", timeout=timeout) as resp:
                 return bool(resp.status == 200)
         except (urllib.error.URLError, OSError):
             return False

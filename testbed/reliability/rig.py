@@ -1,7 +1,7 @@
 """elb-gate installed on the real control plane as a cluster runs it, for the reliability runs.
 
 Two real ``python -m webhook`` replicas behind one Service address
-(:class:`~testbed.reliability.service.Service`), the shipped webhook configurations
+(:class:`~testbed.service.Service`), the shipped webhook configurations
 pointed at that address with both replicas' CAs in ``caBundle``, and one or more real
 ``python -m controller`` replicas, leader-elected. Every component authenticates as
 its own ServiceAccount with exactly the shipped RBAC (see :mod:`testbed.install`).
@@ -24,7 +24,7 @@ from testbed.controller_process import CONTROLLER_USER, LEADER_LEASE, Controller
 from testbed.controlplane import ControlPlane
 from testbed.faultproxy import FaultProxy
 from testbed.install import Installation
-from testbed.reliability.service import Service
+from testbed.service import Service
 from testbed.waiting import wait_until
 from testbed.webhook_process import (
     CONFIGURATION_KINDS,

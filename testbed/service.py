@@ -1,0 +1,221 @@
+"""A ClusterIP Service in front of webhook replicas: one address, each connection to a replica.
+
+    service = Service(replicas).start()          # listens on 127.0.0.1:service.port
+    ...                                            # point the webhook configurations there
+    service.mark_unready(0)                        # a Pod being deleted leaves its Endpoints
+    service.close_connections()                    # the API server dials anew, in turn
+    service.stop()
+
+The webhook configurations name one ``url``; this TCP forwarder listens there and hands
+each new connection to the next *ready* replica, round robin, as kube-proxy does: per
+connection, TLS passed through untouched, so the API server verifies the certificate of
+whichever replica answers. A replica is anything with a ``port`` (read at each
+connection: a restarted replica may listen elsewhere) and a ``ready()`` probe;
+:class:`~testbed.webhook_process.WebhookProcess` is one (its process runs and
+``/readyz`` answers 200). Every replica is probed every ``probe_seconds``: one whose
+probe fails, or whose port refuses a connection, leaves the rotation until a probe
+passes again. :meth:`Service.mark_unready` takes one out at once and keeps it out while
+it still answers (a terminating Pod stays out of its Endpoints); once its probe has
+failed, the next passing probe (the replacement Pod) brings it back.
+
+Stopping with connections open ends them quietly: a connection task that ended
+cancelled makes Python 3.11's asyncio log "Exception in callback ... CancelledError"
+with a traceback, which the demo's own check (no traceback on its stderr) fails on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import threading
+import time
+from collections.abc import Sequence
+from typing import Protocol
+
+from testbed.waiting import wait_until
+
+
+class Replica(Protocol):
+    """What the Service routes to."""
+
+    @property
+    def port(self) -> int:
+        """Where it listens now (0: nowhere yet)."""
+        ...
+
+    def ready(self) -> bool:
+        """Its readiness probe."""
+        ...
+
+
+class Service:
+    """A round-robin TCP forwarder on 127.0.0.1 over the ready ``replicas``, served from
+    a thread of its own (with a prober thread beside it)."""
+
+    def __init__(self, replicas: Sequence[Replica], probe_seconds: float = 0.25) -> None:
+        self.replicas = list(replicas)
+        self.probe_seconds = probe_seconds
+        self.port = 0
+        """Where the Service listens (once started)."""
+        self.ready = [False] * len(self.replicas)
+        """Which replicas are in the rotation."""
+        self.connections = [0] * len(self.replicas)
+        """Connections handed to each replica."""
+        self.refused = 0
+        """Connections closed at once because no replica was ready."""
+        self._leaving: set[int] = set()
+        self._lock = threading.Lock()
+        self._turn = itertools.count()
+        self._open: set[asyncio.StreamWriter] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._prober: threading.Thread | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> Service:
+        """Probe every replica, listen, and keep probing."""
+        self.probe_now()
+        started = threading.Event()
+
+        def serve() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            server = loop.run_until_complete(
+                asyncio.start_server(self._serve, "127.0.0.1", 0, reuse_address=True)
+            )
+            self.port = int(server.sockets[0].getsockname()[1])
+            started.set()
+            loop.run_forever()
+            server.close()
+            # Open connections end with the Service (their pipes closed in order).
+            tasks = asyncio.all_tasks(loop)
+            for task in tasks:
+                task.cancel()
+            if tasks:  # gather() of nothing looks for this thread's loop, which is not set
+                loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            loop.run_until_complete(server.wait_closed())
+            loop.close()
+
+        self._thread = threading.Thread(target=serve, name="service", daemon=True)
+        self._thread.start()
+        assert started.wait(30), "the Service did not start listening"
+        self._prober = threading.Thread(target=self._probe_loop, name="service-probe", daemon=True)
+        self._prober.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop listening and probing; open connections end (safe to call twice)."""
+        self._stop.set()
+        loop, self._loop = self._loop, None
+        if loop is not None:
+            loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(10)
+        if self._prober is not None:
+            self._prober.join(10)
+
+    # -- the rotation --------------------------------------------------------------------
+
+    def probe_now(self) -> None:
+        """Probe every replica once (the readiness probe)."""
+        for i, replica in enumerate(self.replicas):
+            ok = replica.ready()
+            with self._lock:
+                if not ok:
+                    self._leaving.discard(i)  # gone: its replacement may come back
+                self.ready[i] = ok and i not in self._leaving
+
+    def mark_unready(self, index: int) -> None:
+        """Take replica ``index`` out of the rotation now, and keep it out until its
+        probe has failed once and then passes (a deleted Pod, then its replacement)."""
+        with self._lock:
+            self._leaving.add(index)
+            self.ready[index] = False
+
+    def all_ready(self) -> bool:
+        return all(self.ready)
+
+    def close_connections(self) -> None:
+        """Close every open connection (as an endpoint restart would): the API server's
+        next calls dial new ones, each to the next replica in turn."""
+        loop = self._loop
+        if loop is None:
+            return
+        closing: set[asyncio.StreamWriter] = set()
+        taken = threading.Event()
+
+        def close() -> None:
+            closing.update(self._open)
+            taken.set()
+            for writer in closing:
+                writer.close()
+
+        loop.call_soon_threadsafe(close)
+        assert taken.wait(30), "the Service's loop did not run"
+        # Only those: the API server may open a new one meanwhile, which stays.
+        wait_until(
+            lambda: not any(w in self._open for w in closing),
+            30,
+            "the Service's connections to close",
+            0.01,
+        )
+        # A moment for the API server's HTTP client to read the close on its idle
+        # connections; a request it still writes on one fails (counted by the caller).
+        time.sleep(0.5)
+
+    def _probe_loop(self) -> None:
+        while not self._stop.wait(self.probe_seconds):
+            self.probe_now()
+
+    def _pick(self) -> int | None:
+        live = [i for i, ok in enumerate(self.ready) if ok and self.replicas[i].port]
+        if not live:
+            return None
+        return live[next(self._turn) % len(live)]
+
+    # -- one connection ------------------------------------------------------------------
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await self._forward(reader, writer)
+        except asyncio.CancelledError:
+            # The Service is stopping with this connection open: it just ends here (a
+            # task that ended cancelled would make asyncio log a traceback).
+            writer.close()
+
+    async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        index = self._pick()
+        if index is None:
+            self.refused += 1
+            writer.close()
+            return
+        try:
+            up_reader, up_writer = await asyncio.open_connection(
+                "127.0.0.1", self.replicas[index].port
+            )
+        except OSError:
+            self.ready[index] = False  # until its next probe
+            writer.close()
+            return
+        self.connections[index] += 1
+        self._open.add(writer)
+        try:
+            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+        finally:
+            self._open.discard(writer)
+            up_writer.close()
+
+
+async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    try:
+        while chunk := await source.read(65536):
+            sink.write(chunk)
+            await sink.drain()
+    except OSError:
+        pass
+    finally:
+        with contextlib.suppress(Exception):
+            sink.close()
