@@ -60,7 +60,7 @@ from testbed.faultproxy import FaultProxy
 from testbed.holders import free_leader_lease, reconciles
 from testbed.submit_task import CELERY_COUNTDOWN_SECONDS, SubmitTask
 from testbed.waiting import wait_until
-from testbed.watch import ResourceWatch
+from testbed.watch import Watch
 from testbed.webhook_process import WebhookProcess
 
 SHIPPED = Settings()
@@ -309,17 +309,15 @@ def measure_renewals(st: Stage, config: LoadConfig) -> dict[str, Any]:
     return out
 
 
-def _observe(st: Stage, ids: set[str]) -> tuple[SearchObserver, ResourceWatch]:
+def _observe(st: Stage, ids: set[str]) -> tuple[SearchObserver, Watch]:
     observer = SearchObserver(ids, st.settings.gate.max_run_concurrency, 300.0)
-    watch = ResourceWatch(
+    watch = Watch(
         st.cp.admin,
         "jobs",
-        st.namespace,
         observer.on_event,
+        namespace=st.namespace,
         label_selector=SEARCH_JOB_SELECTOR,
     ).start()
-    if not watch.synced.wait(120):
-        raise TimeoutError("the observer's watch did not sync")
     return observer, watch
 
 

@@ -47,7 +47,7 @@ from testbed import elastic_blast as elb
 from testbed.clients import DashboardLeaseClient, LeaseClient, OpenApiLeaseClient
 from testbed.controlplane import ControlPlane
 from testbed.submit_task import SubmitTask
-from testbed.watch import ResourceWatch
+from testbed.watch import Watch
 from testbed.webhook_process import WebhookProcess
 
 DASHBOARD_USER = "dashboard-lease"
@@ -141,11 +141,13 @@ def burst(
         ids = [elb.search_id((tag << 16) + i) for i in range(2 * config.per_path)]
         path_of = {job_id: PATHS[n % 2] for n, job_id in enumerate(ids)}
         observer = SearchObserver(set(ids), 3, GRACE_SECONDS)
-        watch = ResourceWatch(
-            cp.admin, "jobs", namespace, observer.on_event, label_selector=SEARCH_JOB_SELECTOR
+        watch = Watch(
+            cp.admin,
+            "jobs",
+            observer.on_event,
+            namespace=namespace,
+            label_selector=SEARCH_JOB_SELECTOR,
         ).start()
-        if not watch.synced.wait(120):
-            raise TimeoutError("the observer's watch did not sync")
         stop = threading.Event()
         tasks: list[SubmitTask] = []
         started: dict[str, float] = {}

@@ -1,138 +1,172 @@
 """LIST + WATCH of one resource in a thread, events handed over in the API server's order.
 
-    watch = ResourceWatch(cp.admin, "jobs", ns, on_event).start()
+    watch = Watch(cp.admin, "jobs", on_event, namespace=ns).start()  # returns once listed
     ...
     watch.stop()
 
-``on_event(type, obj)`` gets ``ADDED`` for every object the first LIST returns, then
-each ``ADDED``/``MODIFIED``/``DELETED`` of the watch, in commit order for that
-resource. A watch the server ends is resumed from the last resourceVersion seen; a
-410 Gone (history compacted) lists again and reports the difference, so a consumer's
-picture of the objects always converges on the server's. It runs until
-:meth:`stop` (within one ``timeoutSeconds`` of the server's watch).
+``on_event(type, obj)`` gets each ``ADDED``/``MODIFIED``/``DELETED`` of the resource in
+commit order: in one ``namespace`` or (without one) the whole cluster, optionally narrowed
+by ``label_selector``/``field_selector``. A stream the server ends (every
+``stream_seconds``) is resumed from the last resourceVersion seen, bookmarks included:
+nothing is listed again, nothing is handed over twice.
+
+What a LIST hands over depends on whether the consumer passes ``on_gap``:
+
+* without it, the consumer keeps a *picture* that converges on the server's: the first
+  LIST arrives as ``ADDED``; after a 410 Gone (the history the watch would resume from
+  was compacted) it lists again and hands over the difference only: ``DELETED`` for
+  what went, ``ADDED``/``MODIFIED`` for what came or changed;
+* with it, the consumer follows the *history*, and must not take an unwatched stretch
+  for a quiet one: a LIST arrives as ``LISTED`` (state found, not writes seen), and a
+  410 is a lost continuity: :attr:`Watch.gaps` counts it, ``on_gap(why)`` is told, and
+  the watch starts over from a fresh LIST, handed over as ``LISTED`` again.
+
+Other failures (a dropped connection, an error answer) are kept in :attr:`Watch.errors`
+and retried after a pause from where the watch was; an exception raised by a callback
+is kept there too, and the watch goes on.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 from testbed.api import Api, ApiError, JsonObj
 
-EventHandler = Callable[[str, JsonObj], None]
-WATCH_TIMEOUT_SECONDS = 20
-"""The server ends each watch after this long; the thread then resumes it (and may stop)."""
+CHANGES = ("ADDED", "MODIFIED", "DELETED")
 
 
-class ResourceWatch:
-    """One resource (optionally selected) in one namespace, watched from a thread."""
+class Watch:
+    """One resource's events, handed to ``on_event`` from a thread of its own."""
 
     def __init__(
         self,
         api: Api,
         resource: str,
-        namespace: str | None,
-        on_event: EventHandler,
+        on_event: Callable[[str, JsonObj], None],
+        on_gap: Callable[[str], None] | None = None,
         *,
+        namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        stream_seconds: int = 60,
     ) -> None:
         self.api = api
-        self.resource = resource
-        self.namespace = namespace
         self.on_event = on_event
-        self.selectors = {"labelSelector": label_selector, "fieldSelector": field_selector}
+        self.on_gap = on_gap
+        self.stream_seconds = stream_seconds
+        self.what = f"{resource} in {namespace}" if namespace else resource
+        self.gaps = 0
+        """410s seen: each lost the continuity (with ``on_gap``, each was reported)."""
         self.errors: list[BaseException] = []
-        self.synced = threading.Event()
-        """Set once the first LIST was handed over."""
-        self._known: dict[str, JsonObj] = {}
+        self.resource_version = ""
+        """Where the watch resumes: the last revision handed over ("" until listed)."""
+        self._path = api.resource(resource).path(namespace)
+        self._selectors = {"labelSelector": label_selector, "fieldSelector": field_selector}
+        self._known: dict[tuple[str, str], JsonObj] = {}
+        """The objects as last handed over (what a picture's relist is compared with)."""
+        self._synced = threading.Event()
         self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name=f"watch-{resource}-{namespace}", daemon=True
-        )
+        self._calling = threading.RLock()
+        self._thread = threading.Thread(target=self._run, name=f"watch {self.what}", daemon=True)
 
-    def start(self) -> ResourceWatch:
+    def start(self) -> Watch:
+        """Start the thread; return once the first LIST was handed over."""
         self._thread.start()
+        if not self._synced.wait(120):
+            self.stop()
+            raise TimeoutError(f"the {self.what} watch did not list within 120 s: {self.errors}")
         return self
 
-    def stop(self, timeout: float = 0.0) -> None:
-        """Stop handing over events at once; the thread ends with the current watch."""
+    def stop(self) -> None:
+        """Stop at once: once this returns, no callback runs again (the thread itself ends
+        with its current stream)."""
         self._stop.set()
-        if timeout and self._thread.is_alive():
-            self._thread.join(timeout)
+        with self._calling:  # a callback under way finishes first
+            pass
 
-    def _path(self) -> str:
-        return self.api.resource(self.resource).path(self.namespace)
-
-    def _query(self) -> dict[str, Any]:
-        return {k: v for k, v in self.selectors.items() if v}
-
-    def _relist(self) -> str:
-        """LIST; report what appeared, changed or went away since the last picture."""
-        body = self.api.request("GET", self._path(), query=self._query())
-        seen: dict[str, JsonObj] = {}
-        for item in body.get("items") or []:
-            seen[item["metadata"]["name"]] = item
-        for name, old in list(self._known.items()):
-            if name not in seen:
-                self._deliver("DELETED", old)
-        for name, obj in seen.items():
-            before = self._known.get(name)
-            version = obj["metadata"].get("resourceVersion")
-            if before is None:
-                self._deliver("ADDED", obj)
-            elif before["metadata"].get("resourceVersion") != version:
-                self._deliver("MODIFIED", obj)
-        self.synced.set()
-        return str(body["metadata"]["resourceVersion"])
+    def _call(self, callback: Callable[..., None], *args: Any) -> None:
+        with self._calling:
+            if self._stop.is_set():
+                return
+            try:
+                callback(*args)
+            except Exception as exc:  # a consumer's bug is kept, the watch goes on
+                self.errors.append(exc)
 
     def _deliver(self, kind: str, obj: JsonObj) -> None:
-        if self._stop.is_set():
-            return
-        name = obj["metadata"]["name"]
+        key = _key(obj)
         if kind == "DELETED":
-            self._known.pop(name, None)
+            self._known.pop(key, None)
         else:
-            self._known[name] = obj
-        try:
-            self.on_event(kind, obj)
-        except Exception as exc:  # a consumer's bug is reported, the watch goes on
-            self.errors.append(exc)
+            self._known[key] = obj
+        self._call(self.on_event, kind, obj)
+
+    def _list(self) -> None:
+        body = self.api.request("GET", self._path, query=self._selectors)
+        items = body.get("items") or []
+        if self.on_gap is not None:  # a history: what the list found, as found
+            for item in items:
+                self._deliver("LISTED", item)
+        else:  # a picture: what changed since the last one (the first time, everything)
+            found = {_key(item): item for item in items}
+            for key, old in list(self._known.items()):
+                if key not in found:
+                    self._deliver("DELETED", old)
+            for key, obj in found.items():
+                before = self._known.get(key)
+                if before is None:
+                    self._deliver("ADDED", obj)
+                elif _rv(before) != _rv(obj):
+                    self._deliver("MODIFIED", obj)
+        self.resource_version = str(body["metadata"]["resourceVersion"])
+        self._synced.set()
+
+    def _stream(self) -> None:
+        query = {
+            **self._selectors,
+            "resourceVersion": self.resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": self.stream_seconds,
+        }
+        for event in self.api.stream(self._path, {k: v for k, v in query.items() if v}):
+            if self._stop.is_set():
+                return
+            kind, obj = str(event.get("type") or ""), event.get("object") or {}
+            if kind == "ERROR":
+                if obj.get("code") == 410:
+                    self._gone(f"410 Gone at {self.resource_version}")
+                    return
+                raise ApiError(int(obj.get("code") or 500), obj, "WATCH", self._path)
+            if kind in CHANGES:
+                self._deliver(kind, obj)
+            self.resource_version = _rv(obj) or self.resource_version
+
+    def _gone(self, why: str) -> None:
+        self.gaps += 1
+        self.resource_version = ""
+        if self.on_gap is not None:
+            self._call(self.on_gap, f"{self.what} watch: {why}")
 
     def _run(self) -> None:
-        version: str | None = None
         while not self._stop.is_set():
             try:
-                if version is None:
-                    version = self._relist()
-                query = {
-                    **self._query(),
-                    "resourceVersion": version,
-                    "allowWatchBookmarks": "true",
-                    "timeoutSeconds": str(WATCH_TIMEOUT_SECONDS),
-                }
-                for event in self.api.stream(self._path(), query):
-                    if self._stop.is_set():
-                        return
-                    kind, obj = event.get("type"), event.get("object") or {}
-                    if kind == "ERROR":
-                        # 410 Gone: the history we resume from was compacted.
-                        version = None
-                        break
-                    version = str(obj.get("metadata", {}).get("resourceVersion") or version)
-                    if kind in ("ADDED", "MODIFIED", "DELETED"):
-                        self._deliver(str(kind), obj)
-            except (ApiError, OSError, ValueError) as exc:
-                if self._stop.is_set():
-                    return
-                self.errors.append(exc)
+                if not self.resource_version:
+                    self._list()
+                self._stream()
+            except Exception as exc:  # an error answer, a dropped stream, urllib3's own errors
                 if isinstance(exc, ApiError) and exc.status == 410:
-                    version = None
-                time.sleep(0.5)
-            except Exception as exc:  # urllib3's own errors: retry like a dropped stream
-                if self._stop.is_set():
-                    return
-                self.errors.append(exc)
-                time.sleep(0.5)
+                    self._gone(f"410 Gone resuming at {self.resource_version}")
+                elif not self._stop.is_set():
+                    self.errors.append(exc)
+                    self._stop.wait(0.5)
+
+
+def _key(obj: JsonObj) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def _rv(obj: JsonObj) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")

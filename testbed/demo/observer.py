@@ -31,7 +31,7 @@ from elbgate.settings import Settings
 from testbed.api import Api
 from testbed.demo.searches import short
 from testbed.demo.timeline import Timeline
-from testbed.watch import ResourceWatch
+from testbed.watch import Watch
 
 FAILED_CONDITIONS = frozenset({"Failed", "FailureTarget"})
 RECLAIM_REASONS = {"LeaseHolderGoneReclaimed": "dead_holder", "LeaseExpiredReclaimed": "expired"}
@@ -107,34 +107,32 @@ class Observer:
         self.seen = Observations()
         self.jobs: dict[str, dict[str, Any]] = {}
         self._changed = threading.Condition()
-        self._watches: list[ResourceWatch] = []
+        self._watches: list[Watch] = []
         self.errors: list[BaseException] = []
 
     def attach(self) -> None:
         """Start the watches and wait until each has listed what exists."""
         ns = self.namespace
         self._watches = [
-            ResourceWatch(self.api, "jobs", ns, self._handler(self._on_job)),
-            ResourceWatch(
+            Watch(self.api, "jobs", self._handler(self._on_job), namespace=ns),
+            Watch(
                 self.api,
                 "leases",
-                ns,
                 self._handler(self._on_lease),
+                namespace=ns,
                 field_selector=f"metadata.name={lease_name(ns)}",
             ),
-            ResourceWatch(self.api, "events", ns, self._handler(self._on_event)),
-            ResourceWatch(
+            Watch(self.api, "events", self._handler(self._on_event), namespace=ns),
+            Watch(
                 self.api,
                 "configmaps",
-                ns,
                 self._handler(self._on_liveness),
+                namespace=ns,
                 field_selector=f"metadata.name={LIVENESS_CONFIGMAP}",
             ),
         ]
         for watch in self._watches:
             watch.start()
-        for watch in self._watches:
-            watch.synced.wait(60)
 
     def detach(self) -> None:
         for watch in self._watches:

@@ -18,7 +18,7 @@ from elbgate.names import APP_LABEL, JOB_ID_LABEL, SUBMIT_APP
 from testbed.api import ApiError, JsonObj
 from testbed.controlplane import ControlPlane
 from testbed.demo.searches import batch_jobs
-from testbed.watch import ResourceWatch
+from testbed.watch import Watch
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
@@ -36,11 +36,11 @@ class SubmitPods:
     def __post_init__(self) -> None:
         self._todo: queue.Queue[JsonObj | None] = queue.Queue()
         self._done: set[str] = set()
-        self._watch = ResourceWatch(
+        self._watch = Watch(
             self.cp.admin,
             "pods",
-            self.namespace,
             self._on_pod,
+            namespace=self.namespace,
             label_selector=f"{APP_LABEL}={SUBMIT_APP}",
         )
         self._worker = threading.Thread(target=self._work, name="submit-pods", daemon=True)

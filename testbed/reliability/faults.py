@@ -35,8 +35,8 @@ from testbed.faultproxy import Fault, FaultProxy
 from testbed.reliability.paths import DashboardPath, lease_name
 from testbed.reliability.races import ADMISSION_RECORD
 from testbed.reliability.rig import SHARED_ENV, SKEW_SECONDS, Rig
-from testbed.reliability.watch import Watch
 from testbed.waiting import wait_until
+from testbed.watch import Watch
 
 FAULTY_ENV = {
     "BLAST_FINALIZER_GRACE_SECONDS": "1",

@@ -31,7 +31,7 @@ from typing import Any
 
 from testbed.api import Api, JsonObj
 from testbed.reliability.gate_a import LEASE_PREFIX, parse_time
-from testbed.reliability.watch import Watch
+from testbed.watch import Watch
 
 REPO = Path(__file__).resolve().parents[2]
 LINCHECK = REPO / "lincheck"
@@ -91,7 +91,9 @@ class JobWatch:
     def __init__(self, api: Api, namespaces: Iterable[str]) -> None:
         self.events: dict[str, list[tuple[int, str, JsonObj]]] = {ns: [] for ns in namespaces}
         self._lock = threading.Lock()
-        self._watch = Watch(api, "jobs", self._on)
+        self.gaps: list[str] = []
+        """Each continuity the watch lost (410 Gone): the histories around one miss events."""
+        self._watch = Watch(api, "jobs", self._on, self.gaps.append)
 
     def _on(self, kind: str, obj: JsonObj) -> None:
         ns = str((obj.get("metadata") or {}).get("namespace") or "")

@@ -33,8 +33,8 @@ from elbgate.census import census
 from testbed.api import Api, JsonObj
 from testbed.reliability import oracle
 from testbed.reliability.audit import Seen
-from testbed.reliability.watch import Watch
 from testbed.waiting import wait_until
+from testbed.watch import Watch
 
 SENTINEL_NAMESPACE = "reliability-sync"
 SENTINEL = "sync"

@@ -35,7 +35,7 @@ from typing import Any
 from testbed import elastic_blast as elb
 from testbed.api import ApiError, JsonObj
 from testbed.controlplane import ControlPlane
-from testbed.watch import ResourceWatch
+from testbed.watch import Watch
 from tests.graph.bodies import RUN_SECONDS, ready
 from tests.graph.burst_judge import Event
 from tests.graph.submitter import Submitter, complete
@@ -96,12 +96,10 @@ class JobLog:
         self._lock = threading.Lock()
         self.events: list[Event] = []
         self.jobs: dict[str, JsonObj] = {}
-        self._watch = ResourceWatch(cp.admin, "jobs", namespace, self._on_event)
+        self._watch = Watch(cp.admin, "jobs", self._on_event, namespace=namespace)
 
     def start(self) -> JobLog:
         self._watch.start()
-        if not self._watch.synced.wait(60):
-            raise AssertionError("the Job watch did not sync")
         return self
 
     def stop(self) -> None:
@@ -153,11 +151,11 @@ class InCluster:
         self._created: set[str] = set()
         self._tokens: dict[str, str] = {}
         self._stop = threading.Event()
-        self._watch = ResourceWatch(
+        self._watch = Watch(
             self.cp.admin,
             "pods",
-            self.namespace,
             self._on_pod,
+            namespace=self.namespace,
             label_selector="app in (submit,finalizer)",
         )
         self._thread = threading.Thread(target=self._run, name="in-cluster", daemon=True)

@@ -13,8 +13,8 @@ from typing import Any
 
 from testbed.controlplane import ControlPlane
 from testbed.reliability.audit import AuditTail, Seen
-from testbed.reliability.watch import Watch
 from testbed.waiting import wait_until
+from testbed.watch import Watch
 
 
 def test_a_lease_deleted_is_recorded_by_uid_and_placed_at_the_watchs_revision(
