@@ -440,20 +440,38 @@ def host_snapshot() -> dict[str, Any]:
         "sysctls": sysctls,
         "routes": run("ip", "-4", "route", "show", "table", "all"),
         "links": sorted(line.split()[0] for line in run("ip", "-br", "link").splitlines()),
-        "iptables": "\n".join(
-            line
-            for line in run("iptables-save").splitlines()
-            if not line.startswith("#") and not line.startswith(":")
-        ),
-        "iptables-chains": sorted(
-            line.split()[0] for line in run("iptables-save").splitlines() if line.startswith(":")
-        ),
+        **iptables_state(run("iptables-save")),
         "mounts": mounts,
         "netns": sorted(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else [],
         "cgroups": cgroups,
         "run-containerd": os.path.exists("/run/containerd"),
         "ledgers": os.path.exists("/run/localkube-system"),
     }
+
+
+def iptables_state(saved: str) -> dict[str, Any]:
+    """``iptables-save`` as the host comparison reads it: each table's rules and chain
+    names, counters dropped. A table with no rule and only its built-in chains at
+    policy ACCEPT filters nothing, and reads as absent: the kernel creates such a table
+    when a program first lists it and never removes it, so on a host that had loaded
+    none before the tier it is no change the tier could restore."""
+    tables: list[tuple[str, list[str], list[str]]] = []
+    for line in saved.splitlines():
+        if line.startswith("*"):
+            tables.append((line, [], []))
+        elif line.startswith(":") and tables:
+            tables[-1][2].append(line)
+        elif line and not line.startswith("#") and line != "COMMIT" and tables:
+            tables[-1][1].append(line)
+    rules: list[str] = []
+    chains: list[str] = []
+    for table, table_rules, table_chains in tables:
+        pristine = not table_rules and all(c.split()[1:2] == ["ACCEPT"] for c in table_chains)
+        if pristine:
+            continue
+        rules += [table, *table_rules, "COMMIT"]
+        chains += [c.split()[0] for c in table_chains]
+    return {"iptables": "\n".join(rules), "iptables-chains": sorted(chains)}
 
 
 LEDGERS = Path("/run/localkube-system")
