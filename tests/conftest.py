@@ -1,4 +1,5 @@
-"""Session-wide fixtures: one real Kubernetes control plane for the whole run.
+"""Shared fixtures: one real Kubernetes control plane for the whole run, and a fault
+proxy in front of it for each module that asks for one.
 
 Every integration test runs against ``localkube`` — etcd, kube-apiserver,
 kube-controller-manager and kube-scheduler built from the official Kubernetes
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from testbed.controlplane import ControlPlane, kubectl_path
+from testbed.faultproxy import FaultProxy
 
 
 @pytest.fixture(scope="session")
@@ -23,6 +25,14 @@ def control_plane() -> Iterator[ControlPlane]:
         yield cp
     finally:
         cp.stop()
+
+
+@pytest.fixture(scope="module")
+def proxy(control_plane: ControlPlane) -> Iterator[FaultProxy]:
+    """A fault proxy in front of the control plane's API server, one per module: a test
+    that adds faults clears them (``proxy.clear()``)."""
+    with FaultProxy(control_plane) as running:
+        yield running
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

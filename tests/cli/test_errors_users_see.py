@@ -6,7 +6,6 @@ through the fault proxy so a test can tell what the CLI asked for."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -52,12 +51,6 @@ def test_a_kubeconfig_that_is_not_a_kubeconfig_is_one_line_and_exit_78(
     assert line.startswith(f"elb-gate: error: cannot load kubeconfig {broken}: ")
     assert says in line and line.endswith("set KUBECONFIG or --kubeconfig")
     assert "Traceback" not in out.err and out.out == ""
-
-
-@pytest.fixture(scope="module")
-def proxy(control_plane: ControlPlane) -> Iterator[FaultProxy]:
-    with FaultProxy(control_plane) as running:
-        yield running
 
 
 def asked(proxy: FaultProxy, before: Counter[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,12 +29,6 @@ def other_holder(cp: ControlPlane, ns: str) -> SubmitLease:
     lease = SubmitLease(ns, gate=Settings.from_env(SMALL).gate, source="dashboard", kube=kube)
     assert lease.acquire().acquired
     return lease
-
-
-@pytest.fixture(scope="module")
-def proxy(control_plane: ControlPlane) -> Iterator[FaultProxy]:
-    with FaultProxy(control_plane) as running:
-        yield running
 
 
 def test_two_racing_submits_never_run_their_commands_at_the_same_time(

@@ -66,12 +66,6 @@ def mine(kube: SyncKube, settings: Settings, ns: str) -> SubmitLease:
     return SubmitLease(ns, gate=settings.gate, source="cli", kube=kube)
 
 
-@pytest.fixture(scope="module")
-def proxy(control_plane: ControlPlane) -> Iterator[FaultProxy]:
-    with FaultProxy(control_plane) as running:
-        yield running
-
-
 @pytest.fixture
 def faulty(control_plane: ControlPlane, proxy: FaultProxy) -> Iterator[SyncKube]:
     """alice's transport through the fault proxy; faults cleared after the test."""

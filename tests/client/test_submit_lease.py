@@ -36,12 +36,6 @@ def lease(
     return SubmitLease(ns, gate=settings.gate, source=source, kube=kube)
 
 
-@pytest.fixture(scope="module")
-def proxy(control_plane: ControlPlane) -> Iterator[FaultProxy]:
-    with FaultProxy(control_plane) as running:
-        yield running
-
-
 @pytest.fixture
 def faulty(control_plane: ControlPlane, proxy: FaultProxy) -> Iterator[SyncKube]:
     """alice's transport through the fault proxy; faults cleared after the test."""

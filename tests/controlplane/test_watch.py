@@ -25,12 +25,6 @@ from testbed.watch import Watch
 LEASES = "/apis/coordination.k8s.io/v1"
 
 
-@pytest.fixture(scope="module")
-def proxy(control_plane: ControlPlane) -> Iterator[FaultProxy]:
-    with FaultProxy(control_plane) as running:
-        yield running
-
-
 @pytest.fixture
 def api(control_plane: ControlPlane, proxy: FaultProxy) -> Iterator[Api]:
     try:

@@ -13,7 +13,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -45,12 +45,6 @@ WHOAMI = resource_path("authentication.k8s.io/v1", "selfsubjectreviews")
 @pytest.fixture(scope="module")
 def ns(control_plane: ControlPlane) -> str:
     return control_plane.new_namespace("api-layer")
-
-
-@pytest.fixture(scope="module")
-def proxy(control_plane: ControlPlane) -> Iterator[FaultProxy]:
-    with FaultProxy(control_plane) as running:
-        yield running
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ server holds, resumes a watch the server ends, and relists after a 410 Gone."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 import pytest
@@ -69,12 +69,6 @@ def job(ns: str, name: str) -> dict[str, Any]:
             },
         },
     }
-
-
-@pytest.fixture(scope="module")
-def proxy(control_plane: ControlPlane) -> Iterator[FaultProxy]:
-    with FaultProxy(control_plane) as running:
-        yield running
 
 
 @pytest.fixture

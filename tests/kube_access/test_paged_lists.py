@@ -10,7 +10,7 @@ The requests are observed through the fault proxy in front of the real API serve
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -34,12 +34,6 @@ from tests.kube_access.test_api import suspended_job
 @pytest.fixture(scope="module")
 def ns(control_plane: ControlPlane) -> str:
     return control_plane.new_namespace("paged")
-
-
-@pytest.fixture(scope="module")
-def proxy(control_plane: ControlPlane) -> Iterator[FaultProxy]:
-    with FaultProxy(control_plane) as running:
-        yield running
 
 
 @pytest.fixture

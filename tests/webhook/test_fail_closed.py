@@ -30,12 +30,6 @@ POD = "elb-gate-webhook-faults"
 
 
 @pytest.fixture(scope="module")
-def proxy(control_plane: ControlPlane) -> Iterator[FaultProxy]:
-    with FaultProxy(control_plane) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
 def hook(control_plane: ControlPlane, proxy: FaultProxy) -> Iterator[WebhookProcess]:
     """The webhook, its ServiceAccount token unchanged, talking through the proxy."""
     identity = Installation.on(control_plane).identity("webhook", POD)
