@@ -188,7 +188,7 @@ class Rig:
 
     # -- waiting -------------------------------------------------------------------------
 
-    def wait_for_leader(self, timeout: float = 90.0) -> ControllerProcess:
+    def wait_for_leader(self, timeout: float = 180.0) -> ControllerProcess:
         """The controller replica that leads, once one does."""
         found = wait_until(
             lambda: next((c for c in self.controllers if c.alive and c.is_leader()), None),
@@ -200,19 +200,25 @@ class Rig:
         return found
 
     def _leader_lease(self) -> str:
-        """Who holds the controllers' leader Lease, for a failure message (another
-        process renewing it would keep this rig's replicas from leading)."""
+        """Who holds the controllers' leader Lease, and what each replica logged last, for
+        a failure message (another process renewing the Lease would keep this rig's
+        replicas from leading; a replica that never campaigned says why in its log)."""
         lease = self.cp.admin.find("leases", LEADER_LEASE[0], LEADER_LEASE[1])
         if lease is None:
-            return "the leader Lease does not exist"
-        spec = lease.get("spec") or {}
-        return (
-            f"leader Lease held by {spec.get('holderIdentity')!r}, renewed "
-            f"{spec.get('renewTime')}; this rig's replicas: "
-            + ", ".join(c.name for c in self.controllers)
+            held = "the leader Lease does not exist"
+        else:
+            spec = lease.get("spec") or {}
+            held = (
+                f"leader Lease held by {spec.get('holderIdentity')!r}, renewed "
+                f"{spec.get('renewTime')}"
+            )
+        replicas = "\n".join(
+            f"{c.name} ({'running' if c.alive else 'exited'}): {c.log_tail(10)}"
+            for c in self.controllers
         )
+        return f"{held}; this rig's replicas:\n{replicas}"
 
-    def wait_until_ready(self, timeout: float = 90.0) -> None:
+    def wait_until_ready(self, timeout: float = 180.0) -> None:
         """Every replica routable and a controller leading."""
         assert self.service is not None
         service = self.service
