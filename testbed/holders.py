@@ -41,6 +41,14 @@ from elbgate.settings import ControllerSettings, GateSettings, WebhookSettings
 from testbed.api import ApiError, JsonObj
 from testbed.controller_process import CONTROLLER_USER, LEADER_LEASE, ControllerProcess
 from testbed.controlplane import ControlPlane, PodIdentity
+from testbed.kubelet_stand_in import (
+    KUBELET,
+    MANAGED,
+    RESTART,
+    RESTART_ONLY,
+    RUN_SECONDS,
+    STOP_SECONDS,
+)
 from testbed.waiting import wait_until
 
 TARGET_SECONDS = 15.0
@@ -59,12 +67,6 @@ SUBMITTER_SA = "elb-openapi"
 HOLDER_CONTAINER = "elb-openapi"
 SIDECAR = "log-shipper"
 IMAGE = "elb-openapi:4.27"
-RESTART = "localkube.elb-gate.io/restart"
-RESTART_ONLY = "localkube.elb-gate.io/restart-containers"
-RUN_SECONDS = "localkube.elb-gate.io/run-seconds"
-STOP_SECONDS = "localkube.elb-gate.io/stop-seconds"
-KUBELET = "localkube.elb-gate.io/kubelet"
-MANAGED = "localkube.elb-gate.io/managed"
 NODE_LABEL = "elb-gate.io/test-node"
 """The label a holder's own Node carries, for the Pod's nodeSelector."""
 

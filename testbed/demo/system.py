@@ -42,6 +42,7 @@ from testbed.controlplane import (
 )
 from testbed.demo.timeline import Timeline
 from testbed.install import SYSTEM_NAMESPACE, Installation, submitter_subjects
+from testbed.kubelet_stand_in import STOP_SECONDS
 from testbed.system_tier import SYSTEM_NODES, SystemTier
 from testbed.webhook_service import WebhookService
 
@@ -53,7 +54,6 @@ OPERATOR_USER = "operator"
 OPENAPI_SA = "openapi"
 TERMINATING_SECONDS = 20
 """How long the doomed OpenAPI pod stays Terminating once deleted (its process drains)."""
-STOP_SECONDS_ANNOTATION = "localkube.elb-gate.io/stop-seconds"
 
 IDENTITIES = {
     "submitters": [
@@ -202,7 +202,7 @@ def _submitter_pods(
         OPENAPI_SA,
         pod=f"elb-openapi-{rs}-{_suffix()}",
         node_selector=node_selector,
-        annotations={STOP_SECONDS_ANNOTATION: str(TERMINATING_SECONDS)},
+        annotations={STOP_SECONDS: str(TERMINATING_SECONDS)},
     )
     return openapi, doomed
 

@@ -23,8 +23,8 @@ import random
 from dataclasses import dataclass
 from typing import Any, Literal
 
-RUN_SECONDS = "localkube.elb-gate.io/run-seconds"
-EXIT_CODES = "localkube.elb-gate.io/exit-codes"
+from testbed.kubelet_stand_in import EXIT_CODES, RUN_SECONDS
+
 BLAST_POOL = {"agentpool": "blastpool"}
 
 Fate = Literal["ok", "retried", "failed"]

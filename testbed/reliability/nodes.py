@@ -15,10 +15,9 @@ import threading
 
 from testbed.api import ApiError, JsonObj
 from testbed.controlplane import ControlPlane
+from testbed.kubelet_stand_in import KUBELET, MANAGED, NODE_INDEX
 from testbed.waiting import wait_until
 
-KUBELET_ANNOTATION = "localkube.elb-gate.io/kubelet"
-MANAGED_LABEL = "localkube.elb-gate.io/managed"
 NODE_LABEL = "reliability.elb-gate.io/node"
 
 
@@ -63,12 +62,12 @@ class HolderNodes:
                         "metadata": {
                             "name": name,
                             "labels": {
-                                MANAGED_LABEL: "true",
+                                MANAGED: "true",
                                 NODE_LABEL: name,
                                 "kubernetes.io/hostname": name,
                                 "kubernetes.io/os": "linux",
                             },
-                            "annotations": {"localkube.elb-gate.io/index": "40"},
+                            "annotations": {NODE_INDEX: "40"},
                         },
                     }
                 )
@@ -89,16 +88,14 @@ class HolderNodes:
     def not_ready(self, name: str) -> None:
         """The node's kubelet reports ``Ready=False`` from now on."""
         self.cp.admin.patch(
-            "nodes", None, name, {"metadata": {"annotations": {KUBELET_ANNOTATION: "not-ready"}}}
+            "nodes", None, name, {"metadata": {"annotations": {KUBELET: "not-ready"}}}
         )
 
     def restore(self, name: str, timeout: float = 120.0) -> None:
         """Ready again, untainted (the node lifecycle controller lifts its taints)."""
         node = self.cp.admin.get("nodes", None, name)
-        if KUBELET_ANNOTATION in ((node.get("metadata") or {}).get("annotations") or {}):
-            self.cp.admin.patch(
-                "nodes", None, name, {"metadata": {"annotations": {KUBELET_ANNOTATION: None}}}
-            )
+        if KUBELET in ((node.get("metadata") or {}).get("annotations") or {}):
+            self.cp.admin.patch("nodes", None, name, {"metadata": {"annotations": {KUBELET: None}}})
         wait_until(
             lambda: _ready(self.cp.admin.find("nodes", None, name)),
             timeout,

@@ -61,6 +61,7 @@ from elbgate.kube.config import KubeConfig
 from elbgate.settings import Settings
 from testbed.clients import DashboardLeaseClient, parse_time
 from testbed.controlplane import REPO, ControlPlane, PodIdentity, kubectl_path
+from testbed.kubelet_stand_in import RESTART
 from testbed.reliability.jobs import JobPlan, job_body
 from testbed.reliability.nodes import HolderNodes
 from testbed.reliability.paths import DashboardPath, OpenApiPath, PathError, SubmitPath
@@ -84,7 +85,6 @@ POD_DEATHS: tuple[Death, ...] = (
     "node_not_ready",
 )
 """Deaths the cluster can prove (the controller reclaims before expiry)."""
-RESTART_ANNOTATION = "localkube.elb-gate.io/restart"
 POD_TTL_SECONDS = 120
 """Lease TTL of an in-cluster submitter: long (the OpenAPI service's kubectl steps take
 seconds each on a busy machine), so that a provably dead one is freed by the dead-holder
@@ -311,7 +311,7 @@ class Submitter:
                 "pods",
                 self.namespace,
                 pod.pod,
-                {"metadata": {"annotations": {RESTART_ANNOTATION: uuid.uuid4().hex}}},
+                {"metadata": {"annotations": {RESTART: uuid.uuid4().hex}}},
             )
         elif pod is not None and death == "node_not_ready":
             self.nodes.not_ready(pod.node)

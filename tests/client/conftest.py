@@ -22,6 +22,7 @@ from elbgate.names import lease_name
 from elbgate.settings import Settings
 from testbed.api import JsonObj
 from testbed.controlplane import ControlPlane
+from testbed.kubelet_stand_in import RUN_SECONDS
 from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
 
@@ -33,7 +34,6 @@ WEBHOOK_ENV = {
     # (start-up refuses an exec timeout of TTL - 2 x skew = the whole TTL)
     "ELB_GATE_SUBMIT_EXEC_TIMEOUT_SECONDS": "600",
 }
-RUN_SECONDS = "localkube.elb-gate.io/run-seconds"
 SEARCH_POD_CPU = "10m"
 """Small requests, so every search of a session fits on the nodes."""
 

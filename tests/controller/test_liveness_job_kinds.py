@@ -24,12 +24,11 @@ import pytest
 from testbed import dashboard_jobs
 from testbed.controller_process import ControllerProcess
 from testbed.controlplane import ControlPlane
-from testbed.elastic_blast import RUN_SECONDS_ANNOTATION, for_api
+from testbed.elastic_blast import for_api
+from testbed.kubelet_stand_in import EXIT_CODE, RUN_SECONDS
 from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
 from tests.controller.observed import free_leader_lease, liveness, settle
-
-EXIT_CODE_ANNOTATION = "localkube.elb-gate.io/exit-code"
 
 KINDS: dict[str, Callable[[], dict[str, Any]]] = {
     dashboard_jobs.ORACLE_APP: lambda: dashboard_jobs.order_oracle("core_nt", 3, "aks-blastpool-0"),
@@ -90,7 +89,7 @@ def live_pods(cp: ControlPlane, ns: str, job: str) -> list[dict[str, Any]]:
 def exit_pods(cp: ControlPlane, ns: str, pods: list[dict[str, Any]], code: int) -> None:
     """Make each of ``pods``' containers exit now with ``code``."""
     for pod in pods:
-        note = {RUN_SECONDS_ANNOTATION: "0", EXIT_CODE_ANNOTATION: str(code)}
+        note = {RUN_SECONDS: "0", EXIT_CODE: str(code)}
         cp.admin.patch("pods", ns, pod["metadata"]["name"], {"metadata": {"annotations": note}})
 
 

@@ -16,6 +16,7 @@ from elbgate.names import HOLDER_POD_ANNOTATION, HOLDER_USER_ANNOTATION, lease_n
 from testbed import holders
 from testbed.controller_process import ControllerProcess
 from testbed.controlplane import ControlPlane
+from testbed.kubelet_stand_in import RESTART
 from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
 from tests.controller.conftest import SHORT_LEASE_ENV
@@ -148,7 +149,7 @@ def test_liveness_flips_idle_after_the_last_job_and_back_on_a_new_lease(cluster:
         "pods",
         ns,
         pod["metadata"]["name"],
-        {"metadata": {"annotations": {holders.RESTART: "crash"}}},
+        {"metadata": {"annotations": {RESTART: "crash"}}},
     )
     wait_until(lambda: liveness(cp, ns).get("inUse") == "false", 60, "idle after the last")
     data = liveness(cp, ns)
