@@ -31,10 +31,10 @@ import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from testbed.kubelet_stand_in import RUN_SECONDS
+
 REFERENCE_TIME = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 """The instant the bodies' ``creationTimestamp`` are relative to (the tables' "now")."""
-RUN_SECONDS_ANNOTATION = "localkube.elb-gate.io/run-seconds"
-"""Read by the control plane's kubelet stand-in: how long a pod's containers run."""
 
 
 def ts(seconds_ago: float) -> str:
@@ -394,16 +394,23 @@ FLOWS = (
 )
 
 
+SMALL_REQUESTS = {"cpu": "10m", "memory": "16Mi"}
+"""Requests small enough that a whole test session's Jobs fit the control plane's nodes."""
+
+
 def for_api(
     job: dict[str, Any],
     namespace: str,
     *,
     run_seconds: float | None = None,
     annotations: dict[str, str] | None = None,
+    requests: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """``job`` as ``elastic-blast submit`` sends it: in ``namespace``, without the
     ``status`` and ``creationTimestamp`` the API server sets. ``run_seconds``: how long
-    its pods run on the control plane's kubelet stand-in (absent: until deleted)."""
+    its pods run on the control plane's kubelet stand-in (absent: until deleted).
+    ``requests`` (e.g. :data:`SMALL_REQUESTS`): what every container that requests
+    resources requests instead, without limits, where capacity is not the point."""
     body = copy.deepcopy(job)
     body.pop("status", None)
     meta = body["metadata"]
@@ -411,7 +418,16 @@ def for_api(
     meta["namespace"] = namespace
     if annotations:
         meta.setdefault("annotations", {}).update(annotations)
+    template = body["spec"]["template"]
     if run_seconds is not None:
-        template_meta = body["spec"]["template"].setdefault("metadata", {})
-        template_meta.setdefault("annotations", {})[RUN_SECONDS_ANNOTATION] = f"{run_seconds:g}"
+        template.setdefault("metadata", {}).setdefault("annotations", {})[RUN_SECONDS] = (
+            f"{run_seconds:g}"
+        )
+    if requests is not None:
+        for key in ("initContainers", "containers"):
+            for container in template["spec"].get(key) or []:
+                resources = container.get("resources")
+                if resources:
+                    resources["requests"] = dict(requests)
+                    resources.pop("limits", None)
     return body

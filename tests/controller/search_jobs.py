@@ -1,14 +1,12 @@
 """ElasticBLAST's search Jobs as the control plane runs them, and the submitter that
 creates them.
 
-Shaped like the AKS templates of elastic-blast-azure (``blast-batch-job-*-aks``,
-``job-submit-jobs-aks``, ``elb-finalizer-aks``): the ``app``/``elb-job-id``/``db`` labels
-on the Job and its pod template, ``backoffLimit``, ``restartPolicy``, the batch Jobs'
-``ttlSecondsAfterFinished`` (1800 in the templates) and the finalizer's lack of one. Two
-things differ on purpose: requests are tiny (10m CPU) so a whole test session's Jobs fit
-on the nodes, and the pod template carries the kubelet stand-in's
-``localkube.elb-gate.io/run-seconds`` when a Job should finish (absent: its pod runs
-until deleted, like a finalizer still merging results).
+The bodies are :mod:`testbed.elastic_blast`'s, shaped like the AKS templates of
+elastic-blast-azure (labels, backoff limits, the batch Jobs' ``ttlSecondsAfterFinished``
+and the finalizer's lack of one), made ready for the control plane: in a namespace,
+with requests small enough that a whole test session's Jobs fit on the nodes, and the
+kubelet stand-in's run time when a Job should finish (absent: its pod runs until
+deleted, like a finalizer still merging results).
 """
 
 from __future__ import annotations
@@ -16,19 +14,15 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from client.submit_lease import SubmitLease
 from elbgate.kube.config import KubeConfig
 from elbgate.settings import GateSettings
+from testbed import elastic_blast as elb
 from testbed.api import Api, JsonObj
 from testbed.controlplane import ControlPlane
 from testbed.waiting import wait_until
 
-IMAGE = "elbacr.azurecr.io/ncbi/elb:1.4.0"
-SUBMIT_IMAGE = "elbacr.azurecr.io/ncbi/elasticblast-job-submit:4.1.0"
-RESULTS = "https://elbstorage.blob.core.windows.net/results"
-RUN_SECONDS = "localkube.elb-gate.io/run-seconds"
 BATCH_TTL_SECONDS = 1800
 """``ttlSecondsAfterFinished`` of ElasticBLAST's batch Jobs."""
 
@@ -38,41 +32,8 @@ def search_id() -> str:
     return f"job-{uuid.uuid4().hex}"
 
 
-def _env(**values: str) -> list[dict[str, str]]:
-    return [{"name": k, "value": v} for k, v in values.items()]
-
-
-def _job(
-    namespace: str,
-    name: str,
-    labels: dict[str, str],
-    container: dict[str, Any],
-    *,
-    backoff_limit: int,
-    restart_policy: str = "Never",
-    ttl: int | None = None,
-    run_seconds: float | None = None,
-) -> JsonObj:
-    annotations = {RUN_SECONDS: str(run_seconds)} if run_seconds is not None else {}
-    container = {
-        **container,
-        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
-    }
-    spec: JsonObj = {
-        "backoffLimit": backoff_limit,
-        "template": {
-            "metadata": {"labels": dict(labels), "annotations": annotations},
-            "spec": {"containers": [container], "restartPolicy": restart_policy},
-        },
-    }
-    if ttl is not None:
-        spec["ttlSecondsAfterFinished"] = ttl
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": spec,
-    }
+def _ready(body: JsonObj, namespace: str, run_seconds: float | None) -> JsonObj:
+    return elb.for_api(body, namespace, run_seconds=run_seconds, requests=elb.SMALL_REQUESTS)
 
 
 def blast_batch(
@@ -85,66 +46,17 @@ def blast_batch(
     run_seconds: float | None = None,
 ) -> JsonObj:
     """Batch ``n`` of a search (``app=blast``; restartPolicy OnFailure, backoffLimit 3)."""
-    labels = {"app": "blast", "db": db, "elb-job-id": job_id}
-    container = {
-        "name": "blast",
-        "image": IMAGE,
-        "env": _env(
-            BLAST_ELB_JOB_ID=job_id,
-            BLAST_ELB_BATCH_NUM=str(n),
-            ELB_BLAST_PROGRAM="blastn",
-            ELB_DB=db,
-        ),
-        "command": ["/scripts/blast-run-aks.sh"],
-    }
-    name = f"blastn-batch-{db.replace('_', '-').lower()}-job-{n}-{job_id[-8:]}"
-    return _job(
-        namespace,
-        name,
-        labels,
-        container,
-        backoff_limit=3,
-        restart_policy="OnFailure",
-        ttl=ttl,
-        run_seconds=run_seconds,
-    )
+    return _ready(elb.blast_batch(job_id, n, db, ttl=ttl), namespace, run_seconds)
 
 
 def submit_jobs(namespace: str, job_id: str, *, run_seconds: float | None = None) -> JsonObj:
     """Cloud job submission's ``submit-jobs`` Job (``app=submit``, backoffLimit 0)."""
-    labels = {"app": "submit", "elb-job-id": job_id}
-    container = {
-        "name": "submit-jobs",
-        "image": SUBMIT_IMAGE,
-        "env": _env(ELB_RESULTS=f"{RESULTS}/{job_id}", ELB_NUM_NODES="3"),
-    }
-    return _job(
-        namespace,
-        f"submit-jobs-{job_id[-8:]}",
-        labels,
-        container,
-        backoff_limit=0,
-        run_seconds=run_seconds,
-    )
+    return _ready(elb.submit_jobs(job_id, num_nodes=3), namespace, run_seconds)
 
 
 def finalizer(namespace: str, job_id: str, *, run_seconds: float | None = None) -> JsonObj:
     """The search's last Job (``app=finalizer``; no TTL, backoffLimit 0)."""
-    labels = {"app": "finalizer", "elb-job-id": job_id}
-    container = {
-        "name": "finalizer",
-        "image": IMAGE,
-        "env": _env(ELB_RESULTS=f"{RESULTS}/{job_id}", BLAST_ELB_JOB_ID=job_id),
-        "command": ["/scripts/elb-finalizer-aks.sh"],
-    }
-    return _job(
-        namespace,
-        f"elb-finalizer-{job_id[-8:]}",
-        labels,
-        container,
-        backoff_limit=0,
-        run_seconds=run_seconds,
-    )
+    return _ready(elb.finalizer(job_id), namespace, run_seconds)
 
 
 class Submitter:

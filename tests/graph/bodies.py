@@ -10,16 +10,12 @@ Jobs fit the three blast-pool nodes.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable
 from typing import Any
 
 import yaml
 
 from testbed import elastic_blast as elb
-
-RUN_SECONDS = "localkube.elb-gate.io/run-seconds"
-SMALL = {"cpu": "10m", "memory": "16Mi"}
 
 
 def ready(
@@ -30,22 +26,8 @@ def ready(
     keep_requests: bool = False,
 ) -> dict[str, Any]:
     """``body`` for ``namespace`` on the control plane."""
-    job = copy.deepcopy(body)
-    job.pop("status", None)
-    meta = job["metadata"]
-    meta.pop("creationTimestamp", None)
-    meta["namespace"] = namespace
-    template = job["spec"]["template"]
-    if run_seconds is not None:
-        template["metadata"].setdefault("annotations", {})[RUN_SECONDS] = f"{run_seconds:g}"
-    if not keep_requests:
-        for key in ("initContainers", "containers"):
-            for container in template["spec"].get(key) or []:
-                resources = container.get("resources")
-                if resources:
-                    resources["requests"] = dict(SMALL)
-                    resources.pop("limits", None)
-    return job
+    requests = None if keep_requests else elb.SMALL_REQUESTS
+    return elb.for_api(body, namespace, run_seconds=run_seconds, requests=requests)
 
 
 def as_yaml(body: dict[str, Any]) -> str:

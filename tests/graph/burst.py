@@ -35,8 +35,9 @@ from typing import Any
 from testbed import elastic_blast as elb
 from testbed.api import ApiError, JsonObj
 from testbed.controlplane import ControlPlane
+from testbed.kubelet_stand_in import RUN_SECONDS
 from testbed.watch import Watch
-from tests.graph.bodies import RUN_SECONDS, ready
+from tests.graph.bodies import ready
 from tests.graph.burst_judge import Event
 from tests.graph.submitter import Submitter, complete
 
