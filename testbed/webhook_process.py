@@ -77,6 +77,18 @@ def point_at(docs: Sequence[Mapping[str, Any]], port: int, ca_bundle: str) -> li
     return out
 
 
+SHORT_LEASES = {
+    "ELB_GATE_LEASE_MIN_DURATION_SECONDS": "1",
+    "BLAST_LEASE_CLOCK_SKEW_SECONDS": "0",
+    # With no skew the derived exec timeout (TTL - 2 x skew) would equal the TTL, which
+    # the settings refuse; neither server uses it, so it is pinned below the TTL.
+    "ELB_GATE_SUBMIT_EXEC_TIMEOUT_SECONDS": "600",
+}
+"""Webhook and controller settings under which a Lease written with
+``leaseDurationSeconds: 2`` expires two seconds after its last renewal: the only way to
+age one, as the webhook stamps renewTime on its own clock (it cannot be backdated)."""
+
+
 class WebhookProcess:
     """The webhook as a child process, registered with the control plane; a context manager."""
 

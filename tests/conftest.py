@@ -1,5 +1,5 @@
-"""Shared fixtures: one real Kubernetes control plane for the whole run, and a fault
-proxy in front of it for each module that asks for one.
+"""Shared fixtures: one real Kubernetes control plane for the whole run, a fault proxy
+in front of it and the real webhook for each module that asks for one.
 
 Every integration test runs against ``localkube`` — etcd, kube-apiserver,
 kube-controller-manager and kube-scheduler built from the official Kubernetes
@@ -15,6 +15,7 @@ import pytest
 
 from testbed.controlplane import ControlPlane, kubectl_path
 from testbed.faultproxy import FaultProxy
+from testbed.webhook_process import WebhookProcess
 
 
 @pytest.fixture(scope="session")
@@ -33,6 +34,21 @@ def proxy(control_plane: ControlPlane) -> Iterator[FaultProxy]:
     that adds faults clears them (``proxy.clear()``)."""
     with FaultProxy(control_plane) as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+def webhook_env() -> dict[str, str]:
+    """What the module's (or package's) webhook runs with on top of the shipped settings:
+    override this fixture, not ``hook``."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def hook(control_plane: ControlPlane, webhook_env: dict[str, str]) -> Iterator[WebhookProcess]:
+    """The real ``python -m webhook`` with :func:`webhook_env`, registered with the
+    shipped configurations for the module."""
+    with WebhookProcess(control_plane, webhook_env) as proc:
+        yield proc
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

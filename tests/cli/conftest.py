@@ -15,8 +15,7 @@ import pytest
 
 from testbed.controlplane import ControlPlane
 from testbed.waiting import wait_until
-from testbed.webhook_process import WebhookProcess
-from tests.client.conftest import WEBHOOK_ENV
+from testbed.webhook_process import SHORT_LEASES, WebhookProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -141,7 +140,7 @@ class Cli:
 @pytest.fixture(scope="package")
 def hook(control_plane: ControlPlane) -> Iterator[WebhookProcess]:
     """elb-gate's webhook, registered with the shipped configurations (as for the client)."""
-    with WebhookProcess(control_plane, WEBHOOK_ENV) as running:
+    with WebhookProcess(control_plane, SHORT_LEASES) as running:
         yield running
 
 

@@ -24,16 +24,8 @@ from testbed.api import JsonObj
 from testbed.controlplane import ControlPlane
 from testbed.kubelet_stand_in import RUN_SECONDS
 from testbed.waiting import wait_until
-from testbed.webhook_process import WebhookProcess
+from testbed.webhook_process import SHORT_LEASES, WebhookProcess
 
-WEBHOOK_ENV = {
-    # Leases of a few seconds, so expiry is reachable in a test: the guard then
-    # accepts such a duration and judges expiry on its clock with no margin.
-    "ELB_GATE_LEASE_MIN_DURATION_SECONDS": "1",
-    "BLAST_LEASE_CLOCK_SKEW_SECONDS": "0",
-    # (start-up refuses an exec timeout of TTL - 2 x skew = the whole TTL)
-    "ELB_GATE_SUBMIT_EXEC_TIMEOUT_SECONDS": "600",
-}
 SEARCH_POD_CPU = "10m"
 """Small requests, so every search of a session fits on the nodes."""
 
@@ -164,7 +156,7 @@ def lease_writes(cp: ControlPlane, namespace: str, user: str) -> list[JsonObj]:
 @pytest.fixture(scope="package")
 def hook(control_plane: ControlPlane) -> Iterator[WebhookProcess]:
     """elb-gate's webhook, registered with the shipped configurations."""
-    with WebhookProcess(control_plane, WEBHOOK_ENV) as running:
+    with WebhookProcess(control_plane, SHORT_LEASES) as running:
         yield running
 
 

@@ -24,35 +24,16 @@ from testbed.faultproxy import FaultProxy
 from testbed.holders import free_leader_lease
 from testbed.install import Installation
 from testbed.waiting import wait_until_async
-from testbed.webhook_process import WebhookProcess
+from testbed.webhook_process import SHORT_LEASES
 
 IN_PROCESS = "controller-in-process"
 """The Pod the in-process controller's token is bound to."""
 
-SHORT_LEASE_ENV = {
-    "ELB_GATE_LEASE_MIN_DURATION_SECONDS": "1",
-    "BLAST_LEASE_CLOCK_SKEW_SECONDS": "0",
-    # With no skew the derived exec timeout (TTL - 2 x skew) would equal the TTL, which
-    # the settings refuse; neither server uses it.
-    "ELB_GATE_SUBMIT_EXEC_TIMEOUT_SECONDS": "600",
-}
-"""Webhook and controller settings under which a Lease written with
-``leaseDurationSeconds: 2`` expires two seconds after its last renewal (the webhook
-stamps renewTime on its own clock: a Lease cannot be backdated, only aged)."""
 
-
-@pytest.fixture(scope="module")
-def short_lease_hook(control_plane: ControlPlane) -> Iterator[WebhookProcess]:
-    """The real webhook with :data:`SHORT_LEASE_ENV`."""
-    with WebhookProcess(control_plane, SHORT_LEASE_ENV) as proc:
-        yield proc
-
-
-@pytest.fixture(scope="module")
-def proxy(control_plane: ControlPlane) -> Iterator[FaultProxy]:
-    """A fault-injecting proxy in front of the API server (faults cleared per test)."""
-    with FaultProxy(control_plane) as p:
-        yield p
+@pytest.fixture(scope="package")
+def webhook_env() -> dict[str, str]:
+    """The package's webhook ages Leases in seconds (:data:`SHORT_LEASES`)."""
+    return SHORT_LEASES
 
 
 @pytest.fixture
@@ -64,7 +45,7 @@ def fault_proxy(proxy: FaultProxy) -> Iterator[FaultProxy]:
 
 def controller_settings(namespace: str, **overrides: Any) -> Settings:
     """An in-process controller of ``namespace``: 0.5 s resync, a lone finalizer is an
-    orphan at once, Leases judged without skew (as :data:`SHORT_LEASE_ENV`)."""
+    orphan at once, Leases judged without skew (as :data:`SHORT_LEASES`)."""
     base: dict[str, Any] = {
         "namespaces": (namespace,),
         "resync_seconds": 0.5,

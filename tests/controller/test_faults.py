@@ -25,8 +25,8 @@ from tests.controller.search_jobs import Submitter, finalizer, search_id
 
 
 @pytest.fixture
-def ns(control_plane: ControlPlane, short_lease_hook: WebhookProcess) -> str:
-    return short_lease_hook.gate_namespace(control_plane.new_namespace("faults"))
+def ns(control_plane: ControlPlane, hook: WebhookProcess) -> str:
+    return hook.gate_namespace(control_plane.new_namespace("faults"))
 
 
 @pytest.fixture

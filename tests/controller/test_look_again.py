@@ -16,8 +16,7 @@ from testbed.clients import OpenApiLeaseClient
 from testbed.controller_process import ControllerProcess
 from testbed.controlplane import ControlPlane
 from testbed.waiting import wait_until
-from testbed.webhook_process import WebhookProcess
-from tests.controller.conftest import SHORT_LEASE_ENV
+from testbed.webhook_process import SHORT_LEASES, WebhookProcess
 from tests.controller.observed import events, free_leader_lease, holder, job_annotations
 from tests.controller.search_jobs import Submitter, finalizer, search_id
 
@@ -35,10 +34,10 @@ def at(value: object) -> datetime:
 
 
 def test_a_lone_finalizers_grace_and_then_its_delete_grace_are_acted_on_when_due(
-    control_plane: ControlPlane, short_lease_hook: WebhookProcess
+    control_plane: ControlPlane, hook: WebhookProcess
 ) -> None:
     cp = control_plane
-    ns = short_lease_hook.gate_namespace(cp.new_namespace("due"))
+    ns = hook.gate_namespace(cp.new_namespace("due"))
     env = {
         "ELB_GATE_ORPHAN_POLICY": "delete",
         "BLAST_FINALIZER_GRACE_SECONDS": str(GRACE_SECONDS),
@@ -70,13 +69,13 @@ def test_a_lone_finalizers_grace_and_then_its_delete_grace_are_acted_on_when_due
 
 
 def test_an_unrenewed_lease_is_cleared_at_its_expiry(
-    control_plane: ControlPlane, short_lease_hook: WebhookProcess
+    control_plane: ControlPlane, hook: WebhookProcess
 ) -> None:
     cp = control_plane
-    ns = short_lease_hook.gate_namespace(cp.new_namespace("expiry"))
+    ns = hook.gate_namespace(cp.new_namespace("expiry"))
     free_leader_lease(cp)
     with ControllerProcess.start(
-        cp, name="ctl-expiry", namespaces=[ns], env=SHORT_LEASE_ENV, resync_seconds=AN_HOUR
+        cp, name="ctl-expiry", namespaces=[ns], env=SHORT_LEASES, resync_seconds=AN_HOUR
     ) as ctl:
         ctl.wait_until(ctl.is_leader, 30, "leads")
         gone = OpenApiLeaseClient.on(cp, "carol", ns, ttl=3)

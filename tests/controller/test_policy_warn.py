@@ -13,10 +13,10 @@ from tests.controller.search_jobs import Submitter, blast_batch, finalizer, sear
 
 
 def test_policy_warn_marks_and_warns_but_never_deletes(
-    control_plane: ControlPlane, short_lease_hook: WebhookProcess
+    control_plane: ControlPlane, hook: WebhookProcess
 ) -> None:
     cp = control_plane
-    ns = short_lease_hook.gate_namespace(cp.new_namespace("warned"))
+    ns = hook.gate_namespace(cp.new_namespace("warned"))
     env = {
         "ELB_GATE_ORPHAN_POLICY": "warn",
         "BLAST_FINALIZER_GRACE_SECONDS": "0",

@@ -18,14 +18,13 @@ from testbed.controller_process import ControllerProcess
 from testbed.controlplane import ControlPlane
 from testbed.kubelet_stand_in import RESTART
 from testbed.waiting import wait_until
-from testbed.webhook_process import WebhookProcess
-from tests.controller.conftest import SHORT_LEASE_ENV
+from testbed.webhook_process import SHORT_LEASES, WebhookProcess
 from tests.controller.observed import events, free_leader_lease, holder, liveness, settle
 from tests.controller.search_jobs import Submitter, blast_batch, finalizer, search_id
 
 # Fast clocks: a lone finalizer is an orphan at once and is deleted 1 s after its mark.
 FAST = {
-    **SHORT_LEASE_ENV,
+    **SHORT_LEASES,
     "BLAST_FINALIZER_GRACE_SECONDS": "0",
     "ELB_GATE_ORPHAN_DELETE_AFTER_SECONDS": "1",
     "ELB_GATE_ORPHAN_POLICY": "delete",
@@ -36,10 +35,10 @@ Cluster = tuple[ControlPlane, dict[str, str], ControllerProcess, ControllerProce
 
 
 @pytest.fixture(scope="module")
-def cluster(control_plane: ControlPlane, short_lease_hook: WebhookProcess) -> Iterator[Cluster]:
+def cluster(control_plane: ControlPlane, hook: WebhookProcess) -> Iterator[Cluster]:
     """Two controller replicas (policy delete) gating a namespace per test."""
     cp = control_plane
-    namespaces = {k: short_lease_hook.gate_namespace(cp.new_namespace(k)) for k in KEYS}
+    namespaces = {k: hook.gate_namespace(cp.new_namespace(k)) for k in KEYS}
     free_leader_lease(cp)
     a = b = None
     try:

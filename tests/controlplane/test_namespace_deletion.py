@@ -8,7 +8,6 @@ until the holder's TTL (15 minutes by default) ran out.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -18,12 +17,6 @@ from testbed.api import ApiError
 from testbed.controlplane import ControlPlane
 from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
-
-
-@pytest.fixture(scope="module")
-def hook(control_plane: ControlPlane) -> Iterator[WebhookProcess]:
-    with WebhookProcess(control_plane) as proc:
-        yield proc
 
 
 def test_a_gated_namespace_with_a_held_lease_is_deleted(

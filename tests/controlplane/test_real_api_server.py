@@ -13,7 +13,6 @@ the webhook (``point_at`` only gives the configurations an address).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -37,12 +36,6 @@ def lease(ns: str, name: str, renew: str, holder: str = "openapi-1") -> dict:
             "renewTime": renew,
         },
     }
-
-
-@pytest.fixture(scope="module")
-def hook(control_plane: ControlPlane) -> Iterator[WebhookProcess]:
-    with WebhookProcess(control_plane) as proc:
-        yield proc
 
 
 @pytest.mark.parametrize(

@@ -13,18 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from testbed.controlplane import ControlPlane
 from testbed.holders import Reclaim, target_seconds
-from testbed.webhook_process import WebhookProcess
 
 RECLAIMS = pytest.StashKey[list[Reclaim]]()
-
-
-@pytest.fixture(scope="module")
-def hook(control_plane: ControlPlane) -> Iterator[WebhookProcess]:
-    """The webhook at its default settings, registered as shipped."""
-    with WebhookProcess(control_plane) as proc:
-        yield proc
 
 
 @pytest.fixture

@@ -11,8 +11,6 @@ process and a Pod holding the same ServiceAccount's token.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from testbed.api import ApiError
@@ -22,22 +20,14 @@ from testbed.holders import free_leader_lease
 from testbed.install import WEBHOOK_SA
 from testbed.rbac import without_verb
 from testbed.waiting import wait_until
-from testbed.webhook_process import WebhookProcess
+from testbed.webhook_process import SHORT_LEASES, WebhookProcess
 from tests.controller.observed import events, holder
 from tests.controller.search_jobs import Submitter, blast_batch, search_id
 
-SHORT_LEASE_ENV = {
-    "ELB_GATE_LEASE_MIN_DURATION_SECONDS": "1",
-    "BLAST_LEASE_CLOCK_SKEW_SECONDS": "0",
-    "ELB_GATE_SUBMIT_EXEC_TIMEOUT_SECONDS": "600",
-}
-"""A 2 s Lease expires 2 s after it was taken (webhook and controller agree)."""
-
 
 @pytest.fixture(scope="module")
-def hook(control_plane: ControlPlane) -> Iterator[WebhookProcess]:
-    with WebhookProcess(control_plane, SHORT_LEASE_ENV) as proc:
-        yield proc
+def webhook_env() -> dict[str, str]:
+    return SHORT_LEASES  # a 2 s Lease expires 2 s after it was taken (both servers agree)
 
 
 def test_a_controller_without_patch_on_leases_logs_and_counts_the_403_and_recovers(
@@ -46,7 +36,7 @@ def test_a_controller_without_patch_on_leases_logs_and_counts_the_403_and_recove
     cp = control_plane
     ns = hook.gate_namespace(cp.new_namespace("rbac-controller"))
     free_leader_lease(cp)
-    with ControllerProcess.start(cp, name="ctl-rbac", namespaces=[ns], env=SHORT_LEASE_ENV) as ctl:
+    with ControllerProcess.start(cp, name="ctl-rbac", namespaces=[ns], env=SHORT_LEASES) as ctl:
         ctl.wait_until(lambda: ctl.is_leader() and ctl.ready(), 60, "leading and synced")
         with without_verb(
             cp,

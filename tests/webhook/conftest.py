@@ -7,7 +7,7 @@ TLS through the API server's admission chain, not the install (tests/system/).""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -15,19 +15,16 @@ import pytest
 from elbgate.lease import parse_microtime
 from testbed.controlplane import ControlPlane
 from testbed.waiting import wait_until
-from testbed.webhook_process import WebhookProcess
+from testbed.webhook_process import SHORT_LEASES, WebhookProcess
 from tests.webhook.shapes import blast_job, new_job_id
 
 API_TIMEOUT_SECONDS = 2.0
 """The process's deadline per API call (ELB_GATE_API_TIMEOUT_SECONDS), well inside 5 s."""
 
 
-@pytest.fixture(scope="module")
-def hook(control_plane: ControlPlane) -> Iterator[WebhookProcess]:
-    """The real ``python -m webhook``, registered with the control plane."""
-    env = {"ELB_GATE_API_TIMEOUT_SECONDS": str(API_TIMEOUT_SECONDS)}
-    with WebhookProcess(control_plane, env) as proc:
-        yield proc
+@pytest.fixture(scope="package")
+def webhook_env() -> dict[str, str]:
+    return {"ELB_GATE_API_TIMEOUT_SECONDS": str(API_TIMEOUT_SECONDS)}
 
 
 @pytest.fixture
@@ -69,24 +66,8 @@ def decisions(hook: WebhookProcess, namespace: str) -> list[dict[str, object]]:
     return out
 
 
-SHORT_LEASE_ENV = {
-    "ELB_GATE_API_TIMEOUT_SECONDS": str(API_TIMEOUT_SECONDS),
-    "ELB_GATE_LEASE_MIN_DURATION_SECONDS": "1",
-    "BLAST_LEASE_CLOCK_SKEW_SECONDS": "0",
-    # With no skew the derived default (TTL - 2 x skew) equals the TTL, which
-    # the settings refuse; the webhook never uses it, so pin it below the TTL.
-    "ELB_GATE_SUBMIT_EXEC_TIMEOUT_SECONDS": "600",
-}
-"""A webhook under which a Lease written with ``leaseDurationSeconds: 2`` expires
-two seconds after its last renewal (the only way to age one: the webhook stamps
-renewTime on its own clock, so it cannot be backdated)."""
-
-
-@pytest.fixture(scope="module")
-def lease_hook(control_plane: ControlPlane) -> Iterator[WebhookProcess]:
-    """A webhook with short Lease bounds and no skew (see :data:`SHORT_LEASE_ENV`)."""
-    with WebhookProcess(control_plane, SHORT_LEASE_ENV) as proc:
-        yield proc
+SHORT_LEASE_ENV = {"ELB_GATE_API_TIMEOUT_SECONDS": str(API_TIMEOUT_SECONDS), **SHORT_LEASES}
+"""The package's webhook with :data:`testbed.webhook_process.SHORT_LEASES`."""
 
 
 def wait_expired(cp: ControlPlane, namespace: str) -> None:

@@ -11,7 +11,6 @@ as the ServiceAccount of a Pod (bound token), the dashboard as
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -48,20 +47,16 @@ Client = OpenApiLeaseClient | DashboardLeaseClient
 
 
 @pytest.fixture(scope="module")
-def lease_hook(
-    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[WebhookProcess]:
+def webhook_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """Short Lease bounds, no skew, and the dashboard's two credentials mapped."""
     identities = tmp_path_factory.mktemp("identities") / "submitters.yaml"
     identities.write_text(SUBMITTERS)
-    env = {**SHORT_LEASE_ENV, "ELB_GATE_SUBMITTER_IDENTITIES_FILE": str(identities)}
-    with WebhookProcess(control_plane, env) as proc:
-        yield proc
+    return {**SHORT_LEASE_ENV, "ELB_GATE_SUBMITTER_IDENTITIES_FILE": str(identities)}
 
 
 @pytest.fixture
-def ns(control_plane: ControlPlane, lease_hook: WebhookProcess) -> str:
-    return lease_hook.gate_namespace(control_plane.new_namespace("wire"))
+def ns(control_plane: ControlPlane, hook: WebhookProcess) -> str:
+    return hook.gate_namespace(control_plane.new_namespace("wire"))
 
 
 @pytest.fixture
@@ -234,7 +229,7 @@ def three_digits(moment: datetime) -> str:
 @pytest.mark.parametrize("kind", ["openapi", "dashboard"])
 def test_a_microtime_with_other_than_six_digits_is_an_outage_the_webhook_never_sees(
     control_plane: ControlPlane,
-    lease_hook: WebhookProcess,
+    hook: WebhookProcess,
     ns: str,
     openapi_pod: PodIdentity,
     kind: str,
@@ -246,7 +241,7 @@ def test_a_microtime_with_other_than_six_digits_is_an_outage_the_webhook_never_s
     with pytest.raises(ClientError, match=r'cannot parse "\.\d{3}Z" as "\.000000"'):
         mine.client.acquire()
     assert control_plane.admin.find("leases", ns, f"elb-blast-submit-{ns}") is None
-    assert decisions(lease_hook, ns) == []  # refused (400) before admission
+    assert decisions(hook, ns) == []  # refused (400) before admission
 
 
 # -- a write to a Lease deleted under the client -----------------------------------------
@@ -255,7 +250,7 @@ def test_a_microtime_with_other_than_six_digits_is_an_outage_the_webhook_never_s
 @pytest.mark.parametrize("kind", ["openapi", "dashboard"])
 def test_a_takeover_of_a_lease_deleted_meanwhile_ends_in_a_create_admission(
     control_plane: ControlPlane,
-    lease_hook: WebhookProcess,
+    hook: WebhookProcess,
     ns: str,
     openapi_pod: PodIdentity,
     kind: str,
@@ -292,7 +287,7 @@ def test_a_takeover_of_a_lease_deleted_meanwhile_ends_in_a_create_admission(
     assert lease["metadata"]["annotations"][HOLDER_USER_ANNOTATION] == user
     creates = [
         r
-        for r in decisions(lease_hook, ns)
+        for r in decisions(hook, ns)
         if r["operation"] == "CREATE" and r.get("user") == user and r["name"] == lease_name(ns)
     ]
     assert creates, "the PUT was not admitted as a CREATE"

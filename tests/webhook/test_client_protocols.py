@@ -26,7 +26,7 @@ from testbed.clients import (
 )
 from testbed.controlplane import ControlPlane
 from testbed.webhook_process import WebhookProcess
-from tests.webhook.conftest import wait_expired
+from tests.webhook.conftest import SHORT_LEASE_ENV, wait_expired
 
 pytestmark = pytest.mark.kubectl
 
@@ -46,10 +46,15 @@ CLIENTS: dict[str, Callable[..., Client]] = {"openapi": openapi, "dashboard": da
 OTHER = {"openapi": "dashboard", "dashboard": "openapi"}
 
 
+@pytest.fixture(scope="module")
+def webhook_env() -> dict[str, str]:
+    return SHORT_LEASE_ENV
+
+
 @pytest.fixture
-def ns(control_plane: ControlPlane, lease_hook: WebhookProcess) -> str:
+def ns(control_plane: ControlPlane, hook: WebhookProcess) -> str:
     """A fresh gated namespace under the short-bounds webhook."""
-    return lease_hook.gate_namespace(control_plane.new_namespace("lease"))
+    return hook.gate_namespace(control_plane.new_namespace("lease"))
 
 
 def stored(cp: ControlPlane, ns: str) -> dict[str, Any]:
