@@ -32,7 +32,7 @@ from bench.scenarios import FastWorkload, Series
 from bench.stats import latency, percentile, ratio, spread
 from elbgate.census import census
 from testbed.controlplane import ATTACH_ENV, REPO, ControlPlane
-from tests.protocol.builders import NOW
+from tests.builders import NOW
 from webhook.review import AdmissionRequest
 
 # -- statistics -------------------------------------------------------------------------

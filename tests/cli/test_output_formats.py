@@ -16,8 +16,8 @@ from client.cli.connection import render
 from elbgate.census import census
 from elbgate.settings import Settings
 from testbed.controlplane import ControlPlane
+from tests.builders import NOW, job, lease
 from tests.client.conftest import search_job
-from tests.protocol.builders import NOW, job, lease
 
 SETTINGS = Settings()
 

@@ -13,7 +13,7 @@ from elbgate.capacity import NodeView
 from elbgate.census import census
 from elbgate.settings import Settings
 from testbed import elastic_blast as elb
-from tests.protocol.builders import NOW, job, lease
+from tests.builders import NOW, job, lease
 
 SETTINGS = Settings.from_env({"BLAST_LEASE_CLOCK_SKEW_SECONDS": "30"})
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from controller.cache import ConfigMapRecord, Snapshot
@@ -19,9 +19,10 @@ from elbgate.names import (
     lease_name,
 )
 from elbgate.settings import ControllerSettings, GateSettings, Settings
+from testbed.elastic_blast import REFERENCE_TIME
 
 NS = "blast"
-NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+NOW = REFERENCE_TIME
 HOLDER = "dashboard-0b9f6c1e2d3a4b5c8d7e6f5a4b3c2d1e"
 POD_UID = "11111111-2222-3333-4444-555555555555"
 STAMP = f"{NS}/celery-worker-0/{POD_UID}"

@@ -73,7 +73,7 @@ CASES = [
     ),
     Case(
         "a recorded finalizer still carrying an old mark is un-marked",
-        [fin(orphaned_since=ago(100), batch_work_seen="2026-03-01T11:00:00Z blast/b")],
+        [fin(orphaned_since=ago(100), batch_work_seen="2026-11-29T11:00:00Z blast/b")],
         [("Unmark", "fin-1")],
         DELETE,
     ),
@@ -98,7 +98,7 @@ CASES = [
     Case("the default policy (warn) still marks", [fin()], [("Mark", "fin-1")]),
     Case(
         "policy delete never deletes a recorded finalizer, however old and lone",
-        [fin(age=100_000, batch_work_seen="2026-03-01T00:00:00Z submit/submit-jobs-1")],
+        [fin(age=100_000, batch_work_seen="2026-11-29T00:00:00Z submit/submit-jobs-1")],
         [],
         DELETE,
     ),

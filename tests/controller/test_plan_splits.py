@@ -13,7 +13,7 @@ SHARD, OTHER, DONE = "shard-0001", "regular-0002", "shard-0003"
 
 
 def record(*split_ids: str) -> dict[str, object]:
-    marks = {i: "2026-03-01T11:59:00.000000Z dashboard-split-" for i in split_ids}
+    marks = {i: "2026-11-29T11:59:00.000000Z dashboard-split-" for i in split_ids}
     return {
         "metadata": {"name": "elb-gate-admissions", "resourceVersion": "4"},
         "data": {"batch-work.json": "{}", "split-searches.json": json.dumps(marks)},

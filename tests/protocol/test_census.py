@@ -6,7 +6,7 @@ import pytest
 
 from elbgate.census import JobRef, census, is_terminal
 from testbed import elastic_blast as elb
-from tests.protocol.builders import NOW, job
+from tests.builders import NOW, job
 
 GRACE = 300
 

@@ -19,7 +19,7 @@ from elbgate.lease import (
     parse_microtime,
 )
 from elbgate.names import is_submit_lease_name, lease_name
-from tests.protocol.builders import NOW, lease
+from tests.builders import NOW, lease
 
 T = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 

@@ -15,7 +15,7 @@ from elbgate.capacity import NodeView
 from elbgate.db_memory import DbMemoryTable
 from elbgate.identities import SubmitterIdentities
 from elbgate.settings import Settings
-from tests.webhook.builders import NOW, SETTINGS, admission, lease, user
+from tests.builders import NOW, SETTINGS, admission, lease, user
 from webhook.decision import Decision
 from webhook.node_rules import NodesSeen
 from webhook.review import UserInfo

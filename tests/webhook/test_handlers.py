@@ -17,7 +17,7 @@ from elbgate.lease import format_microtime
 from elbgate.names import SEARCH_JOB_SELECTOR, UNFINISHED_JOB_FIELD_SELECTOR
 from elbgate.settings import Settings
 from testbed.elastic_blast import import_queries, init_ssd
-from tests.webhook.builders import NOW, admission, job, job_object, lease, user
+from tests.builders import NOW, admission, job, job_object, lease, user
 from tests.webhook.test_node_rules import AKS, POOL
 from webhook.admission import Admission
 from webhook.http import Runtime, create_app, create_ops_app

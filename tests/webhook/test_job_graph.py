@@ -13,7 +13,7 @@ import pytest
 from elbgate.census import Census, census
 from elbgate.settings import Settings
 from testbed import elastic_blast as elb
-from tests.webhook.builders import NOW, user
+from tests.builders import NOW, user
 from tests.webhook.graph import ALICE, Namespace
 
 BOB = user("bob")

@@ -17,7 +17,7 @@ import pytest
 from elbgate.identities import SubmitterIdentities
 from elbgate.lease import format_microtime
 from elbgate.settings import DEFAULT_CONTROLLER_USER
-from tests.webhook.builders import LEASE, NOW, SETTINGS, admission, lease, user
+from tests.builders import LEASE, NOW, SETTINGS, admission, lease, user
 from webhook import lease_guard, lease_stamp
 from webhook.lease_request import LeaseRequest
 from webhook.review import UserInfo

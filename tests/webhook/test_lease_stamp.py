@@ -9,7 +9,7 @@ import pytest
 
 from elbgate.lease import format_microtime
 from elbgate.names import HOLDER_POD_ANNOTATION, HOLDER_USER_ANNOTATION
-from tests.webhook.builders import NOW, admission, lease, user
+from tests.builders import NOW, admission, lease, user
 from webhook import lease_stamp
 from webhook.lease_request import LeaseRequest
 from webhook.review import UserInfo

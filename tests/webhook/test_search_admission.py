@@ -9,7 +9,7 @@ import pytest
 
 from elbgate.identities import SubmitterIdentities
 from elbgate.settings import Settings
-from tests.webhook.builders import NOW, SETTINGS, admission, job, job_object, lease, user
+from tests.builders import NOW, SETTINGS, admission, job, job_object, lease, user
 from webhook.decision import WARNING_WIDTH, Decision
 from webhook.review import AdmissionRequest, UserInfo
 from webhook.search_admission import (

@@ -14,7 +14,7 @@ from typing import Any
 from elbgate.identities import SubmitterIdentities
 from elbgate.settings import Settings
 from testbed import elastic_blast as elb
-from tests.webhook.builders import lease, user
+from tests.builders import lease, user
 from tests.webhook.graph import Namespace
 from tests.webhook.test_node_rules import AKS, POOL
 
