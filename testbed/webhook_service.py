@@ -14,12 +14,16 @@ replicas share one serving certificate, as two pods mounting one Secret do.
 The fast tier is enough for what it is used for (two replicas deciding at once, each
 connection to one of them): the forwarder spreads connections over the ready replicas
 as kube-proxy does; the real Service → EndpointSlice → Pod path is tests/system/.
+The reliability rig (:mod:`testbed.reliability.rig`) runs its webhooks as one of these,
+each replica with a certificate of its own (``caBundle`` then carries every CA) and,
+where faults are injected, its own kubeconfig through the fault proxy.
 """
 
 from __future__ import annotations
 
+import base64
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +53,13 @@ class WebhookService:
         env: Mapping[str, str] | None = None,
         workdir: Path | None = None,
         pods: list[str] | None = None,
+        shared_certificate: bool = True,
+        kubeconfig: Callable[[str], str | None] | None = None,
+        effective_seconds: float = 60.0,
     ) -> None:
+        """``shared_certificate``: the replicas serve one certificate (one Secret mounted
+        twice), else each its own. ``kubeconfig(pod)``: a replica's kubeconfig in place of
+        its ServiceAccount's (e.g. one through a fault proxy)."""
         self.cp = cp
         self.install = Installation.on(cp)
         names = pods or [f"elb-gate-webhook-{i}" for i in range(replicas)]
@@ -60,11 +70,14 @@ class WebhookService:
                 register=False,
                 pod=name,
                 workdir=(workdir / name) if workdir else None,
+                kubeconfig=kubeconfig(name) if kubeconfig else None,
             )
             for name in names
         ]
-        for other in self.replicas[1:]:
-            other.certificate = self.replicas[0].certificate  # one Secret, mounted twice
+        if shared_certificate:
+            for other in self.replicas[1:]:
+                other.certificate = self.replicas[0].certificate
+        self.effective_seconds = effective_seconds
         self.proxy: Service | None = None
         self._registered: list[tuple[str, str]] = []
 
@@ -91,9 +104,10 @@ class WebhookService:
         return self
 
     def configurations(self) -> list[dict[str, Any]]:
-        """The shipped configurations pointed at the Service."""
+        """The shipped configurations pointed at the Service, trusting every replica's CA."""
         assert self.proxy is not None
-        ca_bundle = self.replicas[0].certificate.ca_bundle
+        cas = dict.fromkeys(h.certificate.ca_pem for h in self.replicas)
+        ca_bundle = base64.b64encode(b"".join(cas)).decode()
         return point_at(shipped_configurations(), self.proxy.port, ca_bundle)
 
     def register(self) -> None:
@@ -108,7 +122,7 @@ class WebhookService:
         await_webhooks_called(
             self.install,
             self.replicas,
-            60,
+            self.effective_seconds,
             "the API server to call the webhook Service",
             PROBE_NAMESPACE,
         )

@@ -1,7 +1,7 @@
 """elb-gate installed on the real control plane as a cluster runs it, for the reliability runs.
 
 Two real ``python -m webhook`` replicas behind one Service address
-(:class:`~testbed.service.Service`), the shipped webhook configurations
+(:class:`~testbed.webhook_service.WebhookService`), the shipped webhook configurations
 pointed at that address with both replicas' CAs in ``caBundle``, and one or more real
 ``python -m controller`` replicas, leader-elected. Every component authenticates as
 its own ServiceAccount with exactly the shipped RBAC (see :mod:`testbed.install`).
@@ -14,25 +14,18 @@ what a kubelet does to an install (probes, restarts, OOM, drains) is tests/syste
 
 from __future__ import annotations
 
-import base64
 import itertools
 import uuid
 from collections.abc import Iterable, Mapping
 
-from testbed.api import ApiError
 from testbed.controller_process import CONTROLLER_USER, LEADER_LEASE, ControllerProcess
 from testbed.controlplane import ControlPlane
 from testbed.faultproxy import FaultProxy
 from testbed.install import Installation
 from testbed.service import Service
 from testbed.waiting import wait_until
-from testbed.webhook_process import (
-    CONFIGURATION_KINDS,
-    WebhookProcess,
-    await_webhooks_called,
-    point_at,
-    shipped_configurations,
-)
+from testbed.webhook_process import WebhookProcess
+from testbed.webhook_service import WebhookService
 
 SHARED_ENV: dict[str, str] = {
     "BLAST_MAX_RUN_CONCURRENCY": "2",
@@ -87,17 +80,34 @@ class Rig:
         self.namespaces = list(namespaces)
         self.env = {**SHARED_ENV, **(env or {})}
         self.controller_env = {**self.env, **(controller_env or {})}
-        self.replica_count = replicas
         self.controller_count = controllers
         self.resync_seconds = resync_seconds
         self.proxy = proxy
         self.install = Installation.on(cp)
-        self.hooks: list[WebhookProcess] = []
-        self.controllers: list[ControllerProcess] = []
-        self.service: Service | None = None
-        self._registered: list[tuple[str, str]] = []
         self.run_id = uuid.uuid4().hex[:5]
+        # Pod names unique per rig: an attached control plane keeps earlier runs' Pods.
+        self.webhooks = WebhookService(
+            cp,
+            env=self.env,
+            pods=[f"elb-gate-webhook-{'abcdefgh'[i]}-{self.run_id}" for i in range(replicas)],
+            shared_certificate=False,
+            kubeconfig=self._webhook_kubeconfig if proxy is not None else None,
+            effective_seconds=120.0,
+        )
+        self.controllers: list[ControllerProcess] = []
         self._starts = itertools.count()
+
+    @property
+    def hooks(self) -> list[WebhookProcess]:
+        return self.webhooks.replicas
+
+    @property
+    def service(self) -> Service | None:
+        return self.webhooks.proxy
+
+    def _webhook_kubeconfig(self, pod: str) -> str:
+        assert self.proxy is not None
+        return self.proxy.kubeconfig(self.install.identity("webhook", pod).token, pod)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -105,41 +115,13 @@ class Rig:
         try:
             for ns in self.namespaces:
                 self.install.gate(ns)
-            for i in range(self.replica_count):
-                # Pod names unique per rig: an attached control plane keeps earlier runs' Pods.
-                pod = f"elb-gate-webhook-{'abcdefgh'[i]}-{self.run_id}"
-                kubeconfig = None
-                if self.proxy is not None:
-                    token = self.install.identity("webhook", pod).token
-                    kubeconfig = self.proxy.kubeconfig(token, pod)
-                hook = WebhookProcess(
-                    self.cp, self.env, register=False, pod=pod, kubeconfig=kubeconfig
-                )
-                self.hooks.append(hook.start())
-            self.service = Service(self.hooks).start()
-            self.register()
+            self.webhooks.start()
             for i in range(self.controller_count):
                 self.start_controller(i)
         except BaseException:
             self.stop()
             raise
         return self
-
-    def register(self) -> None:
-        """The shipped configurations, pointed at the Service, trusting every replica's CA."""
-        assert self.service is not None
-        bundle = base64.b64encode(b"".join(h.certificate.ca_pem for h in self.hooks)).decode()
-        for doc in point_at(shipped_configurations(), self.service.port, bundle):
-            self.cp.admin.apply(doc)
-            self._registered.append((CONFIGURATION_KINDS[doc["kind"]], doc["metadata"]["name"]))
-        self._wait_effective()
-
-    def _wait_effective(self) -> None:
-        # The API server picks a new configuration up from its informer a moment after
-        # the write: wait until a dry-run Lease write reaches one of our replicas.
-        await_webhooks_called(
-            self.install, self.hooks, 120, "the API server to call the registered webhooks"
-        )
 
     def start_controller(self, index: int) -> ControllerProcess:
         """Start controller replica ``index`` (replacing a stopped one)."""
@@ -169,16 +151,7 @@ class Rig:
     def stop(self) -> None:
         for ctl in self.controllers:
             ctl.stop()
-        for resource, name in self._registered:
-            try:
-                self.cp.admin.delete(resource, None, name)
-            except ApiError:
-                pass
-        self._registered.clear()
-        if self.service is not None:
-            self.service.stop()
-        for hook in self.hooks:
-            hook.stop()
+        self.webhooks.stop()
 
     def __enter__(self) -> Rig:
         return self.start()
