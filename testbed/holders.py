@@ -22,7 +22,6 @@ Used by ``tests/holders`` (each case with its own assertions) and by
 from __future__ import annotations
 
 import dataclasses
-import json
 import threading
 import time
 import uuid
@@ -39,6 +38,7 @@ from elbgate.lease import parse_microtime
 from elbgate.names import HOLDER_CONTAINER_ANNOTATION, LIVENESS_CONFIGMAP, lease_name
 from elbgate.settings import ControllerSettings, GateSettings, WebhookSettings
 from testbed.api import ApiError, JsonObj
+from testbed.audit_log import read_audit
 from testbed.controller_process import CONTROLLER_USER, LEADER_LEASE, ControllerProcess
 from testbed.controlplane import ControlPlane, PodIdentity
 from testbed.kubelet_stand_in import (
@@ -233,26 +233,14 @@ class AuditLog:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._offset = 0
-        self._partial = b""
         self._events: list[JsonObj] = []
         self._lock = threading.Lock()
 
     def events(self) -> list[JsonObj]:
         """Every event so far (reads what was appended since the last call)."""
         with self._lock:
-            try:
-                with open(self.path, "rb") as f:
-                    f.seek(self._offset)
-                    chunk = f.read()
-            except FileNotFoundError:
-                return list(self._events)
-            self._offset += len(chunk)
-            data = self._partial + chunk
-            lines = data.split(b"\n")
-            self._partial = lines.pop()
-            for line in lines:
-                if line.strip():
-                    self._events.append(json.loads(line))
+            fresh, self._offset = read_audit(self.path, self._offset)
+            self._events.extend(fresh)
             return list(self._events)
 
     def lease_clears(self, namespace: str) -> list[JsonObj]:
