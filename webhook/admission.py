@@ -207,7 +207,7 @@ class Admission:
                 observed, _ = await self._observe(job, reads, now, None)
             except ReadFailed as exc:
                 return unverified(f"Gate A/B for {job.ref}", str(exc))
-            return self._decide(job, observed, now)
+            return self._as_answered(job, observed, self._decide(job, observed, now))
         for _ in range(RECORD_ATTEMPTS):
             judged = await self._judge_in_order(job, reads, request.dry_run)
             if judged is not None:
@@ -247,7 +247,7 @@ class Admission:
             )
         decision = self._decide(job, observed, now, record.splits)
         if not decision.allowed or dry_run:
-            return decision
+            return self._as_answered(job, observed, decision)
         assert listed is not None and observed.census is not None
         after = search_admission.survey(
             job,
@@ -264,7 +264,7 @@ class Admission:
                 # decision stands whatever becomes of it), so none counts again once its
                 # Job has ended and gone before the next admission that writes.
                 await self._prune(job, record, listed, now)
-            return decision
+            return self._as_answered(job, observed, decision)
         entry = reservation_of(
             job.name,
             job.app,
@@ -297,11 +297,12 @@ class Admission:
             return None
         except ReadFailed as exc:
             return unverified(subject, str(exc))
-        if adds:
+        answered = self._as_answered(job, observed, decision)
+        if adds and answered.allowed:
             task = asyncio.create_task(self._confirm_stored(job.namespace, job.name))
             self._confirming.add(task)
             task.add_done_callback(self._confirming.discard)
-        return decision
+        return answered
 
     async def _confirm_stored(self, namespace: str, name: str) -> None:
         """Once a GET shows the admitted Job stored, drop its entry from the record: from
@@ -350,6 +351,15 @@ class Admission:
             await write_record(self.api, body, self.webhook.api_timeout_seconds)
         except (RecordChanged, ApiError, ApiUnavailable):
             pass  # another admission wrote (and pruned) first, or the API is away
+
+    def _as_answered(self, job: JobRequest, observed: Observed, decision: Decision) -> Decision:
+        """Gate A judged again on the clock as the webhook answers (after every read and
+        write of this admission): see :func:`webhook.search_admission.gate_a_as_answered`.
+        A refusal here after the record was written leaves its entry to expire, as one
+        whose Job never came: it counts a slot for a while, it never frees one."""
+        return search_admission.gate_a_as_answered(
+            job, observed, decision, self.gate, self.clock(), self.identities
+        )
 
     def _decide(
         self,

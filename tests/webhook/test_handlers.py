@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -13,11 +13,11 @@ from aiohttp.test_utils import TestClient
 from prometheus_client import CollectorRegistry
 
 from elbgate.kube.api import ApiError, ApiUnavailable
-from elbgate.lease import format_microtime
+from elbgate.lease import LeaseView, format_microtime
 from elbgate.names import SEARCH_JOB_SELECTOR, UNFINISHED_JOB_FIELD_SELECTOR
 from elbgate.settings import Settings
 from testbed.elastic_blast import import_queries, init_ssd
-from tests.builders import NOW, admission, job, job_object, lease, user
+from tests.builders import NOW, SETTINGS, admission, job, job_object, lease, user
 from tests.webhook.test_node_rules import AKS, POOL
 from webhook.admission import Admission
 from webhook.http import Runtime, create_app, create_ops_app
@@ -228,6 +228,49 @@ async def test_the_first_job_of_a_search_reads_the_lease_after_the_census_and_re
     assert written["metadata"]["name"] == "elb-gate-admissions"
     (entry,) = json.loads(written["data"]["reservations.json"])
     assert (entry["app"], entry["elbJobId"]) == ("submit", "new")
+
+
+class _SlowApi(FakeApi):
+    """The API answers ``slow_verb`` only after the webhook's clock has passed ``late``:
+    the hold it read was in force when the admission began, not when it answers."""
+
+    def __init__(self, clock: list[datetime], late: datetime, slow_verb: str, **kw: Any) -> None:
+        super().__init__(**kw)
+        self._clock, self._late, self._slow = clock, late, slow_verb
+
+    async def _enter(self, verb: str, path: str, kw: dict[str, Any]) -> None:
+        await super()._enter(verb, path, kw)
+        if verb == self._slow:
+            self._clock[0] = self._late
+
+
+@pytest.mark.parametrize(
+    ("body", "slow_verb"),
+    [
+        (job_object("submit", "new"), "write"),  # opens a search: the record written last
+        (job_object("finalizer", "new"), "get"),  # judged on the census and the Lease
+        (import_queries(), "get"),  # the holder's own Job: the Lease alone
+    ],
+    ids=["search-opener", "finalizer", "import-queries"],
+)
+async def test_a_hold_that_expires_while_the_webhook_reads_and_writes_admits_nothing(
+    body: dict[str, Any], slow_verb: str
+) -> None:
+    """Gate A is judged on the clock as the webhook answers, not as it began: a takeover
+    may commit from the Lease's expiry on, so a Job allowed on a hold that expired
+    meanwhile could commit under the next holder."""
+    held = alice_holds()
+    expiry = SETTINGS.gate.expiry.at(LeaseView.from_dict(held))
+    assert isinstance(expiry, datetime)
+    clock = [NOW]
+    api = _SlowApi(clock, expiry, slow_verb, lease_obj=held)
+    admission_ = make(api)
+    admission_.clock = lambda: clock[0]
+    response = (await admission_.validate_job(admission("CREATE", body))).response
+    assert not response.allowed
+    assert response.code == 403
+    assert "Gate A" in response.message and "expired" in response.message
+    assert slow_verb in [c[0] for c in api.calls]
 
 
 async def test_import_queries_of_the_holder_reads_only_the_lease() -> None:
