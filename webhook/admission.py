@@ -353,13 +353,26 @@ class Admission:
             pass  # another admission wrote (and pruned) first, or the API is away
 
     def _as_answered(self, job: JobRequest, observed: Observed, decision: Decision) -> Decision:
-        """Gate A judged again on the clock as the webhook answers (after every read and
-        write of this admission): see :func:`webhook.search_admission.gate_a_as_answered`.
-        A refusal here after the record was written leaves its entry to expire, as one
-        whose Job never came: it counts a slot for a while, it never frees one."""
-        return search_admission.gate_a_as_answered(
-            job, observed, decision, self.gate, self.clock(), self.identities
+        """An admission decided again, on the same reads, on the clock as the webhook
+        answers (no API call). The first decision took its clock before the census LIST
+        and the admission record's write: a hold that expired meanwhile must not admit,
+        since from its expiry on the Lease guard admits a takeover and the Job could
+        commit under the next holder. A refusal here after the record was written leaves
+        its entry to expire, as one whose Job never came: it counts a slot for a while, it
+        never frees one."""
+        if not decision.allowed:
+            return decision
+        late = search_admission.decide(
+            job, self._with_nodes(observed), self.gate, self.rules, self.clock(), self.identities
         )
+        return decision if late.allowed else late
+
+    def _with_nodes(self, observed: Observed) -> Observed:
+        """``observed`` with the Node watch cache's view, when a node rule reads it."""
+        if observed.census is not None and node_rules_on(self.rules):
+            seen = self.nodes() if self.nodes else NodesSeen(None, "no Node watch is running")
+            return replace(observed, nodes=seen)
+        return observed
 
     def _decide(
         self,
@@ -369,9 +382,7 @@ class Admission:
         splits: Mapping[str, str] | None = None,
     ) -> Decision:
         """``splits``: the admission record's split shards, when it was read."""
-        if observed.census is not None and node_rules_on(self.rules):
-            seen = self.nodes() if self.nodes else NodesSeen(None, "no Node watch is running")
-            observed = replace(observed, nodes=seen)
+        observed = self._with_nodes(observed)
         decision = search_admission.decide(
             job, observed, self.gate, self.rules, now, self.identities
         )

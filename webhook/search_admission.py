@@ -514,31 +514,6 @@ def _db_staging(job: JobRequest, seen: Census, *, opens: bool) -> Decision | Non
     )
 
 
-def gate_a_as_answered(
-    job: JobRequest,
-    observed: Observed,
-    decision: Decision,
-    gate: GateSettings,
-    now: datetime,
-    identities: SubmitterIdentities | None = None,
-) -> Decision:
-    """``decision`` once Gate A is judged again at ``now``, the moment the webhook answers.
-
-    :func:`decide` judged the hold on the clock as the admission began; the census LIST
-    and the admission record's write come after it. From the hold's expiry on, the Lease
-    guard admits a takeover, so a Job allowed on a hold that expired meanwhile could
-    commit under the next holder. A refusal stays a refusal; an admission that did not
-    judge Gate A (it joins an active search) stands as it is."""
-    if not decision.allowed or not _judged(job) or _refused_on_request(job) is not None:
-        return decision
-    if not (job.holder_work and not job.stages):
-        seen = observed.census
-        if seen is None or _near_miss_id(job, seen) is not None or not lease_needed(job, seen):
-            return decision
-    late = _gate_a(job, observed.lease, gate, now, identities or SubmitterIdentities())
-    return decision if late is None else late
-
-
 def _gate_a(
     job: JobRequest,
     lease_obj: Mapping[str, Any] | None,
