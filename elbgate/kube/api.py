@@ -204,24 +204,37 @@ class KubeApi:
             and not (query and ("limit" in query or "watch" in query))
         ):
             raise ValueError(f"unpaged LIST of {url_path}: use list_objects, which pages")
+        deadline = self.timeout if deadline is None else deadline
+        # Before the deadline starts: obtaining the token may run an exec plugin
+        # (kubelogin), whose seconds are not the API server's.
+        headers = self._headers(
+            f"{method} {url_path}", content_type if body is not None else None, accept
+        )
+        try:
+            async with asyncio.timeout(deadline):
+                return await self._exchange(method, url_path, query, body, headers)
+        except TimeoutError:
+            raise ApiUnavailable(f"{method} {url_path}: no answer within {deadline:g}s") from None
+
+    async def _exchange(
+        self,
+        method: str,
+        url_path: str,
+        query: Mapping[str, str] | None,
+        body: Any,
+        headers: Mapping[str, str],
+    ) -> Json:
+        """One request and its decoded answer, with no deadline of its own: the caller's
+        ``asyncio.timeout`` bounds it (one call, or every page of one LIST)."""
         if self._session is None:
             await self.open()
         assert self._session is not None
         url = self.config.host + url_path + (f"?{urlencode(query)}" if query else "")
         data = orjson.dumps(body) if body is not None else None
-        deadline = self.timeout if deadline is None else deadline
-        # Before the deadline starts: obtaining the token may run an exec plugin
-        # (kubelogin), whose seconds are not the API server's.
-        headers = self._headers(
-            f"{method} {url_path}", content_type if data is not None else None, accept
-        )
         try:
-            async with asyncio.timeout(deadline):
-                async with self._session.request(method, url, data=data, headers=headers) as resp:
-                    raw = await resp.read()
-                    status = resp.status
-        except TimeoutError:
-            raise ApiUnavailable(f"{method} {url_path}: no answer within {deadline:g}s") from None
+            async with self._session.request(method, url, data=data, headers=headers) as resp:
+                raw = await resp.read()
+                status = resp.status
         except aiohttp.ClientError as exc:
             raise ApiUnavailable(f"{method} {url_path}: {exc.__class__.__name__}: {exc}") from None
         return _decode(status, raw, method, url_path)
@@ -259,24 +272,33 @@ class KubeApi:
         if field_selector:
             query["fieldSelector"] = field_selector
         budget = self.timeout if deadline is None else deadline
-        ends = asyncio.get_running_loop().time() + budget
         first: Json | None = None
         items: list[Any] = []
-        while True:
-            left = ends - asyncio.get_running_loop().time()
-            if left <= 0:
-                raise ApiUnavailable(f"LIST {url_path}: not read whole within {budget:g}s")
-            body = await self.request("GET", url_path, query=query, deadline=left, accept=accept)
-            page = body.get("items")
-            if isinstance(page, list):
-                items.extend(page)
-            meta = body.get("metadata") or {}
+        # One deadline for the whole LIST, and the error names it as configured: a
+        # page's share of it (what is left after the pages before) is no setting
+        # anyone could look up.
+        headers = self._headers(f"GET {url_path}", None, accept)
+        try:
+            async with asyncio.timeout(budget):
+                while True:
+                    body = await self._exchange("GET", url_path, query, None, headers)
+                    page = body.get("items")
+                    if isinstance(page, list):
+                        items.extend(page)
+                    meta = body.get("metadata") or {}
+                    if first is None:
+                        first = body
+                    cont = str(meta.get("continue") or "")
+                    if not cont:
+                        break
+                    query = {**query, "continue": cont}
+                    headers = self._headers(f"GET {url_path}", None, accept)
+        except TimeoutError:
             if first is None:
-                first = body
-            cont = str(meta.get("continue") or "")
-            if not cont:
-                break
-            query = {**query, "continue": cont}
+                raise ApiUnavailable(f"GET {url_path}: no answer within {budget:g}s") from None
+            raise ApiUnavailable(
+                f"GET {url_path}: not read whole within {budget:g}s ({len(items)} objects read)"
+            ) from None
         out = {k: v for k, v in first.items() if k != "items"}
         out["metadata"] = {
             k: v for k, v in (first.get("metadata") or {}).items() if k != "continue"

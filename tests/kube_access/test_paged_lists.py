@@ -108,8 +108,22 @@ async def test_one_deadline_bounds_every_page_of_a_list(
 ) -> None:
     for i in range(4):
         await api.create(path(JOBS, ns), suspended_job(ns, f"slow-{i}", "blast"))
-    # The second page is held longer than the whole LIST may take.
-    proxy.add(method="GET", resource="jobs", namespace=ns, delay=0.0, count=1)
+    # The first page takes part of the deadline; the second is held longer than the
+    # whole LIST may take. The error names the deadline as configured (what an
+    # operator can look up and raise), not the share left for the stalled page.
+    proxy.add(method="GET", resource="jobs", namespace=ns, delay=0.4, count=1)
     proxy.add(method="GET", resource="jobs", namespace=ns, delay=30.0, count=1)
-    with pytest.raises(ApiUnavailable):
-        await api.list_objects(path(JOBS, ns), label_selector="app=blast", page_size=2, deadline=10)
+    url = path(JOBS, ns)
+    with pytest.raises(ApiUnavailable) as err:
+        await api.list_objects(url, label_selector="app=blast", page_size=2, deadline=3)
+    assert str(err.value) == f"GET {url}: not read whole within 3s (2 objects read)"
+
+
+async def test_a_list_with_no_first_answer_names_its_deadline_as_configured(
+    api: KubeApi, proxy: FaultProxy, ns: str
+) -> None:
+    proxy.add(method="GET", resource="jobs", namespace=ns, delay=30.0, count=1)
+    url = path(JOBS, ns)
+    with pytest.raises(ApiUnavailable) as err:
+        await api.list_objects(url, label_selector="app=blast", deadline=0.5)
+    assert str(err.value) == f"GET {url}: no answer within 0.5s"
