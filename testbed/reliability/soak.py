@@ -28,8 +28,10 @@ import tempfile
 import time
 import traceback
 from collections import Counter
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from testbed.controlplane import ControlPlane
 from testbed.faultproxy import FaultProxy
@@ -349,14 +351,41 @@ class Soak:
             "",
             f"Commit: `{self.commit}`.",
             "",
-            LEDGER.table(),
-            "",
-            *self._linearizability(),
-            "## The oracle's figures",
-            "",
-            "| figure | value |",
-            "|---|---:|",
         ]
+        if LEDGER.rows:
+            lines += [LEDGER.table(), ""]
+        lines += self._linearizability()
+        if self.done or left_schedules:
+            lines += self._schedule_figures(totals)
+        else:
+            # Figures of a part that did not run would read as outcomes (a zero
+            # "searches ran", a "max active" of 0): say it did not run instead.
+            lines += [
+                "## Randomized schedules",
+                "",
+                "Not run (`--schedules 0`): the oracle's figures, the failure modes and the "
+                "comparison of the oracle with the census come from them.",
+            ]
+        lines += ["", "## Violations", ""]
+        lines += [f"- {v}" for v in self.violations] or ["None."]
+        lines += ["", "## Runs the harness could not finish", ""]
+        lines += (
+            [
+                "Not verdicts on the gates: the harness stopped waiting (or an API call of its "
+                "own failed), so the run was left out of every figure above. Each one needs a "
+                "look: a wait that timed out may hide a gate that never let a client in.",
+                "",
+            ]
+            if self.unfinished
+            else []
+        )
+        lines += [f"- {what}: {why}" for what, why in self.unfinished] or ["None."]
+        return "\n".join(lines) + "\n"
+
+    def _schedule_figures(self, totals: Mapping[str, Any]) -> list[str]:
+        """What the randomized schedules observed: the oracle's figures, the failure
+        modes, and where the oracle and the census disagreed."""
+        lines = ["## The oracle's figures", "", "| figure | value |", "|---|---:|"]
         for key in (
             "job_events_checked",
             "max_active_oracle",
@@ -378,21 +407,7 @@ class Soak:
         lines += ["", "## Failure modes", "", *self._failure_modes(), "", ORACLE_VS_CENSUS]
         lines += ["## Disagreements between the oracle and the census", ""]
         lines += [f"- {d}" for d in self.disagreements] or ["None."]
-        lines += ["", "## Violations", ""]
-        lines += [f"- {v}" for v in self.violations] or ["None."]
-        lines += ["", "## Runs the harness could not finish", ""]
-        lines += (
-            [
-                "Not verdicts on the gates: the harness stopped waiting (or an API call of its "
-                "own failed), so the run was left out of every figure above. Each one needs a "
-                "look: a wait that timed out may hide a gate that never let a client in.",
-                "",
-            ]
-            if self.unfinished
-            else []
-        )
-        lines += [f"- {what}: {why}" for what, why in self.unfinished] or ["None."]
-        return "\n".join(lines) + "\n"
+        return lines
 
     def _linearizability(self) -> list[str]:
         """The race histories: per kind, what the API server recorded, and the verdicts."""

@@ -113,3 +113,31 @@ def test_the_soak_lists_the_unfinished_run_and_counts_it_toward_the_end(tmp_path
     assert section.split("\n- schedule 2: ", 1)[1].split(": ", 1)[1].startswith(TIMED_OUT)
     assert "(and 1 the harness could not finish)" in text
     assert run.unfinished_count("schedule ") == 1 and run.unfinished_count("history ") == 0
+
+
+def _soak(tmp_path, schedules: int) -> soak.Soak:
+    """A soak of ``schedules`` schedules and nothing else, writing under ``tmp_path``."""
+    no_more = ["--histories", "0", "--fault-trials", "0", "--storms", "0"]
+    results = ["--results", str(tmp_path / "RESULTS.md")]
+    run = soak.Soak(soak.parse(["--schedules", str(schedules), *no_more, *results]))
+    run.control_plane = "Kubernetes test"
+    return run
+
+
+def test_a_run_without_schedules_reports_no_schedule_figures(tmp_path) -> None:
+    """Histories only (``--schedules 0``): no zeros that read as outcomes."""
+    _soak(tmp_path, 0).write()
+    text = (tmp_path / "RESULTS.md").read_text()
+    assert "## The oracle's figures" not in text and "| searches ran |" not in text
+    assert "## Failure modes" not in text and "| promise |" not in text
+    assert "## Randomized schedules\n\nNot run (`--schedules 0`)" in text
+    assert "## Violations\n\nNone." in text
+
+
+def test_a_run_with_schedules_keeps_the_oracle_figures(tmp_path) -> None:
+    run = _soak(tmp_path, 2)
+    run.done.append(ScheduleResult(1, "a", 1, Counter()))
+    run.write()
+    text = (tmp_path / "RESULTS.md").read_text()
+    assert "## The oracle's figures" in text and "## Failure modes" in text
+    assert "## Randomized schedules\n\nNot run" not in text
