@@ -276,7 +276,8 @@ class KubeApi:
         items: list[Any] = []
         # One deadline for the whole LIST, and the error names it as configured: a
         # page's share of it (what is left after the pages before) is no setting
-        # anyone could look up.
+        # anyone could look up. The token is taken once, before the deadline starts:
+        # it is obtained again well before it expires, so every page may carry it.
         headers = self._headers(f"GET {url_path}", None, accept)
         try:
             async with asyncio.timeout(budget):
@@ -292,7 +293,6 @@ class KubeApi:
                     if not cont:
                         break
                     query = {**query, "continue": cont}
-                    headers = self._headers(f"GET {url_path}", None, accept)
         except TimeoutError:
             if first is None:
                 raise ApiUnavailable(f"GET {url_path}: no answer within {budget:g}s") from None
