@@ -7,10 +7,15 @@
     service.stop()
 
 The webhook configurations name one ``url``; this TCP forwarder listens there and hands
-each new connection to the next *ready* replica, round robin, as kube-proxy does: per
-connection, TLS passed through untouched, so the API server verifies the certificate of
-whichever replica answers. A replica is anything with a ``port`` (read at each
-connection: a restarted replica may listen elsewhere) and a ``ready()`` probe;
+each new connection to the *ready* replica with the fewest connections open, in turn
+among equals (kube-proxy's IPVS mode with ``lc``): per connection, TLS passed through
+untouched, so the API server verifies the certificate of whichever replica answers.
+Plain round robin could leave every connection of the API server's pool on one
+replica (an idle connection the replica closed, dialled again on its turn), and the
+two halves of a race would never reach two replicas.
+
+A replica is anything with a ``port`` (read at each connection: a restarted replica
+may listen elsewhere) and a ``ready()`` probe;
 :class:`~testbed.webhook_process.WebhookProcess` is one (its process runs and
 ``/readyz`` answers 200). Every replica is probed every ``probe_seconds``: one whose
 probe fails, or whose port refuses a connection, leaves the rotation until a probe
@@ -50,8 +55,8 @@ class Replica(Protocol):
 
 
 class Service:
-    """A round-robin TCP forwarder on 127.0.0.1 over the ready ``replicas``, served from
-    a thread of its own (with a prober thread beside it)."""
+    """A least-connections TCP forwarder on 127.0.0.1 over the ready ``replicas``, served
+    from a thread of its own (with a prober thread beside it)."""
 
     def __init__(self, replicas: Sequence[Replica], probe_seconds: float = 0.25) -> None:
         self.replicas = list(replicas)
@@ -62,6 +67,8 @@ class Service:
         """Which replicas are in the rotation."""
         self.connections = [0] * len(self.replicas)
         """Connections handed to each replica."""
+        self.open = [0] * len(self.replicas)
+        """Connections open to each replica now."""
         self.refused = 0
         """Connections closed at once because no replica was ready."""
         self._leaving: set[int] = set()
@@ -140,7 +147,7 @@ class Service:
 
     def close_connections(self) -> None:
         """Close every open connection (as an endpoint restart would): the API server's
-        next calls dial new ones, each to the next replica in turn."""
+        next calls dial new ones, spread over the replicas."""
         loop = self._loop
         if loop is None:
             return
@@ -174,7 +181,11 @@ class Service:
         live = [i for i, ok in enumerate(self.ready) if ok and self.replicas[i].port]
         if not live:
             return None
-        return live[next(self._turn) % len(live)]
+        start = next(self._turn)
+        n = len(self.replicas)
+        index = min(live, key=lambda i: (self.open[i], (i - start) % n))
+        self.open[index] += 1  # counted now: a dial racing this one sees it
+        return index
 
     # -- one connection ------------------------------------------------------------------
 
@@ -193,20 +204,23 @@ class Service:
             writer.close()
             return
         try:
-            up_reader, up_writer = await asyncio.open_connection(
-                "127.0.0.1", self.replicas[index].port
-            )
-        except OSError:
-            self.ready[index] = False  # until its next probe
-            writer.close()
-            return
-        self.connections[index] += 1
-        self._open.add(writer)
-        try:
-            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+            try:
+                up_reader, up_writer = await asyncio.open_connection(
+                    "127.0.0.1", self.replicas[index].port
+                )
+            except OSError:
+                self.ready[index] = False  # until its next probe
+                writer.close()
+                return
+            self.connections[index] += 1
+            self._open.add(writer)
+            try:
+                await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+            finally:
+                self._open.discard(writer)
+                up_writer.close()
         finally:
-            self._open.discard(writer)
-            up_writer.close()
+            self.open[index] -= 1
 
 
 async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:

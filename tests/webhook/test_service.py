@@ -1,6 +1,9 @@
 """The test bed's Service (:class:`testbed.service.Service`) over local TCP replicas.
 
-Each connection goes to the next ready replica, round robin; a replica whose readiness
+Each connection goes to the ready replica with the fewest connections open, in turn
+among equals, so a connection dialled again after one closed lands where it leaves the
+replicas even (plain round robin could put every open connection on one); a replica
+whose readiness
 probe fails leaves the rotation until it passes again; one marked unready stays out
 while it still answers (a terminating Pod) and its replacement comes back; with none
 ready a connection is closed at once. And it stops cleanly with connections open: a
@@ -67,10 +70,33 @@ def answers(service: Service, count: int) -> list[str]:
     for _ in range(count):
         with socket.create_connection(("127.0.0.1", service.port), timeout=30) as client:
             out.append(client.recv(1).decode())
+        # Closed here; the Service counts it closed once its pipes have ended.
+        wait_until(lambda: not any(service.open), 30, "the connection counted closed", 0.01)
     return out
 
 
-def test_connections_go_round_robin_over_the_ready_replicas(replicas: list[_Replica]) -> None:
+def test_a_connection_dialled_again_goes_where_fewer_are_open(replicas: list[_Replica]) -> None:
+    service = Service(replicas, probe_seconds=3600).start()
+    held: list[socket.socket] = []
+    try:
+        for _ in range(2):  # the API server's pool: one connection on each replica
+            held.append(socket.create_connection(("127.0.0.1", service.port), timeout=30))
+        assert [c.recv(1) for c in held] == [b"a", b"b"]
+        # The one on "b" idles out and is dialled again; round robin's next turn is "a".
+        b_conn = held[1]
+        b_conn.close()
+        held.remove(b_conn)
+        wait_until(lambda: service.open == [1, 0], 30, "b's connection counted closed", 0.01)
+        held.append(socket.create_connection(("127.0.0.1", service.port), timeout=30))
+        assert held[-1].recv(1) == b"b"
+        assert service.open == [1, 1] and service.connections == [1, 2]
+    finally:
+        for c in held:
+            c.close()
+        service.stop()
+
+
+def test_connections_go_in_turn_over_the_ready_replicas(replicas: list[_Replica]) -> None:
     a, b = replicas
     service = Service(replicas, probe_seconds=3600).start()  # probed here only, in step
     try:
