@@ -14,9 +14,9 @@ replicas share one serving certificate, as two pods mounting one Secret do.
 The fast tier is enough for what it is used for (two replicas deciding at once, each
 connection to one of them): the forwarder spreads connections over the ready replicas
 as kube-proxy does; the real Service → EndpointSlice → Pod path is tests/system/.
-The reliability rig (:mod:`testbed.reliability.rig`) runs its webhooks as one of these,
-each replica with a certificate of its own (``caBundle`` then carries every CA) and,
-where faults are injected, its own kubeconfig through the fault proxy.
+The rig (:mod:`testbed.rig`) runs its webhooks as one of these; the reliability runs'
+configuration gives each replica a certificate of its own (``caBundle`` then carries
+every CA) and, where faults are injected, its own kubeconfig through the fault proxy.
 """
 
 from __future__ import annotations

@@ -93,9 +93,9 @@ def scrape_targets(processes: Processes) -> list[Target]:
     """Both webhook replicas and the controller, labelled as their ServiceMonitor labels them."""
     hooks = [
         Target(WEBHOOK_JOB, h.metrics_url.removeprefix("http://"), h.identity.pod)
-        for h in processes.webhooks.replicas
+        for h in processes.rig.hooks
     ]
-    controller = processes.controller
+    controller = processes.rig.controllers[0]
     return [*hooks, Target(CONTROLLER_JOB, f"127.0.0.1:{controller.metrics_port}", controller.name)]
 
 

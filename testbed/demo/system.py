@@ -19,8 +19,6 @@ submitters' Pods, whose images do not exist here, run on stand-in nodes.
 from __future__ import annotations
 
 import os
-import secrets
-import threading
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,7 +29,6 @@ from typing import Any, Protocol
 import yaml
 
 from elbgate.settings import Settings
-from testbed.controller_process import ControllerProcess
 from testbed.controlplane import (
     ATTACH_ENV,
     BLAST_POOL,
@@ -43,8 +40,8 @@ from testbed.controlplane import (
 from testbed.demo.timeline import Timeline
 from testbed.install import SYSTEM_NAMESPACE, Installation, submitter_subjects
 from testbed.kubelet_stand_in import STOP_SECONDS
+from testbed.rig import Rig, pod_suffix
 from testbed.system_tier import SYSTEM_NODES, SystemTier
-from testbed.webhook_service import WebhookService
 
 NAMESPACE = "blast"
 DASHBOARD_LEASE_USER = "dashboard-lease"
@@ -87,27 +84,27 @@ class ElbGate(Protocol):
 
 @dataclass
 class Processes:
-    """The fast tier: ``python -m webhook`` twice behind a Service proxy, and
-    ``python -m controller``, as host processes with the shipped RBAC."""
+    """The fast tier: the rig (:class:`testbed.rig.Rig`): ``python -m webhook`` twice
+    behind a Service proxy, and ``python -m controller``, as host processes with the
+    shipped RBAC."""
 
     cp: ControlPlane
-    webhooks: WebhookService
-    controller: ControllerProcess
+    rig: Rig
     owns_control_plane: bool
 
     def webhook_metrics_urls(self) -> dict[str, str]:
-        return {h.identity.pod: h.metrics_url for h in self.webhooks.replicas}
+        return {h.identity.pod: h.metrics_url for h in self.rig.hooks}
 
     def controller_url(self) -> str:
-        return self.controller.url("")
+        return self.rig.controllers[0].url("")
 
     def stop(self) -> None:
         """Every process (controller first); on a control plane the demo did not start,
         also the Pod objects that stood for them."""
-        _quietly(self.controller.stop)
-        _quietly(self.webhooks.stop)
+        _quietly(self.rig.stop)
         if not self.owns_control_plane:
-            pods = [h.identity.pod for h in self.webhooks.replicas] + [self.controller.name]
+            pods = [h.identity.pod for h in self.rig.hooks]
+            pods += [c.name for c in self.rig.controllers]
             for pod in pods:
                 _quietly(partial(self.cp.admin.delete, "pods", SYSTEM_NAMESPACE, pod))
 
@@ -174,11 +171,6 @@ def _quietly(stop: Callable[[], Any]) -> None:
         pass
 
 
-def _suffix() -> str:
-    """A pod-name suffix as a ReplicaSet makes one (so runs never collide)."""
-    return secrets.token_hex(3)[:5]
-
-
 def _settings_env(root: Path, namespace: str) -> dict[str, str]:
     """What the environment names (the rest at its defaults): the gated namespace and
     the dashboard's submitter identity."""
@@ -195,12 +187,12 @@ def _submitter_pods(
 ) -> tuple[PodIdentity, PodIdentity]:
     """The OpenAPI service's two pods, each with a token bound to it."""
     openapi = cp.pod_identity(
-        namespace, OPENAPI_SA, pod=f"elb-openapi-{rs}-{_suffix()}", node_selector=node_selector
+        namespace, OPENAPI_SA, pod=f"elb-openapi-{rs}-{pod_suffix()}", node_selector=node_selector
     )
     doomed = cp.pod_identity(
         namespace,
         OPENAPI_SA,
-        pod=f"elb-openapi-{rs}-{_suffix()}",
+        pod=f"elb-openapi-{rs}-{pod_suffix()}",
         node_selector=node_selector,
         annotations={STOP_SECONDS: str(TERMINATING_SECONDS)},
     )
@@ -228,40 +220,23 @@ def start_system(root: Path, timeline: Timeline, *, system_tier: bool = False) -
             f"Kubernetes {cp.kubernetes_version} at {cp.server}, ready in "
             f"{cp.startup_seconds:.1f}s",
         )
-    webhooks: WebhookService | None = None
-    controllers: list[ControllerProcess] = []
+    rig: Rig | None = None
     try:
         Installation.on(cp)
         namespace = cp.new_namespace(NAMESPACE) if attached else NAMESPACE
         env = _settings_env(root, namespace)
         settings = Settings.from_env(env)
-        rs = _suffix()
-        webhooks = WebhookService(
+        rig = Rig(
             cp,
+            [namespace],
             env=env,
             workdir=root / "webhooks",
-            pods=[f"elb-gate-webhook-{rs}-{_suffix()}" for _ in range(2)],
-        )
-
-        def start_controller() -> None:
-            controllers.append(
-                ControllerProcess.start(
-                    cp,
-                    name=f"elb-gate-controller-{_suffix()}-{_suffix()}",
-                    namespaces=[namespace],
-                    resync_seconds=settings.controller.resync_seconds,
-                    leader_lease_seconds=settings.controller.leader_lease_seconds,
-                    leader_renew_seconds=settings.controller.leader_renew_seconds,
-                    env=env,
-                    ready_timeout=90,
-                )
-            )
-
-        _in_parallel([webhooks.start, start_controller])
-        webhooks.gate_namespace(namespace)
-        controller = controllers[0]
-        assert webhooks.proxy is not None
-        for hook in webhooks.replicas:
+            resync_seconds=settings.controller.resync_seconds,
+            leader_lease_seconds=settings.controller.leader_lease_seconds,
+            leader_renew_seconds=settings.controller.leader_renew_seconds,
+        ).start()
+        assert rig.service is not None
+        for hook in rig.hooks:
             timeline.emit(
                 "setup",
                 f"webhook replica {hook.identity.pod}: python -m webhook, "
@@ -271,21 +246,19 @@ def start_system(root: Path, timeline: Timeline, *, system_tier: bool = False) -
             "setup",
             "webhook configurations from manifests/base/admission-webhooks.yaml registered; "
             f"Service {SYSTEM_NAMESPACE}/elb-gate-webhook -> both replicas "
-            f"(127.0.0.1:{webhooks.proxy.port})",
+            f"(127.0.0.1:{rig.service.port})",
         )
-        controller.wait_until(controller.is_leader, 120, "the controller to lead")
+        controller = rig.wait_for_leader(120)
         timeline.emit(
             "setup",
             f"controller {controller.name}: python -m controller leads; "
             f"metrics {controller.url('/metrics')}",
         )
-        openapi, doomed = _submitter_pods(cp, namespace, rs, dict(SYSTEM_POOL))
+        openapi, doomed = _submitter_pods(cp, namespace, pod_suffix(), dict(SYSTEM_POOL))
         _emit_submitters(timeline, namespace, openapi, doomed)
     except BaseException:
-        for ctl in controllers:
-            _quietly(ctl.stop)
-        if webhooks is not None:
-            _quietly(webhooks.stop)
+        if rig is not None:
+            _quietly(rig.stop)
         if not attached:
             _quietly(cp.stop)
         raise
@@ -296,7 +269,7 @@ def start_system(root: Path, timeline: Timeline, *, system_tier: bool = False) -
         namespace,
         settings,
         env,
-        Processes(cp, webhooks, controller, not attached),
+        Processes(cp, rig, not attached),
         openapi,
         doomed,
     )
@@ -376,28 +349,9 @@ def _start_system_tier(root: Path, timeline: Timeline) -> System:
             f"the API server calls the webhook through Service {SYSTEM_NAMESPACE}/"
             f"elb-gate-webhook -> EndpointSlice {endpoints}",
         )
-        openapi, doomed = _submitter_pods(cp, NAMESPACE, _suffix(), dict(BLAST_POOL))
+        openapi, doomed = _submitter_pods(cp, NAMESPACE, pod_suffix(), dict(BLAST_POOL))
         _emit_submitters(timeline, NAMESPACE, openapi, doomed)
     except BaseException:
         _quietly(tier.stop)
         raise
     return System(root, cp, True, NAMESPACE, settings, env, Chart(tier), openapi, doomed)
-
-
-def _in_parallel(starts: list[Callable[[], object]]) -> None:
-    """Run the start functions side by side; raise the first failure after all ended."""
-    errors: list[BaseException] = []
-
-    def run(start: Callable[[], object]) -> None:
-        try:
-            start()
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(start,)) for start in starts]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]

@@ -1,0 +1,249 @@
+"""elb-gate installed on a control plane as a cluster runs it: the one rig.
+
+    with Rig(cp, ["blast"], env=env) as rig:       # gated, started side by side
+        rig.wait_until_ready()                       # both replicas routable, a leader
+        rig.hooks[0].metrics(); rig.controllers[0].url("/metrics")
+
+Real ``python -m webhook`` replicas behind one Service address
+(:class:`~testbed.webhook_service.WebhookService`: the shipped webhook configurations
+pointed at it) and one or more real ``python -m controller`` replicas, leader-elected.
+Every component authenticates as its own ServiceAccount with exactly the shipped RBAC
+(:mod:`testbed.install`); with a :class:`~testbed.faultproxy.FaultProxy` both talk to
+the API server through it. Pod names are made as a ReplicaSet makes them, so rigs on
+one control plane never collide.
+
+The demo (:mod:`testbed.demo.system`) and the reliability runs
+(:mod:`testbed.reliability.rig`) are configurations of this rig; the system tier runs
+the chart itself on real kubelet nodes (:mod:`testbed.system_tier`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Self
+
+from testbed.controller_process import LEADER_LEASE, ControllerProcess
+from testbed.controlplane import ControlPlane
+from testbed.faultproxy import FaultProxy
+from testbed.install import Installation
+from testbed.service import Service
+from testbed.waiting import wait_until
+from testbed.webhook_process import WebhookProcess
+from testbed.webhook_service import WebhookService
+
+
+def pod_suffix() -> str:
+    """A pod-name suffix as a ReplicaSet makes one."""
+    return secrets.token_hex(3)[:5]
+
+
+class Rig:
+    """Webhook replicas behind a Service, and controller replicas, on one control plane."""
+
+    def __init__(
+        self,
+        cp: ControlPlane,
+        namespaces: Iterable[str],
+        *,
+        replicas: int = 2,
+        controllers: int = 1,
+        env: Mapping[str, str] | None = None,
+        controller_env: Mapping[str, str] | None = None,
+        resync_seconds: float = 1.0,
+        leader_lease_seconds: float = 6.0,
+        leader_renew_seconds: float = 1.0,
+        proxy: FaultProxy | None = None,
+        workdir: Path | None = None,
+        shared_certificate: bool = True,
+        effective_seconds: float = 60.0,
+    ) -> None:
+        """``env``: every component's settings environment; ``controller_env``: the
+        controllers' on top of it. The leader Lease's default 6 s / 1 s are client-go's
+        proportions (15/10/2) scaled down: a busy machine must not cost the leader its
+        Lease every few seconds. ``shared_certificate``: the webhook replicas serve one
+        certificate (one Secret mounted twice), else each its own."""
+        self.cp = cp
+        self.namespaces = list(namespaces)
+        self.env = dict(env or {})
+        self.controller_env = {**self.env, **(controller_env or {})}
+        self.controller_count = controllers
+        self.resync_seconds = resync_seconds
+        self.leader_lease_seconds = leader_lease_seconds
+        self.leader_renew_seconds = leader_renew_seconds
+        self.proxy = proxy
+        self.install = Installation.on(cp)
+        self._controller_rs = pod_suffix()
+        webhook_rs = pod_suffix()
+        self.webhooks = WebhookService(
+            cp,
+            env=self.env,
+            workdir=workdir,
+            pods=[f"elb-gate-webhook-{webhook_rs}-{pod_suffix()}" for _ in range(replicas)],
+            shared_certificate=shared_certificate,
+            kubeconfig=self._kubeconfig("webhook") if proxy is not None else None,
+            effective_seconds=effective_seconds,
+        )
+        self.controllers: list[ControllerProcess] = []
+        self._starts = itertools.count()
+
+    @property
+    def hooks(self) -> list[WebhookProcess]:
+        return self.webhooks.replicas
+
+    @property
+    def service(self) -> Service | None:
+        return self.webhooks.proxy
+
+    def _kubeconfig(self, component: str) -> Callable[[str], str]:
+        def through_the_proxy(pod: str) -> str:
+            assert self.proxy is not None
+            return self.proxy.kubeconfig(self.install.identity(component, pod).token, pod)
+
+        return through_the_proxy
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> Self:
+        """Gate the namespaces, then start the webhooks and the controllers side by side."""
+        try:
+            for ns in self.namespaces:
+                self.install.gate(ns)
+            _in_parallel([self.webhooks.start, self._start_controllers])
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_controllers(self) -> None:
+        for i in range(self.controller_count):
+            self.start_controller(i)
+
+    def start_controller(self, index: int) -> ControllerProcess:
+        """Start controller replica ``index`` (replacing a stopped one)."""
+        name = f"elb-gate-controller-{self._controller_rs}-{pod_suffix()}"
+        env = dict(self.controller_env)
+        if self.proxy is not None:
+            env["KUBECONFIG"] = self._kubeconfig("controller")(name)
+        ctl = ControllerProcess.start(
+            self.cp,
+            name=name,
+            namespaces=self.namespaces,
+            resync_seconds=self.resync_seconds,
+            leader_lease_seconds=self.leader_lease_seconds,
+            leader_renew_seconds=self.leader_renew_seconds,
+            env=env,
+            ready_timeout=90.0,
+        )
+        if index < len(self.controllers):
+            self.controllers[index] = ctl
+        else:
+            self.controllers.append(ctl)
+        return ctl
+
+    def stop(self) -> None:
+        """Every controller, then the webhooks (safe after a partial start)."""
+        for ctl in self.controllers:
+            ctl.stop()
+        self.webhooks.stop()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- waiting -------------------------------------------------------------------------
+
+    def wait_for_leader(self, timeout: float = 180.0) -> ControllerProcess:
+        """The controller replica that leads, once one does."""
+        found = wait_until(
+            lambda: next((c for c in self.controllers if c.alive and c.is_leader()), None),
+            timeout,
+            "a controller to lead",
+            detail=self._leader_lease,
+        )
+        assert isinstance(found, ControllerProcess)
+        return found
+
+    def _leader_lease(self) -> str:
+        """Who holds the controllers' leader Lease, and what each replica logged last, for
+        a failure message (another process renewing the Lease would keep this rig's
+        replicas from leading; a replica that never campaigned says why in its log)."""
+        lease = self.cp.admin.find("leases", LEADER_LEASE[0], LEADER_LEASE[1])
+        if lease is None:
+            held = "the leader Lease does not exist"
+        else:
+            spec = lease.get("spec") or {}
+            held = (
+                f"leader Lease held by {spec.get('holderIdentity')!r}, renewed "
+                f"{spec.get('renewTime')}"
+            )
+        replicas = "\n".join(
+            f"{c.name} ({'running' if c.alive else 'exited'}): {c.log_tail(10)}"
+            for c in self.controllers
+        )
+        return f"{held}; this rig's replicas:\n{replicas}"
+
+    def wait_until_ready(self, timeout: float = 180.0) -> None:
+        """Every replica routable and a controller leading."""
+        assert self.service is not None
+        service = self.service
+        wait_until(service.all_ready, timeout, "every webhook replica ready in the Service")
+        self.wait_for_leader(timeout)
+
+    # -- namespaces ----------------------------------------------------------------------
+
+    def reset_namespace(self, namespace: str, timeout: float = 120.0) -> None:
+        """Empty a namespace for the next schedule: its Jobs and Pods go (the Lease
+        stays: a held one cannot be deleted, and a free one is as good as none)."""
+        admin = self.cp.admin
+        for job in admin.list("jobs", namespace):
+            admin.delete("jobs", namespace, job["metadata"]["name"])
+        for pod in admin.list("pods", namespace):
+            admin.delete("pods", namespace, pod["metadata"]["name"], grace_seconds=0)
+        wait_until(
+            lambda: not admin.list("jobs", namespace) and not admin.list("pods", namespace),
+            timeout,
+            f"{namespace} empty of Jobs and Pods",
+            interval=0.2,
+        )
+
+    # -- observation ---------------------------------------------------------------------
+
+    def admissions_served(self) -> list[int]:
+        """Admission requests each webhook replica answered (from its /metrics)."""
+        out = []
+        for hook in self.hooks:
+            total = 0.0
+            try:
+                text = hook.metrics()
+            except OSError:
+                text = ""
+            for line in text.splitlines():
+                if line.startswith("elb_gate_admission_requests_total{"):
+                    total += float(line.rsplit(" ", 1)[1])
+            out.append(int(total))
+        return out
+
+
+def _in_parallel(starts: list[Callable[[], object]]) -> None:
+    """Run the start functions side by side; raise the first failure after all ended."""
+    errors: list[BaseException] = []
+
+    def run(start: Callable[[], object]) -> None:
+        try:
+            start()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(start,)) for start in starts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
