@@ -14,11 +14,11 @@ what a kubelet does to an install (probes, restarts, OOM, drains) is tests/syste
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from testbed import rig
 from testbed.controller_process import CONTROLLER_USER
 from testbed.controlplane import ControlPlane
+from testbed.faultproxy import FaultProxy
 
 SHARED_ENV: dict[str, str] = {
     "BLAST_MAX_RUN_CONCURRENCY": "2",
@@ -62,16 +62,22 @@ class Rig(rig.Rig):
         cp: ControlPlane,
         namespaces: Iterable[str],
         *,
+        replicas: int = 2,
+        controllers: int = 1,
         env: Mapping[str, str] | None = None,
-        **options: Any,
+        controller_env: Mapping[str, str] | None = None,
+        proxy: FaultProxy | None = None,
     ) -> None:
         super().__init__(
             cp,
             namespaces,
+            replicas=replicas,
+            controllers=controllers,
             env={**SHARED_ENV, **(env or {})},
+            controller_env=controller_env,
+            proxy=proxy,
             shared_certificate=False,
             effective_seconds=120.0,
-            **options,
         )
 
 
