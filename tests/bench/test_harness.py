@@ -530,15 +530,16 @@ def test_a_quick_run_on_the_control_plane_measures_every_part(
     # The admission record's cost: a search's first Job reads it, lists, reads the Lease
     # and writes it; a batch Job of an active search only reads it and lists. Each
     # review makes at least those calls and no other kind. After answering, the replica
-    # that reserved an opening's Job looks for it (GET jobs) and, the bench's reviews
-    # never storing theirs, drops the entry once the create could no longer land (a
-    # read and a write of the record, on its own clock: how many of those fall inside
-    # a pass depends on how long the pass takes, so only lower bounds are exact).
+    # that reserved an opening's Job looks for it (GET jobs) on its own clock: a look
+    # falls inside the window of a later review or, for the pass's last reviews, after
+    # the pass has ended, so only that some looks were counted is exact, not one per
+    # review. The same holds for the record's entry dropped once its create could no
+    # longer land (a read and a write of the record).
     order = raw["admission_order"]
     assert order["opening"]["outcomes"] == {"allowed": order["opening"]["requests"]}
     assert order["joining"]["outcomes"] == {"allowed": order["joining"]["requests"]}
     opening = dict(order["opening"]["api_requests_by_call"])
-    assert opening.pop("GET jobs", 0) >= 1
+    assert opening.pop("GET jobs", 0) > 0
     assert set(opening) == {"GET configmaps", "GET jobs:list", "GET leases", "PUT configmaps"}
     assert all(n >= 1.0 for n in opening.values()), opening
     joining = dict(order["joining"]["api_requests_by_call"])
