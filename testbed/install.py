@@ -73,6 +73,29 @@ restrict who may create Jobs does (see docs/security.md for the RBAC that does
 restrict it)."""
 
 
+SUBMITTER_CLUSTER_ROLE: JsonObj = {
+    "apiVersion": "rbac.authorization.k8s.io/v1",
+    "kind": "ClusterRole",
+    "metadata": {"name": SUBMITTER_ROLE},
+    "rules": SUBMITTER_RULES,
+}
+
+
+def submitter_binding(namespace: str, subjects: list[JsonObj]) -> JsonObj:
+    """The RoleBinding that grants :data:`SUBMITTER_RULES` to ``subjects`` in ``namespace``."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": SUBMITTER_ROLE, "namespace": namespace},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": SUBMITTER_ROLE,
+        },
+        "subjects": subjects,
+    }
+
+
 def submitter_subjects(namespace: str) -> list[JsonObj]:
     """Who may submit in a gated namespace: every token-file user (by group, or by name
     when it has none) and the namespace's own ServiceAccounts (in-cluster submitters,
@@ -157,14 +180,7 @@ class Installation:
         for doc in base_objects():
             self.cp.admin.apply(doc)
         self.cp.ensure_namespace(SYSTEM_NAMESPACE)
-        self.cp.admin.apply(
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRole",
-                "metadata": {"name": SUBMITTER_ROLE},
-                "rules": SUBMITTER_RULES,
-            }
-        )
+        self.cp.admin.apply(SUBMITTER_CLUSTER_ROLE)
 
     def gate(self, namespace: str, *, label: bool = True, open_to_all: bool = True) -> str:
         """Make ``namespace`` a gated namespace: created, its RoleBindings applied,
@@ -175,19 +191,7 @@ class Installation:
             for doc in gated_namespace_bindings(namespace):
                 self.cp.admin.apply(doc)
             if open_to_all:
-                self.cp.admin.apply(
-                    {
-                        "apiVersion": "rbac.authorization.k8s.io/v1",
-                        "kind": "RoleBinding",
-                        "metadata": {"name": SUBMITTER_ROLE, "namespace": namespace},
-                        "roleRef": {
-                            "apiGroup": "rbac.authorization.k8s.io",
-                            "kind": "ClusterRole",
-                            "name": SUBMITTER_ROLE,
-                        },
-                        "subjects": submitter_subjects(namespace),
-                    }
-                )
+                self.cp.admin.apply(submitter_binding(namespace, submitter_subjects(namespace)))
             self._await_bindings(namespace, open_to_all)
             self._gated.add(namespace)
         return namespace

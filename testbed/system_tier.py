@@ -29,7 +29,7 @@ from typing import Any
 from manifests.generate import CHART, helm_path
 from testbed.api import JsonObj
 from testbed.controlplane import SYSTEM_POOL, ControlPlane, NodeSpec, binary_path
-from testbed.install import SUBMITTER_ROLE, SUBMITTER_RULES
+from testbed.install import SUBMITTER_CLUSTER_ROLE, submitter_binding
 from testbed.waiting import wait_until
 
 RELEASE = "elb-gate"
@@ -225,31 +225,14 @@ class SystemTier:
         (what a cluster grants ElasticBLAST's users; elb-gate's own RoleBindings come
         from the chart)."""
         self.cp.ensure_namespace(namespace)
+        self.cp.admin.apply(SUBMITTER_CLUSTER_ROLE)
+        rbac = "rbac.authorization.k8s.io"
+        named = [
+            {"apiGroup": rbac, "kind": "Group", "name": "team"},
+            {"apiGroup": rbac, "kind": "User", "name": "bob"},
+        ]
         self.cp.admin.apply(
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRole",
-                "metadata": {"name": SUBMITTER_ROLE},
-                "rules": SUBMITTER_RULES,
-            }
-        )
-        self.cp.admin.apply(
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "RoleBinding",
-                "metadata": {"name": SUBMITTER_ROLE, "namespace": namespace},
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "ClusterRole",
-                    "name": SUBMITTER_ROLE,
-                },
-                "subjects": list(subjects)
-                if subjects is not None
-                else [
-                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "team"},
-                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "bob"},
-                ],
-            }
+            submitter_binding(namespace, list(subjects) if subjects is not None else named)
         )
         return namespace
 

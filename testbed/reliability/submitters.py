@@ -61,6 +61,7 @@ from elbgate.kube.config import KubeConfig
 from elbgate.settings import Settings
 from testbed.clients import DashboardLeaseClient, parse_time
 from testbed.controlplane import REPO, ControlPlane, PodIdentity, kubectl_path
+from testbed.holders import past_the_second_of
 from testbed.kubelet_stand_in import RESTART
 from testbed.reliability.jobs import JobPlan, job_body
 from testbed.reliability.nodes import HolderNodes
@@ -318,17 +319,12 @@ class Submitter:
         raise Crash()
 
     def _after_last_renewal_second(self) -> None:
-        """Wait until the clock's second is past the Lease's last renewal: a container
-        start within the second of the renewal proves nothing (docs/holder-gone.md,
-        "Clocks and whole seconds"), and this death is meant to be provable."""
+        """Wait until the clock's second is past the Lease's last renewal: this death is
+        meant to be provable (:func:`testbed.holders.past_the_second_of`)."""
         lease = self.cp.admin.find("leases", self.namespace, f"elb-blast-submit-{self.namespace}")
-        renewed = ((lease or {}).get("spec") or {}).get("renewTime") or ""
-        try:
-            at = datetime.fromisoformat(str(renewed).replace("Z", "+00:00"))
-        except ValueError:
-            return
-        boundary = at.replace(microsecond=0).timestamp() + 1.05
-        time.sleep(max(0.0, boundary - time.time()))
+        renewed = parse_time(((lease or {}).get("spec") or {}).get("renewTime"))
+        if renewed is not None:
+            past_the_second_of(renewed)
 
     # -- creating the search ----------------------------------------------------------------
 
