@@ -51,6 +51,14 @@ def hook(control_plane: ControlPlane, webhook_env: dict[str, str]) -> Iterator[W
         yield proc
 
 
+@pytest.fixture
+def ns(control_plane: ControlPlane, hook: WebhookProcess, request: pytest.FixtureRequest) -> str:
+    """A fresh gated namespace for one test (its own Lease, its own census) under the
+    module's ``hook``, named after the test's module."""
+    prefix = request.path.stem.removeprefix("test_").replace("_", "-")
+    return hook.gate_namespace(control_plane.new_namespace(prefix))
+
+
 def pytest_report_header(config: pytest.Config) -> list[str]:
     """Say which kubectl the exact-message tests use (built from the pinned release)."""
     import subprocess

@@ -18,15 +18,9 @@ from testbed.api import JsonObj
 from testbed.controlplane import ControlPlane
 from testbed.faultproxy import FaultProxy
 from testbed.waiting import wait_until_async
-from testbed.webhook_process import WebhookProcess
 from tests.controller.conftest import controller_settings, running
 from tests.controller.observed import events, holder, job_annotations, liveness
 from tests.controller.search_jobs import Submitter, finalizer, search_id
-
-
-@pytest.fixture
-def ns(control_plane: ControlPlane, hook: WebhookProcess) -> str:
-    return hook.gate_namespace(control_plane.new_namespace("faults"))
 
 
 @pytest.fixture

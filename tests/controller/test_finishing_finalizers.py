@@ -27,7 +27,6 @@ from testbed.controller_process import ControllerProcess
 from testbed.controlplane import ControlPlane
 from testbed.holders import AT_DEFAULTS, AuditLog, Stage, utc
 from testbed.waiting import wait_until
-from testbed.webhook_process import WebhookProcess
 from tests.controller.observed import events, job_annotations, liveness, settle
 from tests.controller.search_jobs import Submitter, blast_batch, finalizer, search_id, submit_jobs
 
@@ -44,11 +43,6 @@ DELETE_AT_ONCE = {
 @pytest.fixture(scope="module")
 def webhook_env() -> dict[str, str]:
     return {}  # the shipped settings, not the package's short Leases
-
-
-@pytest.fixture
-def ns(control_plane: ControlPlane, hook: WebhookProcess) -> str:
-    return hook.gate_namespace(control_plane.new_namespace("finishing"))
 
 
 @dataclass(frozen=True)

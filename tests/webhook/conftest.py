@@ -27,12 +27,6 @@ def webhook_env() -> dict[str, str]:
     return {"ELB_GATE_API_TIMEOUT_SECONDS": str(API_TIMEOUT_SECONDS)}
 
 
-@pytest.fixture
-def ns(control_plane: ControlPlane, hook: WebhookProcess) -> str:
-    """A fresh gated namespace for one test (its own Lease, its own census)."""
-    return hook.gate_namespace(control_plane.new_namespace("gated"))
-
-
 Seeder = Callable[[int], tuple[str, list[str]]]
 
 

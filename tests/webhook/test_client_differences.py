@@ -55,11 +55,6 @@ def webhook_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 @pytest.fixture
-def ns(control_plane: ControlPlane, hook: WebhookProcess) -> str:
-    return hook.gate_namespace(control_plane.new_namespace("wire"))
-
-
-@pytest.fixture
 def openapi_pod(control_plane: ControlPlane, ns: str) -> PodIdentity:
     """The OpenAPI service's Pod and its bound token."""
     return control_plane.pod_identity(ns, "elb-openapi")

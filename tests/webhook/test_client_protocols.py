@@ -25,7 +25,6 @@ from testbed.clients import (
     new_holder,
 )
 from testbed.controlplane import ControlPlane
-from testbed.webhook_process import WebhookProcess
 from tests.webhook.conftest import SHORT_LEASE_ENV, wait_expired
 
 pytestmark = pytest.mark.kubectl
@@ -49,12 +48,6 @@ OTHER = {"openapi": "dashboard", "dashboard": "openapi"}
 @pytest.fixture(scope="module")
 def webhook_env() -> dict[str, str]:
     return SHORT_LEASE_ENV
-
-
-@pytest.fixture
-def ns(control_plane: ControlPlane, hook: WebhookProcess) -> str:
-    """A fresh gated namespace under the short-bounds webhook."""
-    return hook.gate_namespace(control_plane.new_namespace("lease"))
 
 
 def stored(cp: ControlPlane, ns: str) -> dict[str, Any]:
