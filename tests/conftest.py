@@ -51,12 +51,25 @@ def hook(control_plane: ControlPlane, webhook_env: dict[str, str]) -> Iterator[W
         yield proc
 
 
+def _prefix(request: pytest.FixtureRequest) -> str:
+    """A namespace prefix naming the test's module."""
+    return request.path.stem.removeprefix("test_").replace("_", "-")
+
+
 @pytest.fixture
 def ns(control_plane: ControlPlane, hook: WebhookProcess, request: pytest.FixtureRequest) -> str:
     """A fresh gated namespace for one test (its own Lease, its own census) under the
     module's ``hook``, named after the test's module."""
-    prefix = request.path.stem.removeprefix("test_").replace("_", "-")
-    return hook.gate_namespace(control_plane.new_namespace(prefix))
+    return hook.gate_namespace(control_plane.new_namespace(_prefix(request)))
+
+
+@pytest.fixture
+def fresh_ns(control_plane: ControlPlane, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A namespace of this test's own, not gated yet (seed searches, then gate it), deleted
+    after the test."""
+    name = control_plane.new_namespace(_prefix(request))
+    yield name
+    control_plane.admin.delete("namespaces", None, name)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -145,14 +145,6 @@ def hook(control_plane: ControlPlane) -> Iterator[WebhookProcess]:
 
 
 @pytest.fixture
-def fresh_ns(control_plane: ControlPlane) -> Iterator[str]:
-    """A namespace of this test's own, not gated yet (seed searches, then gate it)."""
-    name = control_plane.new_namespace("cli")
-    yield name
-    control_plane.admin.delete("namespaces", None, name)
-
-
-@pytest.fixture
 def ns(fresh_ns: str, hook: WebhookProcess) -> str:
     """A gated namespace of this test's own."""
     return hook.gate_namespace(fresh_ns)
