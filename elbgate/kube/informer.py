@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -74,6 +74,7 @@ class Informer:
         watch_timeout_seconds: int = 300,
         backoff_initial: float = 0.2,
         backoff_max: float = 5.0,
+        on_progress: Callable[[str], None] | None = None,
     ) -> None:
         self.api = api
         self.cache = cache
@@ -82,6 +83,9 @@ class Informer:
         self.watch_timeout_seconds = watch_timeout_seconds
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
+        self.on_progress = on_progress
+        """Told the resourceVersion the cache is complete up to: after each LIST and each
+        watch event (BOOKMARKs included), once the cache holds it."""
         self.resource_version = ""
         self.last_error = ""
         """Why the last list/watch failed (``""`` once a LIST succeeded again)."""
@@ -139,6 +143,8 @@ class Informer:
         self.resource_version = str((body.get("metadata") or {}).get("resourceVersion") or "")
         self.cache.replace(self.spec.kind, self.spec.namespace, items)
         self.last_error = ""
+        if self.on_progress is not None and self.resource_version:
+            self.on_progress(self.resource_version)
         log(
             logger,
             logging.DEBUG,
@@ -183,3 +189,5 @@ class Informer:
             self.cache.apply(self.spec.kind, self.spec.namespace, kind, obj)
         if rv:
             self.resource_version = str(rv)
+            if self.on_progress is not None:
+                self.on_progress(self.resource_version)
