@@ -43,6 +43,12 @@ SEARCH_JOB_SELECTOR = f"{APP_LABEL} in ({','.join(SEARCH_APPS)})"
 UNFINISHED_JOB_FIELD_SELECTOR = "status.successful=0"
 """fieldSelector that drops Jobs that already succeeded (most of a busy namespace)."""
 
+CENSUS_FENCE_APP = "elb-gate-census-fence"
+"""``app`` of each gated namespace's census fence Job: the webhook's census watch selects
+it beside the search Jobs (docs/design.md, "The census read at a fence"); never a search."""
+CENSUS_FENCE_ANNOTATION = "elb-gate.io/census-fence"
+"""Written with a new value on the fence Job by every census read from the watch."""
+
 LIVENESS_CONFIGMAP = "elb-blast-liveness"
 ADMISSION_READY_LEASE = "elb-gate-admission"
 """The readiness key, a Lease in each gated namespace: renewed by every webhook replica

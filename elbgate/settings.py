@@ -32,6 +32,9 @@ RuleMode = Literal["deny", "warn", "off"]
 ``deny`` still admits with a warning while ``ELB_GATE_ENFORCEMENT=warn``."""
 OrphanPolicy = Literal["delete", "warn"]
 LogFormat = Literal["json", "text"]
+CensusRead = Literal["list", "watch"]
+"""Where the webhook reads Gate B's census: a LIST per judged admission, or its own
+Job watch at a fence (docs/design.md, "The census read at a fence")."""
 FairTurns = Literal["on", "off"]
 """Whether the Lease guard gives a free turn to the submit path that waited longest."""
 ClientAuth = Literal["off", "verify", "require"]
@@ -167,6 +170,7 @@ _parse_log_format: Parser[LogFormat] = _choice("json", "text")
 _parse_rule_mode: Parser[RuleMode] = _choice("deny", "warn", "off")
 _parse_client_auth: Parser[ClientAuth] = _choice("off", "verify", "require")
 _parse_fair_turns: Parser[FairTurns] = _choice("on", "off")
+_parse_census_read: Parser[CensusRead] = _choice("list", "watch")
 _parse_cpu = _parse_quantity(quantity.millicores)
 _parse_memory = _parse_quantity(quantity.bytes_of)
 
@@ -319,6 +323,21 @@ class WebhookSettings:
         "timeout (60s), within which an admitted create is stored or has failed.",
         parse=_parse_float,
         minimum=1,
+    )
+    census_read: CensusRead = _setting(
+        "ELB_GATE_CENSUS_READ",
+        "watch",
+        "Webhook: `watch` reads Gate B's census from the replica's own Job watch, at a "
+        "fence written to ELB_GATE_CENSUS_FENCE_JOB (the LIST whenever the watch cannot "
+        "say); `list` with a LIST per judged admission (the API server scans the namespace).",
+        parse=_parse_census_read,
+    )
+    census_fence_job: str = _setting(
+        "ELB_GATE_CENSUS_FENCE_JOB",
+        "elb-gate-census-fence",
+        "Webhook: the suspended Job in each gated namespace whose annotation a `watch` "
+        "census read writes (the chart creates it).",
+        parse=_parse_str,
     )
     fair_turns: FairTurns = _setting(
         "ELB_GATE_FAIR_TURNS",

@@ -5,6 +5,7 @@
         proxy.add(resource="leases", delay=3.0)         # slow answers
         proxy.add(resource="jobs", drop=True)           # connection closed, no answer
         proxy.add(resource="jobs", watch_gone=True)     # a watch gets 410 Gone
+        proxy.add(resource="jobs", watch=True, lag=1.0) # a watch's events arrive 1 s late
         proxy.add(method="POST", lose_answer=True)      # applied, but the answer is lost
         proxy.add(status=502, body="<html>…</html>")    # a gateway's error page, no Status
         kubeconfig = proxy.kubeconfig(token, "webhook")  # point a component at the proxy
@@ -74,6 +75,9 @@ class Fault:
     without the answer: a write whose outcome the client cannot know."""
     body: str | None = None
     """With ``status``: answer this text instead of a ``Status`` (a load balancer's page)."""
+    lag: float = 0.0
+    """A watch: each event is passed on this many seconds after the API server sent it,
+    in order (a watch cache behind the API server)."""
     count: int | None = 1
     fired: int = field(default=0)
 
@@ -250,10 +254,17 @@ class FaultProxy:
                 return _gone_watch(request)
             if fault.lose_answer:
                 await self._forward(request, info, deliver=False)
+            if fault.lag and info["watch"]:
+                return await self._forward(request, info, lag=fault.lag)
         return await self._forward(request, info)
 
     async def _forward(
-        self, request: web.Request, info: Mapping[str, Any], *, deliver: bool = True
+        self,
+        request: web.Request,
+        info: Mapping[str, Any],
+        *,
+        deliver: bool = True,
+        lag: float = 0.0,
     ) -> web.StreamResponse:
         assert self._session is not None
         with self._lock:
@@ -276,6 +287,8 @@ class FaultProxy:
             if upstream.headers.get("Content-Encoding"):
                 response.headers["Content-Encoding"] = upstream.headers["Content-Encoding"]
             await response.prepare(request)
+            if lag:
+                return await self._lagging(request, response, upstream, lag)
             sent = 0
             ending = self._ending
             chunks = upstream.content.iter_any().__aiter__()
@@ -303,6 +316,40 @@ class FaultProxy:
             with self._lock:
                 self.answered.append((request.method, request.path_qs, sent))
             return response
+
+    async def _lagging(
+        self,
+        request: web.Request,
+        response: web.StreamResponse,
+        upstream: aiohttp.ClientResponse,
+        lag: float,
+    ) -> web.StreamResponse:
+        """Pass a watch on, each chunk ``lag`` seconds after it arrived, in order."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[float, bytes] | None] = asyncio.Queue()
+
+        async def read() -> None:
+            try:
+                async for chunk in upstream.content.iter_any():
+                    await queue.put((loop.time() + lag, chunk))
+            finally:
+                await queue.put(None)
+
+        reader = asyncio.ensure_future(read())
+        sent = 0
+        try:
+            while (item := await queue.get()) is not None:
+                due, chunk = item
+                await asyncio.sleep(max(0.0, due - loop.time()))
+                sent += len(chunk)
+                await response.write(chunk)
+            await response.write_eof()
+        finally:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+        with self._lock:
+            self.answered.append((request.method, request.path_qs, sent))
+        return response
 
     def end_watches(self) -> None:
         """End every watch stream in flight cleanly, as the API server does when a watch

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from testbed.api import JsonObj
+from testbed.api import ApiError, JsonObj
 from testbed.controlplane import (
     NAMED_USERS,
     REPO,
@@ -138,15 +138,24 @@ def base_objects() -> list[JsonObj]:
     ]
 
 
+GATED_NAMESPACE_FILES = ("rolebindings.yaml", "census-fence.yaml")
+"""What ``manifests/gated-namespace-bindings`` gives each gated namespace: the
+RoleBindings and the census fence Job."""
+
+
+def _gated_namespace_docs(file: str) -> list[JsonObj]:
+    text = (REPO / "manifests" / "gated-namespace-bindings" / file).read_text()
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+CENSUS_FENCE_JOB = str(_gated_namespace_docs("census-fence.yaml")[0]["metadata"]["name"])
+"""The census fence Job's name as shipped (``ELB_GATE_CENSUS_FENCE_JOB``)."""
+
+
 def gated_namespace_bindings(namespace: str) -> list[JsonObj]:
-    """The RoleBindings ``manifests/gated-namespace-bindings`` gives one gated namespace."""
-    docs = [
-        d
-        for d in yaml.safe_load_all(
-            (REPO / "manifests" / "gated-namespace-bindings" / "rolebindings.yaml").read_text()
-        )
-        if d
-    ]
+    """What ``manifests/gated-namespace-bindings`` gives one gated namespace: its
+    RoleBindings and its census fence Job."""
+    docs = [d for file in GATED_NAMESPACE_FILES for d in _gated_namespace_docs(file)]
     out = []
     for doc in docs:
         doc = copy.deepcopy(doc)
@@ -189,12 +198,22 @@ class Installation:
         self.cp.ensure_namespace(namespace, {GATED_LABEL: "true"} if label else None)
         if namespace not in self._gated:
             for doc in gated_namespace_bindings(namespace):
-                self.cp.admin.apply(doc)
+                if doc["kind"] == "Job":  # its pod template cannot change: made once
+                    self._create_once(doc)
+                else:
+                    self.cp.admin.apply(doc)
             if open_to_all:
                 self.cp.admin.apply(submitter_binding(namespace, submitter_subjects(namespace)))
             self._await_bindings(namespace, open_to_all)
             self._gated.add(namespace)
         return namespace
+
+    def _create_once(self, doc: JsonObj) -> None:
+        try:
+            self.cp.admin.create(doc)
+        except ApiError as exc:
+            if exc.status != 409:  # there already
+                raise
 
     def _await_bindings(self, namespace: str, open_to_all: bool) -> None:
         """Wait until the API server's authorizer applies the RoleBindings just written.

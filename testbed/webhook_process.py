@@ -41,7 +41,7 @@ import yaml
 from testbed.api import ApiError, JsonObj
 from testbed.certs import MountedCertificate
 from testbed.controlplane import REPO, ControlPlane
-from testbed.install import Installation
+from testbed.install import CENSUS_FENCE_JOB, Installation
 from testbed.waiting import wait_until
 
 MANIFEST = REPO / "manifests" / "base" / "admission-webhooks.yaml"
@@ -141,6 +141,7 @@ class WebhookProcess:
                 "ELB_GATE_LOG_FORMAT": "json",
                 "ELB_GATE_POD_NAME": self.identity.pod,
                 "ELB_GATE_POD_NAMESPACE": self.identity.namespace,
+                "ELB_GATE_CENSUS_FENCE_JOB": CENSUS_FENCE_JOB,
                 "PYTHONUNBUFFERED": "1",
             }
         )

@@ -39,6 +39,7 @@ from webhook.admission_record import (
     write_record,
     write_turns,
 )
+from webhook.census_watch import CensusWatch
 from webhook.decision import Answer, Decision, unverified
 from webhook.lease_request import LeaseRequest
 from webhook.metrics import LEASE_GUARD, LEASE_STAMP, SEARCH_ADMISSION, WebhookMetrics
@@ -97,6 +98,9 @@ class Admission:
     """Told whenever the API answered (readiness uses it as a free probe)."""
     on_api_unavailable: Callable[[str], None] = lambda _error: None
     """Told whenever a read got no answer (readiness then probes at once)."""
+    census_watch: CensusWatch | None = None
+    """``ELB_GATE_CENSUS_READ=watch``: the census from this replica's Job watch, at a
+    fence; ``None`` (or whenever it cannot say): the census LIST."""
     nodes: Callable[[], NodesSeen] | None = None
     """The Node watch cache's view (:meth:`webhook.cluster_view.ClusterView.seen`);
     read only while a node rule is on. No API call."""
@@ -158,7 +162,7 @@ class Admission:
                         get_turns(self.api, lease.namespace, deadline),
                     ),
                 )
-                slots = await self._slots(lease.namespace, now)
+                slots = await self._slots(lease.namespace, now, fence=not dry_run)
             except (ReadFailed, UnreadableTurns, UnreadableRecord) as exc:
                 _log.warning("fair turn not judged for Lease %s: %s", lease.ref, exc)
                 return decision
@@ -178,7 +182,7 @@ class Admission:
             return fair_turn.answer(lease, decision, path_name, judged, now, slots)
         return decision
 
-    async def _slots(self, namespace: str, now: datetime) -> tuple[int, int]:
+    async def _slots(self, namespace: str, now: datetime, *, fence: bool) -> tuple[int, int]:
         """The active searches by Gate B's census (the admission record's reserved Jobs
         counted) and the ceiling: a search slot is free while the first is below."""
         record = AdmissionRecord.from_configmap(
@@ -190,7 +194,7 @@ class Admission:
                 get_record(self.api, namespace, self.webhook.api_timeout_seconds),
             ),
         )
-        jobs = await self._list_jobs(namespace)
+        jobs = await self._list_jobs(namespace, fence=fence)
         listed = await self._listed(namespace, jobs, now, record)
         counted = census(jobs, now, self.gate.finalizer_grace_seconds, reserved=listed.pending)
         return counted.count, self.gate.max_run_concurrency
@@ -204,7 +208,7 @@ class Admission:
             # Decided on the request or the Lease alone: it adds nothing to the census.
             now = self.clock()
             try:
-                observed, _ = await self._observe(job, reads, now, None)
+                observed, _ = await self._observe(job, reads, now, None, fence=False)
             except ReadFailed as exc:
                 return unverified(f"Gate A/B for {job.ref}", str(exc))
             return self._as_answered(job, observed, self._decide(job, observed, now))
@@ -236,7 +240,7 @@ class Admission:
                 ),
             )
             # After the record's GET, never beside it: see elbgate.reservations.
-            observed, listed = await self._observe(job, reads, now, record)
+            observed, listed = await self._observe(job, reads, now, record, fence=not dry_run)
         except ReadFailed as exc:
             return unverified(subject, str(exc))
         except UnreadableRecord as exc:
@@ -402,6 +406,8 @@ class Admission:
         reads: Reads,
         now: datetime,
         record: AdmissionRecord | None,
+        *,
+        fence: bool,
     ) -> tuple[Observed, Listed | None]:
         """What ``decide`` needs, and what was listed (``None`` when nothing was). With a
         ``record``, the census counts its reserved Jobs that the LIST does not show and
@@ -412,7 +418,7 @@ class Admission:
             return Observed(None, await self._get_lease(job.namespace)), None
         if reads is Reads.JOBS_AND_LEASE:
             results = await asyncio.gather(
-                self._list_jobs(job.namespace),
+                self._list_jobs(job.namespace, fence=fence),
                 self._get_lease(job.namespace),
                 return_exceptions=True,
             )
@@ -426,7 +432,7 @@ class Admission:
             listed = await self._listed(job.namespace, jobs, now, record)
             seen = search_admission.survey(job, jobs, self.gate, now, listed.pending)
             return Observed(seen, lease_obj), listed
-        jobs = await self._list_jobs(job.namespace)
+        jobs = await self._list_jobs(job.namespace, fence=fence)
         listed = await self._listed(job.namespace, jobs, now, record)
         seen = search_admission.survey(job, jobs, self.gate, now, listed.pending)
         if search_admission.lease_needed(job, seen):
@@ -452,7 +458,18 @@ class Admission:
         pending = tuple(e.ref(namespace) for e in unlisted if e.name not in finished)
         return Listed(jobs, names, ids, pending, finished)
 
-    async def _list_jobs(self, namespace: str) -> list[dict[str, Any]]:
+    async def _list_jobs(self, namespace: str, *, fence: bool) -> list[dict[str, Any]]:
+        """The census's Jobs: from the replica's watch at a fence when ``fence`` (a dry
+        run writes nothing, not even the fence) and the watch can say; else the LIST."""
+        if fence and self.census_watch is not None:
+            fenced = await self._read(
+                f"write the census fence {namespace}/{self.census_watch.fence_job}",
+                "patch",
+                "jobs",
+                self.census_watch.jobs(namespace, self.webhook.api_timeout_seconds),
+            )
+            if fenced is not None:
+                return fenced
         return await self._read(
             f"LIST search Jobs in namespace {namespace}",
             "list",

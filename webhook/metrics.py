@@ -61,8 +61,24 @@ DENIAL_REASONS: dict[str, tuple[str, ...]] = {
 """Every reason each webhook refuses with (docs/denials.md); the stamp never refuses."""
 WARN_MODE_WEBHOOKS = (SEARCH_ADMISSION,)
 """Where ``ELB_GATE_ENFORCEMENT=warn`` turns a refusal into a warning (``warned``)."""
-API_READS = (("list", "jobs"), ("get", "leases"), ("watch", "nodes"), ("watch", "configmaps"))
-"""The API calls the webhook makes: the census, the Lease, the node rules' watch caches."""
+API_READS = (
+    ("list", "jobs"),
+    ("get", "leases"),
+    ("watch", "nodes"),
+    ("watch", "configmaps"),
+    ("watch", "jobs"),
+    ("patch", "jobs"),
+)
+"""The API calls the webhook makes: the census, the Lease, the node rules' watch caches,
+the census watch and its fence (``ELB_GATE_CENSUS_READ=watch``)."""
+CENSUS_READS = (
+    ("watch", "fenced"),
+    ("list", "not_synced"),
+    ("list", "fence_refused"),
+    ("list", "watch_behind"),
+)
+"""With ``ELB_GATE_CENSUS_READ=watch``: where each census was read, and why not from the
+watch (docs/design.md, "The census read at a fence")."""
 REJECTIONS: tuple[tuple[int, str], ...] = (
     (415, "content_type"),
     (413, "too_large"),
@@ -161,6 +177,13 @@ class WebhookMetrics:
             "Requests in flight from callers not verified as the API server.",
             registry=registry,
         )
+        self._census_reads = Counter(
+            "elb_gate_census_reads_total",
+            "Gate B census reads with ELB_GATE_CENSUS_READ=watch, by source (watch, list) "
+            "and reason (fenced; not_synced, fence_refused, watch_behind: LISTed instead).",
+            ["source", "reason"],
+            registry=registry,
+        )
         self._cert_expiry = Gauge(
             "elb_gate_certificate_expiry_timestamp_seconds",
             "notAfter of the serving certificate in use (unix seconds).",
@@ -196,6 +219,8 @@ class WebhookMetrics:
         for caller in CALLER_KINDS:
             for outcome in CALLER_OUTCOMES:
                 self._callers.labels(caller, outcome)
+        for source, reason in CENSUS_READS:
+            self._census_reads.labels(source, reason)
 
     @contextlib.contextmanager
     def in_flight(self, webhook: str) -> Iterator[None]:
@@ -241,6 +266,10 @@ class WebhookMetrics:
 
     def record_split_searches(self, namespace: str, active: int) -> None:
         self._split.labels(namespace).set(active)
+
+    def record_census_read(self, source: str, reason: str) -> None:
+        """One census read with ``ELB_GATE_CENSUS_READ=watch`` (:data:`CENSUS_READS`)."""
+        self._census_reads.labels(source, reason).inc()
 
     def record_caller(self, caller: str, outcome: str) -> None:
         """One admission HTTP request told apart by its client certificate."""

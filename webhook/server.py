@@ -19,6 +19,7 @@ from elbgate.serving.credential_metrics import register_credential_failures
 from elbgate.settings import Settings
 from webhook.admission import Admission
 from webhook.callers import CallerPolicy
+from webhook.census_watch import CensusWatch
 from webhook.cluster_view import ClusterView
 from webhook.http import Runtime, create_app, create_ops_app
 from webhook.metrics import COMPONENT, WebhookMetrics
@@ -69,6 +70,19 @@ async def serve(
     await certificate.refresh()  # before listening, so the first handshake has it
     reachability = ApiReachability(api, settings.webhook.api_timeout_seconds)
     cluster = ClusterView(api, settings.rules, settings.server.pod_namespace, metrics)
+    census_watch = (
+        CensusWatch(
+            api,
+            metrics,
+            settings.webhook.census_fence_job,
+            wait_seconds=settings.webhook.api_timeout_seconds,
+            namespaces=settings.controller.namespaces,
+        )
+        if settings.webhook.census_read == "watch"
+        else None
+    )
+    if census_watch is not None:
+        census_watch.start()
     admission = Admission(
         settings.gate,
         settings.webhook,
@@ -79,6 +93,7 @@ async def serve(
         on_api_answer=reachability.note_answer,
         on_api_unavailable=reachability.note_unavailable,
         nodes=cluster.seen,
+        census_watch=census_watch,
     )
     callers = CallerPolicy.from_settings(
         settings.webhook, metrics.record_caller, metrics.record_unverified_in_flight
@@ -124,5 +139,7 @@ async def serve(
         for runner in runners:  # admission first: it finishes in-flight reviews, then closes
             await runner.cleanup()
         await admission.close()
+        if census_watch is not None:
+            await census_watch.close()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)

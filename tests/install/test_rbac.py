@@ -83,6 +83,8 @@ EXPECTED: dict[tuple[str, str], set[Grant]] = {
         ("leases", "patch"),  # that one Lease only (resourceNames)
         ("jobs", "get"),
         ("jobs", "list"),
+        ("jobs", "watch"),  # the census watch (webhook.censusRead: watch)
+        ("jobs", "patch"),  # its fence Job only (resourceNames)
         ("configmaps", "get"),
         ("configmaps", "create"),
         ("configmaps", "update"),
@@ -384,7 +386,7 @@ def test_roles_are_bound_per_namespace_and_never_cluster_wide(
             assert subject["name"] == role.removesuffix("-leader").removesuffix("-db-memory")
 
 
-def test_the_webhook_can_write_only_its_admission_record_and_readiness_key() -> None:
+def test_the_webhook_can_write_only_its_admission_record_readiness_key_and_census_fence() -> None:
     writes = {"create", "update", "patch", "delete", "deletecollection"}
     webhook = {
         (r, v)
@@ -397,7 +399,29 @@ def test_the_webhook_can_write_only_its_admission_record_and_readiness_key() -> 
         ("configmaps", "update"),
         ("leases", "create"),
         ("leases", "patch"),
+        ("jobs", "patch"),
     }
+
+
+def test_the_webhook_patches_no_job_but_each_namespaces_census_fence(
+    rendered: dict[str, list[Obj]],
+) -> None:
+    checked = 0
+    for target, objects in rendered.items():
+        roles = select(objects, "ClusterRole", "elb-gate-webhook")
+        if not roles:
+            continue  # a target without the base (the monitoring objects alone)
+        (role,) = roles
+        checked += 1
+        patches = [r for r in role["rules"] if "jobs" in r["resources"] and "patch" in r["verbs"]]
+        (rule,) = patches
+        fences = {
+            job["metadata"]["name"]
+            for job in select(objects, "Job")
+            if job["metadata"]["labels"]["app"] == "elb-gate-census-fence"
+        }
+        assert rule["verbs"] == ["patch"] and rule["resourceNames"] == sorted(fences), target
+    assert checked >= 3
 
 
 def test_registration_grants_exactly_the_table_on_the_named_objects_but_create_and_list() -> None:

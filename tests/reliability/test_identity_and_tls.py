@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from elbgate.lease import format_microtime
-from elbgate.names import HOLDER_USER_ANNOTATION, lease_name
+from elbgate.names import HOLDER_USER_ANNOTATION, SEARCH_JOB_SELECTOR, lease_name
 from testbed.certs import WEBHOOK_HOST
 from testbed.controlplane import ControlPlane, PodIdentity
 from testbed.reliability.calls import http, jobs_path, kubectl_status, lease_path
@@ -163,7 +163,7 @@ def test_every_attempt_by_a_non_holder_is_refused_with_the_right_code(
     assert runs == 2 * len(ATTACKERS) * len(EXPECTED)
     stored = rig.cp.admin.get("leases", ns, lease_name(ns))
     assert stored["spec"]["holderIdentity"] == HOLDER
-    assert rig.cp.admin.list("jobs", ns) == []
+    assert rig.cp.admin.list("jobs", ns, label_selector=SEARCH_JOB_SELECTOR) == []
 
 
 def test_the_holder_itself_still_renews_after_the_attempts(

@@ -17,6 +17,7 @@ from elbgate.names import HOLDER_USER_ANNOTATION
 from testbed import elastic_blast as elb
 from testbed.api import ApiError, JsonObj
 from testbed.controlplane import ControlPlane
+from testbed.install import CENSUS_FENCE_JOB
 from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
 from tests.graph.bodies import ready
@@ -310,8 +311,12 @@ def test_the_webhook_itself_may_write_only_its_admission_record_in_a_gated_names
             ("update", "configmaps/elb-blast-liveness"),
             ("delete", "configmaps/elb-gate-admissions"),
             ("patch", "configmaps/elb-gate-admissions"),
+            ("patch", "jobs/elb-finalizer-0a1b2c3d"),
+            ("update", f"jobs/{CENSUS_FENCE_JOB}"),
         ]:
             assert can(verb, resource) == "no", (verb, resource)
+        # The census fence: one annotation rewritten by a merge patch, that Job only.
+        assert can("patch", f"jobs/{CENSUS_FENCE_JOB}") == "yes"
         assert can("update", "configmaps/elb-gate-admissions") == "yes"
         # The readiness key: created once, then renewed by a patch of that Lease only.
         assert can("patch", "leases/elb-gate-admission") == "yes"

@@ -153,6 +153,18 @@ checksum/submitters: {{ include "elb-gate.submittersFile" . | sha256sum }}
 {{- end }}
 
 {{/* ELB_GATE_* / BLAST_* environment of both Deployments. */}}
+{{/* The census fence Job of each gated namespace (webhook.censusRead: watch). A Job's
+     pod template cannot change, so the name follows the image: another
+     webhook.censusFenceImage is another Job, and the upgrade removes the old one. */}}
+{{- define "elb-gate.censusFenceJob" -}}
+{{- printf "elb-gate-census-fence-%s" (.Values.webhook.censusFenceImage | sha256sum | trunc 8) -}}
+{{- end }}
+
+{{- define "elb-gate.censusRead" -}}
+{{- if not (has .Values.webhook.censusRead (list "list" "watch")) }}{{ fail "webhook.censusRead: list or watch" }}{{ end -}}
+{{- .Values.webhook.censusRead -}}
+{{- end }}
+
 {{- define "elb-gate.settingsData" -}}
 {{- $s := .Values.settings -}}
 {{- if not (has .Values.enforcement (list "deny" "warn")) }}{{ fail "enforcement: deny or warn" }}{{ end -}}
@@ -169,6 +181,10 @@ ELB_GATE_ORPHAN_POLICY: {{ .Values.orphanPolicy | quote }}
 ELB_GATE_ORPHAN_DELETE_AFTER_SECONDS: {{ .Values.orphanDeleteAfterSeconds | toString | quote }}
 ELB_GATE_RESYNC_SECONDS: {{ $s.resyncSeconds | toString | quote }}
 ELB_GATE_LOG_FORMAT: {{ $s.logFormat | quote }}
+ELB_GATE_CENSUS_READ: {{ include "elb-gate.censusRead" . | quote }}
+{{- if eq (include "elb-gate.censusRead" .) "watch" }}
+ELB_GATE_CENSUS_FENCE_JOB: {{ include "elb-gate.censusFenceJob" . | quote }}
+{{- end }}
 {{- if eq .Values.webhook.registration "controller" }}
 ELB_GATE_REGISTRATION_CONFIGMAP: elb-gate-webhook-configurations
 ELB_GATE_REGISTRATION_OWNER: elb-gate-webhook
