@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.child_processes import remove, scratch_dir
+from bench.cluster import FINALIZER_GRACE_SECONDS
 from bench.figures import all_figures
 from bench.load import LoadPlan
 from bench.machine import load_average, machine_info
@@ -83,6 +84,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--no-capacity", action="store_true", help="skip admission with the capacity rule on"
     )
     parser.add_argument(
+        "--finalizer-grace",
+        type=int,
+        help="BLAST_FINALIZER_GRACE_SECONDS of the measured webhooks (default 300): each "
+        "Job count is measured once the fill's finishing finalizers are past it",
+    )
+    parser.add_argument(
+        "--no-census-list",
+        action="store_true",
+        help="skip admission with ELB_GATE_CENSUS_READ=list (the census LIST the watch replaces)",
+    )
+    parser.add_argument(
         "--no-load",
         action="store_true",
         help="skip the cluster-load phase (API requests, handoff, bursts)",
@@ -141,11 +153,13 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         profile_at=args.profile_at,
         fast_paths=not args.no_fast,
         capacity=not args.no_capacity,
+        census_list=not args.no_census_list,
         controller_scale=not args.no_controller_scale,
         load=None if args.no_load else load,
         reclaim_runs=base.reclaim_runs if args.reclaim_runs is None else args.reclaim_runs,
         order_requests=base.order_requests if args.order_requests is None else args.order_requests,
         api_timeout_seconds=args.api_timeout,
+        finalizer_grace_seconds=args.finalizer_grace,
     )
 
 
@@ -221,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
             "reclaim_runs": config.reclaim_runs,
             "order_requests": config.order_requests,
             "webhook_api_timeout_seconds": config.api_timeout,
+            "webhook_finalizer_grace_seconds": config.finalizer_grace_seconds
+            or FINALIZER_GRACE_SECONDS,
             "layout": describe_layout(harness),
         },
         raw={
@@ -260,7 +276,7 @@ def outcome_lines(outcomes: Any, job_counts: tuple[int, ...]) -> list[str]:
     ``denied-429`` …, ``http-…``): a latency is an admission's only where all were allowed."""
     lines = []
     for n in job_counts:
-        for server in ("hook", "cap", "reads"):
+        for server in ("hook", "list", "cap", "reads"):
             counts = outcomes.get(f"{server}.n{n}")
             if counts:
                 text = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))

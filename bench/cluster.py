@@ -29,7 +29,7 @@ import orjson
 from bench.namespace_jobs import api_body, job_status, planned_jobs, submit_lease
 from bench.processes import pin
 from elbgate.kube.api import METADATA_LIST
-from elbgate.names import ADMISSION_RECORD_CONFIGMAP, lease_name
+from elbgate.names import ADMISSION_RECORD_CONFIGMAP, CENSUS_FENCE_APP, lease_name
 from testbed.api import ApiError, JsonObj
 from testbed.controlplane import ATTACH_ENV, ControlPlane
 from testbed.install import Installation
@@ -73,8 +73,16 @@ def _children(pid: int) -> list[int]:
 class BenchCluster:
     """One control plane for the whole run: started (and stopped) here unless attached."""
 
-    def __init__(self, workdir: Path, cpu: int | None, largest: int = 0) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        cpu: int | None,
+        largest: int = 0,
+        finalizer_grace_seconds: int = FINALIZER_GRACE_SECONDS,
+    ) -> None:
         self.workdir = workdir
+        self.finalizer_grace_seconds = finalizer_grace_seconds
+        """The measured webhooks' ``BLAST_FINALIZER_GRACE_SECONDS``."""
         self.cpu = cpu
         self.largest = largest
         """The most Jobs a namespace will hold (sizes etcd's quota)."""
@@ -164,7 +172,7 @@ class BenchCluster:
             with self._unpinned():
                 asyncio.run(self._create(namespace, missing))
             seconds = time.perf_counter() - started
-            self.young_finishing_until = time.monotonic() + FINALIZER_GRACE_SECONDS + 5
+            self.young_finishing_until = time.monotonic() + self.finalizer_grace_seconds + 5
             if not any(j.state == "finishing" for j in missing):
                 self.young_finishing_until = 0.0
             self.fills.append(
@@ -239,7 +247,9 @@ class BenchCluster:
                     return out
 
     async def _names(self, namespace: str) -> set[str]:
-        pages = await self._pages(namespace, {}, METADATA_LIST)
+        # Not the namespace's census fence (the install's, not the mix's).
+        query = {"labelSelector": f"app!={CENSUS_FENCE_APP}"}
+        pages = await self._pages(namespace, query, METADATA_LIST)
         return {str(i["metadata"]["name"]) for _, body in pages for i in body.get("items") or []}
 
     async def _list_bytes(

@@ -464,13 +464,37 @@ def scale_figures(
                 Target(SCALE_P99_RATIO, on="ratio"),
             )
         )
+    if 0 in job_counts and top > 0 and s.get(f"list.n{top}.p99_ms"):
+        out.append(
+            paired(
+                f"scale.search_list.n{top}.p99_vs_0",
+                f"  with ELB_GATE_CENSUS_READ=list: p99, {top} Jobs against 0 Jobs",
+                s.get(f"list.n{top}.p99_ms"),
+                "ms",
+                s.get("list.n0.p99_ms"),
+                "p99 at 0 Jobs",
+            )
+        )
     for n in job_counts:
+        if s.get(f"list.n{n}.p99_ms"):
+            out.append(
+                paired(
+                    f"scale.search.n{n}.p99_vs_list",
+                    f"search admission p99, {n} Jobs: the census at a fence against the LIST",
+                    s.get(f"hook.n{n}.p99_ms"),
+                    "ms",
+                    s.get(f"list.n{n}.p99_ms"),
+                    "LIST",
+                )
+            )
         out.append(
             paired(
                 f"scale.apiserver_cpu.n{n}",
                 f"API server CPU per search admission, {n} Jobs",
                 s.get(f"hook.n{n}.apiserver_cpu_us"),
                 "us",
+                s.get(f"list.n{n}.apiserver_cpu_us") or None,
+                "LIST",
                 note="kube-apiserver + etcd over the webhook's saturation pass",
             )
         )

@@ -37,7 +37,7 @@ import orjson
 
 from bench import admission_order, cluster_load, controller_scale, reclaim_latency, reviews
 from bench.child_processes import ApiFloorSteps, NoopServer
-from bench.cluster import BenchCluster
+from bench.cluster import FINALIZER_GRACE_SECONDS, BenchCluster
 from bench.cluster_load import LoadConfig
 from bench.load import (
     LoadPlan,
@@ -103,6 +103,9 @@ class BenchConfig:
     fast_paths: bool = True
     capacity: bool = True
     """Also measure search admission with the node-capacity rule on (``cap.n<N>``)."""
+    census_list: bool = True
+    """Also measure search admission with ``ELB_GATE_CENSUS_READ=list`` (``list.n<N>``):
+    the census LIST per admission that the measured webhook's fenced watch read replaces."""
     load: LoadConfig | None = LoadConfig()
     """The cluster-load phase at the largest Job count (``None``: skipped)."""
     reclaim_runs: int = 3
@@ -121,6 +124,11 @@ class BenchConfig:
     an admission instead of a fail-closed refusal; it must stay below the webhooks'
     ``timeoutSeconds`` (:data:`WEBHOOK_TIMEOUT_SECONDS`), as the chart requires."""
 
+    finalizer_grace_seconds: int | None = None
+    """``BLAST_FINALIZER_GRACE_SECONDS`` of the measured webhooks (``None``: the default,
+    300). A fill's finishing finalizers are younger than it, so counted active, and each
+    Job count is measured once it has passed: a shorter grace only shortens that wait."""
+
     @property
     def api_timeout(self) -> float:
         """The API deadline the measured webhooks use."""
@@ -130,9 +138,12 @@ class BenchConfig:
 
     def webhook_env(self) -> dict[str, str]:
         """What the run adds to the measured webhooks' environment."""
-        if self.api_timeout_seconds is None:
-            return {}
-        return {"ELB_GATE_API_TIMEOUT_SECONDS": f"{self.api_timeout_seconds:g}"}
+        env = {}
+        if self.api_timeout_seconds is not None:
+            env["ELB_GATE_API_TIMEOUT_SECONDS"] = f"{self.api_timeout_seconds:g}"
+        if self.finalizer_grace_seconds is not None:
+            env["BLAST_FINALIZER_GRACE_SECONDS"] = str(self.finalizer_grace_seconds)
+        return env
 
     @classmethod
     def quick(cls) -> BenchConfig:
@@ -256,9 +267,15 @@ class Harness:
         self.pinned = (os.cpu_count() or 1) >= 2 and can_pin({SERVER_CPU, CLIENT_CPU})
         self.server_cpu = SERVER_CPU if self.pinned else None
         self.client_cpu = CLIENT_CPU if self.pinned else None
-        self.cluster = BenchCluster(workdir, self.client_cpu, max(config.job_counts, default=0))
+        self.cluster = BenchCluster(
+            workdir,
+            self.client_cpu,
+            max(config.job_counts, default=0),
+            config.finalizer_grace_seconds or FINALIZER_GRACE_SECONDS,
+        )
         self.webhook: WebhookProcess | None = None
         self.capacity_webhook: WebhookProcess | None = None
+        self.list_webhook: WebhookProcess | None = None
         self.noop: NoopServer | None = None
         self.reads_noop: NoopServer | None = None
         self.series = Series()
@@ -288,6 +305,10 @@ class Harness:
             self.capacity_webhook = self._webhook(
                 "elb-gate-webhook-capacity", {**CAPACITY_ENV, **env}
             )
+        if self.config.census_list:
+            self.list_webhook = self._webhook(
+                "elb-gate-webhook-list", {"ELB_GATE_CENSUS_READ": "list", **env}
+            )
         cert = self.webhook.certificate
         self.noop = NoopServer(cert.cert_file, cert.key_file, self.server_cpu).start()
         self.reads_noop = NoopServer(
@@ -316,11 +337,11 @@ class Harness:
         for server in (self.noop, self.reads_noop):
             if server is not None:
                 server.stop()
-        for hook in (self.webhook, self.capacity_webhook):
+        for hook in (self.webhook, self.capacity_webhook, self.list_webhook):
             if hook is not None:
                 hook.stop()
         self.noop = self.reads_noop = None
-        self.webhook = self.capacity_webhook = None
+        self.webhook = self.capacity_webhook = self.list_webhook = None
 
     def stop(self) -> None:
         self.stop_admission_servers()
@@ -462,6 +483,13 @@ class Harness:
         if cap is not None and cap.process is not None:
             servers["cap"] = (Webhook(cap.url, cap.client_context(), WEBHOOK_HOST), cap.process.pid)
             logged["cap"] = cap
+        listing = self.list_webhook
+        if listing is not None and listing.process is not None:
+            servers["list"] = (
+                Webhook(listing.url, listing.client_context(), WEBHOOK_HOST),
+                listing.process.pid,
+            )
+            logged["list"] = listing
         expect_floor: Callable[[str], bool] = lambda o: o.endswith("lease=yes")  # noqa: E731
         expect_allowed: Callable[[str], bool] = lambda o: o == "allowed"  # noqa: E731
         floor = ApiFloorSteps(

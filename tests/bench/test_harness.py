@@ -493,6 +493,8 @@ def test_a_quick_run_on_the_control_plane_measures_every_part(
     outcomes = raw["outcomes"]
     assert set(outcomes["hook.n3"]) == {"allowed"}
     assert set(outcomes["cap.n3"]) == {"allowed"}  # the capacity rule on, under its ceiling
+    assert set(outcomes["list.n3"]) == {"allowed"}  # the census LIST the watch replaces
+    assert figures["scale.search.n3.p99_vs_list"]["ratio"]["median"] > 0
     assert set(outcomes["lease.stamp"]) == {"allowed+patch"}
     assert set(outcomes["api.n3"]) == {"jobs=0,lease=yes"}  # 3 Jobs: none unfinished
     assert figures["capacity.n3.p50"]["ratio"]["median"] > 0
@@ -509,13 +511,13 @@ def test_a_quick_run_on_the_control_plane_measures_every_part(
         assert len(r["handoffs_s"]) + len(r["startups_s"]) == searches
         api = burst["api_per_search"]
         assert api["detail"]["submitters"]["write jobs"] == 4 * searches  # each search's Jobs
-        assert api["webhook"]["read"] >= 2  # the census LIST and the Lease GET, at least
+        assert api["webhook"]["read"] >= 2  # the admission record and the Lease, at least
         # The webhook writes the admission record (at least each search's opening) and
-        # nothing else per search (its readiness key, renewed on its own clock, is not
-        # counted: bench/api_counts.py).
+        # the census fence (each judged Job), and nothing else per search (its readiness
+        # key, renewed on its own clock, is not counted: bench/api_counts.py).
         assert api["webhook"]["write"] >= 1
         writes = {k for k in api["detail"]["webhook"] if k.startswith("write ")}
-        assert writes == {"write configmaps"}
+        assert writes == {"write configmaps", "write jobs"}
     assert load["burst_elb_gate"]["api_per_search"]["submitters"]["watch"] > 0  # waits watching
     assert load["burst_polling"]["api_per_search"]["submitters"]["watch"] == 0
     phases = load["burst_elb_gate"]["phases_s"]
@@ -527,9 +529,11 @@ def test_a_quick_run_on_the_control_plane_measures_every_part(
     assert load["resync"]["webhook"]["all"] == 0
     assert load["resync"]["reconciles"] >= 1
 
-    # The admission record's cost: a search's first Job reads it, lists, reads the Lease
-    # and writes it; a batch Job of an active search only reads it and lists. Each
-    # review makes at least those calls and no other kind. After answering, the replica
+    # The admission record's cost: a search's first Job reads it, writes the census
+    # fence (the census is then read from the webhook's own Job watch), reads the Lease
+    # and writes the record; a batch Job of an active search only reads it and writes
+    # the fence. Each review makes at least those calls and no other kind but the census
+    # LIST, read whenever the watch cannot say in time. After answering, the replica
     # that reserved an opening's Job looks for it (GET jobs) on its own clock: a look
     # falls inside the window of a later review or, for the pass's last reviews, after
     # the pass has ended, so only that some looks were counted is exact, not one per
@@ -540,13 +544,15 @@ def test_a_quick_run_on_the_control_plane_measures_every_part(
     assert order["joining"]["outcomes"] == {"allowed": order["joining"]["requests"]}
     opening = dict(order["opening"]["api_requests_by_call"])
     assert opening.pop("GET jobs", 0) > 0
-    assert set(opening) == {"GET configmaps", "GET jobs:list", "GET leases", "PUT configmaps"}
+    opening.pop("GET jobs:list", None)
+    assert set(opening) == {"GET configmaps", "PATCH jobs", "GET leases", "PUT configmaps"}
     assert all(n >= 1.0 for n in opening.values()), opening
     joining = dict(order["joining"]["api_requests_by_call"])
     joining.pop("GET jobs", None)
-    assert {"GET configmaps", "GET jobs:list"} <= set(joining)
-    assert set(joining) <= {"GET configmaps", "GET jobs:list", "PUT configmaps"}, joining
-    assert joining["GET configmaps"] >= 1.0 and joining["GET jobs:list"] >= 1.0
+    joining.pop("GET jobs:list", None)
+    assert {"GET configmaps", "PATCH jobs"} <= set(joining)
+    assert set(joining) <= {"GET configmaps", "PATCH jobs", "PUT configmaps"}, joining
+    assert joining["GET configmaps"] >= 1.0 and joining["PATCH jobs"] >= 1.0
     assert figures["order.opening.p50"]["value"]["median"] > 0
     # The real controller at each Job count: start-up, relist after 410, leader change.
     for n in ("0", "3"):
@@ -573,12 +579,17 @@ def test_the_plotted_curve_has_one_point_per_job_count(tmp_path: Path) -> None:
         "settings": {"job_counts": [0, 30]},
         "machine": {"cores": 2, "date": "2026-12-01"},
         "raw": {
-            "series": {"hook.n0.p99_ms": [3.0, 1.0, 2.0], "hook.n30.p99_ms": [4.0]},
+            "series": {
+                "hook.n0.p99_ms": [3.0, 1.0, 2.0],
+                "hook.n30.p99_ms": [4.0],
+                "list.n30.p99_ms": [40.0],
+            },
             "controller_scale": {"30": {"startup_to_synced_s": 2.5, "live_list_bytes": 2e6}},
         },
     }
     data = plot.curve(doc)
     assert data["jobs"] == [0.0, 30.0] and data["p99_ms"] == [2.0, 4.0]
+    assert data["list_p99_ms"][1] == 40.0 and math.isnan(data["list_p99_ms"][0])
     assert data["synced_s"][1] == 2.5 and data["relist_mb"][1] == 2.0
     assert math.isnan(data["synced_s"][0]) and math.isnan(data["p50_ms"][0])
     plot.draw(doc, tmp_path / "curve.png")
