@@ -66,7 +66,20 @@ flagged."""
 HOLD_SECONDS = 20
 ADMISSION_RECORD = "elb-gate-admissions"
 """The namespace's admission record (docs/design.md, "Names every path must agree on")."""
-FAULTS: tuple[str, ...] = ("none", "slow_list", "dropped_list", "record_503", "record_lost")
+FAULTS: tuple[str, ...] = (
+    "none",
+    "slow_list",
+    "dropped_list",
+    "record_503",
+    "record_lost",
+    "lagging_watch",
+    "fence_503",
+    "fence_lost",
+)
+"""Faults on the webhooks' calls: the census LIST (and the Job watch's own LIST and
+WATCH requests), the admission record, and the census read at a fence (docs/design.md,
+"The census read at a fence"): its watch's events passed on late, its fence write
+refused or its answer lost."""
 
 
 def settings() -> dict[str, Any]:
@@ -165,6 +178,20 @@ class Races:
         if fault == "record_lost":
             return self.proxy.add(
                 method="PUT", resource="configmaps", namespace=ns, lose_answer=True, count=count
+            )
+        if fault == "lagging_watch":
+            lag = self.proxy.add(
+                resource="jobs", namespace=ns, watch=True, lag=rng.uniform(0.2, 1.2), count=None
+            )
+            self.proxy.end_watches()  # the webhooks resume their Job watches through it
+            return lag
+        if fault == "fence_503":
+            return self.proxy.add(
+                method="PATCH", resource="jobs", namespace=ns, status=503, count=count
+            )
+        if fault == "fence_lost":
+            return self.proxy.add(
+                method="PATCH", resource="jobs", namespace=ns, lose_answer=True, count=count
             )
         return None
 
