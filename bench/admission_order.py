@@ -35,7 +35,7 @@ from typing import Any
 import aiohttp
 
 from bench import reviews
-from bench.api_counts import classify, is_readiness_key
+from bench.api_counts import classify, on_own_clock
 from bench.namespace_jobs import submit_lease
 from bench.stats import percentile
 from testbed import elastic_blast as elb
@@ -126,7 +126,7 @@ async def _measure(
     # The readiness key is renewed on the replica's own clock (every few seconds per
     # gated namespace), not per review: a renewal that falls inside a review's window is
     # counted apart, so the per-review figures say what admission itself costs.
-    per_review = [c for c in calls if not is_readiness_key(c[1])]
+    per_review = [c for c in calls if not on_own_clock(*c)]
     background = len(calls) - len(per_review)
     by: Counter[str] = Counter()
     for method, path_qs in per_review:

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
-from elbgate.names import ADMISSION_READY_LEASE
+from elbgate.names import ADMISSION_READY_LEASE, CENSUS_FENCE_APP
 
 _PATH = re.compile(
     r"^/(?:api/v1|apis/[^/]+/[^/]+)"
@@ -80,13 +80,29 @@ def is_readiness_key(path_qs: str) -> bool:
     return urlsplit(path_qs).path.endswith(f"/leases/{ADMISSION_READY_LEASE}")
 
 
+def is_census_watch(method: str, path_qs: str) -> bool:
+    """A webhook replica's census watch listing or watching a namespace's Jobs (its
+    selector names the census fence's ``app``): started once per namespace, resumed when
+    the API server ends a watch, on the replica's own clock. The fence write each census
+    read makes (a PATCH of the fence Job) is not one of these."""
+    parts = urlsplit(path_qs)
+    selector = " ".join(parse_qs(parts.query).get("labelSelector", []))
+    return method.upper() == "GET" and CENSUS_FENCE_APP in selector
+
+
+def on_own_clock(method: str, path_qs: str) -> bool:
+    """A request a webhook replica makes on its own clock, not per review, search,
+    renewal or resync (so whether one falls inside a measured window is chance): its
+    readiness key's renewals and its census watch."""
+    return is_readiness_key(path_qs) or is_census_watch(method, path_qs)
+
+
 def tally(requests: Iterable[tuple[str, str]]) -> Tally:
-    """Count ``(method, path?query)`` records (other than discovery, and other than the
-    readiness key's renewals: they run on the replica's clock, not per search, renewal
-    or resync, so whether one falls inside a measured window is chance)."""
+    """Count ``(method, path?query)`` records, other than discovery and other than what
+    a replica does on its own clock (:func:`on_own_clock`)."""
     out: Counter[tuple[str, str]] = Counter()
     for method, path_qs in requests:
-        if is_readiness_key(path_qs):
+        if on_own_clock(method, path_qs):
             continue
         kind, resource = classify(method, path_qs)
         if kind != "other":
