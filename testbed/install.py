@@ -22,6 +22,7 @@ from pathlib import Path
 
 import yaml
 
+from elbgate.names import CENSUS_FENCE_APP
 from testbed.api import ApiError, JsonObj
 from testbed.controlplane import (
     NAMED_USERS,
@@ -150,6 +151,10 @@ def _gated_namespace_docs(file: str) -> list[JsonObj]:
 
 CENSUS_FENCE_JOB = str(_gated_namespace_docs("census-fence.yaml")[0]["metadata"]["name"])
 """The census fence Job's name as shipped (``ELB_GATE_CENSUS_FENCE_JOB``)."""
+NOT_THE_FENCE = f"app!={CENSUS_FENCE_APP}"
+"""labelSelector of every Job of a gated namespace but its census fence: what a harness
+clears between runs (the install made the fence once; without it the webhook reads the
+census with a LIST)."""
 
 
 def gated_namespace_bindings(namespace: str) -> list[JsonObj]:

@@ -22,14 +22,17 @@ from __future__ import annotations
 import itertools
 import secrets
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Self
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from testbed.controller_process import LEADER_LEASE, ControllerProcess
 from testbed.controlplane import ControlPlane
 from testbed.faultproxy import FaultProxy
-from testbed.install import Installation
+from testbed.install import NOT_THE_FENCE, Installation
 from testbed.service import Service
 from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
@@ -199,20 +202,40 @@ class Rig:
 
     def reset_namespace(self, namespace: str, timeout: float = 120.0) -> None:
         """Empty a namespace for the next schedule: its Jobs and Pods go (the Lease
-        stays: a held one cannot be deleted, and a free one is as good as none)."""
+        stays: a held one cannot be deleted, and a free one is as good as none), but not
+        its census fence, which the install made once."""
         admin = self.cp.admin
-        for job in admin.list("jobs", namespace):
+        for job in admin.list("jobs", namespace, label_selector=NOT_THE_FENCE):
             admin.delete("jobs", namespace, job["metadata"]["name"])
         for pod in admin.list("pods", namespace):
             admin.delete("pods", namespace, pod["metadata"]["name"], grace_seconds=0)
         wait_until(
-            lambda: not admin.list("jobs", namespace) and not admin.list("pods", namespace),
+            lambda: (
+                not admin.list("jobs", namespace, label_selector=NOT_THE_FENCE)
+                and not admin.list("pods", namespace)
+            ),
             timeout,
             f"{namespace} empty of Jobs and Pods",
             interval=0.2,
         )
 
     # -- observation ---------------------------------------------------------------------
+
+    def census_reads(self) -> Counter[str]:
+        """Gate B census reads each way (``watch (fenced)``, ``list (not_synced)`` …),
+        summed over the webhook replicas' /metrics."""
+        out: Counter[str] = Counter()
+        for hook in self.hooks:
+            try:
+                text = hook.metrics()
+            except OSError:
+                continue
+            for family in text_string_to_metric_families(text):
+                for sample in family.samples:
+                    if sample.name == "elb_gate_census_reads_total":
+                        key = f"{sample.labels['source']} ({sample.labels['reason']})"
+                        out[key] += int(sample.value)
+        return out
 
     def admissions_served(self) -> list[int]:
         """Admission requests each webhook replica answered (from its /metrics)."""

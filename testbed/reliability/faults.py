@@ -32,6 +32,7 @@ from typing import Any
 from testbed.api import JsonObj
 from testbed.controlplane import ControlPlane, PodIdentity
 from testbed.faultproxy import Fault, FaultProxy
+from testbed.install import NOT_THE_FENCE
 from testbed.reliability.paths import DashboardPath, lease_name
 from testbed.reliability.races import ADMISSION_RECORD
 from testbed.reliability.rig import SHARED_ENV, SKEW_SECONDS, Rig
@@ -143,9 +144,13 @@ def _clear_jobs(cp: ControlPlane, namespace: str) -> None:
     trial's Job was admitted and is deleted here within a moment of its creation, before
     the admitting replica could see it stored; its entry would hold a slot until it
     expired (an over-count the design accepts for a Job deleted that fast)."""
-    for job in cp.admin.list("jobs", namespace):
+    for job in cp.admin.list("jobs", namespace, label_selector=NOT_THE_FENCE):
         cp.admin.delete("jobs", namespace, job["metadata"]["name"])
-    wait_until(lambda: not cp.admin.list("jobs", namespace), 120, f"{namespace} without Jobs")
+    wait_until(
+        lambda: not cp.admin.list("jobs", namespace, label_selector=NOT_THE_FENCE),
+        120,
+        f"{namespace} without Jobs",
+    )
     if cp.admin.find("configmaps", namespace, ADMISSION_RECORD) is not None:
         cp.admin.delete("configmaps", namespace, ADMISSION_RECORD)
 

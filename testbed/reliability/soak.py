@@ -122,6 +122,8 @@ class Soak:
         self.violations: list[str] = []
         self.disagreements: list[str] = []
         self.served: list[int] = []
+        self.census_reads: Counter[str] = Counter()
+        """How the webhooks of the race histories read Gate B's census (their /metrics)."""
         self.control_plane = ""
         self.histories: list[History] = []
         self.verdicts: list[Verdict] = []
@@ -187,6 +189,7 @@ class Soak:
                         self.outcomes.update({f"job:{k}": n for k, n in h.outcomes.items()})
                     self.histories += batch
                     self.verdicts += found
+                    self.census_reads = rig.census_reads()
                     for v in found:
                         if v.result != "Ok":
                             self.violations.append(
@@ -453,6 +456,14 @@ class Soak:
             for k in sorted(fired)
             if k != "none"
         ]
+        if self.census_reads:
+            out += [
+                "",
+                '| census read by the webhooks (docs/design.md, "The census read at a fence") '
+                "| reads |",
+                "|---|---:|",
+            ]
+            out += [f"| {k} | {n} |" for k, n in sorted(self.census_reads.items())]
         jobs = {k.split(":", 1)[1]: n for k, n in o.items() if k.startswith("job:")}
         out += ["", "| Job | last seen | count |", "|---|---|---:|"]
         for key, n in sorted(jobs.items()):
