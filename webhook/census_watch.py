@@ -55,8 +55,10 @@ RELIST_BACKOFF_MAX_SECONDS = 30.0
 """A watch that keeps failing (its namespace's RoleBinding missing) retries this
 seldom at most: meanwhile the census is LISTed, as without the watch."""
 FENCE_RETRY_SECONDS = 30.0
-"""After the fence Job refused a write (missing, forbidden), how long a namespace's
-census is LISTed before the fence is tried again."""
+"""After the fence Job refused a write for good (missing, forbidden), how long a
+namespace's census is LISTed before the fence is tried again. Any other error (a 5xx,
+a 429) sends that one read to the LIST."""
+FENCE_GONE = frozenset({403, 404})
 
 
 class CensusReadMetrics(WatchMetrics, Protocol):
@@ -232,6 +234,8 @@ class CensusWatch:
             revision = int((written.get("metadata") or {}).get("resourceVersion") or "")
         except (ApiError, ValueError) as exc:
             self.metrics.record_census_read("list", "fence_refused")
+            if not (isinstance(exc, ApiError) and exc.code in FENCE_GONE):
+                return None  # this read only: the next one writes the fence again
             if namespace not in self._refused:  # once while it refuses, not per admission
                 log(
                     logger,

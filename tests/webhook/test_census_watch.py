@@ -159,3 +159,22 @@ def test_a_search_opened_a_moment_ago_holds_its_slot_once_its_reservation_goes(
 
     assert result.returncode == 1 and "Gate B: 3/3" in result.stderr, result.stderr
     assert census_reads(hook, "watch", "fenced") == fenced + 2
+
+
+def test_a_fence_write_the_api_refuses_once_sends_that_read_alone_to_the_list(
+    control_plane: ControlPlane, hook: WebhookProcess, proxy: FaultProxy
+) -> None:
+    namespace, _ = seeded(control_plane, hook, 3)
+    refused = census_reads(hook, "list", "fence_refused")
+    fenced = census_reads(hook, "watch", "fenced")
+    fault = proxy.add(method="PATCH", resource="jobs", namespace=namespace, status=503, count=1)
+
+    first = create(control_plane, "alice", first_job(namespace))
+    second = create(control_plane, "alice", first_job(namespace))
+
+    # Both refused by Gate B at 3 of 3, the first from the LIST, the next from the watch.
+    assert fault.fired == 1
+    for result in (first, second):
+        assert result.returncode == 1 and "Gate B: 3/3" in result.stderr, result.stderr
+    assert census_reads(hook, "list", "fence_refused") == refused + 1
+    assert census_reads(hook, "watch", "fenced") == fenced + 1
