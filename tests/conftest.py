@@ -15,6 +15,7 @@ import pytest
 
 from testbed.controlplane import ControlPlane, kubectl_path
 from testbed.faultproxy import FaultProxy
+from testbed.install import Installation
 from testbed.webhook_process import WebhookProcess
 
 
@@ -49,6 +50,30 @@ def hook(control_plane: ControlPlane, webhook_env: dict[str, str]) -> Iterator[W
     shipped configurations for the module."""
     with WebhookProcess(control_plane, webhook_env) as proc:
         yield proc
+
+
+@pytest.fixture(scope="module")
+def proxied_hook(
+    control_plane: ControlPlane,
+    proxy: FaultProxy,
+    webhook_env: dict[str, str],
+    request: pytest.FixtureRequest,
+) -> Iterator[WebhookProcess]:
+    """Like ``hook``, but reaching the API server through the module's ``proxy``, as its
+    own ServiceAccount (a Pod named after the module). A module whose webhook must meet
+    the proxy's faults overrides ``hook`` to return it."""
+    pod = f"elb-gate-webhook-{_prefix(request)}"
+    token = Installation.on(control_plane).identity("webhook", pod).token
+    kubeconfig = proxy.kubeconfig(token, "webhook")
+    with WebhookProcess(control_plane, webhook_env, pod=pod, kubeconfig=kubeconfig) as proc:
+        yield proc
+
+
+@pytest.fixture
+def no_faults_left(proxy: FaultProxy) -> Iterator[None]:
+    """Clears the module's ``proxy`` after the test (use it with ``usefixtures``)."""
+    yield
+    proxy.clear()
 
 
 def _prefix(request: pytest.FixtureRequest) -> str:

@@ -12,7 +12,6 @@ to the LIST), or the API server's scan per admission is back.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,14 +22,12 @@ from testbed import elastic_blast as elb
 from testbed.clients import OpenApiLeaseClient
 from testbed.controlplane import ControlPlane
 from testbed.faultproxy import FaultProxy
-from testbed.install import Installation
 from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
 from tests.webhook.shapes import blast_job, new_job_id
 
-pytestmark = pytest.mark.kubectl
+pytestmark = [pytest.mark.kubectl, pytest.mark.usefixtures("no_faults_left")]
 
-POD = "elb-gate-webhook-census-watch"
 LAG_SECONDS = 3.0
 """How late the proxy passes on the webhook's Job watch events."""
 API_TIMEOUT_SECONDS = 10.0
@@ -41,18 +38,13 @@ HOLDER = "openapi-dispatcher-census-watch"
 
 
 @pytest.fixture(scope="module")
-def hook(control_plane: ControlPlane, proxy: FaultProxy) -> Iterator[WebhookProcess]:
-    identity = Installation.on(control_plane).identity("webhook", POD)
-    env = {"ELB_GATE_API_TIMEOUT_SECONDS": str(API_TIMEOUT_SECONDS)}
-    kubeconfig = proxy.kubeconfig(identity.token, "webhook")
-    with WebhookProcess(control_plane, env, pod=POD, kubeconfig=kubeconfig) as proc:
-        yield proc
+def webhook_env() -> dict[str, str]:
+    return {"ELB_GATE_API_TIMEOUT_SECONDS": str(API_TIMEOUT_SECONDS)}
 
 
-@pytest.fixture(autouse=True)
-def no_faults_left(proxy: FaultProxy) -> Iterator[None]:
-    yield
-    proxy.clear()
+@pytest.fixture(scope="module")
+def hook(proxied_hook: WebhookProcess) -> WebhookProcess:
+    return proxied_hook
 
 
 def census_reads(hook: WebhookProcess, source: str, reason: str) -> float:

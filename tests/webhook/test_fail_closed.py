@@ -8,7 +8,6 @@ submitters are real.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,33 +15,21 @@ import pytest
 from testbed.clients import DashboardLeaseClient
 from testbed.controlplane import ControlPlane
 from testbed.faultproxy import Fault, FaultProxy
-from testbed.install import Installation
 from testbed.webhook_process import WebhookProcess
 from tests.webhook.conftest import API_TIMEOUT_SECONDS, Seeder
 from tests.webhook.shapes import blast_job, finalizer_job, new_job_id
 
-pytestmark = pytest.mark.kubectl
+pytestmark = [pytest.mark.kubectl, pytest.mark.usefixtures("no_faults_left")]
 
 DENIED = 'admission webhook "search-admission.elb-gate.io" denied the request: '
 HANG = API_TIMEOUT_SECONDS + 1.5
 """Past the webhook's per-call deadline, inside the configuration's timeoutSeconds (5)."""
-POD = "elb-gate-webhook-faults"
 
 
 @pytest.fixture(scope="module")
-def hook(control_plane: ControlPlane, proxy: FaultProxy) -> Iterator[WebhookProcess]:
+def hook(proxied_hook: WebhookProcess) -> WebhookProcess:
     """The webhook, its ServiceAccount token unchanged, talking through the proxy."""
-    identity = Installation.on(control_plane).identity("webhook", POD)
-    env = {"ELB_GATE_API_TIMEOUT_SECONDS": str(API_TIMEOUT_SECONDS)}
-    kubeconfig = proxy.kubeconfig(identity.token, "webhook")
-    with WebhookProcess(control_plane, env, pod=POD, kubeconfig=kubeconfig) as proc:
-        yield proc
-
-
-@pytest.fixture(autouse=True)
-def no_faults_left(proxy: FaultProxy) -> Iterator[None]:
-    yield
-    proxy.clear()
+    return proxied_hook
 
 
 def fault_for(proxy: FaultProxy, ns: str, read: str, how: str) -> Fault:
