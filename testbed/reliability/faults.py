@@ -5,11 +5,11 @@ which answers chosen calls with an error status, a delay past the deadline, a dr
 connection, or (for a watch) 410 Gone.
 
 * :func:`webhook_trial`: alice holds the namespace's Lease and there is room, so a
-  search Job would be admitted — but a fault is injected on the census LIST and/or the
-  Lease GET the webhook makes. Correct: refused (could not verify: 503, or the API
-  server's "failed calling webhook" when the webhook's answer came too late). Wrong:
-  admitted. Then, faults cleared, the same request is admitted (the refusal was the
-  fault's doing).
+  search Job would be admitted — but a fault is injected on the census read (its LIST
+  and its fence write) and/or the Lease GET the webhook makes. Correct: refused (could
+  not verify: 503, or the API server's "failed calling webhook" when the webhook's
+  answer came too late). Wrong: admitted. Then, faults cleared, the same request is
+  admitted (the refusal was the fault's doing).
 * :func:`controller_trial`: a namespace with a live holder (a Pod's ServiceAccount,
   stamped, renewing every 1.5 s), a live search (a running submit Job and its
   finalizer, past the finalizer grace) and one real orphan. A storm of random faults on
@@ -169,9 +169,15 @@ def webhook_trial(
     target = rng.choice(("census", "lease", "both"))
     faults: list[Fault] = []
     if target in ("census", "both"):
-        faults.append(
-            proxy.add(method="GET", resource="jobs", namespace=ns, count=None, **FAULT_KINDS[kind])
-        )
+        # Every way the census is read: the LIST, and the write of the census fence
+        # before a read from the webhook's own Job watch (docs/design.md, "The census
+        # read at a fence").
+        for method in ("GET", "PATCH"):
+            faults.append(
+                proxy.add(
+                    method=method, resource="jobs", namespace=ns, count=None, **FAULT_KINDS[kind]
+                )
+            )
     if target in ("lease", "both"):
         faults.append(
             proxy.add(
