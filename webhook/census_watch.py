@@ -5,7 +5,8 @@ The census LIST costs the API server a scan of the whole namespace for every jud
 admission (its watch cache indexes Jobs by namespace and name only): 350 ms of its CPU
 per admission at 80,000 Jobs (docs/benchmarks.md). Here each replica keeps the same
 Jobs — ``app in (…)``, ``status.successful=0`` — in a LIST + WATCH of its own, one per
-gated namespace, started on the namespace's first judged admission.
+gated namespace: the configured ones (``ELB_GATE_NAMESPACES``) from start-up, any other
+from its first census read until it goes unread for ``IDLE_SECONDS``.
 
 A cache alone may be behind: a Job stored a moment ago may not have reached it. So a
 read first writes the namespace's fence Job (a suspended Job the chart creates, which
@@ -70,21 +71,21 @@ class _Namespace:
 
     def __init__(self, fence_job: str) -> None:
         self.fence_job = fence_job
-        self.by_name: dict[str, Mapping[str, Any]] = {}
+        self.by_name: dict[str, dict[str, Any]] = {}
         self.synced = False
         self.revision = 0
         """The cache holds every write up to this revision (0: none known)."""
         self._moved = asyncio.Event()
 
     def replace(self, kind: str, namespace: str, items: Iterable[Mapping[str, Any]]) -> None:
-        self.by_name = {_name(obj): obj for obj in items}
+        self.by_name = {_name(obj): dict(obj) for obj in items}
         self.synced = True
 
     def apply(self, kind: str, namespace: str, event_type: str, obj: Mapping[str, Any]) -> None:
         if event_type == "DELETED":
             self.by_name.pop(_name(obj), None)
         else:
-            self.by_name[_name(obj)] = obj
+            self.by_name[_name(obj)] = dict(obj)
 
     def mark_unsynced(self, kind: str, namespace: str) -> None:
         self.synced = False
@@ -118,7 +119,9 @@ class _Namespace:
         return self.synced
 
     def jobs(self) -> list[dict[str, Any]]:
-        return [dict(obj) for name, obj in self.by_name.items() if name != self.fence_job]
+        """The cached Jobs but the fence, as stored (the census only reads them: no
+        copy on the request path)."""
+        return [obj for name, obj in self.by_name.items() if name != self.fence_job]
 
 
 def _name(obj: Mapping[str, Any]) -> str:
