@@ -170,8 +170,8 @@ def webhook_trial(
     faults: list[Fault] = []
     if target in ("census", "both"):
         # Every way the census is read: the LIST, and the write of the census fence
-        # before a read from the webhook's own Job watch (docs/design.md, "The census
-        # read at a fence").
+        # before a read from the webhook's own Job watch
+        # (docs/design.md, "The census read at a fence").
         for method in ("GET", "PATCH"):
             faults.append(
                 proxy.add(
