@@ -453,17 +453,48 @@ def scale_figures(
     out: list[Figure] = []
     top = max(job_counts, default=0)
     if 0 in job_counts and top > 0:
+        alone = bool(s.get(f"alone.hook.n{top}.p99_ms"))
+        key = "alone.hook" if alone else "hook"
         out.append(
             paired(
                 f"scale.search.n{top}.p99_vs_0",
                 f"search admission p99, {top} Jobs against 0 Jobs",
-                s.get(f"hook.n{top}.p99_ms"),
+                s.get(f"{key}.n{top}.p99_ms"),
                 "ms",
-                s.get("hook.n0.p99_ms"),
+                s.get(f"{key}.n0.p99_ms"),
                 "p99 at 0 Jobs",
                 Target(SCALE_P99_RATIO, on="ratio"),
+                note="the webhook on its own beside the no-op, the same rounds at each count"
+                if alone
+                else "",
             )
         )
+        if alone:
+            out.append(
+                paired(
+                    f"scale.search.n{top}.p99_vs_0_among_lists",
+                    "  same, its requests between the LIST comparators'",
+                    s.get(f"hook.n{top}.p99_ms"),
+                    "ms",
+                    s.get("hook.n0.p99_ms"),
+                    "p99 at 0 Jobs",
+                    note="fewer rounds at large counts; each request after a LIST's work",
+                )
+            )
+    for n in job_counts:
+        if s.get(f"alone.hook.n{n}.p99_ms"):
+            for q in ("p50", "p99"):
+                out.append(
+                    paired(
+                        f"scale.search.n{n}.alone_{q}",
+                        f"search admission {q} on its own, {n} Jobs",
+                        s.get(f"alone.hook.n{n}.{q}_ms"),
+                        "ms",
+                        s.get(f"alone.hook.n{n}.handler_{q}_ms"),
+                        "in the handler",
+                        note="handler: duration_ms the webhook logs (reads + policy)",
+                    )
+                )
     if 0 in job_counts and top > 0 and s.get(f"list.n{top}.p99_ms"):
         out.append(
             paired(

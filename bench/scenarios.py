@@ -77,6 +77,9 @@ CAPACITY_ENV = {
 admission is admitted (the finalizer carries no requests: the setting's value is used)."""
 
 SLICES = 4
+ALONE_MAX_SECONDS = 120.0
+"""Deadline of a pass of the measured webhook on its own: generous, it is not cut short
+(its rounds are the same at every Job count, so its p99s compare like with like)."""
 """Slices of a search-admission saturation pass: the webhook and its floors take turns,
 so a slow stretch of the machine falls on all of them rather than on one."""
 
@@ -519,6 +522,29 @@ class Harness:
                     handler = Series()
                     handler.add(f"{name}.{n}.handler_p50_ms", percentile(ms, 50))
                     _admitted_only(s, f"{name}.{n}", measured[name], handler)
+            # The measured webhook on its own, beside the no-op only, with the same
+            # rounds at every count (the pass above has fewer from `large` Jobs on: the
+            # LIST comparators take most of its seconds). Between their requests the
+            # fenced census shares the API server with whole-namespace LISTs and the
+            # garbage they leave; on its own it shows how its own path grows.
+            alone = {"noop": steps["noop"], "hook": steps["hook"]}
+            rounds = self.config.latency.requests
+            for block in range(self.config.repeats):
+                offset = _log_size(self.webhook)
+                measured = await interleaved(
+                    alone,
+                    rounds,
+                    self.config.latency.warmup if block == 0 else 0,
+                    ALONE_MAX_SECONDS,
+                )
+                for name, m in measured.items():
+                    s.check(f"alone.{name}.{n}", m, expect_allowed)
+                    _admitted_only(s, f"alone.{name}.{n}", m, _latency_into)
+                ms = _handler_durations_ms(self.webhook.log_file, offset, SEARCH_WEBHOOK)
+                handler = Series()
+                handler.add(f"alone.hook.{n}.handler_p50_ms", percentile(ms, 50))
+                handler.add(f"alone.hook.{n}.handler_p99_ms", percentile(ms, 99))
+                _admitted_only(s, f"alone.hook.{n}", measured["hook"], handler)
             # Saturation: each repeat in SLICES slices, one short pass of each per
             # slice, the order rotated every slice; a repeat sums its slices.
             sliced = _sliced(saturation_plan)

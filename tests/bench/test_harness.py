@@ -495,6 +495,13 @@ def test_a_quick_run_on_the_control_plane_measures_every_part(
     assert set(outcomes["cap.n3"]) == {"allowed"}  # the capacity rule on, under its ceiling
     assert set(outcomes["list.n3"]) == {"allowed"}  # the census LIST the watch replaces
     assert figures["scale.search.n3.p99_vs_list"]["ratio"]["median"] > 0
+    # The webhook on its own (beside the no-op only), the same rounds at each count:
+    # the figure the p99 target is judged on, and what its handler logged.
+    assert set(outcomes["alone.hook.n3"]) == set(outcomes["alone.hook.n0"]) == {"allowed"}
+    assert sum(outcomes["alone.hook.n3"].values()) == sum(outcomes["alone.hook.n0"].values())
+    assert figures["scale.search.n3.p99_vs_0"]["ratio"]["median"] > 0
+    assert "on its own" in figures["scale.search.n3.p99_vs_0"]["note"]
+    assert figures["scale.search.n3.alone_p99"]["baseline"]["median"] > 0  # the handler's
     assert set(outcomes["lease.stamp"]) == {"allowed+patch"}
     assert set(outcomes["api.n3"]) == {"jobs=0,lease=yes"}  # 3 Jobs: none unfinished
     assert figures["capacity.n3.p50"]["ratio"]["median"] > 0
@@ -580,8 +587,9 @@ def test_the_plotted_curve_has_one_point_per_job_count(tmp_path: Path) -> None:
         "machine": {"cores": 2, "date": "2026-12-01"},
         "raw": {
             "series": {
-                "hook.n0.p99_ms": [3.0, 1.0, 2.0],
-                "hook.n30.p99_ms": [4.0],
+                "alone.hook.n0.p99_ms": [3.0, 1.0, 2.0],
+                "alone.hook.n30.p99_ms": [4.0],
+                "hook.n30.p99_ms": [9.0],
                 "list.n30.p99_ms": [40.0],
             },
             "controller_scale": {"30": {"startup_to_synced_s": 2.5, "live_list_bytes": 2e6}},
@@ -589,6 +597,7 @@ def test_the_plotted_curve_has_one_point_per_job_count(tmp_path: Path) -> None:
     }
     data = plot.curve(doc)
     assert data["jobs"] == [0.0, 30.0] and data["p99_ms"] == [2.0, 4.0]
+    assert data["among_lists_p99_ms"][1] == 9.0 and math.isnan(data["among_lists_p99_ms"][0])
     assert data["list_p99_ms"][1] == 40.0 and math.isnan(data["list_p99_ms"][0])
     assert data["synced_s"][1] == 2.5 and data["relist_mb"][1] == 2.0
     assert math.isnan(data["synced_s"][0]) and math.isnan(data["p50_ms"][0])
