@@ -170,35 +170,15 @@ class ProcessSubmitter:
         self.wrapped = wrapped
         self.batch_work = batch_work
         self.outcome = Outcome(label, path, job_id)
-        self.lines: list[str] = []
         self.proc: subprocess.Popen[str] | None = None
-        self._reader: threading.Thread | None = None
 
     def argv(self) -> list[str]:
         """COMMAND (the stand-in), behind ``elb-gate submit`` when wrapped."""
-        command = [
-            sys.executable,
-            "-m",
-            "testbed.demo.elastic_blast",
-            "--namespace",
-            self.system.namespace,
-            "--id",
-            self.outcome.job_id,
-        ]
-        if not self.batch_work:
-            command.append("--no-batch-work")
-        if not self.wrapped:
-            return command
-        return [
-            ELB_GATE,
-            "-n",
-            self.system.namespace,
-            "submit",
-            "--source",
-            "openapi",
-            "--",
-            *command,
-        ]
+        ns = self.system.namespace
+        command = [sys.executable, "-m", "testbed.demo.elastic_blast", "--namespace", ns]
+        command += ["--id", self.outcome.job_id, *([] if self.batch_work else ["--no-batch-work"])]
+        wrapper = [ELB_GATE, "-n", ns, "submit", "--source", "openapi", "--"]
+        return [*wrapper, *command] if self.wrapped else command
 
     def start(self) -> ProcessSubmitter:
         """Start the process; a thread reads what it prints."""
@@ -214,16 +194,14 @@ class ProcessSubmitter:
             # stops COMMAND, then releases the Lease), not the terminal's Ctrl-C.
             start_new_session=True,
         )
-        self._reader = threading.Thread(target=self._read, name=self.outcome.label, daemon=True)
-        self._reader.start()
+        threading.Thread(target=self._read, name=self.outcome.label, daemon=True).start()
         return self
 
     def _read(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
-        state = ""
+        state = line = ""
         for raw in self.proc.stdout:
             line = raw.rstrip("\n")
-            self.lines.append(line)
             if line.startswith("elb-gate: "):
                 phase = line.split()[1].rstrip(":")
                 if phase != state and phase == "waiting_for_submit_slot":
@@ -237,9 +215,8 @@ class ProcessSubmitter:
         if code != 0:
             if self.outcome.denial:
                 self.timeline.emit("DENIED", f"{self.outcome.label}: {self.outcome.denial}")
-            else:
-                tail = self.lines[-1] if self.lines else ""
-                self.timeline.emit("error", f"{self.outcome.label} exited {code}: {tail}")
+            else:  # the last line it printed
+                self.timeline.emit("error", f"{self.outcome.label} exited {code}: {line}")
         self.outcome.exit_code = code
 
     def terminate(self, grace: float = 10.0) -> None:
