@@ -59,7 +59,8 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, Protocol
+from functools import partial
+from typing import Any, Literal, Protocol, Self
 
 from testbed.controlplane import ControlPlane, PodIdentity, kubectl_path
 
@@ -76,6 +77,8 @@ KUBECTL_TIMEOUT_SECONDS = 15.0
 """The OpenAPI service's deadline per kubectl call."""
 
 JsonObj = dict[str, Any]
+RELEASE_KEPT = ("leaseDurationSeconds", "acquireTime", "renewTime")
+"""What a release built from scratch carries over from the stored Lease."""
 
 
 class ClientError(RuntimeError):
@@ -175,10 +178,11 @@ class _Decisions:
             spec, self.clock.now(), self.skew, self.ttl
         )
 
-    def fresh_body(self, holder: str) -> JsonObj:
-        """A Lease built from scratch, as both clients create one."""
+    def fresh_body(self, holder: str, stored: Mapping[str, Any] | None = None) -> JsonObj:
+        """A Lease built from scratch, as both clients create one; over ``stored``, with
+        the ``resourceVersion`` read (the OpenAPI client's renew and takeover)."""
         stamp = micro_time(self.clock.now())
-        return {
+        body: JsonObj = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
             "metadata": {"name": self.name, "namespace": self.namespace},
@@ -189,6 +193,17 @@ class _Decisions:
                 "renewTime": stamp,
             },
         }
+        if stored is not None:
+            body["metadata"]["resourceVersion"] = _resource_version(stored)
+        return body
+
+    def fresh_release(self, stored: Mapping[str, Any]) -> JsonObj:
+        """The OpenAPI client's release: a body built from scratch over ``stored``, holder
+        ``""``, the stored duration and times."""
+        spec = stored.get("spec") or {}
+        body = self.fresh_body("", stored)
+        body["spec"].update({k: spec.get(k) for k in RELEASE_KEPT})
+        return body
 
 
 class OpenApiLeaseClient(_Decisions):
@@ -272,18 +287,17 @@ class OpenApiLeaseClient(_Decisions):
             result = self._run("create", "-f", "-", body=self.fresh_body(self.holder))
             if result.returncode == 0:
                 return "acquired"
-            if _already_exists(result.stderr):
+            if _says(result.stderr, "alreadyexists", "already exists"):
                 return "busy"
             raise ClientError(f"lease CREATE failed: {result.stderr.strip()}")
         mine = (stored.get("spec") or {}).get("holderIdentity") == self.holder
         if not mine and not self.sees_expired(stored):
             return "busy"
-        body = self.fresh_body(self.holder)  # a renew resets acquireTime too
-        body["metadata"]["resourceVersion"] = _resource_version(stored)
+        body = self.fresh_body(self.holder, stored)  # a renew resets acquireTime too
         result = self._run("replace", "-f", "-", body=body)
         if result.returncode == 0:
             return "renewed" if mine else "acquired"
-        if _conflict(result.stderr) or _not_found(result.stderr):
+        if _conflict(result.stderr) or _says(result.stderr, "notfound", "not found"):
             return "busy"
         raise ClientError(f"lease PUT failed: {result.stderr.strip()}")
 
@@ -295,27 +309,9 @@ class OpenApiLeaseClient(_Decisions):
                 stored = self.get()
             except ClientError:
                 return "skipped"
-            if stored is None:
+            if stored is None or (stored.get("spec") or {}).get("holderIdentity") != self.holder:
                 return "not_holder"
-            spec = stored.get("spec") or {}
-            if spec.get("holderIdentity") != self.holder:
-                return "not_holder"
-            body: JsonObj = {
-                "apiVersion": "coordination.k8s.io/v1",
-                "kind": "Lease",
-                "metadata": {
-                    "name": self.name,
-                    "namespace": self.namespace,
-                    "resourceVersion": _resource_version(stored),
-                },
-                "spec": {
-                    "holderIdentity": "",
-                    "leaseDurationSeconds": spec.get("leaseDurationSeconds"),
-                    "acquireTime": spec.get("acquireTime"),
-                    "renewTime": spec.get("renewTime"),
-                },
-            }
-            result = self._run("replace", "-f", "-", body=body)
+            result = self._run("replace", "-f", "-", body=self.fresh_release(stored))
             if result.returncode == 0:
                 return "released"
             if not _conflict(result.stderr):
@@ -353,7 +349,7 @@ class DashboardLeaseClient(_Decisions):
         """Every body written, in order (for tests that look at the wire)."""
 
     @classmethod
-    def on(cls, cp: ControlPlane, user: str, namespace: str, **kwargs: Any) -> DashboardLeaseClient:
+    def on(cls, cp: ControlPlane, user: str, namespace: str, **kwargs: Any) -> Self:
         """As token-file user ``user`` (the dashboard holds a kubeconfig token)."""
         return cls(cp.server, cp.ca_file, cp.token(user), namespace, **kwargs)
 
@@ -394,11 +390,17 @@ class DashboardLeaseClient(_Decisions):
         mine = (stored.get("spec") or {}).get("holderIdentity") == self.holder
         if not mine and not self.sees_expired(stored):
             return "busy"
+        body = self.taken(stored, mine)
+        status, answer = self._call("PUT", f"{self.collection}/{self.name}", body)
+        return _judge(status, answer, "renewed" if mine else "acquired")
+
+    def taken(self, stored: JsonObj, mine: bool) -> JsonObj:
+        """The PUT that takes (or, ``mine``, renews) ``stored``: the object read, with
+        this holder and ``acquireTime`` = ``renewTime`` = now."""
         stamp = micro_time(self.clock.now())
         body = copy.deepcopy(stored)
         body["spec"].update(holderIdentity=self.holder, acquireTime=stamp, renewTime=stamp)
-        status, answer = self._call("PUT", f"{self.collection}/{self.name}", body)
-        return _judge(status, answer, "renewed" if mine else "acquired")
+        return body
 
     def release(self) -> Outcome:
         """Clear the holder if it is still ours (PUT with resourceVersion); on 409
@@ -461,41 +463,26 @@ class DashboardSplitFanOut:
         out: list[ShardOutcome] = []
         for shard in range(shards):
             now = time.time()
+            failed = partial(ShardOutcome, shard, "submit_failed")
             if now >= parent_deadline:
                 out.append(
-                    ShardOutcome(
-                        shard,
-                        "submit_failed",
-                        "blast_submit_gate_unavailable",
-                        detail="parent_gate_budget_exhausted",
-                    )
+                    failed("blast_submit_gate_unavailable", detail="parent_gate_budget_exhausted")
                 )
                 continue
-            deadline = min(now + self.child_wait_seconds, parent_deadline)
             try:
-                client = self._admit(deadline)
+                client = self._admit(min(now + self.child_wait_seconds, parent_deadline))
             except TimeoutError as exc:
-                out.append(
-                    ShardOutcome(
-                        shard, "submit_failed", "blast_submit_gate_unavailable", "", str(exc)
-                    )
-                )
+                out.append(failed("blast_submit_gate_unavailable", detail=str(exc)))
                 continue
             except ClientError as exc:
-                out.append(
-                    ShardOutcome(
-                        shard, "submit_failed", "blast_submit_lease_api_error", "", str(exc)
-                    )
-                )
+                out.append(failed("blast_submit_lease_api_error", detail=str(exc)))
                 continue
             try:
                 error = submit(shard, client.holder)
             finally:
                 client.release()
-            if error:
-                out.append(ShardOutcome(shard, "submit_failed", error, client.holder))
-            else:
-                out.append(ShardOutcome(shard, "submitted", "", client.holder))
+            phase: Literal["submitted", "submit_failed"] = "submit_failed" if error else "submitted"
+            out.append(ShardOutcome(shard, phase, error, client.holder))
         return out
 
     def _admit(self, deadline: float) -> DashboardLeaseClient:
@@ -526,20 +513,15 @@ def _resource_version(stored: Mapping[str, Any]) -> str:
     return str((stored.get("metadata") or {}).get("resourceVersion") or "")
 
 
+def _says(stderr: str, *phrases: str) -> bool:
+    """Whether kubectl's error text holds one of ``phrases`` (lower case), in any case."""
+    return any(phrase in stderr.lower() for phrase in phrases)
+
+
 def _conflict(stderr: str) -> bool:
-    low = stderr.lower()
-    return (
-        "operation cannot be fulfilled" in low
-        or "please apply your changes to the latest version" in low
-        or "conflict" in low
+    return _says(
+        stderr,
+        "operation cannot be fulfilled",
+        "please apply your changes to the latest version",
+        "conflict",
     )
-
-
-def _already_exists(stderr: str) -> bool:
-    low = stderr.lower()
-    return "alreadyexists" in low or "already exists" in low
-
-
-def _not_found(stderr: str) -> bool:
-    low = stderr.lower()
-    return "notfound" in low or "not found" in low

@@ -31,7 +31,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from testbed.elastic_blast import IMAGE, ts
+from testbed.elastic_blast import IMAGE, env_list, job_body
 
 WARMUP_APP = "elb-db-warmup"
 PREPARE_DB_APP = "elb-prepare-db"
@@ -54,36 +54,10 @@ def _fragment(name: str, limit: int = 48) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:limit].strip("-") or "db"
 
 
-def _job(
-    name: str,
-    labels: dict[str, str],
-    pod: dict[str, Any],
-    spec: dict[str, Any],
-    *,
-    age: float,
-    status: dict[str, Any] | None,
-) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": "default",
-            "labels": dict(labels),
-            "creationTimestamp": ts(age),
-        },
-        "spec": {**spec, "template": {"metadata": {"labels": dict(labels)}, "spec": pod}},
-        "status": status if status is not None else {"active": 1},
-    }
-
-
 def warmup(
     db: str,
     shard: int,
     node: str,
-    *,
-    age: float = 5.0,
-    status: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Stages shard ``shard`` of ``db`` onto ``node`` (``build_warmup_job_plan``)."""
     nn = f"{shard:02d}"
@@ -98,11 +72,9 @@ def warmup(
                 "image": IMAGE,
                 "command": ["bash", "-lc"],
                 "args": ["/scripts/warmup.sh"],
-                "env": [
-                    {"name": "ELB_SHARD_IDX", "value": nn},
-                    {"name": "ELB_DB", "value": f"{db}_shard_{nn}"},
-                    {"name": "ELB_DB_MOL_TYPE", "value": "nucl"},
-                ],
+                "env": env_list(
+                    ELB_SHARD_IDX=nn, ELB_DB=f"{db}_shard_{nn}", ELB_DB_MOL_TYPE="nucl"
+                ),
                 "volumeMounts": [
                     {"name": "db", "mountPath": "/blast/blastdb"},
                     {"name": "scripts", "mountPath": "/scripts"},
@@ -115,16 +87,13 @@ def warmup(
         ],
     }
     spec = {"backoffLimit": 1, "activeDeadlineSeconds": 3600}
-    return _job(f"warm-{_fragment(db)}-{nn}", labels, pod, spec, age=age, status=status)
+    return job_body(f"warm-{_fragment(db)}-{nn}", labels, pod, spec)
 
 
 def prepare_db(
     db: str,
     source_version: str = "2026-11-20-01-05-02",
     shards: int = 2,
-    *,
-    age: float = 5.0,
-    status: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Copies ``db`` from NCBI into Storage, ``shards`` pods at once
     (``build_prepare_db_job_manifest``)."""
@@ -140,11 +109,9 @@ def prepare_db(
                 "imagePullPolicy": "IfNotPresent",
                 "command": ["bash", "-lc"],
                 "args": ["/scripts/prepare-db.sh"],
-                "env": [
-                    {"name": "ELB_DB_NAME", "value": db},
-                    {"name": "ELB_SOURCE_VERSION", "value": source_version},
-                    {"name": "AZCOPY_CONCURRENCY_VALUE", "value": "16"},
-                ],
+                "env": env_list(
+                    ELB_DB_NAME=db, ELB_SOURCE_VERSION=source_version, AZCOPY_CONCURRENCY_VALUE="16"
+                ),
                 "resources": {
                     "requests": {"cpu": "200m", "memory": "256Mi"},
                     "limits": {"memory": "1Gi"},
@@ -163,7 +130,7 @@ def prepare_db(
         "ttlSecondsAfterFinished": 3600,
         "activeDeadlineSeconds": 4 * 60 * 60,
     }
-    return _job(name, labels, pod, spec, age=age, status=status)
+    return job_body(name, labels, pod, spec)
 
 
 def order_oracle(
@@ -171,9 +138,6 @@ def order_oracle(
     shard: int,
     node: str,
     run_id: str = "20261129T115500Z",
-    *,
-    age: float = 5.0,
-    status: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Dumps the accession order of shard ``shard`` of ``db`` on the node that holds it
     (``build_db_order_oracle_job_plan``)."""
@@ -189,11 +153,7 @@ def order_oracle(
                 "image": IMAGE,
                 "command": ["bash", "-lc"],
                 "args": ["blastdbcmd -db \"${ELB_DB}\" -entry all -outfmt '%a'"],
-                "env": [
-                    {"name": "ELB_DB", "value": f"{db}_shard_{nn}"},
-                    {"name": "ELB_DB_NAME", "value": db},
-                    {"name": "ELB_SHARD", "value": nn},
-                ],
+                "env": env_list(ELB_DB=f"{db}_shard_{nn}", ELB_DB_NAME=db, ELB_SHARD=nn),
                 "volumeMounts": [{"name": "db", "mountPath": "/blast/blastdb"}],
             }
         ],
@@ -203,7 +163,7 @@ def order_oracle(
     }
     spec = {"backoffLimit": 1, "ttlSecondsAfterFinished": 86400}
     name = f"oracle-{_fragment(db)}-{nn}-{_fragment(run_id)}"
-    return _job(name, labels, pod, spec, age=age, status=status)
+    return job_body(name, labels, pod, spec)
 
 
 # -- the dashboard's auto-stop probe ----------------------------------------------------

@@ -19,7 +19,7 @@ the live measurements saw. What each flow creates, in order:
 * prepare only: the setup Jobs alone.
 
 The bodies are what a table test feeds the census or the webhook's decisions: each
-carries a ``creationTimestamp`` ``age`` seconds before :data:`REFERENCE_TIME` and a
+carries a ``creationTimestamp`` 5 s before :data:`REFERENCE_TIME` and an active
 ``status``. :func:`for_api` turns one into what ``elastic-blast`` sends the API
 server (no status, no timestamps), in a namespace, with the
 ``localkube.elb-gate.io/run-seconds`` the kubelet stand-in runs its pods for.
@@ -49,8 +49,28 @@ SUBMITTER_SA = "system:serviceaccount:default:default"
 """The in-cluster submit Job runs as the namespace's default service account."""
 
 
-def _env(**values: str) -> list[dict[str, str]]:
+def env_list(**values: str) -> list[dict[str, str]]:
+    """A container's ``env``: one ``{name, value}`` per keyword, in order."""
     return [{"name": k, "value": v} for k, v in values.items()]
+
+
+def job_body(
+    name: str, labels: dict[str, str], pod: dict[str, Any], spec: dict[str, Any]
+) -> dict[str, Any]:
+    """A Job as a table reads it: ``spec`` around the pod template ``pod``, created 5 s
+    before :data:`REFERENCE_TIME` in ``default``, one pod active."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "labels": labels,
+            "creationTimestamp": ts(5.0),
+        },
+        "spec": {**spec, "template": {"metadata": {"labels": dict(labels)}, "spec": pod}},
+        "status": {"active": 1},
+    }
 
 
 def _job(
@@ -61,31 +81,17 @@ def _job(
     backoff_limit: int,
     ttl: int | None = None,
     deadline: int | None = None,
-    age: float = 5.0,
-    status: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "backoffLimit": backoff_limit,
         "completions": 1,  # the API server's default when neither is set
         "parallelism": 1,
-        "template": {"metadata": {"labels": dict(labels)}, "spec": pod},
     }
     if ttl is not None:
         spec["ttlSecondsAfterFinished"] = ttl
     if deadline is not None:
         spec["activeDeadlineSeconds"] = deadline
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": "default",
-            "labels": labels,
-            "creationTimestamp": ts(age),
-        },
-        "spec": spec,
-        "status": status if status is not None else {"active": 1},
-    }
+    return job_body(name, labels, pod, spec)
 
 
 def _ids(job_id: str | None) -> dict[str, str]:
@@ -109,7 +115,7 @@ def init_ssd(job_id: str | None, node: int, db: str = "core_nt") -> dict[str, An
                     {"name": "blastdb", "mountPath": "/blast/blastdb", "subPath": "blast"},
                     {"name": "scripts", "mountPath": "/scripts", "readOnly": True},
                 ],
-                "env": _env(
+                "env": env_list(
                     BLAST_USAGE_REPORT="false",
                     ELB_DB=db,
                     ELB_DB_PATH="",
@@ -143,7 +149,7 @@ def init_ssd_shard(job_id: str, node: int, prefix: str = "core_nt_shard_") -> di
     """Stages shard ``node`` of a sharded database onto node ``node`` (job-init-ssd-shard-aks)."""
     job = init_ssd(job_id, node, db=f"{prefix}{node:02d}")
     container = job["spec"]["template"]["spec"]["containers"][0]
-    container["env"] = _env(
+    container["env"] = env_list(
         BLAST_USAGE_REPORT="false",
         ELB_SHARD_IDX=f"{node:02d}",
         ELB_PARTITION_PREFIX=f"https://elbstorage.blob.core.windows.net/blast-db/{prefix}",
@@ -169,7 +175,7 @@ def init_pv(job_id: str | None, db: str = "16S_ribosomal_RNA") -> dict[str, Any]
                 "image": IMAGE,
                 "workingDir": "/blast/blastdb",
                 "volumeMounts": [{"name": "blastdb", "mountPath": "/blast/blastdb"}],
-                "env": _env(
+                "env": env_list(
                     BLAST_USAGE_REPORT="false",
                     ELB_DB=db,
                     ELB_DB_PATH="",
@@ -198,7 +204,7 @@ def init_pv_partitioned(job_id: str, prefix: str = "core_nt_part_") -> dict[str,
             {
                 "name": "get-blastdb",
                 "image": IMAGE,
-                "env": _env(
+                "env": env_list(
                     ELB_NUM_PARTITIONS="10",
                     ELB_PARTITION_PREFIX=f"https://elbstorage.blob.core.windows.net/db/{prefix}",
                 ),
@@ -249,7 +255,7 @@ def submit_jobs(job_id: str, num_nodes: int = 10) -> dict[str, Any]:
                 "name": "submit-jobs",
                 "image": "elbacr.azurecr.io/ncbi/elasticblast-job-submit:4.1.0",
                 "imagePullPolicy": "Always",
-                "env": _env(
+                "env": env_list(
                     ELB_RESULTS=f"{RESULTS}/{job_id}",
                     ELB_CLUSTER_NAME="elb-cluster-02",
                     ELB_NUM_NODES=str(num_nodes),
@@ -271,8 +277,6 @@ def blast_batch(
     *,
     num_cpus: int = 8,
     mem_request: str = "4G",
-    mem_limit: str = "126Gi",
-    program: str = "blastn",
     shard: int | None = None,
     ttl: int = 1800,
 ) -> dict[str, Any]:
@@ -301,16 +305,16 @@ def blast_batch(
                 "workingDir": "/blast/blastdb",
                 "resources": {
                     "requests": {"memory": mem_request, "cpu": str(num_cpus - 2)},
-                    "limits": {"memory": mem_limit, "cpu": str(num_cpus)},
+                    "limits": {"memory": "126Gi", "cpu": str(num_cpus)},
                 },
                 "volumeMounts": [
                     {"name": "blast-dbs", "mountPath": "/blast/blastdb", "subPath": "blast"}
                 ],
-                "env": _env(
+                "env": env_list(
                     BLAST_ELB_JOB_ID=job_id,
                     BLAST_ELB_BATCH_NUM=str(n),
                     JOB_NUM=str(n),
-                    ELB_BLAST_PROGRAM=program,
+                    ELB_BLAST_PROGRAM="blastn",
                     ELB_DB=db,
                     ELB_NUM_CPUS=str(num_cpus),
                 ),
@@ -328,7 +332,7 @@ def blast_batch(
         pod["nodeSelector"] = {"ordinal": str(shard)}
     label = db.replace("_", "-").lower()
     return _job(
-        f"{program}-batch-{label}-job-{n}-{job_id[-8:]}", labels, pod, backoff_limit=3, ttl=ttl
+        f"blastn-batch-{label}-job-{n}-{job_id[-8:]}", labels, pod, backoff_limit=3, ttl=ttl
     )
 
 
@@ -341,7 +345,7 @@ def finalizer(job_id: str) -> dict[str, Any]:
             {
                 "name": "finalizer",
                 "image": IMAGE,
-                "env": _env(ELB_RESULTS=f"{RESULTS}/{job_id}", BLAST_ELB_JOB_ID=job_id),
+                "env": env_list(ELB_RESULTS=f"{RESULTS}/{job_id}", BLAST_ELB_JOB_ID=job_id),
                 "command": ["/scripts/elb-finalizer-aks.sh"],
             }
         ],

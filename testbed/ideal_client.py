@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
 
 from testbed.clients import (
     SKEW_SECONDS,
@@ -45,7 +44,6 @@ from testbed.clients import (
     _judge,
     micro_time,
 )
-from testbed.controlplane import ControlPlane
 
 
 @dataclass(frozen=True)
@@ -94,61 +92,28 @@ class IdealLeaseClient(DashboardLeaseClient):
         )
         self.habits = habits
 
-    @classmethod
-    def on(cls, cp: ControlPlane, user: str, namespace: str, **kwargs: Any) -> IdealLeaseClient:
-        return cls(cp.server, cp.ca_file, cp.token(user), namespace, **kwargs)
-
-    def acquire(self) -> Outcome:
-        status, stored = self.get()
-        if status == 404:
-            status, answer = self._call("POST", self.collection, self.fresh_body(self.holder))
-            return _judge(status, answer, "acquired")
-        if status != 200:
-            return _judge(status, stored, "acquired")
-        mine = (stored.get("spec") or {}).get("holderIdentity") == self.holder
-        if not mine and not self.sees_expired(stored):
-            return "busy"
-        stamp = micro_time(self.clock.now())
+    def taken(self, stored: JsonObj, mine: bool) -> JsonObj:
         if self.habits.fresh_body:
-            body = self.fresh_body(self.holder)
-            body["metadata"]["resourceVersion"] = stored["metadata"]["resourceVersion"]
+            body = self.fresh_body(self.holder, stored)
             if mine and not self.habits.reset_acquire:
                 body["spec"]["acquireTime"] = (stored.get("spec") or {}).get("acquireTime")
-        else:
-            body = copy.deepcopy(stored)
-            body["spec"].update(holderIdentity=self.holder, renewTime=stamp)
-            if not self.habits.keeps_duration:
-                body["spec"]["leaseDurationSeconds"] = self.ttl
-            if not mine or self.habits.reset_acquire:
-                body["spec"]["acquireTime"] = stamp
-        status, answer = self._call("PUT", f"{self.collection}/{self.name}", body)
-        return _judge(status, answer, "renewed" if mine else "acquired")
+            return body
+        stamp = micro_time(self.clock.now())
+        body = copy.deepcopy(stored)
+        body["spec"].update(holderIdentity=self.holder, renewTime=stamp)
+        if not self.habits.keeps_duration:
+            body["spec"]["leaseDurationSeconds"] = self.ttl
+        if not mine or self.habits.reset_acquire:
+            body["spec"]["acquireTime"] = stamp
+        return body
 
     def release(self) -> Outcome:
         for _attempt in range(2):
             status, stored = self.get()
-            if status == 404:
+            if status != 200 or (stored.get("spec") or {}).get("holderIdentity") != self.holder:
                 return "not_holder"
-            spec = stored.get("spec") or {}
-            if status != 200 or spec.get("holderIdentity") != self.holder:
-                return "not_holder"
-            body: JsonObj
             if self.habits.fresh_release:
-                body = {
-                    "apiVersion": "coordination.k8s.io/v1",
-                    "kind": "Lease",
-                    "metadata": {
-                        "name": self.name,
-                        "namespace": self.namespace,
-                        "resourceVersion": stored["metadata"]["resourceVersion"],
-                    },
-                    "spec": {
-                        "holderIdentity": "",
-                        "leaseDurationSeconds": spec.get("leaseDurationSeconds"),
-                        "acquireTime": spec.get("acquireTime"),
-                        "renewTime": spec.get("renewTime"),
-                    },
-                }
+                body = self.fresh_release(stored)
             else:
                 body = copy.deepcopy(stored)
                 body["spec"]["holderIdentity"] = ""

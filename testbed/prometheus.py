@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -27,6 +26,7 @@ from typing import IO
 from manifests.render_dashboard import Prometheus
 from testbed.install import SYSTEM_NAMESPACE
 from testbed.waiting import wait_until
+from testbed.webhook_process import free_port
 
 WEBHOOK_JOB = "elb-gate-webhook-metrics"
 CONTROLLER_JOB = "elb-gate-controller-metrics"
@@ -40,12 +40,6 @@ class Target:
     address: str
     pod: str
     namespace: str = SYSTEM_NAMESPACE
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class PrometheusServer:
@@ -100,7 +94,7 @@ class PrometheusServer:
             raise RuntimeError("prometheus is not installed: `make tools` installs it")
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "prometheus.yml").write_text(json.dumps(self.config()))
-        self.port = _free_port()
+        self.port = free_port()
         self._log = (self.workdir / "prometheus.log").open("wb")
         self.process = subprocess.Popen(
             [
@@ -127,37 +121,26 @@ class PrometheusServer:
     def wait_for_scrapes(self, count: int, timeout: float = 120) -> None:
         """Until every target was scraped successfully ``count`` times."""
         window = f"{int(count * self.scrape_seconds * 2)}s"
-
-        def scraped() -> bool:
-            try:
-                found = self.client.query(
-                    f"count_over_time((up == 1)[{window}:]) >= {count}", time.time()
-                )
-            except (OSError, RuntimeError):
-                return False
-            return len(found) == len(self.targets)
-
-        wait_until(
-            lambda: self._running() and scraped(),
-            timeout,
-            f"{count} scrapes of every target",
-            interval=0.5,
-        )
+        query = f"count_over_time((up == 1)[{window}:]) >= {count}"
+        self._wait_for_every_target(query, timeout, f"{count} scrapes of every target")
 
     def wait_for_scrape_after(self, moment: float, timeout: float = 60) -> None:
         """Until every target was scraped after ``moment`` (unix seconds), so what they
         export at ``moment`` is in Prometheus."""
+        query = f"timestamp(up) > {moment:.3f}"
+        self._wait_for_every_target(query, timeout, "a scrape of every target")
 
-        def scraped() -> bool:
+    def _wait_for_every_target(self, query: str, timeout: float, what: str) -> None:
+        """Until ``query`` answers one series per target (while the server runs)."""
+
+        def answered() -> bool:
             try:
-                found = self.client.query(f"timestamp(up) > {moment:.3f}", time.time())
+                found = self.client.query(query, time.time())
             except (OSError, RuntimeError):
                 return False
             return len(found) == len(self.targets)
 
-        wait_until(
-            lambda: self._running() and scraped(), timeout, "a scrape of every target", interval=0.5
-        )
+        wait_until(lambda: self._running() and answered(), timeout, what, interval=0.5)
 
     def _running(self) -> bool:
         """True while the server runs; once it has exited no wait for it can end well,

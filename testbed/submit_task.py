@@ -20,8 +20,6 @@ from testbed.clients import ClientError, LeaseClient
 
 CELERY_COUNTDOWN_SECONDS = 30.0
 """How long a task that found the Lease busy or the namespace full waits (today)."""
-CELERY_JITTER_SECONDS = 10.0
-"""The dashboard's jitter on top (``_GATE_REQUEUE_JITTER_SECONDS``: 30 s + 0..10 s)."""
 
 
 @dataclass
@@ -54,7 +52,6 @@ class SubmitTask(threading.Thread):
         stop: threading.Event,
         countdown: float = CELERY_COUNTDOWN_SECONDS,
         jitter: float = 0.0,
-        on_ready: Callable[[], None] = lambda: None,
     ) -> None:
         """``jitter``: each wait is ``countdown`` plus up to this much more, uniformly
         drawn (the dashboard's ``_gate_requeue_countdown``: 30 s + 0..10 s)."""
@@ -66,7 +63,6 @@ class SubmitTask(threading.Thread):
         self.stop_event = stop
         self.countdown = countdown
         self.jitter = jitter
-        self.on_ready = on_ready
         self.outcome = TaskOutcome()
         self._wait_state = ""
 
@@ -89,7 +85,6 @@ class SubmitTask(threading.Thread):
                 if self.count_active() >= self.ceiling:
                     self._waiting("capacity")
                     continue  # released below, so other submitters are not blocked
-                self.on_ready()
                 submitted = True
                 ok, out.output = self.submit()
                 out.exit_code = 0 if ok else 1

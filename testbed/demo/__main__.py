@@ -74,18 +74,10 @@ def poke_instructions(system: System) -> list[str]:
         f"  curl -s {controller}/liveness",
         f"  curl -s {controller}/metrics | grep -E 'elb_gate_(in_use|leases_re)'",
         "Kubeconfigs (token-file users and the OpenAPI pod's bound token; RBAC as shipped):",
-        *(f"  {user:<18} {path}" for user, path in _kubeconfigs(system)),
+        *(f"  {user:<18} {cp.kubeconfig(user)}" for user in ("admin", DASHBOARD_APPLY_USER)),
+        f"  {system.openapi.pod:<18} {system.openapi.kubeconfig}",
+        f"  {ROGUE_USER:<18} {cp.kubeconfig(ROGUE_USER)}",
         "Ctrl-C stops everything and removes the temporary files.",
-    ]
-
-
-def _kubeconfigs(system: System) -> list[tuple[str, str]]:
-    cp = system.cp
-    return [
-        ("admin", cp.kubeconfig("admin")),
-        (DASHBOARD_APPLY_USER, cp.kubeconfig(DASHBOARD_APPLY_USER)),
-        (f"{system.openapi.pod}", system.openapi.kubeconfig),
-        (ROGUE_USER, cp.kubeconfig(ROGUE_USER)),
     ]
 
 

@@ -45,21 +45,6 @@ def create_in_order(manifests: Sequence[dict[str, Any]], create: Create) -> tupl
     return True, "\n".join(printed)
 
 
-def kubectl_create(kubectl: str) -> Create:
-    """``kubectl create -f -`` as whoever ``$KUBECONFIG`` names."""
-
-    def create(manifest: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [kubectl, "create", "-f", "-"],
-            input=manifest,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-
-    return create
-
-
 def main(argv: list[str] | None = None) -> int:
     """Create the search's Jobs; exit 1 with kubectl's message if one is refused."""
     parser = argparse.ArgumentParser(prog="elastic-blast-stand-in")
@@ -72,7 +57,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     manifests = search_manifests(args.namespace, args.id, batch_work=not args.no_batch_work)
-    ok, output = create_in_order(manifests, kubectl_create(os.environ.get("KUBECTL", "kubectl")))
+    kubectl = [os.environ.get("KUBECTL", "kubectl"), "create", "-f", "-"]  # as $KUBECONFIG's user
+    ok, output = create_in_order(
+        manifests,
+        lambda body: subprocess.run(
+            kubectl, input=body, capture_output=True, text=True, check=False
+        ),
+    )
     (sys.stdout if ok else sys.stderr).write(output + "\n")
     return 0 if ok else 1
 

@@ -41,7 +41,6 @@ ORPHAN_DELETED = "OrphanedFinalizerDeleted"
 
 @dataclass(frozen=True, slots=True)
 class Reclaim:
-    at: float
     reason: str
     """``dead_holder`` or ``expired``."""
     holder: str
@@ -53,11 +52,8 @@ class Observations:
     """What the observer saw; times are timeline seconds."""
 
     peak: int = 0
-    active: tuple[str, ...] = ()
     opened: dict[str, float] = field(default_factory=dict)
     """elb-job-id -> when it first counted as active."""
-    freed: list[float] = field(default_factory=list)
-    """When a slot freed (the active count went down), once per slot."""
     finished: dict[str, float] = field(default_factory=dict)
     """elb-job-id -> when its finalizer succeeded."""
     created: dict[str, float] = field(default_factory=dict)
@@ -72,8 +68,6 @@ class Observations:
     """finalizer name -> when the controller marked it."""
     orphan_events: dict[str, str] = field(default_factory=dict)
     """finalizer name -> the controller's OrphanedFinalizer Event message."""
-    deleted: dict[str, float] = field(default_factory=dict)
-    """Job name -> when it was deleted."""
     controller_deleted: dict[str, float] = field(default_factory=dict)
     """finalizer name -> when the controller reported deleting it."""
     liveness: list[tuple[float, bool]] = field(default_factory=list)
@@ -170,7 +164,6 @@ class Observer:
         before = self.jobs.get(name)
         if kind == "DELETED":
             self.jobs.pop(name, None)
-            seen.deleted.setdefault(name, now)
         else:
             self.jobs[name] = job
         labels = meta.get("labels") or {}
@@ -180,9 +173,6 @@ class Observer:
         )
         if counted.count > seen.peak:
             seen.peak = counted.count
-        # One entry per slot freed (two searches may end in one event).
-        seen.freed.extend([now] * (len(seen.active) - counted.count))
-        seen.active = counted.active_ids
         tally = f"{counted.count}/{self.settings.gate.max_run_concurrency} active"
         if kind == "ADDED" and before is None:
             seen.created.setdefault(name, now)
@@ -228,7 +218,7 @@ class Observer:
         involved = str((event.get("involvedObject") or {}).get("name") or "")
         if reason in RECLAIM_REASONS:
             holder = message.split("'")[1] if message.count("'") >= 2 else ""
-            self.seen.reclaims.append(Reclaim(now, RECLAIM_REASONS[reason], holder, message))
+            self.seen.reclaims.append(Reclaim(RECLAIM_REASONS[reason], holder, message))
             self.timeline.emit("reclaim", f"controller ({reason}): {message}")
         elif reason == ORPHAN_FLAGGED:
             self.seen.orphans_flagged.setdefault(involved, now)

@@ -48,15 +48,12 @@ class Report:
     rogue: Outcome
     rogue_jobs_left: int
     doomed_holder: str
-    doomed_acquired_at: float | None
     pod_deleted_at: float | None
     pod_terminating_at_reclaim: bool | None
     operator_deleted_at: float | None
-    operator_output: str
     batch_jobs_created: int
     started_at: float
     finished_at: float
-    timed_out: bool
     errors: list[str] = field(default_factory=list)
 
 
@@ -117,21 +114,15 @@ class Scenario:
             dash.start()
         for proc in self.processes[1:]:
             proc.start()
+        burst = [s.outcome for s in self.dashboards] + [p.outcome for p in self.processes[1:]]
 
         bad = rogue(system, self._search("rogue"), timeline)
         self.processes.append(bad)
         pod_deleted_at: float | None = None
         terminating_at_reclaim: bool | None = None
         operator_at: float | None = None
-        operator_output = ""
         rogue_started = doomed_started = False
         deadline = begin + DEADLINE_SECONDS
-        burst = [d.outcome for d in self.dashboards]
-        burst += [
-            p.outcome
-            for p in self.processes
-            if p.outcome.label.startswith("openapi-") and p is not orphan
-        ]
         orphan_name = f"elb-finalizer-{short(orphan.outcome.job_id)}"
 
         def burst_done(seen: Observations) -> bool:
@@ -185,11 +176,11 @@ class Scenario:
                     OPERATOR_USER, "-n", ns, "delete", "job", orphan_name, "--wait=false"
                 )
                 operator_at = timeline.elapsed()
-                operator_output = (done.stdout or done.stderr).strip()
                 timeline.emit(
                     "operator",
                     f"an operator reads the OrphanedFinalizer warning, checks (docs/runbook.md) "
-                    f"and deletes it: kubectl delete job {orphan_name} -> {operator_output}",
+                    f"and deletes it: kubectl delete job {orphan_name} -> "
+                    f"{(done.stdout or done.stderr).strip()}",
                 )
             if operator_at is not None:
                 break
@@ -201,7 +192,6 @@ class Scenario:
             lambda seen: seen.in_use is False and seen.liveness[-1][0] >= since,
             max(1.0, deadline - timeline.elapsed()),
         )
-        timed_out = timeline.elapsed() >= deadline
         self.submit_pods.stop()
         self.observer.detach()
         left = system.cp.admin.list(
@@ -215,15 +205,12 @@ class Scenario:
             rogue=bad.outcome,
             rogue_jobs_left=len(left),
             doomed_holder=self.doomed.holder,
-            doomed_acquired_at=self.doomed.acquired_at,
             pod_deleted_at=pod_deleted_at,
             pod_terminating_at_reclaim=terminating_at_reclaim,
             operator_deleted_at=operator_at,
-            operator_output=operator_output,
             batch_jobs_created=sum(len(v) for v in self.submit_pods.created.values()),
             started_at=begin,
             finished_at=timeline.elapsed(),
-            timed_out=timed_out,
             errors=errors,
         )
 

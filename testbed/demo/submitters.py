@@ -21,7 +21,7 @@ import signal
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -40,7 +40,7 @@ from testbed.demo.system import (
     System,
 )
 from testbed.demo.timeline import Timeline
-from testbed.submit_task import CELERY_COUNTDOWN_SECONDS, SubmitTask
+from testbed.submit_task import SubmitTask
 
 ELB_GATE = str(Path(sys.executable).with_name("elb-gate"))
 """The console script this virtualenv installs (``client.cli:main``)."""
@@ -62,9 +62,6 @@ class Outcome:
     """Episodes of finding the Lease busy."""
     capacity_waits: int = 0
     """Episodes of finding the namespace full (under the Lease)."""
-    ready_at: float | None = None
-    """When it was cleared to submit (timeline seconds)."""
-    errors: list[str] = field(default_factory=list)
 
     @property
     def done(self) -> bool:
@@ -82,7 +79,6 @@ class DashboardSubmitter:
         job_id: str,
         timeline: Timeline,
         stop: threading.Event,
-        countdown: float = CELERY_COUNTDOWN_SECONDS,
     ) -> None:
         self.system, self.timeline = system, timeline
         self.outcome = Outcome(label, "dashboard", job_id)
@@ -100,8 +96,6 @@ class DashboardSubmitter:
             self._submit,
             ceiling=system.settings.gate.max_run_concurrency,
             stop=stop,
-            countdown=countdown,
-            on_ready=self._ready,
         )
 
     def start(self) -> None:
@@ -113,9 +107,6 @@ class DashboardSubmitter:
     def join(self, timeout: float) -> None:
         self.task.join(timeout)
 
-    def _ready(self) -> None:
-        self.outcome.ready_at = self.timeline.elapsed()
-
     def _submit(self) -> tuple[bool, str]:
         manifests = search_manifests(self.system.namespace, self.outcome.job_id, batch_work=True)
         ok, text = create_in_order(manifests, self._create)
@@ -125,7 +116,6 @@ class DashboardSubmitter:
         task = self.task.outcome
         self.outcome.lease_waits = task.lease_waits
         self.outcome.capacity_waits = task.capacity_waits
-        self.outcome.errors = task.errors
         self.outcome.exit_code = 0 if ok else 1
         return ok, text
 
@@ -180,35 +170,15 @@ class ProcessSubmitter:
         self.wrapped = wrapped
         self.batch_work = batch_work
         self.outcome = Outcome(label, path, job_id)
-        self.lines: list[str] = []
         self.proc: subprocess.Popen[str] | None = None
-        self._reader: threading.Thread | None = None
 
     def argv(self) -> list[str]:
         """COMMAND (the stand-in), behind ``elb-gate submit`` when wrapped."""
-        command = [
-            sys.executable,
-            "-m",
-            "testbed.demo.elastic_blast",
-            "--namespace",
-            self.system.namespace,
-            "--id",
-            self.outcome.job_id,
-        ]
-        if not self.batch_work:
-            command.append("--no-batch-work")
-        if not self.wrapped:
-            return command
-        return [
-            ELB_GATE,
-            "-n",
-            self.system.namespace,
-            "submit",
-            "--source",
-            "openapi",
-            "--",
-            *command,
-        ]
+        ns = self.system.namespace
+        command = [sys.executable, "-m", "testbed.demo.elastic_blast", "--namespace", ns]
+        command += ["--id", self.outcome.job_id, *([] if self.batch_work else ["--no-batch-work"])]
+        wrapper = [ELB_GATE, "-n", ns, "submit", "--source", "openapi", "--"]
+        return [*wrapper, *command] if self.wrapped else command
 
     def start(self) -> ProcessSubmitter:
         """Start the process; a thread reads what it prints."""
@@ -224,24 +194,20 @@ class ProcessSubmitter:
             # stops COMMAND, then releases the Lease), not the terminal's Ctrl-C.
             start_new_session=True,
         )
-        self._reader = threading.Thread(target=self._read, name=self.outcome.label, daemon=True)
-        self._reader.start()
+        threading.Thread(target=self._read, name=self.outcome.label, daemon=True).start()
         return self
 
     def _read(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
-        state = ""
+        state = line = ""
         for raw in self.proc.stdout:
             line = raw.rstrip("\n")
-            self.lines.append(line)
             if line.startswith("elb-gate: "):
                 phase = line.split()[1].rstrip(":")
                 if phase != state and phase == "waiting_for_submit_slot":
                     self.outcome.lease_waits += 1
                 elif phase != state and phase == "waiting_for_capacity":
                     self.outcome.capacity_waits += 1
-                elif phase == "ready" and self.outcome.ready_at is None:
-                    self.outcome.ready_at = self.timeline.elapsed()
                 state = phase
             elif "Error from server" in line or "denied the request" in line:
                 self.outcome.denial = line
@@ -249,15 +215,9 @@ class ProcessSubmitter:
         if code != 0:
             if self.outcome.denial:
                 self.timeline.emit("DENIED", f"{self.outcome.label}: {self.outcome.denial}")
-            else:
-                tail = self.lines[-1] if self.lines else ""
-                self.outcome.errors.append(tail)
-                self.timeline.emit("error", f"{self.outcome.label} exited {code}: {tail}")
+            else:  # the last line it printed
+                self.timeline.emit("error", f"{self.outcome.label} exited {code}: {line}")
         self.outcome.exit_code = code
-
-    @property
-    def done(self) -> bool:
-        return self.outcome.done
 
     def terminate(self, grace: float = 10.0) -> None:
         """SIGTERM (elb-gate stops COMMAND, then releases the Lease); SIGKILL after grace."""
@@ -288,10 +248,8 @@ class DoomedSubmitter(threading.Thread):
         self.lease = SubmitLease(
             system.namespace, gate=system.settings.gate, config=config, source="openapi"
         )
-        self.acquired = threading.Event()
         self.acquired_at: float | None = None
         self.pod_gone = threading.Event()
-        self.errors: list[str] = []
 
     @property
     def holder(self) -> str:
@@ -303,8 +261,8 @@ class DoomedSubmitter(threading.Thread):
                 try:
                     if self.lease.acquire().acquired:
                         break
-                except Exception as exc:  # an outage: try again, as the real path would
-                    self.errors.append(str(exc))
+                except Exception:  # an outage: try again, as the real path would
+                    pass
                 self.stop.wait(1.0)
             else:
                 return
@@ -314,7 +272,6 @@ class DoomedSubmitter(threading.Thread):
                 f"OpenAPI replica 2 (pod {self.system.namespace}/{self.system.doomed.pod}) took "
                 f"the Lease as {self.holder[:18]}…; the webhook stamped its pod on it",
             )
-            self.acquired.set()
             while not (self.pod_gone.is_set() or self.stop.is_set()):
                 self.stop.wait(0.05)
         finally:

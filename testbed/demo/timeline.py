@@ -5,20 +5,9 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from typing import TextIO
 
 KIND_WIDTH = 9
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One printed event."""
-
-    at: float
-    """Seconds since the timeline started."""
-    kind: str
-    text: str
 
 
 class Timeline:
@@ -28,21 +17,17 @@ class Timeline:
     def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stdout
         self.start = time.monotonic()
-        self.entries: list[Entry] = []
         self._lock = threading.Lock()
 
     def elapsed(self) -> float:
         """Seconds since the timeline started."""
         return time.monotonic() - self.start
 
-    def emit(self, kind: str, text: str) -> Entry:
-        """Print ``text`` as a ``kind`` event now, and keep it."""
+    def emit(self, kind: str, text: str) -> None:
+        """Print ``text`` as a ``kind`` event, stamped now."""
         with self._lock:
-            entry = Entry(self.elapsed(), kind, text)
-            self.entries.append(entry)
-            self.stream.write(f"{entry.at:6.1f}s  {kind:<{KIND_WIDTH}} {text}\n")
+            self.stream.write(f"{self.elapsed():6.1f}s  {kind:<{KIND_WIDTH}} {text}\n")
             self.stream.flush()
-            return entry
 
     def say(self, text: str = "") -> None:
         """Print a line that is not an event (headings, the summary)."""
