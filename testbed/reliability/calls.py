@@ -6,7 +6,6 @@ kubectl's status is read from its ``Error from server (Reason)`` line.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from testbed.api import ApiError
@@ -42,7 +41,3 @@ def kubectl_status(
     """Run kubectl with ``kubeconfig``: (200 on success, else the code its error names; stderr)."""
     result = cp.kubectl("", *args, input=input, kubeconfig=kubeconfig)
     return kubectl_code(result), result.stderr
-
-
-def as_json(obj: Any) -> str:
-    return json.dumps(obj)

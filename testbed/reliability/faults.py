@@ -30,10 +30,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from testbed.api import JsonObj
+from testbed.clients import lease_name
 from testbed.controlplane import ControlPlane, PodIdentity
 from testbed.faultproxy import Fault, FaultProxy
 from testbed.install import NOT_THE_FENCE
-from testbed.reliability.paths import DashboardPath, lease_name
+from testbed.reliability.paths import DashboardPath
 from testbed.reliability.races import ADMISSION_RECORD
 from testbed.reliability.rig import SHARED_ENV, SKEW_SECONDS, Rig
 from testbed.waiting import wait_until

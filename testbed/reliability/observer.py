@@ -110,12 +110,10 @@ class Observer:
         admin: Api,
         namespaces: Iterable[str],
         *,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         report: Callable[[str], None] | None = None,
     ) -> None:
         self.admin = admin
         self.namespaces = set(namespaces)
-        self.clock = clock
         self.report = report or (lambda text: None)
         self._jobs: dict[str, dict[str, JsonObj]] = {ns: {} for ns in self.namespaces}
         self._active: dict[str, set[str]] = {ns: set() for ns in self.namespaces}
@@ -209,10 +207,6 @@ class Observer:
         with self._lock:
             return self._records.pop(namespace, None)
 
-    def jobs(self, namespace: str) -> list[JsonObj]:
-        with self._lock:
-            return list(self._jobs[namespace].values())
-
     # -- events ----------------------------------------------------------------------------
 
     def _on_gap(self, why: str) -> None:
@@ -256,7 +250,7 @@ class Observer:
             else:
                 jobs[uid] = obj
             record = self._records.get(ns)
-            now = self.clock()
+            now = datetime.now(UTC)
             grace = record.grace_seconds if record else 300.0
             found = oracle.active_searches(jobs.values(), now, grace)
             keys = {a.key for a in found}

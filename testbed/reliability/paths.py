@@ -28,16 +28,8 @@ from typing import Any
 
 import urllib3
 
-from testbed.clients import (
-    ClientError,
-    DashboardLeaseClient,
-    OpenApiLeaseClient,
-    Outcome,
-    lease_name,
-)
+from testbed.clients import ClientError, DashboardLeaseClient, OpenApiLeaseClient, Outcome
 from testbed.controlplane import ControlPlane
-
-__all__ = ["ClientError", "DashboardPath", "OpenApiPath", "PathError", "SubmitPath", "lease_name"]
 
 
 class PathError(RuntimeError):

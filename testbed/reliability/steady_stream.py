@@ -35,7 +35,6 @@ class StreamStats:
     searches: int = 0
     failures: Counter[str] = field(default_factory=Counter)
     unexpected: list[str] = field(default_factory=list)
-    failure_times: list[float] = field(default_factory=list)
     success_times: list[float] = field(default_factory=list)
 
 
@@ -69,7 +68,6 @@ class SteadyStream:
         text = str(exc)
         kind = next((k for k in ALLOWED_FAILURES if k in text), "")
         self.stats.failures[f"{what}: {kind or exc.__class__.__name__}"] += 1
-        self.stats.failure_times.append(time.monotonic())
         if not kind:
             self.stats.unexpected.append(f"{what}: {text[:300]}")
 

@@ -221,7 +221,6 @@ class Submitter:
         self.intrusions_admitted: list[str] = []
         """Jobs created without holding the Lease (the judge says whether Gate A allowed
         it: the contract's holder is a user, so a sibling replica's hold admits it)."""
-        self.acquired = 0
         self.holders: set[str] = set()
         """The holder identities this submitter acquired the Lease as (two submitters
         may share a user: the replicas of one Deployment share its ServiceAccount)."""
@@ -395,7 +394,6 @@ class Submitter:
                 try:
                     with run_slot(lease, settings.client, poll_seconds=POLL_SECONDS, cancel=cancel):
                         self.note("slot")
-                        self.acquired += 1
                         if self.plan.crash == "after_acquire":
                             self._die()
                         if self.plan.stall is not None and not self.stalled_rv:
@@ -505,8 +503,6 @@ class Submitter:
                     proc.kill()
                     proc.wait(10)
             self._collect_cli(directory)
-            if (directory / "start").exists():
-                self.acquired += 1
             if code == 0 and len(self.created) == len(self.plan.jobs):
                 return
             time.sleep(POLL_SECONDS)
@@ -615,7 +611,6 @@ class Submitter:
                 self._pause()
                 continue
             self.note("acquired")
-            self.acquired += 1
             self._poll = POLL_SECONDS
             if self.plan.crash == "after_acquire":
                 self._die()
