@@ -6,11 +6,13 @@ kubectl's status is read from its ``Error from server (Reason)`` line.
 
 from __future__ import annotations
 
+import subprocess
 from typing import Any
 
-from testbed.api import ApiError
+import urllib3
+
+from testbed.api import Api, ApiError
 from testbed.controlplane import ControlPlane
-from testbed.reliability.paths import kubectl_code
 
 
 def lease_path(namespace: str, name: str = "") -> str:
@@ -22,17 +24,39 @@ def jobs_path(namespace: str) -> str:
     return f"/apis/batch/v1/namespaces/{namespace}/jobs"
 
 
+def request(api: Api, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
+    """One HTTPS call as ``api``'s identity: (status, decoded body)."""
+    try:
+        answer = api.request(method, path, body)
+    except ApiError as exc:
+        return exc.status, dict(exc.body)
+    except (OSError, urllib3.exceptions.HTTPError):
+        return 0, {}
+    return (201 if method == "POST" else 200), dict(answer) if isinstance(answer, dict) else {}
+
+
 def http(
     cp: ControlPlane, token: str, method: str, path: str, body: Any = None
 ) -> tuple[int, dict[str, Any]]:
     """One HTTPS call with a bearer token: (status, decoded body)."""
-    try:
-        answer = cp.api_for_token(token).request(method, path, body)
-    except ApiError as exc:
-        return exc.status, dict(exc.body)
-    except OSError:
-        return 0, {}
-    return (201 if method == "POST" else 200), dict(answer) if isinstance(answer, dict) else {}
+    return request(cp.api_for_token(token), method, path, body)
+
+
+KUBECTL_CODES: tuple[tuple[str, int], ...] = (
+    ("(AlreadyExists)", 409), ("(Conflict)", 409), ("Operation cannot be fulfilled", 409),
+    ("(Forbidden)", 403), ("(TooManyRequests)", 429), ("(ServiceUnavailable)", 503),
+    ("(Invalid)", 422), ("(InternalError)", 500), ("(NotFound)", 404), ("(BadRequest)", 400),
+)  # fmt: skip
+
+
+def kubectl_code(result: subprocess.CompletedProcess[str]) -> int:
+    """The HTTP status a kubectl run stands for: 200, or the one its error line names."""
+    if result.returncode == 0:
+        return 200
+    for marker, code in KUBECTL_CODES:
+        if marker in result.stderr:
+            return code
+    return 0
 
 
 def kubectl_status(

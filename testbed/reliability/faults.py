@@ -34,6 +34,7 @@ from testbed.clients import lease_name
 from testbed.controlplane import ControlPlane, PodIdentity
 from testbed.faultproxy import Fault, FaultProxy
 from testbed.install import NOT_THE_FENCE
+from testbed.reliability.calls import jobs_path, request
 from testbed.reliability.paths import DashboardPath
 from testbed.reliability.races import ADMISSION_RECORD
 from testbed.reliability.rig import SHARED_ENV, SKEW_SECONDS, Rig
@@ -194,7 +195,7 @@ def webhook_trial(
     job = running_job(ns, f"t-{uuid.uuid4().hex[:8]}", app, uuid.uuid4().hex)
     result = TrialResult(f"webhook:{target}:{kind}")
     try:
-        status, body = holder.lease.call("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", job)
+        status, body = request(holder.api, "POST", jobs_path(ns), job)
     finally:
         proxy.clear()
     result.faults = sum(f.fired for f in faults)
@@ -208,7 +209,7 @@ def webhook_trial(
         result.wrong.append(f"{result.kind}: refused for another reason: {status} {message}")
     # Without the fault the same request is admitted: the refusal was the fault's doing.
     started = time.monotonic()
-    status, body = holder.lease.call("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", job)
+    status, body = request(holder.api, "POST", jobs_path(ns), job)
     result.recovered = status == 201
     result.recovery_seconds = time.monotonic() - started
     if not result.recovered:

@@ -21,15 +21,13 @@ condition.
 from __future__ import annotations
 
 import json
-import ssl
 import subprocess
 from collections.abc import Mapping
 from typing import Any
 
-import urllib3
-
 from testbed.clients import ClientError, DashboardLeaseClient, OpenApiLeaseClient, Outcome
 from testbed.controlplane import ControlPlane
+from testbed.reliability.calls import jobs_path, kubectl_code, request
 
 
 class PathError(RuntimeError):
@@ -54,23 +52,6 @@ def client_count(finalizers: list[Mapping[str, Any]]) -> int:
         if unfinished(j)
     }
     return len(ids - {None, ""})
-
-
-KUBECTL_CODES: tuple[tuple[str, int], ...] = (
-    ("(AlreadyExists)", 409), ("(Conflict)", 409), ("Operation cannot be fulfilled", 409),
-    ("(Forbidden)", 403), ("(TooManyRequests)", 429), ("(ServiceUnavailable)", 503),
-    ("(Invalid)", 422), ("(InternalError)", 500), ("(NotFound)", 404), ("(BadRequest)", 400),
-)  # fmt: skip
-
-
-def kubectl_code(result: subprocess.CompletedProcess[str]) -> int:
-    """The HTTP status a kubectl run stands for: 200, or the one its error line names."""
-    if result.returncode == 0:
-        return 200
-    for marker, code in KUBECTL_CODES:
-        if marker in result.stderr:
-            return code
-    return 0
 
 
 class SubmitPath:
@@ -115,44 +96,17 @@ class DashboardPath(SubmitPath):
         self.lease = DashboardLeaseClient(
             cp.server, cp.ca_file, token, namespace, ttl=ttl, skew=skew
         )
-        self.server = cp.server.rstrip("/")
-        self.token = token
-        self.http = urllib3.PoolManager(
-            maxsize=2,
-            ssl_context=ssl.create_default_context(cafile=cp.ca_file),
-            timeout=urllib3.Timeout(connect=10, read=30),
-            retries=False,
-        )
-
-    def call(self, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
-        headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode()
-            headers["Content-Type"] = "application/json"
-        try:
-            resp = self.http.request(method, self.server + path, body=data, headers=headers)
-        except urllib3.exceptions.HTTPError:
-            return 0, {}
-        try:
-            decoded = json.loads(resp.data or b"{}")
-        except ValueError:
-            decoded = {"message": resp.data.decode(errors="replace")}
-        return resp.status, decoded if isinstance(decoded, dict) else {}
+        self.api = cp.api_for_token(token)
 
     def count(self) -> int:
-        status, body = self.call(
-            "GET", f"/apis/batch/v1/namespaces/{self.namespace}/jobs?labelSelector=app%3Dfinalizer"
-        )
+        finalizers = jobs_path(self.namespace) + "?labelSelector=app%3Dfinalizer"
+        status, body = request(self.api, "GET", finalizers)
         if status != 200:
             raise PathError(f"LIST jobs: {status} {body.get('message')}")
         return client_count(list(body.get("items") or []))
 
     def create_job(self, body: Mapping[str, Any]) -> int:
-        return self.call("POST", f"/apis/batch/v1/namespaces/{self.namespace}/jobs", body)[0]
-
-    def close(self) -> None:
-        self.http.clear()
+        return request(self.api, "POST", jobs_path(self.namespace), body)[0]
 
 
 class OpenApiPath(SubmitPath):

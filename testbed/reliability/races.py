@@ -34,11 +34,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from testbed.api import ApiError, JsonObj
+from testbed.api import Api, ApiError, JsonObj
 from testbed.audit_log import read_audit
 from testbed.clients import ClientError, DashboardLeaseClient
 from testbed.controller_process import CONTROLLER_USER
 from testbed.faultproxy import Fault, FaultProxy
+from testbed.reliability.calls import jobs_path, request
 from testbed.reliability.gate_a import LEASE_PREFIX
 from testbed.reliability.histories import History, JobWatch, audit_operations
 from testbed.reliability.jobs import JobPlan, job_body
@@ -109,14 +110,8 @@ def job(
     return job_body(ns, JobPlan(app, names[app], run, "ok", ttl), job_id, db)
 
 
-def create(api: Any, body: JsonObj) -> int:
-    try:
-        api.create(body)
-        return 201
-    except ApiError as exc:
-        return exc.status
-    except OSError:
-        return 0
+def create(api: Api, body: JsonObj) -> int:
+    return request(api, "POST", jobs_path(body["metadata"]["namespace"]), body)[0]
 
 
 def at_once(calls: Sequence[Callable[[], object]]) -> None:
