@@ -67,20 +67,20 @@ flagged."""
 HOLD_SECONDS = 20
 ADMISSION_RECORD = "elb-gate-admissions"
 """The namespace's admission record (docs/design.md, "Names every path must agree on")."""
-FAULTS: tuple[str, ...] = (
-    "none",
-    "slow_list",
-    "dropped_list",
-    "record_503",
-    "record_lost",
-    "lagging_watch",
-    "fence_503",
-    "fence_lost",
-)
+FAULT_CALLS: dict[str, dict[str, Any]] = {
+    "slow_list": {"method": "GET", "resource": "jobs"},  # and a delay drawn per history
+    "dropped_list": {"method": "GET", "resource": "jobs", "drop": True},
+    "record_503": {"method": "GET", "resource": "configmaps", "status": 503},
+    "record_lost": {"method": "PUT", "resource": "configmaps", "lose_answer": True},
+    "lagging_watch": {"resource": "jobs", "watch": True, "count": None},  # and a lag
+    "fence_503": {"method": "PATCH", "resource": "jobs", "status": 503},
+    "fence_lost": {"method": "PATCH", "resource": "jobs", "lose_answer": True},
+}
 """Faults on the webhooks' calls: the census LIST (and the Job watch's own LIST and
 WATCH requests), the admission record, and the census read at a fence (docs/design.md,
 "The census read at a fence"): its watch's events passed on late, its fence write
 refused or its answer lost."""
+FAULTS: tuple[str, ...] = ("none", *FAULT_CALLS)
 
 
 def settings() -> dict[str, Any]:
@@ -156,39 +156,17 @@ class Races:
     # -- faults --------------------------------------------------------------------------
 
     def _inject(self, ns: str, fault: str, rng: random.Random) -> Fault | None:
-        count = rng.choice((1, 2))
+        how = {"namespace": ns, "count": rng.choice((1, 2)), **FAULT_CALLS.get(fault, {})}
+        if fault == "none":
+            return None
         if fault == "slow_list":
-            delay = rng.uniform(0.2, 1.2)
-            return self.proxy.add(
-                method="GET", resource="jobs", namespace=ns, delay=delay, count=count
-            )
-        if fault == "dropped_list":
-            return self.proxy.add(
-                method="GET", resource="jobs", namespace=ns, drop=True, count=count
-            )
-        if fault == "record_503":
-            return self.proxy.add(
-                method="GET", resource="configmaps", namespace=ns, status=503, count=count
-            )
-        if fault == "record_lost":
-            return self.proxy.add(
-                method="PUT", resource="configmaps", namespace=ns, lose_answer=True, count=count
-            )
+            how["delay"] = rng.uniform(0.2, 1.2)
         if fault == "lagging_watch":
-            lag = self.proxy.add(
-                resource="jobs", namespace=ns, watch=True, lag=rng.uniform(0.2, 1.2), count=None
-            )
+            how["lag"] = rng.uniform(0.2, 1.2)
+        added = self.proxy.add(**how)
+        if fault == "lagging_watch":
             self.proxy.end_watches()  # the webhooks resume their Job watches through it
-            return lag
-        if fault == "fence_503":
-            return self.proxy.add(
-                method="PATCH", resource="jobs", namespace=ns, status=503, count=count
-            )
-        if fault == "fence_lost":
-            return self.proxy.add(
-                method="PATCH", resource="jobs", namespace=ns, lose_answer=True, count=count
-            )
-        return None
+        return added
 
     def _clear(self, ns: str) -> None:
         with self.proxy._lock:
