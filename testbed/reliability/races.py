@@ -42,7 +42,7 @@ from testbed.faultproxy import Fault, FaultProxy
 from testbed.reliability.calls import jobs_path, request
 from testbed.reliability.gate_a import LEASE_PREFIX
 from testbed.reliability.histories import History, JobWatch, audit_operations
-from testbed.reliability.jobs import JobPlan, job_body
+from testbed.reliability.jobs import JobPlan, job_body, job_name
 from testbed.reliability.rig import CEILING, SKEW_SECONDS, Rig
 from testbed.waiting import wait_until
 
@@ -100,14 +100,7 @@ def job(
     ns: str, app: str, job_id: str, *, run: float, db: str = "core_nt", ttl: int | None = None
 ) -> JsonObj:
     """One of elastic-blast's Jobs whose pod runs ``run`` seconds and succeeds."""
-    names = {
-        "setup": f"init-pv-{job_id}",
-        "import": f"import-queries-{job_id}",
-        "submit": f"submit-jobs-{job_id}",
-        "blast": f"blastn-batch-{job_id}-job-0",
-        "finalizer": f"elb-finalizer-{job_id}",
-    }
-    return job_body(ns, JobPlan(app, names[app], run, "ok", ttl), job_id, db)
+    return job_body(ns, JobPlan(app, job_name(app, job_id), run, "ok", ttl), job_id, db)
 
 
 def create(api: Api, body: JsonObj) -> int:
