@@ -30,7 +30,8 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,12 +39,13 @@ from testbed.api import Api, ApiError, JsonObj
 from testbed.audit_log import read_audit
 from testbed.clients import ClientError, DashboardLeaseClient
 from testbed.controller_process import CONTROLLER_USER
+from testbed.controlplane import ControlPlane
 from testbed.faultproxy import Fault, FaultProxy
 from testbed.reliability.calls import jobs_path, request
 from testbed.reliability.gate_a import LEASE_PREFIX
 from testbed.reliability.histories import History, JobWatch, audit_operations
 from testbed.reliability.jobs import JobPlan, job_body, job_name
-from testbed.reliability.rig import CEILING, SKEW_SECONDS, Rig
+from testbed.reliability.rig import CEILING, CONTROLLER_ENV, SKEW_SECONDS, Rig
 from testbed.waiting import wait_until
 
 KINDS: tuple[str, ...] = (
@@ -359,6 +361,25 @@ class Races:
         """With the controller back: time to act on what it finds (it must not delete
         a running search's finalizer)."""
         time.sleep(4 + self.rig.resync_seconds)
+
+
+@contextmanager
+def races_on(cp: ControlPlane, slots: Sequence[str]) -> Iterator[Races]:
+    """The race rig on ``slots``: both webhook replicas and the controller with
+    :data:`RACES_ENV`, their API calls through a fault proxy, and a watch of the slots'
+    Jobs."""
+    with (
+        FaultProxy(cp) as proxy,
+        Rig(
+            cp, slots, env=RACES_ENV, controller_env={**CONTROLLER_ENV, **RACES_ENV}, proxy=proxy
+        ) as rig,
+    ):
+        rig.wait_until_ready()
+        watch = JobWatch(cp.admin, slots).start()
+        try:
+            yield Races(rig, proxy, watch)
+        finally:
+            watch.stop()
 
 
 def split(ops: Sequence[Mapping[str, Any]], judged: Mapping[str, int]) -> bool:
