@@ -173,19 +173,14 @@ class Runner:
         finally:
             self._slots.put(ns)
 
-    def run_many(self, seeds: Iterable[int], parallel: int) -> list[ScheduleResult]:
-        """Run every seed's schedule, ``parallel`` at a time (<= namespace slots)."""
-        with ThreadPoolExecutor(max_workers=min(parallel, len(self.rig.namespaces))) as pool:
-            return list(pool.map(self.run, seeds))
-
     def run_each(
         self,
         seeds: Iterable[int],
         parallel: int,
         on_error: Callable[[int, Exception], None] | None = None,
     ) -> Iterator[ScheduleResult]:
-        """Like :meth:`run_many`, but yield each result as its schedule ends: a slot
-        freed starts the next seed at once, never waiting for a batch.
+        """Run every seed's schedule, ``parallel`` at a time (<= namespace slots), and
+        yield each result as its schedule ends: a slot freed starts the next seed at once.
 
         A schedule the harness could not finish (a wait that timed out, an API call
         that failed) raises here, or, with ``on_error``, is handed to it with its seed
