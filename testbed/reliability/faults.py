@@ -26,6 +26,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,7 @@ from testbed.controlplane import ControlPlane, PodIdentity
 from testbed.faultproxy import Fault, FaultProxy
 from testbed.install import NOT_THE_FENCE
 from testbed.reliability.calls import jobs_path, request
+from testbed.reliability.ledger import Ledger
 from testbed.reliability.paths import DashboardPath
 from testbed.reliability.races import ADMISSION_RECORD
 from testbed.reliability.rig import SHARED_ENV, SKEW_SECONDS, Rig
@@ -73,6 +75,18 @@ class TrialResult:
     codes: Counter[int] = field(default_factory=Counter)
     recovered: bool = True
     recovery_seconds: float = 0.0
+
+
+def record(trials: Sequence[TrialResult], ledger: Ledger) -> None:
+    """Record fault trials under promise 2 (shared by the bounded test and ``make soak``)."""
+    kinds = Counter(r.kind.split(":")[0] for r in trials)
+    ledger.record(
+        "2",
+        runs=len(trials),
+        faults=sum(r.faults for r in trials),
+        violations=sum(len(r.wrong) for r in trials),
+        **{f"{kind}_trials": n for kind, n in kinds.items()},
+    )
 
 
 def running_job(namespace: str, name: str, app: str, job_id: str) -> JsonObj:

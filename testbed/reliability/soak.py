@@ -40,6 +40,7 @@ from testbed.reliability.faults import (
     TrialResult,
     controller_trial,
     hold_for,
+    record,
     webhook_trial,
 )
 from testbed.reliability.histories import History, Verdict, check
@@ -293,14 +294,7 @@ class Soak:
                 "1", replica_a_admissions=self.served[0], replica_b_admissions=self.served[1]
             )
         if self.trials:
-            LEDGER.record(
-                "2",
-                runs=len(self.trials),
-                faults=sum(r.faults for r in self.trials),
-                violations=sum(len(r.wrong) for r in self.trials),
-                webhook_trials=sum(r.kind.startswith("webhook") for r in self.trials),
-                controller_storms=sum(r.kind.startswith("controller") for r in self.trials),
-            )
+            record(self.trials, LEDGER)
         minutes = (time.monotonic() - self.started) / 60
         left_schedules = self.unfinished_count("schedule ")
         left_histories = self.unfinished_count("history ")
