@@ -7,11 +7,13 @@ kubectl's status is read from its ``Error from server (Reason)`` line.
 from __future__ import annotations
 
 import subprocess
+from datetime import UTC, datetime
 from typing import Any
 
 import urllib3
 
 from testbed.api import Api, ApiError
+from testbed.clients import lease_name, micro_time
 from testbed.controlplane import ControlPlane
 
 
@@ -22,6 +24,22 @@ def lease_path(namespace: str, name: str = "") -> str:
 
 def jobs_path(namespace: str) -> str:
     return f"/apis/batch/v1/namespaces/{namespace}/jobs"
+
+
+def lease_held(namespace: str, holder: str, seconds: int) -> dict[str, Any]:
+    """The submit Lease of ``namespace`` held by ``holder`` for ``seconds`` from now."""
+    stamp = micro_time(datetime.now(UTC))
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": lease_name(namespace), "namespace": namespace},
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": seconds,
+            "acquireTime": stamp,
+            "renewTime": stamp,
+        },
+    }
 
 
 def request(api: Api, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:

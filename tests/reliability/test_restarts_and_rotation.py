@@ -14,16 +14,14 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
 
 import pytest
 from cryptography import x509
 
-from elbgate.lease import format_microtime
 from elbgate.names import lease_name
 from testbed.certs import WEBHOOK_HOST
 from testbed.controlplane import ControlPlane
-from testbed.reliability.calls import http, lease_path
+from testbed.reliability.calls import http, lease_held, lease_path
 from testbed.reliability.ledger import LEDGER
 from testbed.reliability.observer import Observer
 from testbed.reliability.rig import CEILING, FINALIZER_GRACE_SECONDS, Rig
@@ -63,19 +61,8 @@ def admitted_since(stream: SteadyStream, count: int, timeout: float = 120) -> No
 
 def abandoned_lease(rig: Rig, namespace: str) -> str:
     """bob takes the Lease for 1 s and never comes back (no pod stamp: only expiry frees it)."""
-    stamp = format_microtime(datetime.now(UTC))
     holder = f"dashboard-{uuid.uuid4()}"
-    body = {
-        "apiVersion": "coordination.k8s.io/v1",
-        "kind": "Lease",
-        "metadata": {"name": lease_name(namespace), "namespace": namespace},
-        "spec": {
-            "holderIdentity": holder,
-            "leaseDurationSeconds": 1,
-            "acquireTime": stamp,
-            "renewTime": stamp,
-        },
-    }
+    body = lease_held(namespace, holder, 1)
     status, answer = http(rig.cp, rig.cp.token("bob"), "POST", lease_path(namespace), body)
     assert status == 201, answer
     return holder
