@@ -23,6 +23,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from elbgate.kube.api import JOBS, KubeApi, path
 from testbed.kubelet_stand_in import EXIT_CODES, RUN_SECONDS
 
 BLAST_POOL = {"agentpool": "blastpool"}
@@ -133,3 +134,8 @@ def job_body(namespace: str, plan: JobPlan, job_id: str, db: str) -> dict[str, A
         "metadata": {"name": plan.name, "namespace": namespace, "labels": labels},
         "spec": spec,
     }
+
+
+async def create_job(api: KubeApi, *, body: dict[str, Any], namespace: str) -> Any:
+    """POST one Job with elb-gate's client (what the submit path's ``kubectl create`` does)."""
+    return await api.create(path(JOBS, namespace), body)

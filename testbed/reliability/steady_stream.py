@@ -13,14 +13,13 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
 
 from client import CoordinationError, SubmitLease, SyncKube, read_census
-from elbgate.kube.api import JOBS, ApiError, ApiUnavailable, KubeApi, path
+from elbgate.kube.api import ApiError, ApiUnavailable
 from elbgate.kube.config import KubeConfig
 from elbgate.settings import Settings
 from testbed.controlplane import ControlPlane
-from testbed.reliability.jobs import JobPlan, job_body
+from testbed.reliability.jobs import JobPlan, create_job, job_body
 from testbed.reliability.rig import CEILING, SHARED_ENV
 
 ALLOWED_FAILURES = ("failed calling webhook", "could not verify")
@@ -36,11 +35,6 @@ class StreamStats:
     failures: Counter[str] = field(default_factory=Counter)
     unexpected: list[str] = field(default_factory=list)
     success_times: list[float] = field(default_factory=list)
-
-
-async def create_job(api: KubeApi, *, body: dict[str, Any], namespace: str) -> Any:
-    """POST one Job (what the submit path's ``kubectl create`` does)."""
-    return await api.create(path(JOBS, namespace), body)
 
 
 class SteadyStream:

@@ -51,19 +51,20 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
 from client import CoordinationError, SubmitLease, run_slot
 from client.errors import SlotUnavailable
-from elbgate.kube.api import JOBS, ApiError, ApiUnavailable, path
+from elbgate.kube.api import ApiError, ApiUnavailable
 from elbgate.kube.config import KubeConfig
 from elbgate.settings import Settings
 from testbed.clients import DashboardLeaseClient, parse_time
 from testbed.controlplane import REPO, ControlPlane, PodIdentity, kubectl_path
 from testbed.holders import past_the_second_of
 from testbed.kubelet_stand_in import RESTART
-from testbed.reliability.jobs import JobPlan, job_body
+from testbed.reliability.jobs import JobPlan, create_job, job_body
 from testbed.reliability.nodes import HolderNodes
 from testbed.reliability.paths import DashboardPath, OpenApiPath, PathError, SubmitPath
 from testbed.reliability.rig import CEILING, CONTROLLER_SKEW_SECONDS, SHARED_ENV
@@ -425,11 +426,8 @@ class Submitter:
         self._resuming = True
 
     def _client_create(self, lease: SubmitLease, body: Mapping[str, Any]) -> int:
-        async def create(api: Any) -> Any:
-            return await api.create(path(JOBS, self.namespace), dict(body))
-
         try:
-            lease.kube.run(create)
+            lease.kube.run(partial(create_job, body=dict(body), namespace=self.namespace))
         except ApiError as exc:
             return exc.code
         except ApiUnavailable:
