@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from testbed.api import Api, JsonObj
+from testbed.controlplane import REPO
 from testbed.reliability.gate_a import LEASE_PREFIX, parse_time
 from testbed.watch import Watch
 
-REPO = Path(__file__).resolve().parents[2]
 LINCHECK = REPO / "lincheck"
 NEVER = 2**62
 """A return that never came (a finish whose final condition was not seen): the

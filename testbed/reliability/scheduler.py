@@ -34,9 +34,11 @@ from datetime import datetime
 from pathlib import Path
 from queue import Queue
 
+from testbed.clients import lease_name
 from testbed.controller_process import CONTROLLER_USER
 from testbed.reliability.audit import AuditTail, Seen
 from testbed.reliability.gate_a import (
+    HOLDER_USER_ANNOTATION,
     LeaseState,
     Terms,
     Write,
@@ -257,16 +259,15 @@ class Runner:
         dead = {s.username for s in submitters if s.crashed}
         if not dead:
             return
-        name = f"elb-blast-submit-{ns}"
+        name = lease_name(ns)
         until = time.monotonic() + RECLAIM_SECONDS
 
         def freed() -> bool:
             nonlocal until
             lease = self.rig.cp.admin.find("leases", ns, name) or {}
             spec = lease.get("spec") or {}
-            user = ((lease.get("metadata") or {}).get("annotations") or {}).get(
-                "elb-gate.io/holder-user"
-            )
+            notes = (lease.get("metadata") or {}).get("annotations") or {}
+            user = notes.get(HOLDER_USER_ANNOTATION)
             if not (spec.get("holderIdentity") and user in dead):
                 return True
             renewed = parse_time(spec.get("renewTime"))

@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from testbed.controlplane import ControlPlane
+from testbed.controlplane import REPO, ControlPlane
 from testbed.faultproxy import FaultProxy
 from testbed.reliability.faults import (
     FAULTY_ENV,
@@ -50,7 +50,6 @@ from testbed.reliability.rig import CEILING, CONTROLLER_ENV, Rig
 from testbed.reliability.scheduler import Runner, ScheduleResult
 from testbed.reliability.summary import summarize
 
-REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "tests" / "reliability" / "RESULTS.md"
 
 ORACLE_VS_CENSUS = """\

@@ -47,7 +47,7 @@ class SteadyStream:
         self.stats = StreamStats()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="steady-stream", daemon=True)
-        self.settings = Settings.from_env({**SHARED_ENV, "BLAST_SUBMIT_LEASE_TTL_SECONDS": "5"})
+        self.settings = Settings.from_env(SHARED_ENV)
 
     def start(self) -> SteadyStream:
         self._thread.start()

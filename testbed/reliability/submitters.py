@@ -60,7 +60,7 @@ from client.errors import SlotUnavailable
 from elbgate.kube.api import ApiError, ApiUnavailable
 from elbgate.kube.config import KubeConfig
 from elbgate.settings import Settings
-from testbed.clients import DashboardLeaseClient, parse_time
+from testbed.clients import DashboardLeaseClient, lease_name, parse_time
 from testbed.controlplane import REPO, ControlPlane, PodIdentity, kubectl_path
 from testbed.holders import past_the_second_of
 from testbed.kubelet_stand_in import RESTART
@@ -321,7 +321,7 @@ class Submitter:
     def _after_last_renewal_second(self) -> None:
         """Wait until the clock's second is past the Lease's last renewal: this death is
         meant to be provable (:func:`testbed.holders.past_the_second_of`)."""
-        lease = self.cp.admin.find("leases", self.namespace, f"elb-blast-submit-{self.namespace}")
+        lease = self.cp.admin.find("leases", self.namespace, lease_name(self.namespace))
         renewed = parse_time(((lease or {}).get("spec") or {}).get("renewTime"))
         if renewed is not None:
             past_the_second_of(renewed)
