@@ -217,25 +217,19 @@ class Observer:
                 self._jobs[ns].clear()
 
     def _on_lease(self, kind: str, obj: JsonObj) -> None:
-        ns = str((obj.get("metadata") or {}).get("namespace") or "")
+        meta = obj.get("metadata") or {}
+        ns, name, rv = str(meta.get("namespace") or ""), str(meta.get("name") or ""), _rv(obj)
         with self._lock:
             record = self._records.get(ns)
-            if record is None:
-                if kind != "DELETED":
-                    self._lease_rvs.setdefault(ns, {})[
-                        str((obj.get("metadata") or {}).get("name") or "")
-                    ] = _rv(obj)
-                return
-            name = str((obj.get("metadata") or {}).get("name") or "")
             last = self._lease_rvs.setdefault(ns, {})
-            if kind in ("ADDED", "MODIFIED"):
+            if record is not None and kind in ("ADDED", "MODIFIED"):
                 previous = last.get(name) if kind == "MODIFIED" else None
-                record.leases.append(Seen(_rv(obj), "leases", name, previous, obj))
-            if kind in ("ADDED", "MODIFIED", "LISTED"):
-                last[name] = _rv(obj)
-            elif kind == "DELETED":
+                record.leases.append(Seen(rv, "leases", name, previous, obj))
+            if kind != "DELETED":
+                last[name] = rv
+            elif record is not None:
                 last.pop(name, None)
-                record.lease_deletes[str((obj.get("metadata") or {}).get("uid") or "")] = _rv(obj)
+                record.lease_deletes[str(meta.get("uid") or "")] = rv
 
     def _on_job(self, kind: str, obj: JsonObj) -> None:
         meta = obj.get("metadata") or {}
@@ -274,21 +268,13 @@ class Observer:
     ) -> None:
         record.job_events += 1
         rv = _rv(obj)
-        name = (obj.get("metadata") or {}).get("name")
+        meta = obj.get("metadata") or {}
+        name = meta.get("name")
         if kind == "ADDED":
-            labels = (obj.get("metadata") or {}).get("labels") or {}
             key = oracle.search_key(obj)
-            record.added.append(
-                Added(
-                    rv,
-                    str((obj.get("metadata") or {}).get("uid") or ""),
-                    str(name),
-                    str(labels.get("app") or ""),
-                    key,
-                    key is not None and key in before,
-                    obj,
-                )
-            )
+            app = str((meta.get("labels") or {}).get("app") or "")
+            uid = str(meta.get("uid") or "")
+            record.added.append(Added(rv, uid, str(name), app, key, key in before, obj))
         keys = [a.key for a in found]
         crude = oracle.crude_bound(jobs)
         record.max_active = max(record.max_active, len(keys))
