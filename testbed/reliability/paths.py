@@ -30,10 +30,6 @@ from testbed.controlplane import ControlPlane
 from testbed.reliability.calls import jobs_path, kubectl_code, request
 
 
-class PathError(RuntimeError):
-    """An answer the path treats as an outage, not as busy."""
-
-
 def unfinished(job: Mapping[str, Any]) -> bool:
     status = job.get("status") or {}
     if status.get("succeeded") or status.get("completionTime"):
@@ -64,16 +60,10 @@ class SubmitPath:
         return self.lease.holder
 
     def acquire(self) -> Outcome:
-        try:
-            return self.lease.acquire()
-        except ClientError as exc:
-            raise PathError(str(exc)) from exc
+        return self.lease.acquire()
 
     def release(self) -> Outcome:
-        try:
-            return self.lease.release()
-        except ClientError as exc:
-            raise PathError(str(exc)) from exc
+        return self.lease.release()
 
     def count(self) -> int:
         raise NotImplementedError
@@ -102,7 +92,7 @@ class DashboardPath(SubmitPath):
         finalizers = jobs_path(self.namespace) + "?labelSelector=app%3Dfinalizer"
         status, body = request(self.api, "GET", finalizers)
         if status != 200:
-            raise PathError(f"LIST jobs: {status} {body.get('message')}")
+            raise ClientError(f"LIST jobs: {status} {body.get('message')}")
         return client_count(list(body.get("items") or []))
 
     def create_job(self, body: Mapping[str, Any]) -> int:
@@ -134,7 +124,7 @@ class OpenApiPath(SubmitPath):
     def count(self) -> int:
         result = self._kubectl("get", "jobs", "-l", "app=finalizer", "-o", "json")
         if result.returncode != 0:
-            raise PathError(f"kubectl get jobs: {result.stderr.strip()}")
+            raise ClientError(f"kubectl get jobs: {result.stderr.strip()}")
         return client_count(list(json.loads(result.stdout).get("items") or []))
 
     def create_job(self, body: Mapping[str, Any]) -> int:

@@ -60,13 +60,13 @@ from client.errors import SlotUnavailable
 from elbgate.kube.api import ApiError, ApiUnavailable
 from elbgate.kube.config import KubeConfig
 from elbgate.settings import Settings
-from testbed.clients import DashboardLeaseClient, lease_name, parse_time
+from testbed.clients import ClientError, DashboardLeaseClient, lease_name, parse_time
 from testbed.controlplane import REPO, ControlPlane, PodIdentity, kubectl_path
 from testbed.holders import past_the_second_of
 from testbed.kubelet_stand_in import RESTART
 from testbed.reliability.jobs import JobPlan, create_job, job_body
 from testbed.reliability.nodes import HolderNodes
-from testbed.reliability.paths import DashboardPath, OpenApiPath, PathError, SubmitPath
+from testbed.reliability.paths import DashboardPath, OpenApiPath, SubmitPath
 from testbed.reliability.rig import CEILING, CONTROLLER_SKEW_SECONDS, SHARED_ENV
 
 Protocol = Literal["client", "cli", "dashboard", "openapi"]
@@ -600,7 +600,7 @@ class Submitter:
         while self._time_left():
             try:
                 outcome = lease.acquire()
-            except PathError as exc:
+            except ClientError as exc:
                 self.note(f"acquire failed: {exc}")
                 self._pause()
                 continue
@@ -627,5 +627,5 @@ class Submitter:
     def _release(self, lease: SubmitPath) -> None:
         try:
             lease.release()
-        except PathError as exc:  # the Lease expires on its own
+        except ClientError as exc:  # the Lease expires on its own
             self.note(f"release failed: {exc}")
