@@ -361,17 +361,18 @@ class Submitter:
 
     # -- elb-gate's library ------------------------------------------------------------------
 
-    def _settings(self) -> Settings:
-        env = {
+    def _env(self, wait: int) -> dict[str, str]:
+        """The rig's settings with this submitter's TTL, waiting at most ``wait`` s for a
+        slot and for capacity."""
+        return {
             **SHARED_ENV,
             "BLAST_SUBMIT_LEASE_TTL_SECONDS": str(self.ttl),
-            "BLAST_SUBMIT_SLOT_WAIT_MAX_SECONDS": "300",
-            "BLAST_CAPACITY_WAIT_MAX_SECONDS": "300",
+            "BLAST_SUBMIT_SLOT_WAIT_MAX_SECONDS": str(wait),
+            "BLAST_CAPACITY_WAIT_MAX_SECONDS": str(wait),
         }
-        return Settings.from_env(env)
 
     def _run_client(self) -> None:
-        settings = self._settings()
+        settings = Settings.from_env(self._env(300))
         config = KubeConfig.load(self.identity.kubeconfig)
         lease = SubmitLease(self.namespace, gate=settings.gate, config=config, source="client")
         self.holders.add(lease.holder)
@@ -472,14 +473,10 @@ class Submitter:
             script = self._cli_script(directory)
             env = {k: v for k, v in os.environ.items() if not k.startswith(("BLAST_", "ELB_GATE_"))}
             env.pop("KUBERNETES_SERVICE_HOST", None)
-            env.update(SHARED_ENV)
-            left = max(1, int(self._deadline - time.monotonic()))
+            # give up (exit code, not a hang) when the schedule's time is up
+            env.update(self._env(max(1, int(self._deadline - time.monotonic()))))
             env.update(
                 {
-                    "BLAST_SUBMIT_LEASE_TTL_SECONDS": str(self.ttl),
-                    # give up (exit code, not a hang) when the schedule's time is up
-                    "BLAST_SUBMIT_SLOT_WAIT_MAX_SECONDS": str(left),
-                    "BLAST_CAPACITY_WAIT_MAX_SECONDS": str(left),
                     "KUBECONFIG": self.identity.kubeconfig,
                     "KUBECACHEDIR": str(self.cp.state_dir / "kubectl-cache"),
                     "D": str(directory),
