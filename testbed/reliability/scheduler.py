@@ -165,7 +165,7 @@ class Runner:
 
     def close(self) -> None:
         self.observer.stop()
-        self.nodes.restore_all()
+        self.nodes.restore_made()
 
     @contextmanager
     def _slot(self) -> Iterator[str]:
@@ -212,7 +212,7 @@ class Runner:
     def _run_in(self, ns: str, seed: int) -> ScheduleResult:
         started = time.monotonic()
         self.rig.reset_namespace(ns)
-        self.nodes.restore_for(ns)
+        self.nodes.restore_made(ns)
         spec = ScheduleSpec.from_seed(seed)
         workdir = self.workdir / f"seed-{seed}"
         board = StallBoard(others=sum(p.stall is None for p in spec.plans))
