@@ -287,11 +287,7 @@ class Soak:
 
     def render(self) -> str:
         LEDGER.rows.clear()
-        totals = summarize(self.done, LEDGER) if self.done else {}
-        if self.served:
-            LEDGER.record(
-                "1", replica_a_admissions=self.served[0], replica_b_admissions=self.served[1]
-            )
+        totals = summarize(self.done, LEDGER, self.served) if self.done else {}
         if self.trials:
             record(self.trials, LEDGER)
         minutes = (time.monotonic() - self.started) / 60

@@ -47,9 +47,7 @@ def results(rig: Rig, tmp_path_factory: pytest.TempPathFactory) -> list[Schedule
         done = list(runner.run_each(CI_SEEDS, parallel=NAMESPACE_SLOTS))
     finally:
         runner.close()
-    summarize(done, LEDGER)
-    served = rig.admissions_served()
-    LEDGER.record("1", replica_a_admissions=served[0], replica_b_admissions=served[1])
+    summarize(done, LEDGER, rig.admissions_served())
     return done
 
 
