@@ -10,16 +10,13 @@ sees no over-admission and no disagreement throughout.
 
 from __future__ import annotations
 
-import socket
 import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
-from cryptography import x509
 
 from elbgate.names import lease_name
-from testbed.certs import WEBHOOK_HOST
 from testbed.controlplane import ControlPlane
 from testbed.reliability.calls import http, lease_held, lease_path
 from testbed.reliability.ledger import LEDGER
@@ -27,7 +24,7 @@ from testbed.reliability.observer import Observer
 from testbed.reliability.rig import CEILING, FINALIZER_GRACE_SECONDS, Rig
 from testbed.reliability.steady_stream import SteadyStream
 from testbed.waiting import wait_until
-from testbed.webhook_process import WebhookProcess
+from tests.webhook.test_tls_reload import served_serial
 
 
 @pytest.fixture(scope="module")
@@ -40,17 +37,6 @@ def rig(control_plane: ControlPlane, namespaces: tuple[str, str]) -> Iterator[Ri
     with Rig(control_plane, namespaces, controllers=2) as started:
         started.wait_until_ready()
         yield started
-
-
-def served_serial(hook: WebhookProcess) -> int:
-    ctx = hook.client_context()
-    with (
-        socket.create_connection(("127.0.0.1", hook.port), timeout=10) as raw,
-        ctx.wrap_socket(raw, server_hostname=WEBHOOK_HOST) as tls,
-    ):
-        der = tls.getpeercert(binary_form=True)
-    assert der is not None
-    return int(x509.load_der_x509_certificate(der).serial_number)
 
 
 def admitted_since(stream: SteadyStream, count: int, timeout: float = 120) -> None:
