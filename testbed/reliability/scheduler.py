@@ -155,13 +155,10 @@ class Runner:
         self.audit.skip_to_end()
         printer = (lambda text: print(text, flush=True)) if report else None
         self.observer = Observer(rig.cp.admin, rig.namespaces, report=printer).start()
-        self.last_submitters: dict[int, list[Submitter]] = {}
-        """Each seed's submitters (their traces explain a failing schedule)."""
         self.users = UserPool(rig.cp.plain_user)
         self._slots: Queue[str] = Queue()
         for ns in rig.namespaces:
             self._slots.put(ns)
-        self._lock = threading.Lock()
 
     def close(self) -> None:
         self.observer.stop()
@@ -222,8 +219,6 @@ class Runner:
             )
             for i, plan in enumerate(spec.plans)
         ]
-        with self._lock:
-            self.last_submitters[seed] = submitters
         result = ScheduleResult(seed, ns, len(submitters), Counter(p.protocol for p in spec.plans))
         for plan in spec.plans:
             result.job_fates.update(f"{j.app}:{j.fate}" for j in plan.jobs)

@@ -207,7 +207,6 @@ class Soak:
                     on_error=lambda seed, exc: self.harness_error(f"schedule {seed}", exc),
                 )
                 for i, result in enumerate(results, 1):
-                    runner.last_submitters.pop(result.seed, None)
                     self._take([result], quiet=i % 10 != 0 and i != len(seeds))
                     if i % 25 == 0 or i == len(seeds):
                         self.served = rig.admissions_served()
