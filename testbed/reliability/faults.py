@@ -167,8 +167,7 @@ def _clear_jobs(cp: ControlPlane, namespace: str) -> None:
         120,
         f"{namespace} without Jobs",
     )
-    if cp.admin.find("configmaps", namespace, ADMISSION_RECORD) is not None:
-        cp.admin.delete("configmaps", namespace, ADMISSION_RECORD)
+    cp.admin.delete("configmaps", namespace, ADMISSION_RECORD)
 
 
 def webhook_trial(
