@@ -382,16 +382,19 @@ def races_on(cp: ControlPlane, slots: Sequence[str]) -> Iterator[Races]:
             watch.stop()
 
 
+def overlapping(ops: Sequence[Mapping[str, Any]]) -> Iterator[tuple[str, str]]:
+    """The names of each two Job creates among ``ops`` that were in the API server at once
+    (by its own times)."""
+    creates = [o for o in ops if o["kind"] == "create"]
+    for i, a in enumerate(creates):
+        for b in creates[i + 1 :]:
+            if a["call"] < b["return"] and b["call"] < a["return"]:
+                yield a["job"]["name"], b["job"]["name"]
+
+
 def split(ops: Sequence[Mapping[str, Any]], judged: Mapping[str, int]) -> bool:
     """Whether two Job creates that overlapped in time were judged by different replicas."""
-    creates = [o for o in ops if o["kind"] == "create" and o["job"]["name"] in judged]
-    return any(
-        a["call"] < b["return"]
-        and b["call"] < a["return"]
-        and judged[a["job"]["name"]] != judged[b["job"]["name"]]
-        for i, a in enumerate(creates)
-        for b in creates[i + 1 :]
-    )
+    return any(a in judged and b in judged and judged[a] != judged[b] for a, b in overlapping(ops))
 
 
 def run_all(

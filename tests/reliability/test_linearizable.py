@@ -24,7 +24,7 @@ import pytest
 from testbed.controlplane import ControlPlane
 from testbed.reliability.histories import History, Verdict, check
 from testbed.reliability.ledger import LEDGER
-from testbed.reliability.races import KINDS, races_on, run_all
+from testbed.reliability.races import KINDS, overlapping, races_on, run_all
 
 REPO = Path(__file__).resolve().parents[2]
 CI_RACE_SEEDS = tuple(range(1, 1 + 4 * len(KINDS)))
@@ -55,16 +55,6 @@ def verdicts(histories: list[History]) -> list[Verdict]:
     return found
 
 
-def _creates_overlap(h: History) -> bool:
-    """Two Job creates of the history were in the API server at once (its own times)."""
-    creates = [o for o in h.operations if o["kind"] == "create"]
-    return any(
-        a["call"] < b["return"] and b["call"] < a["return"]
-        for i, a in enumerate(creates)
-        for b in creates[i + 1 :]
-    )
-
-
 def test_every_kind_was_recorded_with_races_admitted_and_refused(histories: list[History]) -> None:
     assert Counter(h.kind for h in histories) == Counter({k: 4 for k in KINDS})
     totals: Counter[str] = Counter()
@@ -85,7 +75,7 @@ def test_every_kind_was_recorded_with_races_admitted_and_refused(histories: list
     # can go unsplit (seen in a full run); `make soak` reports the split per kind.
     # Every kind sends two first Jobs at once: some history of each has two creates in
     # the API server together.
-    raced = {h.kind for h in histories if _creates_overlap(h)}
+    raced = {h.kind for h in histories if any(overlapping(h.operations))}
     assert raced == set(KINDS), raced
     split = {h.kind for h in histories if h.split}
     assert split & {"one_identity", "siblings", "stagings"}, split
