@@ -151,6 +151,7 @@ class Races:
     # -- faults --------------------------------------------------------------------------
 
     def _inject(self, ns: str, fault: str, rng: random.Random) -> Fault | None:
+        # The count is drawn for every fault, none too: the history's own draws follow it.
         how = {"namespace": ns, "count": rng.choice((1, 2)), **FAULT_CALLS.get(fault, {})}
         if fault == "none":
             return None
