@@ -6,12 +6,15 @@ kubectl's status is read from its ``Error from server (Reason)`` line.
 
 from __future__ import annotations
 
-import json
+import subprocess
+from datetime import UTC, datetime
 from typing import Any
 
-from testbed.api import ApiError
+import urllib3
+
+from testbed.api import Api, ApiError
+from testbed.clients import lease_name, micro_time
 from testbed.controlplane import ControlPlane
-from testbed.reliability.paths import kubectl_code
 
 
 def lease_path(namespace: str, name: str = "") -> str:
@@ -23,17 +26,55 @@ def jobs_path(namespace: str) -> str:
     return f"/apis/batch/v1/namespaces/{namespace}/jobs"
 
 
+def lease_held(namespace: str, holder: str, seconds: int) -> dict[str, Any]:
+    """The submit Lease of ``namespace`` held by ``holder`` for ``seconds`` from now."""
+    stamp = micro_time(datetime.now(UTC))
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": lease_name(namespace), "namespace": namespace},
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": seconds,
+            "acquireTime": stamp,
+            "renewTime": stamp,
+        },
+    }
+
+
+def request(api: Api, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
+    """One HTTPS call as ``api``'s identity: (status, decoded body)."""
+    try:
+        answer = api.request(method, path, body)
+    except ApiError as exc:
+        return exc.status, dict(exc.body)
+    except (OSError, urllib3.exceptions.HTTPError):
+        return 0, {}
+    return (201 if method == "POST" else 200), dict(answer) if isinstance(answer, dict) else {}
+
+
 def http(
     cp: ControlPlane, token: str, method: str, path: str, body: Any = None
 ) -> tuple[int, dict[str, Any]]:
     """One HTTPS call with a bearer token: (status, decoded body)."""
-    try:
-        answer = cp.api_for_token(token).request(method, path, body)
-    except ApiError as exc:
-        return exc.status, dict(exc.body)
-    except OSError:
-        return 0, {}
-    return (201 if method == "POST" else 200), dict(answer) if isinstance(answer, dict) else {}
+    return request(cp.api_for_token(token), method, path, body)
+
+
+KUBECTL_CODES: tuple[tuple[str, int], ...] = (
+    ("(AlreadyExists)", 409), ("(Conflict)", 409), ("Operation cannot be fulfilled", 409),
+    ("(Forbidden)", 403), ("(TooManyRequests)", 429), ("(ServiceUnavailable)", 503),
+    ("(Invalid)", 422), ("(InternalError)", 500), ("(NotFound)", 404), ("(BadRequest)", 400),
+)  # fmt: skip
+
+
+def kubectl_code(result: subprocess.CompletedProcess[str]) -> int:
+    """The HTTP status a kubectl run stands for: 200, or the one its error line names."""
+    if result.returncode == 0:
+        return 200
+    for marker, code in KUBECTL_CODES:
+        if marker in result.stderr:
+            return code
+    return 0
 
 
 def kubectl_status(
@@ -42,7 +83,3 @@ def kubectl_status(
     """Run kubectl with ``kubeconfig``: (200 on success, else the code its error names; stderr)."""
     result = cp.kubectl("", *args, input=input, kubeconfig=kubeconfig)
     return kubectl_code(result), result.stderr
-
-
-def as_json(obj: Any) -> str:
-    return json.dumps(obj)

@@ -26,14 +26,18 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from testbed.api import JsonObj
+from testbed.clients import lease_name
 from testbed.controlplane import ControlPlane, PodIdentity
 from testbed.faultproxy import Fault, FaultProxy
 from testbed.install import NOT_THE_FENCE
-from testbed.reliability.paths import DashboardPath, lease_name
+from testbed.reliability.calls import jobs_path, request
+from testbed.reliability.ledger import Ledger
+from testbed.reliability.paths import DashboardPath
 from testbed.reliability.races import ADMISSION_RECORD
 from testbed.reliability.rig import SHARED_ENV, SKEW_SECONDS, Rig
 from testbed.waiting import wait_until
@@ -71,6 +75,18 @@ class TrialResult:
     codes: Counter[int] = field(default_factory=Counter)
     recovered: bool = True
     recovery_seconds: float = 0.0
+
+
+def record(trials: Sequence[TrialResult], ledger: Ledger) -> None:
+    """Record fault trials under promise 2 (shared by the bounded test and ``make soak``)."""
+    kinds = Counter(r.kind.split(":")[0] for r in trials)
+    ledger.record(
+        "2",
+        runs=len(trials),
+        faults=sum(r.faults for r in trials),
+        violations=sum(len(r.wrong) for r in trials),
+        **{f"{kind}_trials": n for kind, n in kinds.items()},
+    )
 
 
 def running_job(namespace: str, name: str, app: str, job_id: str) -> JsonObj:
@@ -151,8 +167,7 @@ def _clear_jobs(cp: ControlPlane, namespace: str) -> None:
         120,
         f"{namespace} without Jobs",
     )
-    if cp.admin.find("configmaps", namespace, ADMISSION_RECORD) is not None:
-        cp.admin.delete("configmaps", namespace, ADMISSION_RECORD)
+    cp.admin.delete("configmaps", namespace, ADMISSION_RECORD)
 
 
 def webhook_trial(
@@ -193,7 +208,7 @@ def webhook_trial(
     job = running_job(ns, f"t-{uuid.uuid4().hex[:8]}", app, uuid.uuid4().hex)
     result = TrialResult(f"webhook:{target}:{kind}")
     try:
-        status, body = holder.lease.call("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", job)
+        status, body = request(holder.api, "POST", jobs_path(ns), job)
     finally:
         proxy.clear()
     result.faults = sum(f.fired for f in faults)
@@ -207,7 +222,7 @@ def webhook_trial(
         result.wrong.append(f"{result.kind}: refused for another reason: {status} {message}")
     # Without the fault the same request is admitted: the refusal was the fault's doing.
     started = time.monotonic()
-    status, body = holder.lease.call("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", job)
+    status, body = request(holder.api, "POST", jobs_path(ns), job)
     result.recovered = status == 201
     result.recovery_seconds = time.monotonic() - started
     if not result.recovered:

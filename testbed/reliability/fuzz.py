@@ -28,6 +28,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from testbed.controlplane import REPO
 from testbed.reliability.review_strategies import (
     FREE_NS,
     GATED_NS,
@@ -37,7 +38,6 @@ from testbed.reliability.review_strategies import (
     username,
 )
 
-REPO = Path(__file__).resolve().parents[2]
 REACHED: Counter[str] = Counter()
 SEEDS: tuple[dict[str, Any], ...] = (
     {"operation": "CREATE", "namespace": GATED_NS, "userInfo": {"username": "bob"},

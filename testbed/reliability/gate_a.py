@@ -51,7 +51,7 @@ Like :mod:`testbed.reliability.oracle`, this imports nothing from elb-gate.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -76,17 +76,46 @@ def parse_time(value: object) -> datetime | None:
 
 
 @dataclass(frozen=True)
-class Write:
-    """One committed write, as the audit log recorded it."""
+class Request:
+    """What every audit record of a write names: the object, who asked, and when."""
 
-    rv: int
-    verb: str
     resource: str
     namespace: str
     name: str
     user: str
     received: datetime
     answered: datetime
+
+    def _written(self, rv: int, verb: str, obj: Mapping[str, Any]) -> Write:
+        """This request as a write committed at revision ``rv`` with ``obj``."""
+        asked = {f.name: getattr(self, f.name) for f in fields(Request)}
+        return Write(rv=rv, verb=verb, obj=obj, **asked)
+
+
+def _request(event: Mapping[str, Any], name: object = None) -> dict[str, Any] | None:
+    """The :class:`Request` fields of an audit ``event`` (``name``: the object's, when the
+    record's ``objectRef`` has none); ``None`` when a time is missing or unreadable."""
+    ref = event.get("objectRef") or {}
+    received = parse_time(event.get("requestReceivedTimestamp"))
+    answered = parse_time(event.get("stageTimestamp"))
+    if received is None or answered is None:
+        return None
+    return {
+        "resource": str(ref.get("resource") or ""),
+        "namespace": str(ref.get("namespace") or ""),
+        "name": str(ref.get("name") or name or ""),
+        "user": str((event.get("user") or {}).get("username") or ""),
+        "received": received,
+        "answered": answered,
+    }
+
+
+@dataclass(frozen=True)
+class Write(Request):
+    """One committed write, as the audit log recorded it."""
+
+    rv: int
+    verb: str
     obj: Mapping[str, Any]
     """The committed object (``responseObject``)."""
 
@@ -131,57 +160,28 @@ def committed_writes(events: Iterable[Mapping[str, Any]]) -> list[Write]:
         obj = _committed(event)
         if obj is None:
             continue
-        ref = event.get("objectRef") or {}
         meta = obj.get("metadata")
-        rv = str(meta.get("resourceVersion") or "") if isinstance(meta, Mapping) else ""
-        received = parse_time(event.get("requestReceivedTimestamp"))
-        answered = parse_time(event.get("stageTimestamp"))
-        if not rv.isdigit() or received is None or answered is None:
+        meta = meta if isinstance(meta, Mapping) else {}
+        rv = str(meta.get("resourceVersion") or "")
+        asked = _request(event, meta.get("name"))
+        if not rv.isdigit() or asked is None:
             continue
-        out.append(
-            Write(
-                rv=int(rv),
-                verb=str(event.get("verb") or ""),
-                resource=str(ref.get("resource") or ""),
-                namespace=str(ref.get("namespace") or ""),
-                name=str(ref.get("name") or (meta or {}).get("name") or ""),
-                user=str((event.get("user") or {}).get("username") or ""),
-                received=received,
-                answered=answered,
-                obj=obj,
-            )
-        )
+        out.append(Write(rv=int(rv), verb=str(event.get("verb") or ""), obj=obj, **asked))
     out.sort(key=lambda w: w.rv)
     return out
 
 
 @dataclass(frozen=True)
-class Delete:
+class Delete(Request):
     """A committed DELETE the API server answered with a ``Status``: the object's
     ``uid``, who deleted it and when, but not the revision it committed at."""
 
     uid: str
-    resource: str
-    namespace: str
-    name: str
-    user: str
-    received: datetime
-    answered: datetime
 
     def at(self, rv: int) -> Write:
         """This delete as a write at revision ``rv`` (the watch's ``DELETED`` event)."""
         meta = {"name": self.name, "namespace": self.namespace, "uid": self.uid}
-        return Write(
-            rv=rv,
-            verb="delete",
-            resource=self.resource,
-            namespace=self.namespace,
-            name=self.name,
-            user=self.user,
-            received=self.received,
-            answered=self.answered,
-            obj={"kind": "Status", "metadata": meta},
-        )
+        return self._written(rv, "delete", {"kind": "Status", "metadata": meta})
 
 
 def committed_deletes(events: Iterable[Mapping[str, Any]]) -> list[Delete]:
@@ -194,53 +194,25 @@ def committed_deletes(events: Iterable[Mapping[str, Any]]) -> list[Delete]:
             continue
         details = obj.get("details")
         uid = str(details.get("uid") or "") if isinstance(details, Mapping) else ""
-        ref = event.get("objectRef") or {}
-        received = parse_time(event.get("requestReceivedTimestamp"))
-        answered = parse_time(event.get("stageTimestamp"))
-        if not uid or received is None or answered is None:
+        asked = _request(event)
+        if not uid or asked is None:
             continue
-        out.append(
-            Delete(
-                uid=uid,
-                resource=str(ref.get("resource") or ""),
-                namespace=str(ref.get("namespace") or ""),
-                name=str(ref.get("name") or ""),
-                user=str((event.get("user") or {}).get("username") or ""),
-                received=received,
-                answered=answered,
-            )
-        )
+        out.append(Delete(uid=uid, **asked))
     return out
 
 
 @dataclass(frozen=True)
-class LostAnswer:
+class LostAnswer(Request):
     """A write answered ``504`` (its client's context ended first): it may have
     committed, at a revision the audit log does not name."""
 
     verb: str
-    resource: str
-    namespace: str
-    name: str
-    user: str
-    received: datetime
-    answered: datetime
     precondition: str
     """The ``resourceVersion`` its body named (a compare-and-swap), or ``""``."""
 
     def at(self, rv: int, obj: Mapping[str, Any]) -> Write:
         """This write as committed at revision ``rv`` with ``obj`` (the watch's)."""
-        return Write(
-            rv=rv,
-            verb=self.verb,
-            resource=self.resource,
-            namespace=self.namespace,
-            name=self.name,
-            user=self.user,
-            received=self.received,
-            answered=self.answered,
-            obj=obj,
-        )
+        return self._written(rv, self.verb, obj)
 
 
 def lost_answers(events: Iterable[Mapping[str, Any]]) -> list[LostAnswer]:
@@ -261,23 +233,11 @@ def lost_answers(events: Iterable[Mapping[str, Any]]) -> list[LostAnswer]:
         body = event.get("requestObject")
         meta = body.get("metadata") if isinstance(body, Mapping) else None
         meta = meta if isinstance(meta, Mapping) else {}
-        received = parse_time(event.get("requestReceivedTimestamp"))
-        answered = parse_time(event.get("stageTimestamp"))
-        name = str(ref.get("name") or meta.get("name") or "")
-        if received is None or answered is None or not name:
+        asked = _request(event, meta.get("name"))
+        if asked is None or not asked["name"]:
             continue
-        out.append(
-            LostAnswer(
-                verb=verb,
-                resource=str(ref.get("resource") or ""),
-                namespace=str(ref.get("namespace") or ""),
-                name=name,
-                user=str((event.get("user") or {}).get("username") or ""),
-                received=received,
-                answered=answered,
-                precondition=str(meta.get("resourceVersion") or ""),
-            )
-        )
+        precondition = str(meta.get("resourceVersion") or "")
+        out.append(LostAnswer(verb=verb, precondition=precondition, **asked))
     return out
 
 

@@ -17,6 +17,7 @@ Job as Kubernetes writes it.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -30,10 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from testbed.api import Api, JsonObj
+from testbed.controlplane import REPO
 from testbed.reliability.gate_a import LEASE_PREFIX, parse_time
 from testbed.watch import Watch
 
-REPO = Path(__file__).resolve().parents[2]
 LINCHECK = REPO / "lincheck"
 NEVER = 2**62
 """A return that never came (a finish whose final condition was not seen): the
@@ -279,27 +280,16 @@ class Verdict:
     why: tuple[str, ...]
 
 
-def build_checker(directory: Path) -> Path:
-    """Build ``lincheck`` (its module is pinned by go.sum; the Go module proxy fills
-    the module cache the first time)."""
-    binary = directory / "lincheck"
+@functools.cache
+def checker() -> Path:
+    """The checker binary, built once per process (its module is pinned by go.sum; the
+    Go module proxy fills the module cache the first time)."""
+    binary = Path(tempfile.mkdtemp(prefix="elb-lincheck-")) / "lincheck"
     env = {**os.environ, "GOFLAGS": "-mod=readonly", "CGO_ENABLED": "0"}
     subprocess.run(
         ["go", "build", "-o", str(binary), "."], cwd=LINCHECK, env=env, check=True, timeout=600
     )
     return binary
-
-
-_BUILT: dict[str, Path] = {}
-_BUILD_LOCK = threading.Lock()
-
-
-def checker() -> Path:
-    """The checker binary, built once per process."""
-    with _BUILD_LOCK:
-        if "bin" not in _BUILT:
-            _BUILT["bin"] = build_checker(Path(tempfile.mkdtemp(prefix="elb-lincheck-")))
-        return _BUILT["bin"]
 
 
 def check(histories: Sequence[History], timeout_seconds: int = 60) -> list[Verdict]:

@@ -23,6 +23,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from elbgate.kube.api import JOBS, KubeApi, path
 from testbed.kubelet_stand_in import EXIT_CODES, RUN_SECONDS
 
 BLAST_POOL = {"agentpool": "blastpool"}
@@ -70,16 +71,21 @@ def plan_search(rng: random.Random, shape: str, short_id: str) -> tuple[JobPlan,
         fate: Fate = "ok" if roll < 0.7 else "retried" if roll < 0.85 else "failed"
         if app == "finalizer" and fate == "retried":
             fate = "ok"  # backoffLimit 0: the template pins it (not safely retryable)
-        name = {
-            "setup": f"init-pv-{short_id}",
-            "import": f"import-queries-{short_id}",
-            "submit": f"submit-jobs-{short_id}",
-            "blast": f"blastn-batch-db{short_id}-job-{i}-{short_id}",
-            "finalizer": f"elb-finalizer-{short_id}",
-        }[app]
         ttl = None if app == "finalizer" else rng.choice((2, 3, 5))
-        plans.append(JobPlan(app, name, round(rng.uniform(*RUN_RANGE[app]), 1), fate, ttl))
+        run = round(rng.uniform(*RUN_RANGE[app]), 1)
+        plans.append(JobPlan(app, job_name(app, short_id, i), run, fate, ttl))
     return tuple(plans)
+
+
+def job_name(app: str, short_id: str, i: int = 0) -> str:
+    """The name the templates give an ``app`` Job of a search (``i``: its place in it)."""
+    return {
+        "setup": f"init-pv-{short_id}",
+        "import": f"import-queries-{short_id}",
+        "submit": f"submit-jobs-{short_id}",
+        "blast": f"blastn-batch-db{short_id}-job-{i}-{short_id}",
+        "finalizer": f"elb-finalizer-{short_id}",
+    }[app]
 
 
 def job_body(namespace: str, plan: JobPlan, job_id: str, db: str) -> dict[str, Any]:
@@ -128,3 +134,8 @@ def job_body(namespace: str, plan: JobPlan, job_id: str, db: str) -> dict[str, A
         "metadata": {"name": plan.name, "namespace": namespace, "labels": labels},
         "spec": spec,
     }
+
+
+async def create_job(api: KubeApi, *, body: dict[str, Any], namespace: str) -> Any:
+    """POST one Job with elb-gate's client (what the submit path's ``kubectl create`` does)."""
+    return await api.create(path(JOBS, namespace), body)

@@ -103,16 +103,9 @@ class HolderNodes:
             interval=0.25,
         )
 
-    def restore_for(self, namespace: str) -> None:
-        """Restore ``namespace``'s node, if it has one."""
-        name = self.name(namespace)
+    def restore_made(self, namespace: str | None = None) -> None:
+        """Restore every node made (only ``namespace``'s, if it has one, when given)."""
         with self._lock:
-            made = name in self._made
-        if made:
-            self.restore(name)
-
-    def restore_all(self) -> None:
-        with self._lock:
-            made = sorted(self._made)
+            made = sorted(n for n in self._made if namespace is None or n == self.name(namespace))
         for name in made:
             self.restore(name)

@@ -110,12 +110,10 @@ class Observer:
         admin: Api,
         namespaces: Iterable[str],
         *,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         report: Callable[[str], None] | None = None,
     ) -> None:
         self.admin = admin
         self.namespaces = set(namespaces)
-        self.clock = clock
         self.report = report or (lambda text: None)
         self._jobs: dict[str, dict[str, JsonObj]] = {ns: {} for ns in self.namespaces}
         self._active: dict[str, set[str]] = {ns: set() for ns in self.namespaces}
@@ -209,10 +207,6 @@ class Observer:
         with self._lock:
             return self._records.pop(namespace, None)
 
-    def jobs(self, namespace: str) -> list[JsonObj]:
-        with self._lock:
-            return list(self._jobs[namespace].values())
-
     # -- events ----------------------------------------------------------------------------
 
     def _on_gap(self, why: str) -> None:
@@ -223,25 +217,19 @@ class Observer:
                 self._jobs[ns].clear()
 
     def _on_lease(self, kind: str, obj: JsonObj) -> None:
-        ns = str((obj.get("metadata") or {}).get("namespace") or "")
+        meta = obj.get("metadata") or {}
+        ns, name, rv = str(meta.get("namespace") or ""), str(meta.get("name") or ""), _rv(obj)
         with self._lock:
             record = self._records.get(ns)
-            if record is None:
-                if kind != "DELETED":
-                    self._lease_rvs.setdefault(ns, {})[
-                        str((obj.get("metadata") or {}).get("name") or "")
-                    ] = _rv(obj)
-                return
-            name = str((obj.get("metadata") or {}).get("name") or "")
             last = self._lease_rvs.setdefault(ns, {})
-            if kind in ("ADDED", "MODIFIED"):
+            if record is not None and kind in ("ADDED", "MODIFIED"):
                 previous = last.get(name) if kind == "MODIFIED" else None
-                record.leases.append(Seen(_rv(obj), "leases", name, previous, obj))
-            if kind in ("ADDED", "MODIFIED", "LISTED"):
-                last[name] = _rv(obj)
-            elif kind == "DELETED":
+                record.leases.append(Seen(rv, "leases", name, previous, obj))
+            if kind != "DELETED":
+                last[name] = rv
+            elif record is not None:
                 last.pop(name, None)
-                record.lease_deletes[str((obj.get("metadata") or {}).get("uid") or "")] = _rv(obj)
+                record.lease_deletes[str(meta.get("uid") or "")] = rv
 
     def _on_job(self, kind: str, obj: JsonObj) -> None:
         meta = obj.get("metadata") or {}
@@ -256,7 +244,7 @@ class Observer:
             else:
                 jobs[uid] = obj
             record = self._records.get(ns)
-            now = self.clock()
+            now = datetime.now(UTC)
             grace = record.grace_seconds if record else 300.0
             found = oracle.active_searches(jobs.values(), now, grace)
             keys = {a.key for a in found}
@@ -280,21 +268,13 @@ class Observer:
     ) -> None:
         record.job_events += 1
         rv = _rv(obj)
-        name = (obj.get("metadata") or {}).get("name")
+        meta = obj.get("metadata") or {}
+        name = meta.get("name")
         if kind == "ADDED":
-            labels = (obj.get("metadata") or {}).get("labels") or {}
             key = oracle.search_key(obj)
-            record.added.append(
-                Added(
-                    rv,
-                    str((obj.get("metadata") or {}).get("uid") or ""),
-                    str(name),
-                    str(labels.get("app") or ""),
-                    key,
-                    key is not None and key in before,
-                    obj,
-                )
-            )
+            app = str((meta.get("labels") or {}).get("app") or "")
+            uid = str(meta.get("uid") or "")
+            record.added.append(Added(rv, uid, str(name), app, key, key in before, obj))
         keys = [a.key for a in found]
         crude = oracle.crude_bound(jobs)
         record.max_active = max(record.max_active, len(keys))

@@ -21,27 +21,13 @@ condition.
 from __future__ import annotations
 
 import json
-import ssl
 import subprocess
 from collections.abc import Mapping
 from typing import Any
 
-import urllib3
-
-from testbed.clients import (
-    ClientError,
-    DashboardLeaseClient,
-    OpenApiLeaseClient,
-    Outcome,
-    lease_name,
-)
+from testbed.clients import ClientError, DashboardLeaseClient, OpenApiLeaseClient, Outcome
 from testbed.controlplane import ControlPlane
-
-__all__ = ["ClientError", "DashboardPath", "OpenApiPath", "PathError", "SubmitPath", "lease_name"]
-
-
-class PathError(RuntimeError):
-    """An answer the path treats as an outage, not as busy."""
+from testbed.reliability.calls import jobs_path, kubectl_code, request
 
 
 def unfinished(job: Mapping[str, Any]) -> bool:
@@ -64,23 +50,6 @@ def client_count(finalizers: list[Mapping[str, Any]]) -> int:
     return len(ids - {None, ""})
 
 
-KUBECTL_CODES: tuple[tuple[str, int], ...] = (
-    ("(AlreadyExists)", 409), ("(Conflict)", 409), ("Operation cannot be fulfilled", 409),
-    ("(Forbidden)", 403), ("(TooManyRequests)", 429), ("(ServiceUnavailable)", 503),
-    ("(Invalid)", 422), ("(InternalError)", 500), ("(NotFound)", 404), ("(BadRequest)", 400),
-)  # fmt: skip
-
-
-def kubectl_code(result: subprocess.CompletedProcess[str]) -> int:
-    """The HTTP status a kubectl run stands for: 200, or the one its error line names."""
-    if result.returncode == 0:
-        return 200
-    for marker, code in KUBECTL_CODES:
-        if marker in result.stderr:
-            return code
-    return 0
-
-
 class SubmitPath:
     """A Lease client and what its path does while holding the Lease."""
 
@@ -91,16 +60,10 @@ class SubmitPath:
         return self.lease.holder
 
     def acquire(self) -> Outcome:
-        try:
-            return self.lease.acquire()
-        except ClientError as exc:
-            raise PathError(str(exc)) from exc
+        return self.lease.acquire()
 
     def release(self) -> Outcome:
-        try:
-            return self.lease.release()
-        except ClientError as exc:
-            raise PathError(str(exc)) from exc
+        return self.lease.release()
 
     def count(self) -> int:
         raise NotImplementedError
@@ -123,44 +86,17 @@ class DashboardPath(SubmitPath):
         self.lease = DashboardLeaseClient(
             cp.server, cp.ca_file, token, namespace, ttl=ttl, skew=skew
         )
-        self.server = cp.server.rstrip("/")
-        self.token = token
-        self.http = urllib3.PoolManager(
-            maxsize=2,
-            ssl_context=ssl.create_default_context(cafile=cp.ca_file),
-            timeout=urllib3.Timeout(connect=10, read=30),
-            retries=False,
-        )
-
-    def call(self, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
-        headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode()
-            headers["Content-Type"] = "application/json"
-        try:
-            resp = self.http.request(method, self.server + path, body=data, headers=headers)
-        except urllib3.exceptions.HTTPError:
-            return 0, {}
-        try:
-            decoded = json.loads(resp.data or b"{}")
-        except ValueError:
-            decoded = {"message": resp.data.decode(errors="replace")}
-        return resp.status, decoded if isinstance(decoded, dict) else {}
+        self.api = cp.api_for_token(token)
 
     def count(self) -> int:
-        status, body = self.call(
-            "GET", f"/apis/batch/v1/namespaces/{self.namespace}/jobs?labelSelector=app%3Dfinalizer"
-        )
+        finalizers = jobs_path(self.namespace) + "?labelSelector=app%3Dfinalizer"
+        status, body = request(self.api, "GET", finalizers)
         if status != 200:
-            raise PathError(f"LIST jobs: {status} {body.get('message')}")
+            raise ClientError(f"LIST jobs: {status} {body.get('message')}")
         return client_count(list(body.get("items") or []))
 
     def create_job(self, body: Mapping[str, Any]) -> int:
-        return self.call("POST", f"/apis/batch/v1/namespaces/{self.namespace}/jobs", body)[0]
-
-    def close(self) -> None:
-        self.http.clear()
+        return request(self.api, "POST", jobs_path(self.namespace), body)[0]
 
 
 class OpenApiPath(SubmitPath):
@@ -188,7 +124,7 @@ class OpenApiPath(SubmitPath):
     def count(self) -> int:
         result = self._kubectl("get", "jobs", "-l", "app=finalizer", "-o", "json")
         if result.returncode != 0:
-            raise PathError(f"kubectl get jobs: {result.stderr.strip()}")
+            raise ClientError(f"kubectl get jobs: {result.stderr.strip()}")
         return client_count(list(json.loads(result.stdout).get("items") or []))
 
     def create_job(self, body: Mapping[str, Any]) -> int:

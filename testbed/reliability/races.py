@@ -30,19 +30,22 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from testbed.api import ApiError, JsonObj
+from testbed.api import Api, ApiError, JsonObj
 from testbed.audit_log import read_audit
 from testbed.clients import ClientError, DashboardLeaseClient
 from testbed.controller_process import CONTROLLER_USER
+from testbed.controlplane import ControlPlane
 from testbed.faultproxy import Fault, FaultProxy
+from testbed.reliability.calls import jobs_path, request
 from testbed.reliability.gate_a import LEASE_PREFIX
 from testbed.reliability.histories import History, JobWatch, audit_operations
-from testbed.reliability.jobs import JobPlan, job_body
-from testbed.reliability.rig import CEILING, SKEW_SECONDS, Rig
+from testbed.reliability.jobs import JobPlan, job_body, job_name
+from testbed.reliability.rig import CEILING, CONTROLLER_ENV, SKEW_SECONDS, Rig
 from testbed.waiting import wait_until
 
 KINDS: tuple[str, ...] = (
@@ -66,20 +69,20 @@ flagged."""
 HOLD_SECONDS = 20
 ADMISSION_RECORD = "elb-gate-admissions"
 """The namespace's admission record (docs/design.md, "Names every path must agree on")."""
-FAULTS: tuple[str, ...] = (
-    "none",
-    "slow_list",
-    "dropped_list",
-    "record_503",
-    "record_lost",
-    "lagging_watch",
-    "fence_503",
-    "fence_lost",
-)
+FAULT_CALLS: dict[str, dict[str, Any]] = {
+    "slow_list": {"method": "GET", "resource": "jobs"},  # and a delay drawn per history
+    "dropped_list": {"method": "GET", "resource": "jobs", "drop": True},
+    "record_503": {"method": "GET", "resource": "configmaps", "status": 503},
+    "record_lost": {"method": "PUT", "resource": "configmaps", "lose_answer": True},
+    "lagging_watch": {"resource": "jobs", "watch": True, "count": None},  # and a lag
+    "fence_503": {"method": "PATCH", "resource": "jobs", "status": 503},
+    "fence_lost": {"method": "PATCH", "resource": "jobs", "lose_answer": True},
+}
 """Faults on the webhooks' calls: the census LIST (and the Job watch's own LIST and
 WATCH requests), the admission record, and the census read at a fence (docs/design.md,
 "The census read at a fence"): its watch's events passed on late, its fence write
 refused or its answer lost."""
+FAULTS: tuple[str, ...] = ("none", *FAULT_CALLS)
 
 
 def settings() -> dict[str, Any]:
@@ -99,24 +102,11 @@ def job(
     ns: str, app: str, job_id: str, *, run: float, db: str = "core_nt", ttl: int | None = None
 ) -> JsonObj:
     """One of elastic-blast's Jobs whose pod runs ``run`` seconds and succeeds."""
-    names = {
-        "setup": f"init-pv-{job_id}",
-        "import": f"import-queries-{job_id}",
-        "submit": f"submit-jobs-{job_id}",
-        "blast": f"blastn-batch-{job_id}-job-0",
-        "finalizer": f"elb-finalizer-{job_id}",
-    }
-    return job_body(ns, JobPlan(app, names[app], run, "ok", ttl), job_id, db)
+    return job_body(ns, JobPlan(app, job_name(app, job_id), run, "ok", ttl), job_id, db)
 
 
-def create(api: Any, body: JsonObj) -> int:
-    try:
-        api.create(body)
-        return 201
-    except ApiError as exc:
-        return exc.status
-    except OSError:
-        return 0
+def create(api: Api, body: JsonObj) -> int:
+    return request(api, "POST", jobs_path(body["metadata"]["namespace"]), body)[0]
 
 
 def at_once(calls: Sequence[Callable[[], object]]) -> None:
@@ -161,39 +151,18 @@ class Races:
     # -- faults --------------------------------------------------------------------------
 
     def _inject(self, ns: str, fault: str, rng: random.Random) -> Fault | None:
-        count = rng.choice((1, 2))
+        # The count is drawn for every fault, none too: the history's own draws follow it.
+        how = {"namespace": ns, "count": rng.choice((1, 2)), **FAULT_CALLS.get(fault, {})}
+        if fault == "none":
+            return None
         if fault == "slow_list":
-            delay = rng.uniform(0.2, 1.2)
-            return self.proxy.add(
-                method="GET", resource="jobs", namespace=ns, delay=delay, count=count
-            )
-        if fault == "dropped_list":
-            return self.proxy.add(
-                method="GET", resource="jobs", namespace=ns, drop=True, count=count
-            )
-        if fault == "record_503":
-            return self.proxy.add(
-                method="GET", resource="configmaps", namespace=ns, status=503, count=count
-            )
-        if fault == "record_lost":
-            return self.proxy.add(
-                method="PUT", resource="configmaps", namespace=ns, lose_answer=True, count=count
-            )
+            how["delay"] = rng.uniform(0.2, 1.2)
         if fault == "lagging_watch":
-            lag = self.proxy.add(
-                resource="jobs", namespace=ns, watch=True, lag=rng.uniform(0.2, 1.2), count=None
-            )
+            how["lag"] = rng.uniform(0.2, 1.2)
+        added = self.proxy.add(**how)
+        if fault == "lagging_watch":
             self.proxy.end_watches()  # the webhooks resume their Job watches through it
-            return lag
-        if fault == "fence_503":
-            return self.proxy.add(
-                method="PATCH", resource="jobs", namespace=ns, status=503, count=count
-            )
-        if fault == "fence_lost":
-            return self.proxy.add(
-                method="PATCH", resource="jobs", namespace=ns, lose_answer=True, count=count
-            )
-        return None
+        return added
 
     def _clear(self, ns: str) -> None:
         with self.proxy._lock:
@@ -395,16 +364,38 @@ class Races:
         time.sleep(4 + self.rig.resync_seconds)
 
 
+@contextmanager
+def races_on(cp: ControlPlane, slots: Sequence[str]) -> Iterator[Races]:
+    """The race rig on ``slots``: both webhook replicas and the controller with
+    :data:`RACES_ENV`, their API calls through a fault proxy, and a watch of the slots'
+    Jobs."""
+    with (
+        FaultProxy(cp) as proxy,
+        Rig(
+            cp, slots, env=RACES_ENV, controller_env={**CONTROLLER_ENV, **RACES_ENV}, proxy=proxy
+        ) as rig,
+    ):
+        rig.wait_until_ready()
+        watch = JobWatch(cp.admin, slots).start()
+        try:
+            yield Races(rig, proxy, watch)
+        finally:
+            watch.stop()
+
+
+def overlapping(ops: Sequence[Mapping[str, Any]]) -> Iterator[tuple[str, str]]:
+    """The names of each two Job creates among ``ops`` that were in the API server at once
+    (by its own times)."""
+    creates = [o for o in ops if o["kind"] == "create"]
+    for i, a in enumerate(creates):
+        for b in creates[i + 1 :]:
+            if a["call"] < b["return"] and b["call"] < a["return"]:
+                yield a["job"]["name"], b["job"]["name"]
+
+
 def split(ops: Sequence[Mapping[str, Any]], judged: Mapping[str, int]) -> bool:
     """Whether two Job creates that overlapped in time were judged by different replicas."""
-    creates = [o for o in ops if o["kind"] == "create" and o["job"]["name"] in judged]
-    return any(
-        a["call"] < b["return"]
-        and b["call"] < a["return"]
-        and judged[a["job"]["name"]] != judged[b["job"]["name"]]
-        for i, a in enumerate(creates)
-        for b in creates[i + 1 :]
-    )
+    return any(a in judged and b in judged and judged[a] != judged[b] for a, b in overlapping(ops))
 
 
 def run_all(

@@ -147,6 +147,17 @@ def review_of(request: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
 any_review = review_of(request_strategy(job_object(), job_object()))
 
 
+def _well_formed(request: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
+    """An AdmissionReview of ``request`` with the right apiVersion and kind."""
+    return st.fixed_dictionaries(
+        {
+            "apiVersion": st.just("admission.k8s.io/v1"),
+            "kind": st.just("AdmissionReview"),
+            "request": request,
+        }
+    )
+
+
 def gated_job_review() -> st.SearchStrategy[dict[str, Any]]:
     """CREATE/UPDATE of a search Job in a namespace where alice holds the Lease (or where
     nobody does), by anyone but alice: never to be admitted."""
@@ -163,13 +174,7 @@ def gated_job_review() -> st.SearchStrategy[dict[str, Any]]:
         },
         optional={"oldObject": st.one_of(st.none(), job_object()), "name": hostile_text},
     )
-    return st.fixed_dictionaries(
-        {
-            "apiVersion": st.just("admission.k8s.io/v1"),
-            "kind": st.just("AdmissionReview"),
-            "request": request,
-        }
-    )
+    return _well_formed(request)
 
 
 def live_lease(now: datetime | None = None) -> dict[str, Any]:
@@ -241,13 +246,7 @@ def lease_attack_review() -> st.SearchStrategy[dict[str, Any]]:
             ),
         }
     )
-    return st.fixed_dictionaries(
-        {
-            "apiVersion": st.just("admission.k8s.io/v1"),
-            "kind": st.just("AdmissionReview"),
-            "request": request,
-        }
-    )
+    return _well_formed(request)
 
 
 def _label(obj: Any, key: str) -> str | None:

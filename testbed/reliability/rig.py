@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from testbed import rig
-from testbed.controller_process import CONTROLLER_USER
 from testbed.controlplane import ControlPlane
 from testbed.faultproxy import FaultProxy
 
@@ -79,16 +78,3 @@ class Rig(rig.Rig):
             shared_certificate=False,
             effective_seconds=120.0,
         )
-
-
-__all__ = [
-    "CEILING",
-    "CONTROLLER_ENV",
-    "CONTROLLER_SKEW_SECONDS",
-    "CONTROLLER_USER",
-    "FINALIZER_GRACE_SECONDS",
-    "SHARED_ENV",
-    "SKEW_SECONDS",
-    "TTL_SECONDS",
-    "Rig",
-]

@@ -34,9 +34,11 @@ from datetime import datetime
 from pathlib import Path
 from queue import Queue
 
+from testbed.clients import lease_name
 from testbed.controller_process import CONTROLLER_USER
 from testbed.reliability.audit import AuditTail, Seen
 from testbed.reliability.gate_a import (
+    HOLDER_USER_ANNOTATION,
     LeaseState,
     Terms,
     Write,
@@ -153,17 +155,14 @@ class Runner:
         self.audit.skip_to_end()
         printer = (lambda text: print(text, flush=True)) if report else None
         self.observer = Observer(rig.cp.admin, rig.namespaces, report=printer).start()
-        self.last_submitters: dict[int, list[Submitter]] = {}
-        """Each seed's submitters (their traces explain a failing schedule)."""
         self.users = UserPool(rig.cp.plain_user)
         self._slots: Queue[str] = Queue()
         for ns in rig.namespaces:
             self._slots.put(ns)
-        self._lock = threading.Lock()
 
     def close(self) -> None:
         self.observer.stop()
-        self.nodes.restore_all()
+        self.nodes.restore_made()
 
     @contextmanager
     def _slot(self) -> Iterator[str]:
@@ -173,19 +172,14 @@ class Runner:
         finally:
             self._slots.put(ns)
 
-    def run_many(self, seeds: Iterable[int], parallel: int) -> list[ScheduleResult]:
-        """Run every seed's schedule, ``parallel`` at a time (<= namespace slots)."""
-        with ThreadPoolExecutor(max_workers=min(parallel, len(self.rig.namespaces))) as pool:
-            return list(pool.map(self.run, seeds))
-
     def run_each(
         self,
         seeds: Iterable[int],
         parallel: int,
         on_error: Callable[[int, Exception], None] | None = None,
     ) -> Iterator[ScheduleResult]:
-        """Like :meth:`run_many`, but yield each result as its schedule ends: a slot
-        freed starts the next seed at once, never waiting for a batch.
+        """Run every seed's schedule, ``parallel`` at a time (<= namespace slots), and
+        yield each result as its schedule ends: a slot freed starts the next seed at once.
 
         A schedule the harness could not finish (a wait that timed out, an API call
         that failed) raises here, or, with ``on_error``, is handed to it with its seed
@@ -215,7 +209,7 @@ class Runner:
     def _run_in(self, ns: str, seed: int) -> ScheduleResult:
         started = time.monotonic()
         self.rig.reset_namespace(ns)
-        self.nodes.restore_for(ns)
+        self.nodes.restore_made(ns)
         spec = ScheduleSpec.from_seed(seed)
         workdir = self.workdir / f"seed-{seed}"
         board = StallBoard(others=sum(p.stall is None for p in spec.plans))
@@ -225,8 +219,6 @@ class Runner:
             )
             for i, plan in enumerate(spec.plans)
         ]
-        with self._lock:
-            self.last_submitters[seed] = submitters
         result = ScheduleResult(seed, ns, len(submitters), Counter(p.protocol for p in spec.plans))
         for plan in spec.plans:
             result.job_fates.update(f"{j.app}:{j.fate}" for j in plan.jobs)
@@ -262,16 +254,15 @@ class Runner:
         dead = {s.username for s in submitters if s.crashed}
         if not dead:
             return
-        name = f"elb-blast-submit-{ns}"
+        name = lease_name(ns)
         until = time.monotonic() + RECLAIM_SECONDS
 
         def freed() -> bool:
             nonlocal until
             lease = self.rig.cp.admin.find("leases", ns, name) or {}
             spec = lease.get("spec") or {}
-            user = ((lease.get("metadata") or {}).get("annotations") or {}).get(
-                "elb-gate.io/holder-user"
-            )
+            notes = (lease.get("metadata") or {}).get("annotations") or {}
+            user = notes.get(HOLDER_USER_ANNOTATION)
             if not (spec.get("holderIdentity") and user in dead):
                 return True
             renewed = parse_time(spec.get("renewTime"))

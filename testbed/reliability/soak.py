@@ -33,23 +33,23 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from testbed.controlplane import ControlPlane
+from testbed.controlplane import REPO, ControlPlane
 from testbed.faultproxy import FaultProxy
 from testbed.reliability.faults import (
     FAULTY_ENV,
     TrialResult,
     controller_trial,
     hold_for,
+    record,
     webhook_trial,
 )
-from testbed.reliability.histories import History, JobWatch, Verdict, check
+from testbed.reliability.histories import History, Verdict, check
 from testbed.reliability.ledger import LEDGER
-from testbed.reliability.races import KINDS, RACES_ENV, Races, run_all
+from testbed.reliability.races import KINDS, races_on, run_all
 from testbed.reliability.rig import CEILING, CONTROLLER_ENV, Rig
 from testbed.reliability.scheduler import Runner, ScheduleResult
 from testbed.reliability.summary import summarize
 
-REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "tests" / "reliability" / "RESULTS.md"
 
 ORACLE_VS_CENSUS = """\
@@ -155,57 +155,38 @@ class Soak:
         if args.histories <= 0:
             return
         slots = [cp.new_namespace("soak-lin") for _ in range(args.history_slots)]
-        with (
-            FaultProxy(cp) as proxy,
-            Rig(
-                cp,
-                slots,
-                env=RACES_ENV,
-                controller_env={**CONTROLLER_ENV, **RACES_ENV},
-                proxy=proxy,
-            ) as rig,
-        ):
-            rig.wait_until_ready()
-            watch = JobWatch(cp.admin, slots).start()
-            races = Races(rig, proxy, watch)
-            try:
-                seeds = list(range(args.first_seed, args.first_seed + args.histories))
-                step = 8 * len(KINDS)
-                for start in range(0, len(seeds), step):
-                    batch = run_all(
-                        races,
-                        seeds[start : start + step],
-                        slots,
-                        on_error=lambda p, exc: self.harness_error(
-                            f"history {p.kind}-{p.seed}", exc
-                        ),
+        with races_on(cp, slots) as races:
+            seeds = list(range(args.first_seed, args.first_seed + args.histories))
+            step = 8 * len(KINDS)
+            for start in range(0, len(seeds), step):
+                batch = run_all(
+                    races,
+                    seeds[start : start + step],
+                    slots,
+                    on_error=lambda p, exc: self.harness_error(f"history {p.kind}-{p.seed}", exc),
+                )
+                found = check(batch)
+                for h in batch:
+                    self.outcomes.update(
+                        f"{h.kind}:{k}" for k, n in h.counts().items() for _ in range(n)
                     )
-                    found = check(batch)
-                    for h in batch:
-                        self.outcomes.update(
-                            f"{h.kind}:{k}" for k, n in h.counts().items() for _ in range(n)
-                        )
-                        self.outcomes[f"{h.kind}:histories"] += 1
-                        self.outcomes.update({f"job:{k}": n for k, n in h.outcomes.items()})
-                    self.histories += batch
-                    self.verdicts += found
-                    self.census_reads = rig.census_reads()
-                    for v in found:
-                        if v.result != "Ok":
-                            self.violations.append(
-                                f"history {v.name}: {v.result}: {'; '.join(v.why)}"
-                            )
-                            print(f"VIOLATION in history {v.name}: {v.result}: {v.why}", flush=True)
-                    print(
-                        f"histories {len(self.histories)}/{args.histories}: "
-                        f"{sum(v.result == 'Illegal' for v in self.verdicts)} not linearizable, "
-                        f"{sum(v.result == 'Unknown' for v in self.verdicts)} undecided "
-                        f"({(time.monotonic() - self.started) / 60:.1f} min)",
-                        flush=True,
-                    )
-                    self.write()
-            finally:
-                watch.stop()
+                    self.outcomes[f"{h.kind}:histories"] += 1
+                    self.outcomes.update({f"job:{k}": n for k, n in h.outcomes.items()})
+                self.histories += batch
+                self.verdicts += found
+                self.census_reads = races.rig.census_reads()
+                for v in found:
+                    if v.result != "Ok":
+                        self.violations.append(f"history {v.name}: {v.result}: {'; '.join(v.why)}")
+                        print(f"VIOLATION in history {v.name}: {v.result}: {v.why}", flush=True)
+                print(
+                    f"histories {len(self.histories)}/{args.histories}: "
+                    f"{sum(v.result == 'Illegal' for v in self.verdicts)} not linearizable, "
+                    f"{sum(v.result == 'Unknown' for v in self.verdicts)} undecided "
+                    f"({(time.monotonic() - self.started) / 60:.1f} min)",
+                    flush=True,
+                )
+                self.write()
 
     def run_schedules(self, cp: ControlPlane) -> None:
         args = self.args
@@ -226,7 +207,6 @@ class Soak:
                     on_error=lambda seed, exc: self.harness_error(f"schedule {seed}", exc),
                 )
                 for i, result in enumerate(results, 1):
-                    runner.last_submitters.pop(result.seed, None)
                     self._take([result], quiet=i % 10 != 0 and i != len(seeds))
                     if i % 25 == 0 or i == len(seeds):
                         self.served = rig.admissions_served()
@@ -306,20 +286,9 @@ class Soak:
 
     def render(self) -> str:
         LEDGER.rows.clear()
-        totals = summarize(self.done, LEDGER) if self.done else {}
-        if self.served:
-            LEDGER.record(
-                "1", replica_a_admissions=self.served[0], replica_b_admissions=self.served[1]
-            )
+        totals = summarize(self.done, LEDGER, self.served) if self.done else {}
         if self.trials:
-            LEDGER.record(
-                "2",
-                runs=len(self.trials),
-                faults=sum(r.faults for r in self.trials),
-                violations=sum(len(r.wrong) for r in self.trials),
-                webhook_trials=sum(r.kind.startswith("webhook") for r in self.trials),
-                controller_storms=sum(r.kind.startswith("controller") for r in self.trials),
-            )
+            record(self.trials, LEDGER)
         minutes = (time.monotonic() - self.started) / 60
         left_schedules = self.unfinished_count("schedule ")
         left_histories = self.unfinished_count("history ")

@@ -13,14 +13,13 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
 
 from client import CoordinationError, SubmitLease, SyncKube, read_census
-from elbgate.kube.api import JOBS, ApiError, ApiUnavailable, KubeApi, path
+from elbgate.kube.api import ApiError, ApiUnavailable
 from elbgate.kube.config import KubeConfig
 from elbgate.settings import Settings
 from testbed.controlplane import ControlPlane
-from testbed.reliability.jobs import JobPlan, job_body
+from testbed.reliability.jobs import JobPlan, create_job, job_body
 from testbed.reliability.rig import CEILING, SHARED_ENV
 
 ALLOWED_FAILURES = ("failed calling webhook", "could not verify")
@@ -35,13 +34,7 @@ class StreamStats:
     searches: int = 0
     failures: Counter[str] = field(default_factory=Counter)
     unexpected: list[str] = field(default_factory=list)
-    failure_times: list[float] = field(default_factory=list)
     success_times: list[float] = field(default_factory=list)
-
-
-async def create_job(api: KubeApi, *, body: dict[str, Any], namespace: str) -> Any:
-    """POST one Job (what the submit path's ``kubectl create`` does)."""
-    return await api.create(path(JOBS, namespace), body)
 
 
 class SteadyStream:
@@ -54,7 +47,7 @@ class SteadyStream:
         self.stats = StreamStats()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="steady-stream", daemon=True)
-        self.settings = Settings.from_env({**SHARED_ENV, "BLAST_SUBMIT_LEASE_TTL_SECONDS": "5"})
+        self.settings = Settings.from_env(SHARED_ENV)
 
     def start(self) -> SteadyStream:
         self._thread.start()
@@ -69,7 +62,6 @@ class SteadyStream:
         text = str(exc)
         kind = next((k for k in ALLOWED_FAILURES if k in text), "")
         self.stats.failures[f"{what}: {kind or exc.__class__.__name__}"] += 1
-        self.stats.failure_times.append(time.monotonic())
         if not kind:
             self.stats.unexpected.append(f"{what}: {text[:300]}")
 

@@ -51,21 +51,22 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
 from client import CoordinationError, SubmitLease, run_slot
 from client.errors import SlotUnavailable
-from elbgate.kube.api import JOBS, ApiError, ApiUnavailable, path
+from elbgate.kube.api import ApiError, ApiUnavailable
 from elbgate.kube.config import KubeConfig
 from elbgate.settings import Settings
-from testbed.clients import DashboardLeaseClient, parse_time
+from testbed.clients import ClientError, DashboardLeaseClient, lease_name, parse_time
 from testbed.controlplane import REPO, ControlPlane, PodIdentity, kubectl_path
 from testbed.holders import past_the_second_of
 from testbed.kubelet_stand_in import RESTART
-from testbed.reliability.jobs import JobPlan, job_body
+from testbed.reliability.jobs import JobPlan, create_job, job_body
 from testbed.reliability.nodes import HolderNodes
-from testbed.reliability.paths import DashboardPath, OpenApiPath, PathError, SubmitPath
+from testbed.reliability.paths import DashboardPath, OpenApiPath, SubmitPath
 from testbed.reliability.rig import CEILING, CONTROLLER_SKEW_SECONDS, SHARED_ENV
 
 Protocol = Literal["client", "cli", "dashboard", "openapi"]
@@ -221,7 +222,6 @@ class Submitter:
         self.intrusions_admitted: list[str] = []
         """Jobs created without holding the Lease (the judge says whether Gate A allowed
         it: the contract's holder is a user, so a sibling replica's hold admits it)."""
-        self.acquired = 0
         self.holders: set[str] = set()
         """The holder identities this submitter acquired the Lease as (two submitters
         may share a user: the replicas of one Deployment share its ServiceAccount)."""
@@ -321,7 +321,7 @@ class Submitter:
     def _after_last_renewal_second(self) -> None:
         """Wait until the clock's second is past the Lease's last renewal: this death is
         meant to be provable (:func:`testbed.holders.past_the_second_of`)."""
-        lease = self.cp.admin.find("leases", self.namespace, f"elb-blast-submit-{self.namespace}")
+        lease = self.cp.admin.find("leases", self.namespace, lease_name(self.namespace))
         renewed = parse_time(((lease or {}).get("spec") or {}).get("renewTime"))
         if renewed is not None:
             past_the_second_of(renewed)
@@ -361,17 +361,18 @@ class Submitter:
 
     # -- elb-gate's library ------------------------------------------------------------------
 
-    def _settings(self) -> Settings:
-        env = {
+    def _env(self, wait: int) -> dict[str, str]:
+        """The rig's settings with this submitter's TTL, waiting at most ``wait`` s for a
+        slot and for capacity."""
+        return {
             **SHARED_ENV,
             "BLAST_SUBMIT_LEASE_TTL_SECONDS": str(self.ttl),
-            "BLAST_SUBMIT_SLOT_WAIT_MAX_SECONDS": "300",
-            "BLAST_CAPACITY_WAIT_MAX_SECONDS": "300",
+            "BLAST_SUBMIT_SLOT_WAIT_MAX_SECONDS": str(wait),
+            "BLAST_CAPACITY_WAIT_MAX_SECONDS": str(wait),
         }
-        return Settings.from_env(env)
 
     def _run_client(self) -> None:
-        settings = self._settings()
+        settings = Settings.from_env(self._env(300))
         config = KubeConfig.load(self.identity.kubeconfig)
         lease = SubmitLease(self.namespace, gate=settings.gate, config=config, source="client")
         self.holders.add(lease.holder)
@@ -395,7 +396,6 @@ class Submitter:
                 try:
                     with run_slot(lease, settings.client, poll_seconds=POLL_SECONDS, cancel=cancel):
                         self.note("slot")
-                        self.acquired += 1
                         if self.plan.crash == "after_acquire":
                             self._die()
                         if self.plan.stall is not None and not self.stalled_rv:
@@ -427,11 +427,8 @@ class Submitter:
         self._resuming = True
 
     def _client_create(self, lease: SubmitLease, body: Mapping[str, Any]) -> int:
-        async def create(api: Any) -> Any:
-            return await api.create(path(JOBS, self.namespace), dict(body))
-
         try:
-            lease.kube.run(create)
+            lease.kube.run(partial(create_job, body=dict(body), namespace=self.namespace))
         except ApiError as exc:
             return exc.code
         except ApiUnavailable:
@@ -476,14 +473,10 @@ class Submitter:
             script = self._cli_script(directory)
             env = {k: v for k, v in os.environ.items() if not k.startswith(("BLAST_", "ELB_GATE_"))}
             env.pop("KUBERNETES_SERVICE_HOST", None)
-            env.update(SHARED_ENV)
-            left = max(1, int(self._deadline - time.monotonic()))
+            # give up (exit code, not a hang) when the schedule's time is up
+            env.update(self._env(max(1, int(self._deadline - time.monotonic()))))
             env.update(
                 {
-                    "BLAST_SUBMIT_LEASE_TTL_SECONDS": str(self.ttl),
-                    # give up (exit code, not a hang) when the schedule's time is up
-                    "BLAST_SUBMIT_SLOT_WAIT_MAX_SECONDS": str(left),
-                    "BLAST_CAPACITY_WAIT_MAX_SECONDS": str(left),
                     "KUBECONFIG": self.identity.kubeconfig,
                     "KUBECACHEDIR": str(self.cp.state_dir / "kubectl-cache"),
                     "D": str(directory),
@@ -505,8 +498,6 @@ class Submitter:
                     proc.kill()
                     proc.wait(10)
             self._collect_cli(directory)
-            if (directory / "start").exists():
-                self.acquired += 1
             if code == 0 and len(self.created) == len(self.plan.jobs):
                 return
             time.sleep(POLL_SECONDS)
@@ -606,7 +597,7 @@ class Submitter:
         while self._time_left():
             try:
                 outcome = lease.acquire()
-            except PathError as exc:
+            except ClientError as exc:
                 self.note(f"acquire failed: {exc}")
                 self._pause()
                 continue
@@ -615,7 +606,6 @@ class Submitter:
                 self._pause()
                 continue
             self.note("acquired")
-            self.acquired += 1
             self._poll = POLL_SECONDS
             if self.plan.crash == "after_acquire":
                 self._die()
@@ -634,5 +624,5 @@ class Submitter:
     def _release(self, lease: SubmitPath) -> None:
         try:
             lease.release()
-        except PathError as exc:  # the Lease expires on its own
+        except ClientError as exc:  # the Lease expires on its own
             self.note(f"release failed: {exc}")

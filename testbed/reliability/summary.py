@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from testbed.reliability.ledger import Ledger
 from testbed.reliability.scheduler import ScheduleResult
@@ -14,8 +14,11 @@ def _pairs(counter: Counter[str] | Counter[int]) -> str:
     return " ".join(f"{k}:{v}" for k, v in sorted(counter.items(), key=lambda kv: str(kv[0])))
 
 
-def summarize(results: Iterable[ScheduleResult], ledger: Ledger) -> dict[str, int | str]:
-    """Record schedules under promise 1; return the totals (for printing)."""
+def summarize(
+    results: Iterable[ScheduleResult], ledger: Ledger, served: Sequence[int] = ()
+) -> dict[str, int | str]:
+    """Record schedules under promise 1, with the admissions each of the two webhook
+    replicas ``served`` (from its /metrics); return the totals (for printing)."""
     results = list(results)
     protocols: Counter[str] = Counter()
     reclaimed: Counter[str] = Counter()
@@ -75,4 +78,6 @@ def summarize(results: Iterable[ScheduleResult], ledger: Ledger) -> dict[str, in
         max_active_crude=int(totals["max_active_crude"]),
         max_live_holders=int(totals["max_live_holders"]),
     )
+    if served:
+        ledger.record("1", replica_a_admissions=served[0], replica_b_admissions=served[1])
     return totals

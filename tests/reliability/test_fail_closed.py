@@ -15,9 +15,9 @@ from testbed.faultproxy import FaultProxy
 from testbed.reliability.faults import (
     FAULTY_ENV,
     Holder,
-    TrialResult,
     controller_trial,
     hold_for,
+    record,
     webhook_trial,
 )
 from testbed.reliability.ledger import LEDGER
@@ -55,23 +55,12 @@ def alice(rig: Rig, namespaces: tuple[str, str]) -> Iterator[Holder]:
     holder.stop()
 
 
-def record(results: list[TrialResult]) -> None:
-    kinds: Counter[str] = Counter(r.kind.split(":")[0] for r in results)
-    LEDGER.record(
-        "2",
-        runs=len(results),
-        faults=sum(r.faults for r in results),
-        violations=sum(len(r.wrong) for r in results),
-        **{f"{k}_trials": v for k, v in kinds.items()},
-    )
-
-
 def test_no_gated_job_is_admitted_while_the_webhooks_reads_fail(
     rig: Rig, proxy: FaultProxy, alice: Holder, namespaces: tuple[str, str]
 ) -> None:
     rng = random.Random(2002)
     results = [webhook_trial(rig, proxy, alice, namespaces[0], rng) for _ in range(WEBHOOK_TRIALS)]
-    record(results)
+    record(results, LEDGER)
     codes: Counter[int] = Counter()
     for r in results:
         codes.update(r.codes)
@@ -91,7 +80,7 @@ def test_the_controller_never_clears_or_deletes_on_partial_data(
     results = [
         controller_trial(rig, proxy, namespaces[1], identity, rng) for _ in range(CONTROLLER_TRIALS)
     ]
-    record(results)
+    record(results, LEDGER)
     LEDGER.maximum("2", controller_recovery_seconds=max(r.recovery_seconds for r in results))
     assert [w for r in results for w in r.wrong] == []
     assert sum(r.faults for r in results) > 0

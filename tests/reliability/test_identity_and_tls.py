@@ -27,7 +27,7 @@ from elbgate.lease import format_microtime
 from elbgate.names import HOLDER_USER_ANNOTATION, SEARCH_JOB_SELECTOR, lease_name
 from testbed.certs import WEBHOOK_HOST
 from testbed.controlplane import ControlPlane, PodIdentity
-from testbed.reliability.calls import http, jobs_path, kubectl_status, lease_path
+from testbed.reliability.calls import http, jobs_path, kubectl_status, lease_held, lease_path
 from testbed.reliability.faults import running_job
 from testbed.reliability.ledger import LEDGER
 from testbed.reliability.rig import Rig
@@ -90,17 +90,7 @@ def now() -> str:
 @pytest.fixture(scope="module")
 def held(rig: Rig, ns: str, people: dict[str, Who]) -> dict[str, Any]:
     """alice holds the Lease for 10 minutes (taken through the webhooks, so stamped)."""
-    body = {
-        "apiVersion": "coordination.k8s.io/v1",
-        "kind": "Lease",
-        "metadata": {"name": lease_name(ns), "namespace": ns},
-        "spec": {
-            "holderIdentity": HOLDER,
-            "leaseDurationSeconds": 600,
-            "acquireTime": now(),
-            "renewTime": now(),
-        },
-    }
+    body = lease_held(ns, HOLDER, 600)
     status, stored = http(rig.cp, people["alice"].token, "POST", lease_path(ns), body)
     assert status == 201, stored
     assert stored["metadata"]["annotations"][HOLDER_USER_ANNOTATION] == "alice"

@@ -22,11 +22,9 @@ from pathlib import Path
 import pytest
 
 from testbed.controlplane import ControlPlane
-from testbed.faultproxy import FaultProxy
-from testbed.reliability.histories import History, JobWatch, Verdict, check
+from testbed.reliability.histories import History, Verdict, check
 from testbed.reliability.ledger import LEDGER
-from testbed.reliability.races import KINDS, RACES_ENV, Races, run_all
-from testbed.reliability.rig import CONTROLLER_ENV, Rig
+from testbed.reliability.races import KINDS, overlapping, races_on, run_all
 
 REPO = Path(__file__).resolve().parents[2]
 CI_RACE_SEEDS = tuple(range(1, 1 + 4 * len(KINDS)))
@@ -39,22 +37,8 @@ pytestmark = [pytest.mark.timeout(1800)]
 @pytest.fixture(scope="module")
 def histories(control_plane: ControlPlane) -> Iterator[list[History]]:
     slots = [control_plane.new_namespace("lin") for _ in range(SLOTS)]
-    with (
-        FaultProxy(control_plane) as proxy,
-        Rig(
-            control_plane,
-            slots,
-            env=RACES_ENV,
-            controller_env={**CONTROLLER_ENV, **RACES_ENV},
-            proxy=proxy,
-        ) as rig,
-    ):
-        rig.wait_until_ready()
-        watch = JobWatch(control_plane.admin, slots).start()
-        try:
-            yield run_all(Races(rig, proxy, watch), CI_RACE_SEEDS, slots)
-        finally:
-            watch.stop()
+    with races_on(control_plane, slots) as races:
+        yield run_all(races, CI_RACE_SEEDS, slots)
 
 
 @pytest.fixture(scope="module")
@@ -69,16 +53,6 @@ def verdicts(histories: list[History]) -> list[Verdict]:
         linearizability_violations=sum(v.result == "Illegal" for v in found),
     )
     return found
-
-
-def _creates_overlap(h: History) -> bool:
-    """Two Job creates of the history were in the API server at once (its own times)."""
-    creates = [o for o in h.operations if o["kind"] == "create"]
-    return any(
-        a["call"] < b["return"] and b["call"] < a["return"]
-        for i, a in enumerate(creates)
-        for b in creates[i + 1 :]
-    )
 
 
 def test_every_kind_was_recorded_with_races_admitted_and_refused(histories: list[History]) -> None:
@@ -101,7 +75,7 @@ def test_every_kind_was_recorded_with_races_admitted_and_refused(histories: list
     # can go unsplit (seen in a full run); `make soak` reports the split per kind.
     # Every kind sends two first Jobs at once: some history of each has two creates in
     # the API server together.
-    raced = {h.kind for h in histories if _creates_overlap(h)}
+    raced = {h.kind for h in histories if any(overlapping(h.operations))}
     assert raced == set(KINDS), raced
     split = {h.kind for h in histories if h.split}
     assert split & {"one_identity", "siblings", "stagings"}, split

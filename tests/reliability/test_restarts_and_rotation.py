@@ -10,26 +10,21 @@ sees no over-admission and no disagreement throughout.
 
 from __future__ import annotations
 
-import socket
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
 
 import pytest
-from cryptography import x509
 
-from elbgate.lease import format_microtime
 from elbgate.names import lease_name
-from testbed.certs import WEBHOOK_HOST
 from testbed.controlplane import ControlPlane
-from testbed.reliability.calls import http, lease_path
+from testbed.reliability.calls import http, lease_held, lease_path
 from testbed.reliability.ledger import LEDGER
 from testbed.reliability.observer import Observer
 from testbed.reliability.rig import CEILING, FINALIZER_GRACE_SECONDS, Rig
 from testbed.reliability.steady_stream import SteadyStream
 from testbed.waiting import wait_until
-from testbed.webhook_process import WebhookProcess
+from tests.webhook.test_tls_reload import served_serial
 
 
 @pytest.fixture(scope="module")
@@ -44,17 +39,6 @@ def rig(control_plane: ControlPlane, namespaces: tuple[str, str]) -> Iterator[Ri
         yield started
 
 
-def served_serial(hook: WebhookProcess) -> int:
-    ctx = hook.client_context()
-    with (
-        socket.create_connection(("127.0.0.1", hook.port), timeout=10) as raw,
-        ctx.wrap_socket(raw, server_hostname=WEBHOOK_HOST) as tls,
-    ):
-        der = tls.getpeercert(binary_form=True)
-    assert der is not None
-    return int(x509.load_der_x509_certificate(der).serial_number)
-
-
 def admitted_since(stream: SteadyStream, count: int, timeout: float = 120) -> None:
     """Wait until the stream got ``count`` more admissions through."""
     target = stream.stats.admitted + count
@@ -63,19 +47,8 @@ def admitted_since(stream: SteadyStream, count: int, timeout: float = 120) -> No
 
 def abandoned_lease(rig: Rig, namespace: str) -> str:
     """bob takes the Lease for 1 s and never comes back (no pod stamp: only expiry frees it)."""
-    stamp = format_microtime(datetime.now(UTC))
     holder = f"dashboard-{uuid.uuid4()}"
-    body = {
-        "apiVersion": "coordination.k8s.io/v1",
-        "kind": "Lease",
-        "metadata": {"name": lease_name(namespace), "namespace": namespace},
-        "spec": {
-            "holderIdentity": holder,
-            "leaseDurationSeconds": 1,
-            "acquireTime": stamp,
-            "renewTime": stamp,
-        },
-    }
+    body = lease_held(namespace, holder, 1)
     status, answer = http(rig.cp, rig.cp.token("bob"), "POST", lease_path(namespace), body)
     assert status == 201, answer
     return holder

@@ -86,22 +86,7 @@ def test_a_schedule_the_harness_could_not_finish_is_handed_over_and_the_rest_yie
 
 
 def test_the_soak_lists_the_unfinished_run_and_counts_it_toward_the_end(tmp_path) -> None:
-    args = soak.parse(
-        [
-            "--schedules",
-            "2",
-            "--histories",
-            "0",
-            "--fault-trials",
-            "0",
-            "--storms",
-            "0",
-            "--results",
-            str(tmp_path / "RESULTS.md"),
-        ]
-    )
-    run = soak.Soak(args)
-    run.control_plane = "Kubernetes test"
+    run = _soak(tmp_path, 2)
     try:
         raise AssertionError(TIMED_OUT)
     except AssertionError as exc:
