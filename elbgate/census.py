@@ -65,11 +65,14 @@ from elbgate.names import (
 __all__ = [
     "ActiveSearch",
     "Census",
+    "CensusMemo",
+    "JobFacts",
     "JobRef",
     "Staging",
     "census",
     "census_of_refs",
     "is_terminal",
+    "job_facts",
 ]
 
 
@@ -203,6 +206,60 @@ class Census:
         return next((s for s in self.active if s.key == key), None)
 
 
+@dataclass(frozen=True, slots=True)
+class JobFacts:
+    """What the census reads of one stored version of a search Job."""
+
+    app: str
+    job_id: str
+    """``elb-job-id`` label, ``""`` when absent."""
+    terminal: bool
+    setup_uses: tuple[str, ...]
+    """A terminal ``setup`` Job's databases (what its search had staged)."""
+    ref: JobRef | None
+    """The Job as an unfinished one counts (``None`` when terminal)."""
+
+
+def job_facts(job: Mapping[str, Any]) -> JobFacts | None:
+    """The census's facts of ``job``; ``None`` for a Job of no search app."""
+    labels = (job.get("metadata") or {}).get("labels") or {}
+    app = labels.get(APP_LABEL)
+    if app not in SEARCH_APPS:
+        return None
+    job_id = str(labels.get(JOB_ID_LABEL) or "")
+    if not is_terminal(job):
+        return JobFacts(str(app), job_id, False, (), JobRef.from_dict(job))
+    uses = job_databases(job).uses if app == SETUP_APP and job_id else ()
+    return JobFacts(str(app), job_id, True, uses, None)
+
+
+class CensusMemo:
+    """:func:`job_facts` of the Job versions read lately, so that a census over Jobs
+    already read (a watch cache, the same LIST again) reads each version once. Keyed by
+    ``(uid, resourceVersion)``: the API server stores a new resourceVersion with every
+    change, so one key never names two contents. At most ``size`` versions, the least
+    lately read dropped first; a Job without both is read every time."""
+
+    def __init__(self, size: int = 16384) -> None:
+        self.size = size
+        self._facts: dict[tuple[str, str], JobFacts | None] = {}
+
+    def __len__(self) -> int:
+        return len(self._facts)
+
+    def facts(self, job: Mapping[str, Any]) -> JobFacts | None:
+        meta = job.get("metadata") or {}
+        uid, version = meta.get("uid"), meta.get("resourceVersion")
+        if not uid or not version:
+            return job_facts(job)
+        key = (str(uid), str(version))
+        facts = self._facts.pop(key) if key in self._facts else job_facts(job)
+        self._facts[key] = facts  # now the most lately read
+        if len(self._facts) > self.size:
+            del self._facts[next(iter(self._facts))]
+        return facts
+
+
 def census(
     jobs: Iterable[Mapping[str, Any]],
     now: datetime,
@@ -210,29 +267,29 @@ def census(
     batch_work_ids: Collection[str] = frozenset(),
     *,
     reserved: Iterable[JobRef] = (),
+    memo: CensusMemo | None = None,
 ) -> Census:
     """Count the active searches among ``jobs`` (raw Job dicts; terminal and
     non-search Jobs may be included). ``batch_work_ids`` names searches known to
     have had batch work whose Jobs are not in ``jobs``; ``reserved`` are admitted
-    Jobs not among ``jobs`` yet (:mod:`elbgate.reservations`), counted as unfinished."""
+    Jobs not among ``jobs`` yet (:mod:`elbgate.reservations`), counted as unfinished;
+    ``memo``: read each Job version once across calls."""
+    read = memo.facts if memo is not None else job_facts
     had_batch_work = set(batch_work_ids)
     used_before: dict[str, tuple[str, ...]] = {}
     unfinished: list[JobRef] = []
     for job in jobs:
-        labels = (job.get("metadata") or {}).get("labels") or {}
-        app = labels.get(APP_LABEL)
-        if app not in SEARCH_APPS:
+        facts = read(job)
+        if facts is None:
             continue
-        if is_terminal(job):
-            job_id = labels.get(JOB_ID_LABEL)
-            if job_id:
-                if app in BATCH_WORK_EVIDENCE_APPS:
-                    had_batch_work.add(str(job_id))
-                if app == SETUP_APP and (dbs := job_databases(job).uses):
-                    key = str(job_id)
-                    used_before[key] = _union([used_before.get(key, ()), dbs])
-            continue
-        unfinished.append(JobRef.from_dict(job))
+        if facts.ref is not None:
+            unfinished.append(facts.ref)
+        elif facts.job_id:
+            if facts.app in BATCH_WORK_EVIDENCE_APPS:
+                had_batch_work.add(facts.job_id)
+            if facts.setup_uses:
+                key = facts.job_id
+                used_before[key] = _union([used_before.get(key, ()), facts.setup_uses])
     unfinished.extend(reserved)
     return census_of_refs(
         unfinished, now, finalizer_grace_seconds, had_batch_work, used_before=used_before

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from elbgate.census import JobRef, census
+from elbgate.census import CensusMemo, JobRef, census
 from elbgate.identities import SubmitterIdentities
 from elbgate.kube.api import JOBS, ApiError, ApiUnavailable, KubeApi, path
 from elbgate.kube.reads import get_submit_lease, list_unfinished_search_jobs
@@ -104,6 +104,9 @@ class Admission:
     nodes: Callable[[], NodesSeen] | None = None
     """The Node watch cache's view (:meth:`webhook.cluster_view.ClusterView.seen`);
     read only while a node rule is on. No API call."""
+    census_memo: CensusMemo = field(default_factory=CensusMemo, init=False, repr=False)
+    """Each census Job version read once: the census of the same Jobs again (the next
+    admission's, the same one's with its new Job) reads only what changed."""
     _confirming: set[asyncio.Task[None]] = field(default_factory=set, init=False, repr=False)
 
     async def close(self) -> None:
@@ -196,7 +199,13 @@ class Admission:
         )
         jobs = await self._list_jobs(namespace, fence=fence)
         listed = await self._listed(namespace, jobs, now, record)
-        counted = census(jobs, now, self.gate.finalizer_grace_seconds, reserved=listed.pending)
+        counted = census(
+            jobs,
+            now,
+            self.gate.finalizer_grace_seconds,
+            reserved=listed.pending,
+            memo=self.census_memo,
+        )
         return counted.count, self.gate.max_run_concurrency
 
     # -- search admission reads ----------------------------------------------
@@ -259,6 +268,7 @@ class Admission:
             self.gate,
             now,
             (*listed.pending, search_admission.as_unfinished(job, now)),
+            self.census_memo,
         )
         adds = adds_facts(observed.census, after)
         seen = listed.names | listed.finished
@@ -430,11 +440,13 @@ class Admission:
                 raise ReadFailed("; ".join(str(f) for f in failures))
             jobs, lease_obj = results
             listed = await self._listed(job.namespace, jobs, now, record)
-            seen = search_admission.survey(job, jobs, self.gate, now, listed.pending)
+            seen = search_admission.survey(
+                job, jobs, self.gate, now, listed.pending, self.census_memo
+            )
             return Observed(seen, lease_obj), listed
         jobs = await self._list_jobs(job.namespace, fence=fence)
         listed = await self._listed(job.namespace, jobs, now, record)
-        seen = search_admission.survey(job, jobs, self.gate, now, listed.pending)
+        seen = search_admission.survey(job, jobs, self.gate, now, listed.pending, self.census_memo)
         if search_admission.lease_needed(job, seen):
             return Observed(seen, await self._get_lease(job.namespace)), listed
         return Observed(seen), listed  # Gate A does not apply: the Lease is not read

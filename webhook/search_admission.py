@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from elbgate.census import Census, JobRef, census
+from elbgate.census import Census, CensusMemo, JobRef, census
 from elbgate.databases import job_databases
 from elbgate.db_staging import staging_conflict
 from elbgate.identities import SplitHolder, SubmitterIdentities
@@ -298,15 +298,17 @@ def survey(
     gate: GateSettings,
     now: datetime,
     reserved: Sequence[JobRef] = (),
+    memo: CensusMemo | None = None,
 ) -> Census:
     """The census of ``jobs`` (the LIST) and the ``reserved`` Jobs (admitted, not listed
-    yet: :mod:`elbgate.reservations`) as it bears on ``job``."""
+    yet: :mod:`elbgate.reservations`) as it bears on ``job`` (``memo``: see
+    :class:`~elbgate.census.CensusMemo`)."""
     # An UPDATE's own Job is already stored under its old labels: it must not
     # count against the search it is being moved into or out of.
     if job.operation == "UPDATE":
         jobs = [j for j in jobs if ((j.get("metadata") or {}).get("name")) != job.name]
         reserved = [r for r in reserved if r.name != job.name]
-    return census(jobs, now, gate.finalizer_grace_seconds, reserved=reserved)
+    return census(jobs, now, gate.finalizer_grace_seconds, reserved=reserved, memo=memo)
 
 
 def as_unfinished(job: JobRequest, now: datetime) -> JobRef:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from elbgate.census import JobRef, census, is_terminal
+from elbgate.census import CensusMemo, JobRef, census, is_terminal
 from testbed import elastic_blast as elb
 from tests.builders import NOW, job
 
@@ -175,6 +175,59 @@ def test_census(case: str, jobs: list, active: list[str], orphans: list[str]) ->
     assert list(result.active_ids) == active
     assert result.count == len(active)
     assert [o.name for o in result.orphans] == orphans
+
+
+def _stored(body: dict, version: int) -> dict:
+    """``body`` as the API server returns it: with a uid and a resourceVersion."""
+    name = body["metadata"]["name"]
+    body["metadata"] |= {"uid": f"uid-{name}", "resourceVersion": str(version)}
+    return body
+
+
+@pytest.mark.parametrize(("case", "jobs", "active", "orphans"), CASES, ids=[c[0] for c in CASES])
+def test_a_census_read_through_a_memo_is_the_same_census(
+    case: str, jobs: list, active: list[str], orphans: list[str]
+) -> None:
+    bodies = [_stored(j.build(), 100 + i) for i, j in enumerate(jobs)]
+    memo = CensusMemo()
+    fresh = census(bodies, NOW, GRACE)
+    assert census(bodies, NOW, GRACE, memo=memo) == fresh  # read into the memo
+    assert census(bodies, NOW, GRACE, memo=memo) == fresh  # read from it
+
+
+def test_a_memo_reads_each_stored_version_once_and_a_new_version_again() -> None:
+    memo = CensusMemo()
+    batch = _stored(job("blast", "a").build(), 7)
+    assert census([batch], NOW, GRACE, memo=memo).active_ids == ("a",)
+    # The same version again is not read again (a stored version never changes) ...
+    batch["status"] = {"succeeded": 1}
+    assert census([batch], NOW, GRACE, memo=memo).active_ids == ("a",)
+    # ... the version the API server stores with the change is.
+    batch["metadata"]["resourceVersion"] = "8"
+    assert census([batch], NOW, GRACE, memo=memo).active_ids == ()
+
+
+def test_a_job_without_uid_or_version_is_read_every_time() -> None:
+    memo = CensusMemo()
+    batch = job("blast", "a").build()
+    assert census([batch], NOW, GRACE, memo=memo).active_ids == ("a",)
+    batch["status"] = {"succeeded": 1}
+    assert census([batch], NOW, GRACE, memo=memo).active_ids == ()
+    assert len(memo) == 0
+
+
+def test_a_memo_keeps_at_most_its_size_dropping_the_least_lately_read() -> None:
+    memo = CensusMemo(size=2)
+    a, b, c = (_stored(job("blast", x).build(), 1) for x in "abc")
+    census([a, b], NOW, GRACE, memo=memo)
+    census([a], NOW, GRACE, memo=memo)  # a read again: b is now the least lately read
+    census([c], NOW, GRACE, memo=memo)
+    assert len(memo) == 2
+    for body in (a, b, c):
+        body["status"] = {"succeeded": 1}
+    # a is remembered unfinished; b was dropped, so it is read (finished) again.
+    assert census([a], NOW, GRACE, memo=memo).active_ids == ("a",)
+    assert census([b], NOW, GRACE, memo=memo).active_ids == ()
 
 
 def test_each_active_search_says_why_it_counts() -> None:
