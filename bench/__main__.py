@@ -273,14 +273,17 @@ def main(argv: list[str] | None = None) -> int:
 
 def outcome_lines(outcomes: Any, job_counts: tuple[int, ...]) -> list[str]:
     """Per Job count, how the measured search admissions were answered (``allowed``,
-    ``denied-429`` …, ``http-…``): a latency is an admission's only where all were allowed."""
+    ``denied-429`` …, ``http-…``): a latency is an admission's only where all were allowed;
+    and how the measured webhook read the census in each pass (``watch (fenced)``, or a
+    LIST and why)."""
     lines = []
     for n in job_counts:
-        for server in ("hook", "list", "cap", "reads"):
-            counts = outcomes.get(f"{server}.n{n}")
-            if counts:
-                text = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-                lines.append(f"outcomes {server}.n{n}: {text}")
+        for server in ("hook", "list", "cap", "reads", "alone.hook"):
+            for key in (f"{server}.n{n}", f"{server}.n{n}.census_reads"):
+                counts = outcomes.get(key)
+                if counts:
+                    text = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+                    lines.append(f"outcomes {key}: {text}")
     return lines
 
 

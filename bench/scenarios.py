@@ -504,12 +504,14 @@ class Harness:
                 steps[name] = await stack.enter_async_context(Reviews(target, JOBS_PATH, body))
             for block in range(self.config.repeats):
                 offsets = {name: _log_size(w) for name, w in logged.items()}
+                reads_before = await asyncio.to_thread(self.webhook.census_reads)
                 measured = await interleaved(
                     steps,
                     latency_plan.requests,
                     latency_plan.warmup if block == 0 else 0,
                     latency_plan.max_seconds * len(steps),
                 )
+                _census_reads_into(s, f"hook.{n}", self.webhook, reads_before)
                 for name, m in measured.items():
                     if name == "api":
                         s.check(f"{name}.{n}", m, expect_floor)
@@ -531,12 +533,14 @@ class Harness:
             rounds = self.config.latency.requests
             for block in range(self.config.repeats):
                 offset = _log_size(self.webhook)
+                reads_before = await asyncio.to_thread(self.webhook.census_reads)
                 measured = await interleaved(
                     alone,
                     rounds,
                     self.config.latency.warmup if block == 0 else 0,
                     ALONE_MAX_SECONDS,
                 )
+                _census_reads_into(s, f"alone.hook.{n}", self.webhook, reads_before)
                 for name, m in measured.items():
                     s.check(f"alone.{name}.{n}", m, expect_allowed)
                     _admitted_only(s, f"alone.{name}.{n}", m, _latency_into)
@@ -597,6 +601,14 @@ def _sliced(plan: LoadPlan) -> LoadPlan:
         max(plan.warmup // SLICES, 2 * plan.concurrency),
         plan.max_seconds / SLICES,
     )
+
+
+def _census_reads_into(
+    series: Series, prefix: str, hook: WebhookProcess, before: Counter[str]
+) -> None:
+    """How ``hook`` read Gate B's census during a pass (from its /metrics), kept with
+    the pass's outcomes: a read that fell back to the LIST costs a LIST."""
+    series.outcomes[f"{prefix}.census_reads"].update(hook.census_reads() - before)
 
 
 def _log_size(hook: WebhookProcess) -> int:

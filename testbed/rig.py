@@ -27,8 +27,6 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Self
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from testbed.controller_process import LEADER_LEASE, ControllerProcess
 from testbed.controlplane import ControlPlane
 from testbed.faultproxy import FaultProxy
@@ -227,14 +225,9 @@ class Rig:
         out: Counter[str] = Counter()
         for hook in self.hooks:
             try:
-                text = hook.metrics()
+                out += hook.census_reads()
             except OSError:
                 continue
-            for family in text_string_to_metric_families(text):
-                for sample in family.samples:
-                    if sample.name == "elb_gate_census_reads_total":
-                        key = f"{sample.labels['source']} ({sample.labels['reason']})"
-                        out[key] += int(sample.value)
         return out
 
     def admissions_served(self) -> list[int]:

@@ -32,11 +32,13 @@ import sys
 import tempfile
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from testbed.api import ApiError, JsonObj
 from testbed.certs import MountedCertificate
@@ -280,6 +282,17 @@ class WebhookProcess:
         """The ``/metrics`` text."""
         with urllib.request.urlopen(f"{self.metrics_url}/metrics", timeout=30) as resp:
             return str(resp.read().decode())
+
+    def census_reads(self) -> Counter[str]:
+        """Gate B census reads each way so far (``watch (fenced)``, ``list (not_synced)``
+        …), from this process's /metrics."""
+        out: Counter[str] = Counter()
+        for family in text_string_to_metric_families(self.metrics()):
+            for sample in family.samples:
+                if sample.name == "elb_gate_census_reads_total":
+                    key = f"{sample.labels['source']} ({sample.labels['reason']})"
+                    out[key] += int(sample.value)
+        return out
 
     def client_context(self) -> ssl.SSLContext:
         """A client TLS context that trusts this process's CA (for direct HTTPS calls)."""

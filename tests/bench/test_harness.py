@@ -502,6 +502,14 @@ def test_a_quick_run_on_the_control_plane_measures_every_part(
     assert figures["scale.search.n3.p99_vs_0"]["ratio"]["median"] > 0
     assert "on its own" in figures["scale.search.n3.p99_vs_0"]["note"]
     assert figures["scale.search.n3.alone_p99"]["baseline"]["median"] > 0  # the handler's
+    # How the measured webhook read the census in its latency passes, from its /metrics,
+    # each read named by source and reason: on its own, one per admission (warm-ups too).
+    alone_reads = outcomes["alone.hook.n3.census_reads"]
+    assert sum(alone_reads.values()) >= sum(outcomes["alone.hook.n3"].values()), alone_reads
+    assert sum(outcomes["hook.n3.census_reads"].values()) > 0
+    for prefix in ("hook.n3", "alone.hook.n3"):
+        assert all(k.startswith(("watch (", "list (")) for k in outcomes[f"{prefix}.census_reads"])
+        assert f"outcomes {prefix}.census_reads: " in done.stdout
     assert set(outcomes["lease.stamp"]) == {"allowed+patch"}
     assert set(outcomes["api.n3"]) == {"jobs=0,lease=yes"}  # 3 Jobs: none unfinished
     assert figures["capacity.n3.p50"]["ratio"]["median"] > 0
