@@ -213,11 +213,10 @@ class JobFacts:
     app: str
     job_id: str
     """``elb-job-id`` label, ``""`` when absent."""
-    terminal: bool
     setup_uses: tuple[str, ...]
     """A terminal ``setup`` Job's databases (what its search had staged)."""
     ref: JobRef | None
-    """The Job as an unfinished one counts (``None`` when terminal)."""
+    """The Job as an unfinished one counts; ``None``: it is terminal."""
 
 
 def job_facts(job: Mapping[str, Any]) -> JobFacts | None:
@@ -228,9 +227,9 @@ def job_facts(job: Mapping[str, Any]) -> JobFacts | None:
         return None
     job_id = str(labels.get(JOB_ID_LABEL) or "")
     if not is_terminal(job):
-        return JobFacts(str(app), job_id, False, (), JobRef.from_dict(job))
+        return JobFacts(str(app), job_id, (), JobRef.from_dict(job))
     uses = job_databases(job).uses if app == SETUP_APP and job_id else ()
-    return JobFacts(str(app), job_id, True, uses, None)
+    return JobFacts(str(app), job_id, uses, None)
 
 
 class CensusMemo:
