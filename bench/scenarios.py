@@ -504,6 +504,8 @@ class Harness:
                 steps[name] = await stack.enter_async_context(Reviews(target, JOBS_PATH, body))
             for block in range(self.config.repeats):
                 offsets = {name: _log_size(w) for name, w in logged.items()}
+                # How the measured webhook read the census in this pass (its /metrics):
+                # a read that fell back to the LIST costs a LIST.
                 reads_before = await asyncio.to_thread(self.webhook.census_reads)
                 measured = await interleaved(
                     steps,
@@ -511,7 +513,8 @@ class Harness:
                     latency_plan.warmup if block == 0 else 0,
                     latency_plan.max_seconds * len(steps),
                 )
-                _census_reads_into(s, f"hook.{n}", self.webhook, reads_before)
+                reads_after = await asyncio.to_thread(self.webhook.census_reads)
+                s.outcomes[f"hook.{n}.census_reads"].update(reads_after - reads_before)
                 for name, m in measured.items():
                     if name == "api":
                         s.check(f"{name}.{n}", m, expect_floor)
@@ -540,7 +543,8 @@ class Harness:
                     self.config.latency.warmup if block == 0 else 0,
                     ALONE_MAX_SECONDS,
                 )
-                _census_reads_into(s, f"alone.hook.{n}", self.webhook, reads_before)
+                reads_after = await asyncio.to_thread(self.webhook.census_reads)
+                s.outcomes[f"alone.hook.{n}.census_reads"].update(reads_after - reads_before)
                 for name, m in measured.items():
                     s.check(f"alone.{name}.{n}", m, expect_allowed)
                     _admitted_only(s, f"alone.{name}.{n}", m, _latency_into)
@@ -601,14 +605,6 @@ def _sliced(plan: LoadPlan) -> LoadPlan:
         max(plan.warmup // SLICES, 2 * plan.concurrency),
         plan.max_seconds / SLICES,
     )
-
-
-def _census_reads_into(
-    series: Series, prefix: str, hook: WebhookProcess, before: Counter[str]
-) -> None:
-    """How ``hook`` read Gate B's census during a pass (from its /metrics), kept with
-    the pass's outcomes: a read that fell back to the LIST costs a LIST."""
-    series.outcomes[f"{prefix}.census_reads"].update(hook.census_reads() - before)
 
 
 def _log_size(hook: WebhookProcess) -> int:
