@@ -294,6 +294,27 @@ class WebhookProcess:
                     out[key] += int(sample.value)
         return out
 
+    def census_fence(self) -> Counter[str]:
+        """The fenced census reads' two phases so far (``write``, ``wait``: docs/interfaces.md),
+        from this process's /metrics: per phase the count, the total in ms, and how many
+        took over 50, 100 and 250 ms (``wait over 0.1 s`` …)."""
+        out: Counter[str] = Counter()
+        for family in text_string_to_metric_families(self.metrics()):
+            for sample in family.samples:
+                phase = sample.labels.get("phase", "")
+                if sample.name == "elb_gate_census_fence_seconds_count":
+                    out[phase] += int(sample.value)
+                    out[f"{phase} over 0.05 s"] += int(sample.value)
+                    out[f"{phase} over 0.1 s"] += int(sample.value)
+                    out[f"{phase} over 0.25 s"] += int(sample.value)
+                elif sample.name == "elb_gate_census_fence_seconds_sum":
+                    out[f"{phase} ms"] += round(sample.value * 1000)
+                elif sample.name == "elb_gate_census_fence_seconds_bucket" and sample.labels[
+                    "le"
+                ] in ("0.05", "0.1", "0.25"):
+                    out[f"{phase} over {sample.labels['le']} s"] -= int(sample.value)
+        return out
+
     def client_context(self) -> ssl.SSLContext:
         """A client TLS context that trusts this process's CA (for direct HTTPS calls)."""
         return ssl.create_default_context(cadata=self.certificate.ca_pem.decode())

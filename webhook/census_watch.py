@@ -64,6 +64,7 @@ FENCE_GONE = frozenset({403, 404})
 
 class CensusReadMetrics(WatchMetrics, Protocol):
     def record_census_read(self, source: str, reason: str) -> None: ...
+    def record_census_fence(self, phase: str, seconds: float) -> None: ...
 
 
 class _Namespace:
@@ -223,7 +224,8 @@ class CensusWatch:
         if not view.synced:
             self.metrics.record_census_read("list", "not_synced")
             return None
-        now = asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        now = loop.time()
         if self._refused.get(namespace, now) > now:
             self.metrics.record_census_read("list", "fence_refused")
             return None
@@ -235,6 +237,7 @@ class CensusWatch:
                 deadline=deadline,
             )
             revision = int((written.get("metadata") or {}).get("resourceVersion") or "")
+            self.metrics.record_census_fence("write", loop.time() - now)
         except (ApiError, ValueError) as exc:
             self.metrics.record_census_read("list", "fence_refused")
             if not (isinstance(exc, ApiError) and exc.code in FENCE_GONE):
@@ -252,7 +255,10 @@ class CensusWatch:
             self._refused[namespace] = now + FENCE_RETRY_SECONDS
             return None
         self._refused.pop(namespace, None)
-        if not await view.reached(revision, self.wait_seconds):
+        written_at = loop.time()
+        reached = await view.reached(revision, self.wait_seconds)
+        self.metrics.record_census_fence("wait", loop.time() - written_at)
+        if not reached:
             self.metrics.record_census_read("list", "watch_behind")
             return None
         self.metrics.record_census_read("watch", "fenced")

@@ -79,6 +79,8 @@ CENSUS_READS = (
 )
 """With ``ELB_GATE_CENSUS_READ=watch``: where each census was read, and why not from the
 watch (docs/design.md, "The census read at a fence")."""
+CENSUS_FENCE_PHASES = ("write", "wait")
+"""A fenced census read's two halves: the fence Job's patch, then its event's arrival."""
 REJECTIONS: tuple[tuple[int, str], ...] = (
     (415, "content_type"),
     (413, "too_large"),
@@ -184,6 +186,14 @@ class WebhookMetrics:
             ["source", "reason"],
             registry=registry,
         )
+        self._census_fence = Histogram(
+            "elb_gate_census_fence_seconds",
+            "With ELB_GATE_CENSUS_READ=watch, the two halves of a fenced census read: the "
+            "fence Job's patch (write) and its event reaching the watch after it (wait).",
+            ["phase"],
+            buckets=_BUCKETS,
+            registry=registry,
+        )
         self._cert_expiry = Gauge(
             "elb_gate_certificate_expiry_timestamp_seconds",
             "notAfter of the serving certificate in use (unix seconds).",
@@ -221,6 +231,8 @@ class WebhookMetrics:
                 self._callers.labels(caller, outcome)
         for source, reason in CENSUS_READS:
             self._census_reads.labels(source, reason)
+        for phase in CENSUS_FENCE_PHASES:
+            self._census_fence.labels(phase)
 
     @contextlib.contextmanager
     def in_flight(self, webhook: str) -> Iterator[None]:
@@ -270,6 +282,10 @@ class WebhookMetrics:
     def record_census_read(self, source: str, reason: str) -> None:
         """One census read with ``ELB_GATE_CENSUS_READ=watch`` (:data:`CENSUS_READS`)."""
         self._census_reads.labels(source, reason).inc()
+
+    def record_census_fence(self, phase: str, seconds: float) -> None:
+        """One phase of a fenced census read (:data:`CENSUS_FENCE_PHASES`)."""
+        self._census_fence.labels(phase).observe(seconds)
 
     def record_caller(self, caller: str, outcome: str) -> None:
         """One admission HTTP request told apart by its client certificate."""

@@ -15,7 +15,6 @@ import json
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from elbgate.names import ADMISSION_RECORD_CONFIGMAP, ADMISSION_RECORD_KEY
 from testbed import elastic_blast as elb
@@ -47,15 +46,8 @@ def hook(proxied_hook: WebhookProcess) -> WebhookProcess:
     return proxied_hook
 
 
-def census_reads(hook: WebhookProcess, source: str, reason: str) -> float:
-    for family in text_string_to_metric_families(hook.metrics()):
-        for sample in family.samples:
-            if sample.name == "elb_gate_census_reads_total" and sample.labels == {
-                "source": source,
-                "reason": reason,
-            }:
-                return float(sample.value)
-    return 0.0
+def census_reads(hook: WebhookProcess, source: str, reason: str) -> int:
+    return hook.census_reads()[f"{source} ({reason})"]
 
 
 def first_job(namespace: str) -> dict[str, Any]:
@@ -118,6 +110,7 @@ def test_a_search_that_ended_a_moment_ago_frees_its_slot_though_the_watch_lags(
     namespace, names = seeded(control_plane, hook, 3)
     lagging(proxy, namespace)
     fenced = census_reads(hook, "watch", "fenced")
+    fence = hook.census_fence()
 
     control_plane.admin.delete("jobs", namespace, names[0])  # one of the 3 searches ends
     result = create(control_plane, "alice", first_job(namespace))
@@ -126,6 +119,11 @@ def test_a_search_that_ended_a_moment_ago_frees_its_slot_though_the_watch_lags(
     # sees 2 of 3 searches and admits the new one, and it read them from the watch.
     assert result.returncode == 0, result.stderr
     assert census_reads(hook, "watch", "fenced") == fenced + 1
+    # The fence's event came through the same lag: that read's wait, not its write, is
+    # the one that took over 250 ms (the lag is seconds), and /metrics says which.
+    grown = hook.census_fence() - fence
+    assert grown["write"] == grown["wait"] == 1, grown
+    assert grown["wait over 0.25 s"] == 1, grown
 
 
 def test_a_search_opened_a_moment_ago_holds_its_slot_once_its_reservation_goes(
