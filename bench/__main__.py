@@ -275,11 +275,12 @@ def outcome_lines(outcomes: Any, job_counts: tuple[int, ...]) -> list[str]:
     """Per Job count, how the measured search admissions were answered (``allowed``,
     ``denied-429`` …, ``http-…``): a latency is an admission's only where all were allowed;
     and how the measured webhook read the census in each pass (``watch (fenced)``, or a
-    LIST and why)."""
+    LIST and why) and how long its fenced reads' phases took (``wait over 0.1 s`` …)."""
     lines = []
     for n in job_counts:
         for server in ("hook", "list", "cap", "reads", "alone.hook"):
-            for key in (f"{server}.n{n}", f"{server}.n{n}.census_reads"):
+            pass_key = f"{server}.n{n}"
+            for key in (pass_key, f"{pass_key}.census_reads", f"{pass_key}.census_fence"):
                 counts = outcomes.get(key)
                 if counts:
                     text = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))

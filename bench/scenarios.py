@@ -505,16 +505,18 @@ class Harness:
             for block in range(self.config.repeats):
                 offsets = {name: _log_size(w) for name, w in logged.items()}
                 # How the measured webhook read the census in this pass (its /metrics):
-                # a read that fell back to the LIST costs a LIST.
-                reads_before = await asyncio.to_thread(self.webhook.census_reads)
+                # a read that fell back to the LIST costs a LIST; a fenced one, its
+                # fence write and the wait for its event.
+                census_before = await asyncio.to_thread(_census, self.webhook)
                 measured = await interleaved(
                     steps,
                     latency_plan.requests,
                     latency_plan.warmup if block == 0 else 0,
                     latency_plan.max_seconds * len(steps),
                 )
-                reads_after = await asyncio.to_thread(self.webhook.census_reads)
-                s.outcomes[f"hook.{n}.census_reads"].update(reads_after - reads_before)
+                census_after = await asyncio.to_thread(_census, self.webhook)
+                for kind, counts in census_after.items():
+                    s.outcomes[f"hook.{n}.census_{kind}"].update(counts - census_before[kind])
                 for name, m in measured.items():
                     if name == "api":
                         s.check(f"{name}.{n}", m, expect_floor)
@@ -536,15 +538,16 @@ class Harness:
             rounds = self.config.latency.requests
             for block in range(self.config.repeats):
                 offset = _log_size(self.webhook)
-                reads_before = await asyncio.to_thread(self.webhook.census_reads)
+                census_before = await asyncio.to_thread(_census, self.webhook)
                 measured = await interleaved(
                     alone,
                     rounds,
                     self.config.latency.warmup if block == 0 else 0,
                     ALONE_MAX_SECONDS,
                 )
-                reads_after = await asyncio.to_thread(self.webhook.census_reads)
-                s.outcomes[f"alone.hook.{n}.census_reads"].update(reads_after - reads_before)
+                census_after = await asyncio.to_thread(_census, self.webhook)
+                for kind, counts in census_after.items():
+                    s.outcomes[f"alone.hook.{n}.census_{kind}"].update(counts - census_before[kind])
                 for name, m in measured.items():
                     s.check(f"alone.{name}.{n}", m, expect_allowed)
                     _admitted_only(s, f"alone.{name}.{n}", m, _latency_into)
@@ -605,6 +608,11 @@ def _sliced(plan: LoadPlan) -> LoadPlan:
         max(plan.warmup // SLICES, 2 * plan.concurrency),
         plan.max_seconds / SLICES,
     )
+
+
+def _census(hook: WebhookProcess) -> dict[str, Counter[str]]:
+    """``hook``'s census reads (where from, and why) and its fenced reads' phases so far."""
+    return {"reads": hook.census_reads(), "fence": hook.census_fence()}
 
 
 def _log_size(hook: WebhookProcess) -> int:

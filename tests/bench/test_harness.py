@@ -510,6 +510,11 @@ def test_a_quick_run_on_the_control_plane_measures_every_part(
     for prefix in ("hook.n3", "alone.hook.n3"):
         assert all(k.startswith(("watch (", "list (")) for k in outcomes[f"{prefix}.census_reads"])
         assert f"outcomes {prefix}.census_reads: " in done.stdout
+    # And its fenced reads' two phases: one fence write and one wait per read from the watch.
+    fence = outcomes["alone.hook.n3.census_fence"]
+    assert fence["write"] == fence["wait"] == alone_reads["watch (fenced)"] > 0, fence
+    assert fence["write ms"] > 0, fence
+    assert "outcomes alone.hook.n3.census_fence: " in done.stdout
     assert set(outcomes["lease.stamp"]) == {"allowed+patch"}
     assert set(outcomes["api.n3"]) == {"jobs=0,lease=yes"}  # 3 Jobs: none unfinished
     assert figures["capacity.n3.p50"]["ratio"]["median"] > 0
