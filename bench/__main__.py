@@ -255,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(figures, title=_title(machine, config)))
     for line in outcome_lines(series.outcomes, config.job_counts):
         print(line)
+    for line in gc_lines(series.values, config.job_counts):
+        print(line)
     for note in notes:
         print(f"note: {note}")
     for name, text in series.profiles.items():
@@ -285,6 +287,23 @@ def outcome_lines(outcomes: Any, job_counts: tuple[int, ...]) -> list[str]:
                 if counts:
                     text = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
                     lines.append(f"outcomes {key}: {text}")
+    return lines
+
+
+def gc_lines(values: dict[str, list[float]], job_counts: tuple[int, ...]) -> list[str]:
+    """Per Job count and latency pass, the API server's garbage collection over it: a
+    fenced read waits on the API server, and so on any collection running meanwhile."""
+    lines = []
+    for n in job_counts:
+        for pass_key in (f"hook.n{n}", f"alone.hook.n{n}"):
+            cycles = values.get(f"{pass_key}.apiserver_gc_cycles")
+            if cycles:
+                cpu = values[f"{pass_key}.apiserver_gc_cpu_ms"]
+                live = values[f"{pass_key}.apiserver_heap_live_mb"]
+                lines.append(
+                    f"apiserver gc {pass_key}: cycles {sum(cycles):.0f}, "
+                    f"cpu {sum(cpu):,.0f} ms, heap live {max(live):,.0f} MB"
+                )
     return lines
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import ssl
 import time
@@ -25,6 +26,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.namespace_jobs import api_body, job_status, planned_jobs, submit_lease
 from bench.processes import pin
@@ -53,6 +55,14 @@ def _cmdline(pid: int) -> list[str]:
     except OSError:
         return []
     return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+APISERVER_GC = {
+    "go_gc_cycles_total_gc_cycles_total": "cycles",
+    "go_cpu_classes_gc_total_cpu_seconds_total": "cpu_seconds",
+    "go_gc_heap_live_bytes": "heap_live_bytes",
+}
+"""The Go runtime's series :meth:`BenchCluster.apiserver_gc` reads, and its names."""
 
 
 def _children(pid: int) -> list[int]:
@@ -132,6 +142,20 @@ class BenchCluster:
         """What answers API requests: kube-apiserver and localkube (etcd)."""
         pids = self.pids()
         return [p for p in pids if p == pids[0] or any("kube-apiserver" in a for a in _cmdline(p))]
+
+    def apiserver_gc(self) -> dict[str, float]:
+        """kube-apiserver's Go garbage collector so far, from its /metrics: cycles, the
+        CPU seconds they took, and the heap live after the last one (bytes). At tens of
+        thousands of Jobs its watch cache holds them all; marking that heap takes
+        seconds on one core, and every request the API server answers meanwhile waits
+        on it."""
+        text = self.control_plane.admin.request("GET", "/metrics")
+        out = dict.fromkeys(APISERVER_GC.values(), math.nan)
+        for family in text_string_to_metric_families(str(text)):
+            for sample in family.samples:
+                if sample.name in APISERVER_GC:
+                    out[APISERVER_GC[sample.name]] = float(sample.value)
+        return out
 
     # -- namespaces ----------------------------------------------------------------
 

@@ -508,11 +508,15 @@ class Harness:
                 # a read that fell back to the LIST costs a LIST; a fenced one, its
                 # fence write and the wait for its event.
                 census_before = await asyncio.to_thread(_census, self.webhook)
+                gc_before = await asyncio.to_thread(self.cluster.apiserver_gc)
                 measured = await interleaved(
                     steps,
                     latency_plan.requests,
                     latency_plan.warmup if block == 0 else 0,
                     latency_plan.max_seconds * len(steps),
+                )
+                _gc_into(
+                    s, f"hook.{n}", gc_before, await asyncio.to_thread(self.cluster.apiserver_gc)
                 )
                 census_after = await asyncio.to_thread(_census, self.webhook)
                 for kind, counts in census_after.items():
@@ -539,12 +543,15 @@ class Harness:
             for block in range(self.config.repeats):
                 offset = _log_size(self.webhook)
                 census_before = await asyncio.to_thread(_census, self.webhook)
+                gc_before = await asyncio.to_thread(self.cluster.apiserver_gc)
                 measured = await interleaved(
                     alone,
                     rounds,
                     self.config.latency.warmup if block == 0 else 0,
                     ALONE_MAX_SECONDS,
                 )
+                gc_after = await asyncio.to_thread(self.cluster.apiserver_gc)
+                _gc_into(s, f"alone.hook.{n}", gc_before, gc_after)
                 census_after = await asyncio.to_thread(_census, self.webhook)
                 for kind, counts in census_after.items():
                     s.outcomes[f"alone.hook.{n}.census_{kind}"].update(counts - census_before[kind])
@@ -608,6 +615,18 @@ def _sliced(plan: LoadPlan) -> LoadPlan:
         max(plan.warmup // SLICES, 2 * plan.concurrency),
         plan.max_seconds / SLICES,
     )
+
+
+def _gc_into(
+    series: Series, prefix: str, before: dict[str, float], after: dict[str, float]
+) -> None:
+    """The API server's garbage collection over a pass (:meth:`BenchCluster.apiserver_gc`):
+    a fenced read waits on the API server, and so on any collection that runs meanwhile."""
+    series.add(f"{prefix}.apiserver_gc_cycles", after["cycles"] - before["cycles"])
+    series.add(
+        f"{prefix}.apiserver_gc_cpu_ms", (after["cpu_seconds"] - before["cpu_seconds"]) * 1e3
+    )
+    series.add(f"{prefix}.apiserver_heap_live_mb", after["heap_live_bytes"] / 1e6)
 
 
 def _census(hook: WebhookProcess) -> dict[str, Counter[str]]:

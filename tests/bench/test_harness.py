@@ -515,6 +515,13 @@ def test_a_quick_run_on_the_control_plane_measures_every_part(
     assert fence["write"] == fence["wait"] == alone_reads["watch (fenced)"] > 0, fence
     assert fence["write ms"] > 0, fence
     assert "outcomes alone.hook.n3.census_fence: " in done.stdout
+    # And the API server's garbage collection over each latency pass, from its /metrics:
+    # a live heap after its last cycle, and the cycles and their CPU counted from 0.
+    for prefix in ("hook.n3", "alone.hook.n3"):
+        assert min(raw["series"][f"{prefix}.apiserver_heap_live_mb"]) > 0
+        assert min(raw["series"][f"{prefix}.apiserver_gc_cycles"]) >= 0
+        assert min(raw["series"][f"{prefix}.apiserver_gc_cpu_ms"]) >= 0
+        assert f"apiserver gc {prefix}: cycles " in done.stdout
     assert set(outcomes["lease.stamp"]) == {"allowed+patch"}
     assert set(outcomes["api.n3"]) == {"jobs=0,lease=yes"}  # 3 Jobs: none unfinished
     assert figures["capacity.n3.p50"]["ratio"]["median"] > 0
