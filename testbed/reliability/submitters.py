@@ -537,24 +537,16 @@ class Submitter:
     # -- the existing submit paths (dashboard: raw HTTP, OpenAPI: kubectl) --------------------
 
     def _path(self) -> SubmitPath:
-        skew = float(SHARED_ENV["BLAST_LEASE_CLOCK_SKEW_SECONDS"])
         if self.plan.protocol == "dashboard":
-            return DashboardPath(
-                self.cp, self.identity.token, self.namespace, ttl=self.ttl, skew=skew
-            )
-        return OpenApiPath(
-            self.cp, self.identity.kubeconfig, self.namespace, ttl=self.ttl, skew=skew
-        )
+            return DashboardPath(self.cp, self.identity.token, self.namespace, ttl=self.ttl)
+        return OpenApiPath(self.cp, self.identity.kubeconfig, self.namespace, ttl=self.ttl)
 
     def _run_path(self) -> None:
         lease = self._path()
         self.holders.add(lease.holder)
-        try:
-            if self.plan.takes_over:
-                self._await_stall(lease)
-            self._submit_with(lease)
-        finally:
-            lease.close()
+        if self.plan.takes_over:
+            self._await_stall(lease)
+        self._submit_with(lease)
 
     def _await_stall(self, path: SubmitPath) -> None:
         """Wait for the schedule's staller to stall, then until its hold expires on this
