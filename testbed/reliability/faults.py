@@ -62,7 +62,9 @@ FAULT_KINDS: dict[str, dict[str, Any]] = {
     "drop": {"drop": True},
 }
 ORPHAN_ANNOTATION = "elb-gate.io/orphaned-since"
-REFUSALS = ("could not verify", "failed calling webhook")
+REFUSALS = ("failed calling webhook", "could not verify")
+"""What ``failurePolicy: Fail`` lets a fault cost: the apiserver could not call the
+webhook (refused), or the webhook could not read what it needed (503, fail-closed)."""
 
 
 @dataclass
