@@ -30,7 +30,6 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from queue import Queue
 
@@ -498,9 +497,9 @@ class Runner:
         return cls._ended(window, last, s)
 
     @staticmethod
-    def _ended(window: list[LeaseState], at: int, s: Submitter | None) -> tuple[str, float | None]:
+    def _ended(window: list[LeaseState], at: int, s: Submitter) -> tuple[str, float | None]:
         """How the hold written at ``window[at]`` ended, and how long after ``s`` died."""
-        died: datetime | None = s.died_at if s is not None else None
+        died = s.died_at
         held = window[at]
         for state in window[at + 1 :]:
             if state.holder == held.holder:
@@ -515,8 +514,7 @@ class Runner:
                 # decided before its request arrived: before the expiry, on evidence
                 early = expiry is not None and expiry > w.received
                 return ("dead_holder" if early else "expired"), seconds
-            own = s is not None and w.user == s.username
-            return ("released" if own else "cleared_by_another"), seconds
+            return ("released" if w.user == s.username else "cleared_by_another"), seconds
         return "not_reclaimed", None
 
     def _judge_outcomes(self, result: ScheduleResult, submitters: list[Submitter]) -> None:
