@@ -241,7 +241,7 @@ class Runner:
         finally:
             self.observer.unwatch(ns)
         self._judge(result, record, submitters, start_rv, end_rv)
-        self.users.give_back(s.username for s in submitters if s.identity.pod is None)
+        self.users.give_back(s.username for s in submitters if s.pod is None)
         result.seconds = time.monotonic() - started
         return result
 
@@ -368,9 +368,9 @@ class Runner:
     ) -> None:
         for state in window:
             owner = owners.get(state.holder)
-            if owner is None or owner.identity.pod is None:
+            if owner is None or owner.pod is None:
                 continue
-            pod = owner.identity.pod
+            pod = owner.pod
             notes = (state.write.obj.get("metadata") or {}).get("annotations") or {}
             if notes.get(HOLDER_POD_ANNOTATION) != pod.stamp:
                 result.violations.append(
