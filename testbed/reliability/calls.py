@@ -52,9 +52,6 @@ def kubectl_code(result: subprocess.CompletedProcess[str]) -> int:
     return 0
 
 
-def kubectl_status(
-    cp: ControlPlane, kubeconfig: str, *args: str, input: str | None = None
-) -> tuple[int, str]:
-    """Run kubectl with ``kubeconfig``: (200 on success, else the code its error names; stderr)."""
-    result = cp.kubectl("", *args, input=input, kubeconfig=kubeconfig)
-    return kubectl_code(result), result.stderr
+def kubectl_status(cp: ControlPlane, kubeconfig: str, *args: str, input: str | None = None) -> int:
+    """Run kubectl with ``kubeconfig``: 200 on success, else the code its error names."""
+    return kubectl_code(cp.kubectl("", *args, input=input, kubeconfig=kubeconfig))

@@ -124,17 +124,17 @@ def attempt(rig: Rig, ns: str, who: Who, transport: str, attacker: str, action: 
             return request(who.api, "POST", jobs_path(ns), job)[0]
         return kubectl_status(
             cp, who.kubeconfig, "-n", ns, "create", "-f", "-", input=json.dumps(job)
-        )[0]
+        )
     if action == "delete":
         if transport == "raw":
             return request(who.api, "DELETE", lease_path(ns, lease_name(ns)))[0]
-        return kubectl_status(cp, who.kubeconfig, "-n", ns, "delete", "lease", lease_name(ns))[0]
+        return kubectl_status(cp, who.kubeconfig, "-n", ns, "delete", "lease", lease_name(ns))
     body = lease_body(rig, ns, action, attacker)
     if transport == "raw":
         return request(who.api, "PUT", lease_path(ns, lease_name(ns)), body)[0]
     return kubectl_status(
         cp, who.kubeconfig, "-n", ns, "replace", "-f", "-", input=json.dumps(body)
-    )[0]
+    )
 
 
 def test_every_attempt_by_a_non_holder_is_refused_with_the_right_code(
