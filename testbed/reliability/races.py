@@ -352,10 +352,7 @@ class Races:
         self._first_jobs(ns, ["alice", "alice"])
 
     def _finalizer_grace(self, ns: str, rng: random.Random) -> None:
-        self.hold(ns, "alice")
-        self._finalizer_search(ns, "alice")
-        time.sleep(GRACE_SECONDS + rng.uniform(-2.0, 1.0))
-        self._first_jobs(ns, ["alice", "alice"])
+        self._controller_down_ttl(ns, rng)  # the same race, with the controller up
         time.sleep(4 + self.rig.resync_seconds)  # the controller flags and deletes orphans
 
     def after_outage(self) -> None:
