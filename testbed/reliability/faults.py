@@ -174,28 +174,15 @@ def webhook_trial(
             raise AssertionError(f"could not seed a running search: {code}")
     kind = rng.choice(list(FAULT_KINDS))
     target = rng.choice(("census", "lease", "both"))
-    faults: list[Fault] = []
+    calls: list[dict[str, str]] = []
     if target in ("census", "both"):
         # Every way the census is read: the LIST, and the write of the census fence
         # before a read from the webhook's own Job watch
         # (docs/design.md, "The census read at a fence").
-        for method in ("GET", "PATCH"):
-            faults.append(
-                proxy.add(
-                    method=method, resource="jobs", namespace=ns, count=None, **FAULT_KINDS[kind]
-                )
-            )
+        calls += [{"method": method, "resource": "jobs"} for method in ("GET", "PATCH")]
     if target in ("lease", "both"):
-        faults.append(
-            proxy.add(
-                method="GET",
-                resource="leases",
-                namespace=ns,
-                name=lease_name(ns),
-                count=None,
-                **FAULT_KINDS[kind],
-            )
-        )
+        calls.append({"method": "GET", "resource": "leases", "name": lease_name(ns)})
+    faults = [proxy.add(**c, namespace=ns, count=None, **FAULT_KINDS[kind]) for c in calls]
     app = rng.choice(("setup", "submit", "blast", "finalizer"))
     job = running_job(ns, f"t-{uuid.uuid4().hex[:8]}", app, uuid.uuid4().hex)
     result = TrialResult(f"webhook:{target}:{kind}")
