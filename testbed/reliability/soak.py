@@ -167,9 +167,7 @@ class Soak:
                 )
                 found = check(batch)
                 for h in batch:
-                    self.outcomes.update(
-                        f"{h.kind}:{k}" for k, n in h.counts().items() for _ in range(n)
-                    )
+                    self.outcomes.update({f"{h.kind}:{k}": n for k, n in h.counts().items()})
                     self.outcomes[f"{h.kind}:histories"] += 1
                     self.outcomes.update({f"job:{k}": n for k, n in h.outcomes.items()})
                 self.histories += batch
