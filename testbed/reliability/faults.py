@@ -128,13 +128,13 @@ class Holder(DashboardPath):
         self._thread: threading.Thread | None = None
 
     def take(self, timeout: float = 120.0) -> None:
-        wait_until(lambda: self.acquire() in ("acquired", "renewed"), timeout, "the Lease")
+        wait_until(lambda: self.lease.acquire() in ("acquired", "renewed"), timeout, "the Lease")
 
     def keep_renewing(self, every: float = 1.5) -> None:
         def loop() -> None:
             while not self._stop.wait(every):
                 try:
-                    self.acquire()
+                    self.lease.acquire()
                 except Exception:  # a renewal that failed is retried at the next beat
                     pass
 
@@ -297,7 +297,7 @@ def controller_trial(
     orphan = running_job(ns, f"orphan-{uuid.uuid4().hex[:6]}", "finalizer", uuid.uuid4().hex)
     if holder.create_job(orphan) not in (200, 201):
         raise AssertionError("could not create the orphan")
-    watch = LiveWatch(cp, ns, holder.holder, live)
+    watch = LiveWatch(cp, ns, holder.lease.holder, live)
     # The holder is alive: it renews every 1.5 s, so the controller keeps judging its
     # pod — and must never take a failed lookup for "gone".
     holder.keep_renewing()
@@ -333,7 +333,7 @@ def controller_trial(
     if not result.recovered:
         result.wrong.append("the orphan was not deleted within 90 s of the faults ending")
     try:
-        holder.release()
+        holder.lease.release()
     except Exception:  # the next trial takes over after expiry at worst
         pass
     return result

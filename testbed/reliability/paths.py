@@ -25,7 +25,7 @@ import subprocess
 from collections.abc import Mapping
 from typing import Any
 
-from testbed.clients import ClientError, DashboardLeaseClient, OpenApiLeaseClient, Outcome
+from testbed.clients import ClientError, DashboardLeaseClient, OpenApiLeaseClient
 from testbed.controlplane import ControlPlane
 from testbed.reliability.calls import jobs_path, kubectl_code, request
 from testbed.reliability.rig import SKEW_SECONDS
@@ -55,16 +55,6 @@ class SubmitPath:
     """A Lease client and what its path does while holding the Lease."""
 
     lease: DashboardLeaseClient | OpenApiLeaseClient
-
-    @property
-    def holder(self) -> str:
-        return self.lease.holder
-
-    def acquire(self) -> Outcome:
-        return self.lease.acquire()
-
-    def release(self) -> Outcome:
-        return self.lease.release()
 
     def count(self) -> int:
         raise NotImplementedError

@@ -60,7 +60,7 @@ from client.errors import SlotUnavailable
 from elbgate.kube.api import ApiError, ApiUnavailable
 from elbgate.kube.config import KubeConfig
 from elbgate.settings import Settings
-from testbed.clients import ClientError, DashboardLeaseClient, lease_name, parse_time
+from testbed.clients import ClientError, DashboardLeaseClient, LeaseClient, lease_name, parse_time
 from testbed.controlplane import REPO, ControlPlane, PodIdentity, kubectl_path
 from testbed.holders import past_the_second_of
 from testbed.kubelet_stand_in import RESTART
@@ -534,11 +534,11 @@ class Submitter:
         return OpenApiPath(self.cp, self.kubeconfig, self.namespace, ttl=self.ttl)
 
     def _run_path(self) -> None:
-        lease = self._path()
-        self.holders.add(lease.holder)
+        path = self._path()
+        self.holders.add(path.lease.holder)
         if self.plan.takes_over:
-            self._await_stall(lease)
-        self._submit_with(lease)
+            self._await_stall(path)
+        self._submit_with(path)
 
     def _await_stall(self, path: SubmitPath) -> None:
         """Wait for the schedule's staller to stall, then until its hold expires on this
@@ -567,11 +567,11 @@ class Submitter:
             expiry = renewed.timestamp() + float(ttl) + client.skew
             time.sleep(min(max(expiry - client.clock.now().timestamp(), 0.0) + 0.02, 1.0))
 
-    def _submit_with(self, lease: SubmitPath) -> None:
+    def _submit_with(self, path: SubmitPath) -> None:
         if self.plan.intrude:
             # Open the search without the Lease: Gate A must refuse (403).
             self.intrusions += 1
-            code = lease.create_job(self._bodies()[0])
+            code = path.create_job(self._bodies()[0])
             self.note(f"intrusion: {code}")
             if code in (200, 201):
                 self.created.add(self.plan.jobs[0].name)
@@ -580,7 +580,7 @@ class Submitter:
                 self.intrusions_refused += 1
         while self._time_left():
             try:
-                outcome = lease.acquire()
+                outcome = path.lease.acquire()
             except ClientError as exc:
                 self.note(f"acquire failed: {exc}")
                 self._pause()
@@ -593,19 +593,19 @@ class Submitter:
             self._poll = POLL_SECONDS
             if self.plan.crash == "after_acquire":
                 self._die()
-            if not self.created and not self.plan.skip_count and lease.count() >= CEILING:
-                self._release(lease)
+            if not self.created and not self.plan.skip_count and path.count() >= CEILING:
+                self._release(path.lease)
                 self.note("full")
                 self._pause()
                 continue
-            result = self._create_jobs(lease.create_job)
-            self._release(lease)
+            result = self._create_jobs(path.create_job)
+            self._release(path.lease)
             self.note(f"released after {result}")
             if result == "done":
                 return
             self._pause()
 
-    def _release(self, lease: SubmitPath) -> None:
+    def _release(self, lease: LeaseClient) -> None:
         try:
             lease.release()
         except ClientError as exc:  # the Lease expires on its own
