@@ -376,8 +376,7 @@ class Submitter:
 
         self._before_crash = die
         if self.plan.stall == "left_alone":
-            while not self.board.others_done.wait(0.1) and self._time_left():
-                pass
+            self.board.others_done.wait(max(0.0, self._deadline - time.monotonic()))
             self.note("the others are done")
         try:
             while self._time_left():
