@@ -61,8 +61,8 @@ class AuditTail:
             except FileNotFoundError:
                 self._offset = 0
 
-    def poll(self) -> int:
-        """Read what was appended; returns how many committed writes were kept."""
+    def poll(self) -> None:
+        """Read what was appended, and keep what it committed in the namespaces."""
         with self._lock:
             appended, self._offset = read_audit(self.path, self._offset)
             events = [
@@ -70,20 +70,15 @@ class AuditTail:
                 for e in appended
                 if (e.get("objectRef") or {}).get("namespace") in self.namespaces
             ]
-            kept = 0
             for write in committed_writes(events):
                 self.writes[write.namespace].append(write)
                 self.rvs[write.namespace].add(write.rv)
-                kept += 1
             for delete in committed_deletes(events):
                 self.deletes[delete.namespace][delete.uid] = delete
-                kept += 1
             for lost in lost_answers(events):
                 self.lost[lost.namespace].append(lost)
-                kept += 1
             for ns in {e["objectRef"]["namespace"] for e in events}:
                 self.writes[ns].sort(key=lambda w: w.rv)
-            return kept
 
     def account(
         self, namespace: str, seen: Sequence[Seen], deleted: Mapping[str, int]

@@ -7,13 +7,11 @@ kubectl's status is read from its ``Error from server (Reason)`` line.
 from __future__ import annotations
 
 import subprocess
-from datetime import UTC, datetime
 from typing import Any
 
 import urllib3
 
 from testbed.api import Api, ApiError
-from testbed.clients import lease_name, micro_time
 from testbed.controlplane import ControlPlane
 
 
@@ -26,22 +24,6 @@ def jobs_path(namespace: str) -> str:
     return f"/apis/batch/v1/namespaces/{namespace}/jobs"
 
 
-def lease_held(namespace: str, holder: str, seconds: int) -> dict[str, Any]:
-    """The submit Lease of ``namespace`` held by ``holder`` for ``seconds`` from now."""
-    stamp = micro_time(datetime.now(UTC))
-    return {
-        "apiVersion": "coordination.k8s.io/v1",
-        "kind": "Lease",
-        "metadata": {"name": lease_name(namespace), "namespace": namespace},
-        "spec": {
-            "holderIdentity": holder,
-            "leaseDurationSeconds": seconds,
-            "acquireTime": stamp,
-            "renewTime": stamp,
-        },
-    }
-
-
 def request(api: Api, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
     """One HTTPS call as ``api``'s identity: (status, decoded body)."""
     try:
@@ -51,13 +33,6 @@ def request(api: Api, method: str, path: str, body: Any = None) -> tuple[int, di
     except (OSError, urllib3.exceptions.HTTPError):
         return 0, {}
     return (201 if method == "POST" else 200), dict(answer) if isinstance(answer, dict) else {}
-
-
-def http(
-    cp: ControlPlane, token: str, method: str, path: str, body: Any = None
-) -> tuple[int, dict[str, Any]]:
-    """One HTTPS call with a bearer token: (status, decoded body)."""
-    return request(cp.api_for_token(token), method, path, body)
 
 
 KUBECTL_CODES: tuple[tuple[str, int], ...] = (
@@ -77,9 +52,6 @@ def kubectl_code(result: subprocess.CompletedProcess[str]) -> int:
     return 0
 
 
-def kubectl_status(
-    cp: ControlPlane, kubeconfig: str, *args: str, input: str | None = None
-) -> tuple[int, str]:
-    """Run kubectl with ``kubeconfig``: (200 on success, else the code its error names; stderr)."""
-    result = cp.kubectl("", *args, input=input, kubeconfig=kubeconfig)
-    return kubectl_code(result), result.stderr
+def kubectl_status(cp: ControlPlane, kubeconfig: str, *args: str, input: str | None = None) -> int:
+    """Run kubectl with ``kubeconfig``: 200 on success, else the code its error names."""
+    return kubectl_code(cp.kubectl("", *args, input=input, kubeconfig=kubeconfig))

@@ -39,7 +39,7 @@ from testbed.reliability.calls import jobs_path, request
 from testbed.reliability.ledger import Ledger
 from testbed.reliability.paths import DashboardPath
 from testbed.reliability.races import ADMISSION_RECORD
-from testbed.reliability.rig import SHARED_ENV, SKEW_SECONDS, Rig
+from testbed.reliability.rig import SHARED_ENV, Rig
 from testbed.waiting import wait_until
 from testbed.watch import Watch
 
@@ -62,7 +62,9 @@ FAULT_KINDS: dict[str, dict[str, Any]] = {
     "drop": {"drop": True},
 }
 ORPHAN_ANNOTATION = "elb-gate.io/orphaned-since"
-REFUSALS = ("could not verify", "failed calling webhook")
+REFUSALS = ("failed calling webhook", "could not verify")
+"""What ``failurePolicy: Fail`` lets a fault cost: the apiserver could not call the
+webhook (refused), or the webhook could not read what it needed (503, fail-closed)."""
 
 
 @dataclass
@@ -117,25 +119,16 @@ def running_job(namespace: str, name: str, app: str, job_id: str) -> JsonObj:
     }
 
 
-class Holder:
-    """A submitter that takes the Lease and keeps renewing it (the dashboard's protocol)."""
+class Holder(DashboardPath):
+    """A submitter that takes the Lease and keeps renewing it (the dashboard's path)."""
 
     def __init__(self, cp: ControlPlane, namespace: str, token: str, ttl: int = 600) -> None:
-        self.lease = DashboardPath(cp, token, namespace, ttl=ttl, skew=SKEW_SECONDS)
-        self.api = cp.api_for_token(token)
-        self.namespace = namespace
+        super().__init__(cp, token, namespace, ttl=ttl)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    @property
-    def holder(self) -> str:
-        return self.lease.holder
-
     def take(self, timeout: float = 120.0) -> None:
         wait_until(lambda: self.lease.acquire() in ("acquired", "renewed"), timeout, "the Lease")
-
-    def create(self, body: JsonObj) -> int:
-        return self.lease.create_job(body)
 
     def keep_renewing(self, every: float = 1.5) -> None:
         def loop() -> None:
@@ -152,7 +145,6 @@ class Holder:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(30)
-        self.lease.close()
 
 
 def _clear_jobs(cp: ControlPlane, namespace: str) -> None:
@@ -177,33 +169,20 @@ def webhook_trial(
     cp = rig.cp
     _clear_jobs(cp, ns)
     if rng.random() < 0.5:  # one search already active: still room under the ceiling of 2
-        code = holder.create(running_job(ns, f"busy-{uuid.uuid4().hex[:6]}", "blast", "busy"))
+        code = holder.create_job(running_job(ns, f"busy-{uuid.uuid4().hex[:6]}", "blast", "busy"))
         if code not in (200, 201):
             raise AssertionError(f"could not seed a running search: {code}")
     kind = rng.choice(list(FAULT_KINDS))
     target = rng.choice(("census", "lease", "both"))
-    faults: list[Fault] = []
+    calls: list[dict[str, str]] = []
     if target in ("census", "both"):
         # Every way the census is read: the LIST, and the write of the census fence
         # before a read from the webhook's own Job watch
         # (docs/design.md, "The census read at a fence").
-        for method in ("GET", "PATCH"):
-            faults.append(
-                proxy.add(
-                    method=method, resource="jobs", namespace=ns, count=None, **FAULT_KINDS[kind]
-                )
-            )
+        calls += [{"method": method, "resource": "jobs"} for method in ("GET", "PATCH")]
     if target in ("lease", "both"):
-        faults.append(
-            proxy.add(
-                method="GET",
-                resource="leases",
-                namespace=ns,
-                name=lease_name(ns),
-                count=None,
-                **FAULT_KINDS[kind],
-            )
-        )
+        calls.append({"method": "GET", "resource": "leases", "name": lease_name(ns)})
+    faults = [proxy.add(**c, namespace=ns, count=None, **FAULT_KINDS[kind]) for c in calls]
     app = rng.choice(("setup", "submit", "blast", "finalizer"))
     job = running_job(ns, f"t-{uuid.uuid4().hex[:8]}", app, uuid.uuid4().hex)
     result = TrialResult(f"webhook:{target}:{kind}")
@@ -312,13 +291,13 @@ def controller_trial(
     job_id = uuid.uuid4().hex
     live = {f"live-submit-{job_id[:6]}", f"live-finalizer-{job_id[:6]}"}
     for name, app in zip(sorted(live, reverse=True), ("submit", "finalizer"), strict=True):
-        code = holder.create(running_job(ns, name, app, job_id))
+        code = holder.create_job(running_job(ns, name, app, job_id))
         if code not in (200, 201):
             raise AssertionError(f"could not create the live {app} Job: {code}")
     orphan = running_job(ns, f"orphan-{uuid.uuid4().hex[:6]}", "finalizer", uuid.uuid4().hex)
-    if holder.create(orphan) not in (200, 201):
+    if holder.create_job(orphan) not in (200, 201):
         raise AssertionError("could not create the orphan")
-    watch = LiveWatch(cp, ns, holder.holder, live)
+    watch = LiveWatch(cp, ns, holder.lease.holder, live)
     # The holder is alive: it renews every 1.5 s, so the controller keeps judging its
     # pod — and must never take a failed lookup for "gone".
     holder.keep_renewing()

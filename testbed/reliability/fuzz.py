@@ -30,6 +30,7 @@ from typing import Any
 
 from testbed.controlplane import REPO
 from testbed.reliability.review_strategies import (
+    CONTROLLER_USER,
     FREE_NS,
     GATED_NS,
     HOLDER_USER,
@@ -49,7 +50,7 @@ SEEDS: tuple[dict[str, Any], ...] = (
      "userInfo": {"username": "bob", "extra": {"authentication.kubernetes.io/pod-name": ["p"]}},
      "object": live_lease(), "oldObject": live_lease()},
     {"operation": "DELETE", "namespace": FREE_NS, "name": f"elb-blast-submit-{FREE_NS}",
-     "userInfo": {"username": "system:serviceaccount:elb-system:elb-gate-controller"},
+     "userInfo": {"username": CONTROLLER_USER},
      "oldObject": live_lease()},
 )  # fmt: skip
 

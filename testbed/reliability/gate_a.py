@@ -60,16 +60,12 @@ LEASE_PREFIX = "elb-blast-submit-"
 
 
 def parse_time(value: object) -> datetime | None:
-    """An RFC 3339 time (any fractional digits), ``None`` when absent or unreadable."""
+    """An RFC 3339 time (any fractional digits: since 3.11 ``fromisoformat`` reads them,
+    and ``Z``), ``None`` when absent or unreadable."""
     if not isinstance(value, str) or not value:
         return None
-    text = value.replace("Z", "+00:00")
-    head, dot, rest = text.partition(".")
-    if dot:  # fromisoformat takes at most 6 fractional digits
-        digits = "".join(c for c in rest if c.isdigit())
-        text = f"{head}.{digits[:6].ljust(6, '0')}{rest[len(digits) :]}"
     try:
-        moment = datetime.fromisoformat(text)
+        moment = datetime.fromisoformat(value)
     except ValueError:
         return None
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
@@ -135,16 +131,20 @@ class Write(Request):
         return str(meta.get("uid") or "") if isinstance(meta, Mapping) else ""
 
 
+def final_record(event: Mapping[str, Any]) -> bool:
+    """Whether an audit ``event`` is a request's last record (``ResponseComplete``) about
+    the object itself: not about a subresource, and not a dry run (it commits nothing)."""
+    return (
+        event.get("stage") == "ResponseComplete"
+        and not (event.get("objectRef") or {}).get("subresource")
+        and "dryRun" not in str(event.get("requestURI") or "")
+    )
+
+
 def _committed(event: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The ``responseObject`` of a write that committed (``None``: not one)."""
-    if event.get("stage") != "ResponseComplete":
-        return None
     code = (event.get("responseStatus") or {}).get("code")
-    if not isinstance(code, int) or not 200 <= code < 300:
-        return None
-    if "dryRun" in str(event.get("requestURI") or ""):
-        return None
-    if (event.get("objectRef") or {}).get("subresource"):
+    if not final_record(event) or not isinstance(code, int) or not 200 <= code < 300:
         return None
     obj = event.get("responseObject")
     return obj if isinstance(obj, Mapping) else None
@@ -220,15 +220,10 @@ def lost_answers(events: Iterable[Mapping[str, Any]]) -> list[LostAnswer]:
     order (dry runs and subresources left out)."""
     out: list[LostAnswer] = []
     for event in events:
-        if event.get("stage") != "ResponseComplete":
-            continue
-        if (event.get("responseStatus") or {}).get("code") != 504:
+        if not final_record(event) or (event.get("responseStatus") or {}).get("code") != 504:
             continue
         verb = str(event.get("verb") or "")
-        ref = event.get("objectRef") or {}
-        if verb not in ("create", "update", "patch") or ref.get("subresource"):
-            continue
-        if "dryRun" in str(event.get("requestURI") or ""):
+        if verb not in ("create", "update", "patch"):
             continue
         body = event.get("requestObject")
         meta = body.get("metadata") if isinstance(body, Mapping) else None

@@ -32,7 +32,7 @@ from typing import Any
 
 from testbed.api import Api, JsonObj
 from testbed.controlplane import REPO
-from testbed.reliability.gate_a import LEASE_PREFIX, parse_time
+from testbed.reliability.gate_a import LEASE_PREFIX, final_record, parse_time
 from testbed.watch import Watch
 
 LINCHECK = REPO / "lincheck"
@@ -177,11 +177,9 @@ def audit_operations(
     out: list[dict[str, Any]] = []
     for e in events:
         ref = e.get("objectRef") or {}
-        if ref.get("namespace") != namespace or e.get("stage") != "ResponseComplete":
+        if ref.get("namespace") != namespace or not final_record(e):
             continue
-        if ref.get("subresource"):
-            continue
-        if (e.get("annotations") or {}).get("dryRun") or "dryRun" in str(e.get("requestURI")):
+        if (e.get("annotations") or {}).get("dryRun"):
             continue
         call, ret = _ns(e.get("requestReceivedTimestamp")), _ns(e.get("stageTimestamp"))
         if call is None or ret is None:

@@ -53,27 +53,26 @@ class HolderNodes:
 
     def _create(self, name: str) -> None:
         admin = self.cp.admin
-        if admin.find("nodes", None, name) is None:
-            try:
-                admin.create(
-                    {
-                        "apiVersion": "v1",
-                        "kind": "Node",
-                        "metadata": {
-                            "name": name,
-                            "labels": {
-                                MANAGED: "true",
-                                NODE_LABEL: name,
-                                "kubernetes.io/hostname": name,
-                                "kubernetes.io/os": "linux",
-                            },
-                            "annotations": {NODE_INDEX: "40"},
+        try:
+            admin.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {
+                        "name": name,
+                        "labels": {
+                            MANAGED: "true",
+                            NODE_LABEL: name,
+                            "kubernetes.io/hostname": name,
+                            "kubernetes.io/os": "linux",
                         },
-                    }
-                )
-            except ApiError as exc:
-                if exc.status != 409:
-                    raise
+                        "annotations": {NODE_INDEX: "40"},
+                    },
+                }
+            )
+        except ApiError as exc:
+            if exc.status != 409:  # made by an earlier run on this control plane
+                raise
         capacity = {"cpu": "2", "memory": "8Gi", "pods": "20"}
         # a merge patch: the kubelet stand-in writes the same status at the same time
         admin.patch(
@@ -92,10 +91,9 @@ class HolderNodes:
         )
 
     def restore(self, name: str, timeout: float = 120.0) -> None:
-        """Ready again, untainted (the node lifecycle controller lifts its taints)."""
-        node = self.cp.admin.get("nodes", None, name)
-        if KUBELET in ((node.get("metadata") or {}).get("annotations") or {}):
-            self.cp.admin.patch("nodes", None, name, {"metadata": {"annotations": {KUBELET: None}}})
+        """Ready again, untainted (the node lifecycle controller lifts its taints). A merge
+        patch removing an annotation the node does not carry changes nothing."""
+        self.cp.admin.patch("nodes", None, name, {"metadata": {"annotations": {KUBELET: None}}})
         wait_until(
             lambda: _ready(self.cp.admin.find("nodes", None, name)),
             timeout,

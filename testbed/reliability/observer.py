@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from elbgate.census import census
-from testbed.api import Api, JsonObj
+from testbed.api import Api, ApiError, JsonObj
 from testbed.reliability import oracle
 from testbed.reliability.audit import Seen
 from testbed.waiting import wait_until
@@ -168,33 +168,23 @@ class Observer:
     def _make_sentinels(self) -> None:
         """A Lease and a suspended Job in a namespace of their own (no webhook sees them:
         the namespace is not gated; the Job never runs a pod)."""
-        admin = self.admin
-        if admin.find("namespaces", None, SENTINEL_NAMESPACE) is None:
-            admin.create(
-                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SENTINEL_NAMESPACE}}
-            )
         meta = {"name": SENTINEL, "namespace": SENTINEL_NAMESPACE}
-        if admin.find("leases", SENTINEL_NAMESPACE, SENTINEL) is None:
-            admin.create(
-                {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta}
-            )
-        if admin.find("jobs", SENTINEL_NAMESPACE, SENTINEL) is None:
-            admin.create(
-                {
-                    "apiVersion": "batch/v1",
-                    "kind": "Job",
-                    "metadata": meta,
-                    "spec": {
-                        "suspend": True,
-                        "template": {
-                            "spec": {
-                                "restartPolicy": "Never",
-                                "containers": [{"name": "idle", "image": "idle:1"}],
-                            }
-                        },
-                    },
-                }
-            )
+        idle = {"restartPolicy": "Never", "containers": [{"name": "idle", "image": "idle:1"}]}
+        for obj in (
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SENTINEL_NAMESPACE}},
+            {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta},
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": meta,
+                "spec": {"suspend": True, "template": {"spec": idle}},
+            },
+        ):
+            try:
+                self.admin.create(obj)
+            except ApiError as exc:
+                if exc.status != 409:  # made by an earlier observer on this control plane
+                    raise
         self._sentinels = True
 
     def watch(self, namespace: str, *, ceiling: int, grace_seconds: float) -> NamespaceRecord:

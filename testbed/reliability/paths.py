@@ -25,9 +25,10 @@ import subprocess
 from collections.abc import Mapping
 from typing import Any
 
-from testbed.clients import ClientError, DashboardLeaseClient, OpenApiLeaseClient, Outcome
+from testbed.clients import ClientError, DashboardLeaseClient, OpenApiLeaseClient
 from testbed.controlplane import ControlPlane
 from testbed.reliability.calls import jobs_path, kubectl_code, request
+from testbed.reliability.rig import SKEW_SECONDS
 
 
 def unfinished(job: Mapping[str, Any]) -> bool:
@@ -55,16 +56,6 @@ class SubmitPath:
 
     lease: DashboardLeaseClient | OpenApiLeaseClient
 
-    @property
-    def holder(self) -> str:
-        return self.lease.holder
-
-    def acquire(self) -> Outcome:
-        return self.lease.acquire()
-
-    def release(self) -> Outcome:
-        return self.lease.release()
-
     def count(self) -> int:
         raise NotImplementedError
 
@@ -72,19 +63,14 @@ class SubmitPath:
         """Create one Job: the HTTP status (200/201 created, 0 when nothing answered)."""
         raise NotImplementedError
 
-    def close(self) -> None:
-        """Drop the transport."""
-
 
 class DashboardPath(SubmitPath):
     """The dashboard: raw HTTPS with one bearer token for the Lease and the Jobs."""
 
-    def __init__(
-        self, cp: ControlPlane, token: str, namespace: str, *, ttl: int, skew: float
-    ) -> None:
+    def __init__(self, cp: ControlPlane, token: str, namespace: str, *, ttl: int) -> None:
         self.namespace = namespace
         self.lease = DashboardLeaseClient(
-            cp.server, cp.ca_file, token, namespace, ttl=ttl, skew=skew
+            cp.server, cp.ca_file, token, namespace, ttl=ttl, skew=SKEW_SECONDS
         )
         self.api = cp.api_for_token(token)
 
@@ -102,9 +88,7 @@ class DashboardPath(SubmitPath):
 class OpenApiPath(SubmitPath):
     """The OpenAPI service: kubectl with its Pod's ServiceAccount kubeconfig."""
 
-    def __init__(
-        self, cp: ControlPlane, kubeconfig: str, namespace: str, *, ttl: int, skew: float
-    ) -> None:
+    def __init__(self, cp: ControlPlane, kubeconfig: str, namespace: str, *, ttl: int) -> None:
         self.cp = cp
         self.namespace = namespace
         self.kubeconfig = kubeconfig
@@ -112,7 +96,7 @@ class OpenApiPath(SubmitPath):
             kubeconfig,
             namespace,
             ttl=ttl,
-            skew=skew,
+            skew=SKEW_SECONDS,
             cache_dir=str(cp.state_dir / "kubectl-cache"),
         )
 

@@ -290,9 +290,9 @@ class Races:
     def _siblings(self, ns: str, rng: random.Random) -> None:
         holder = self.hold(ns, "dashboard-lease")
         self._seed(ns, "dashboard-lease", rng, CEILING - 1)
-        api_b, api_c = self.cp.api("dashboard-lease"), self.cp.api("dashboard-lease")
+        api = self.cp.api("dashboard-lease")  # the one credential the workers share
         b, c = job(ns, "submit", _id(), run=60), job(ns, "submit", _id(), run=60)
-        at_once([lambda: create(api_b, b), lambda: create(api_c, c), holder.acquire])
+        at_once([lambda: create(api, b), lambda: create(api, c), holder.acquire])
 
     def _stagings(self, ns: str, rng: random.Random) -> None:
         self.hold(ns, "alice")
@@ -300,8 +300,8 @@ class Races:
         bodies = [job(ns, "setup", _id(), run=30, db=db) for _ in range(2)]
         if rng.random() < 0.4:
             bodies.append(job(ns, "setup", _id(), run=30, db="swissprot"))
-        apis = [self.cp.api("alice") for _ in bodies]
-        at_once([functools.partial(create, a, b) for a, b in zip(apis, bodies, strict=True)])
+        alice = self.cp.api("alice")
+        at_once([functools.partial(create, alice, b) for b in bodies])
 
     def _stalled_wakes(self, ns: str, rng: random.Random) -> None:
         ttl = 2
@@ -352,10 +352,7 @@ class Races:
         self._first_jobs(ns, ["alice", "alice"])
 
     def _finalizer_grace(self, ns: str, rng: random.Random) -> None:
-        self.hold(ns, "alice")
-        self._finalizer_search(ns, "alice")
-        time.sleep(GRACE_SECONDS + rng.uniform(-2.0, 1.0))
-        self._first_jobs(ns, ["alice", "alice"])
+        self._controller_down_ttl(ns, rng)  # the same race, with the controller up
         time.sleep(4 + self.rig.resync_seconds)  # the controller flags and deletes orphans
 
     def after_outage(self) -> None:

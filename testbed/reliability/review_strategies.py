@@ -22,12 +22,12 @@ from elbgate.names import (
     SEARCH_APPS,
     lease_name,
 )
+from testbed.controller_process import CONTROLLER_USER
 
 GATED_NS = "bad-input-gated"
 FREE_NS = "bad-input-free"
 HOLDER_USER = "alice"
 HOLDER = "openapi-0f1e2d3c4b5a69788796a5b4c3d2e1f0"
-CONTROLLER_USER = "system:serviceaccount:elb-system:elb-gate-controller"
 
 json_scalars = st.one_of(
     st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=20)
@@ -44,7 +44,7 @@ hostile_text = st.one_of(
     st.sampled_from(
         [
             "", " ", "alice ", "Alice", "ALICE", "alice\x00", "\u0430lice", "system:masters",
-            CONTROLLER_USER + " ", "system:serviceaccount:elb-system:elb-gate-controller\n",
+            CONTROLLER_USER + " ", CONTROLLER_USER + "\n",
             "a" * 5000, "../../etc/passwd", "${jndi:ldap://x}", "' OR 1=1 --", "\u202ealice",
         ]
     ),

@@ -28,9 +28,8 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from queue import Queue
 
@@ -242,7 +241,7 @@ class Runner:
         finally:
             self.observer.unwatch(ns)
         self._judge(result, record, submitters, start_rv, end_rv)
-        self.users.give_back(s.username for s in submitters if s.identity.pod is None)
+        self.users.give_back(s.username for s in submitters if s.pod is None)
         result.seconds = time.monotonic() - started
         return result
 
@@ -309,20 +308,19 @@ class Runner:
             _, rvs, deletes = self.audit.account(ns, seen, deleted)
             return not rvs and not deletes
 
-        try:
+        with suppress(AssertionError):  # what it still lacks is a violation, below
             wait_until(
                 complete,
                 AUDIT_SECONDS,
                 "the audit log to hold every write the watches saw",
                 interval=0.2,
             )
-        except AssertionError:
-            _, rvs, deletes = self.audit.account(ns, seen, deleted)
+        writes, rvs, deletes = self.audit.account(ns, seen, deleted)
+        if rvs or deletes:
             result.violations.append(
                 f"the audit log lacks the writes at rv {sorted(rvs)} and the deletes at rv "
                 f"{sorted(deletes)}"
             )
-        writes, _, _ = self.audit.account(ns, seen, deleted)
         timeline = lease_timeline(writes, ns)
         first = state_before(timeline, start_rv + 1)
         window = [s for s in timeline if start_rv < s.write.rv <= end_rv]
@@ -369,9 +367,9 @@ class Runner:
     ) -> None:
         for state in window:
             owner = owners.get(state.holder)
-            if owner is None or owner.identity.pod is None:
+            if owner is None or owner.pod is None:
                 continue
-            pod = owner.identity.pod
+            pod = owner.pod
             notes = (state.write.obj.get("metadata") or {}).get("annotations") or {}
             if notes.get(HOLDER_POD_ANNOTATION) != pod.stamp:
                 result.violations.append(
@@ -498,9 +496,9 @@ class Runner:
         return cls._ended(window, last, s)
 
     @staticmethod
-    def _ended(window: list[LeaseState], at: int, s: Submitter | None) -> tuple[str, float | None]:
+    def _ended(window: list[LeaseState], at: int, s: Submitter) -> tuple[str, float | None]:
         """How the hold written at ``window[at]`` ended, and how long after ``s`` died."""
-        died: datetime | None = s.died_at if s is not None else None
+        died = s.died_at
         held = window[at]
         for state in window[at + 1 :]:
             if state.holder == held.holder:
@@ -515,8 +513,7 @@ class Runner:
                 # decided before its request arrived: before the expiry, on evidence
                 early = expiry is not None and expiry > w.received
                 return ("dead_holder" if early else "expired"), seconds
-            own = s is not None and w.user == s.username
-            return ("released" if own else "cleared_by_another"), seconds
+            return ("released" if w.user == s.username else "cleared_by_another"), seconds
         return "not_reclaimed", None
 
     def _judge_outcomes(self, result: ScheduleResult, submitters: list[Submitter]) -> None:

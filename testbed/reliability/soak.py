@@ -167,9 +167,7 @@ class Soak:
                 )
                 found = check(batch)
                 for h in batch:
-                    self.outcomes.update(
-                        f"{h.kind}:{k}" for k, n in h.counts().items() for _ in range(n)
-                    )
+                    self.outcomes.update({f"{h.kind}:{k}": n for k, n in h.counts().items()})
                     self.outcomes[f"{h.kind}:histories"] += 1
                     self.outcomes.update({f"job:{k}": n for k, n in h.outcomes.items()})
                 self.histories += batch
@@ -207,20 +205,19 @@ class Soak:
                     on_error=lambda seed, exc: self.harness_error(f"schedule {seed}", exc),
                 )
                 for i, result in enumerate(results, 1):
-                    self._take([result], quiet=i % 10 != 0 and i != len(seeds))
+                    self._take(result, quiet=i % 10 != 0 and i != len(seeds))
                     if i % 25 == 0 or i == len(seeds):
                         self.served = rig.admissions_served()
                         self.write()
             finally:
                 runner.close()
 
-    def _take(self, results: list[ScheduleResult], quiet: bool = False) -> None:
-        self.done += results
-        for r in results:
-            self.disagreements += [f"schedule {r.seed}: {d}" for d in r.disagreement_texts]
-            for v in r.violations:
-                self.violations.append(f"schedule {r.seed}: {v}")
-                print(f"VIOLATION in schedule {r.seed}: {v}", flush=True)
+    def _take(self, r: ScheduleResult, quiet: bool) -> None:
+        self.done.append(r)
+        self.disagreements += [f"schedule {r.seed}: {d}" for d in r.disagreement_texts]
+        for v in r.violations:
+            self.violations.append(f"schedule {r.seed}: {v}")
+            print(f"VIOLATION in schedule {r.seed}: {v}", flush=True)
         if quiet:
             return
         done = self.done

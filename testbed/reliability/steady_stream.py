@@ -19,12 +19,9 @@ from elbgate.kube.api import ApiError, ApiUnavailable
 from elbgate.kube.config import KubeConfig
 from elbgate.settings import Settings
 from testbed.controlplane import ControlPlane
+from testbed.reliability.faults import REFUSALS
 from testbed.reliability.jobs import JobPlan, create_job, job_body
 from testbed.reliability.rig import CEILING, SHARED_ENV
-
-ALLOWED_FAILURES = ("failed calling webhook", "could not verify")
-"""What ``failurePolicy: Fail`` lets a disruption cost: the apiserver could not call the
-webhook (refused), or the webhook could not read what it needed (503, fail-closed)."""
 
 
 @dataclass
@@ -60,7 +57,7 @@ class SteadyStream:
 
     def _failed(self, what: str, exc: Exception) -> None:
         text = str(exc)
-        kind = next((k for k in ALLOWED_FAILURES if k in text), "")
+        kind = next((k for k in REFUSALS if k in text), "")
         self.stats.failures[f"{what}: {kind or exc.__class__.__name__}"] += 1
         if not kind:
             self.stats.unexpected.append(f"{what}: {text[:300]}")

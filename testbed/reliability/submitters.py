@@ -60,7 +60,7 @@ from client.errors import SlotUnavailable
 from elbgate.kube.api import ApiError, ApiUnavailable
 from elbgate.kube.config import KubeConfig
 from elbgate.settings import Settings
-from testbed.clients import ClientError, DashboardLeaseClient, lease_name, parse_time
+from testbed.clients import ClientError, DashboardLeaseClient, LeaseClient, lease_name, parse_time
 from testbed.controlplane import REPO, ControlPlane, PodIdentity, kubectl_path
 from testbed.holders import past_the_second_of
 from testbed.kubelet_stand_in import RESTART
@@ -146,7 +146,7 @@ class StallBoard:
     """Where a schedule's staller tells its taker which hold it stopped renewing, and
     learns when every other submitter is done."""
 
-    def __init__(self, others: int = 0) -> None:
+    def __init__(self, others: int) -> None:
         self.holder = ""
         self.posted = threading.Event()
         self.finished = threading.Event()
@@ -172,16 +172,6 @@ class StallBoard:
                 self.others_done.set()
 
 
-@dataclass(frozen=True)
-class Identity:
-    """Who a submitter is: a plain user, or a Pod's ServiceAccount token."""
-
-    username: str
-    kubeconfig: str
-    token: str
-    pod: PodIdentity | None = None
-
-
 class Submitter:
     """One submitter thread (or CLI process) and what happened to it."""
 
@@ -193,19 +183,20 @@ class Submitter:
         tag: str,
         workdir: Path,
         nodes: HolderNodes,
-        board: StallBoard | None = None,
-        users: Callable[[], str] | None = None,
+        board: StallBoard,
+        users: Callable[[], str],
     ) -> None:
         self.cp = cp
-        self._users = users or cp.plain_user
-        self.board = board or StallBoard()
+        self._users = users
+        self.board = board
         self.namespace = namespace
         self.plan = plan
         self.tag = tag
         self.workdir = workdir
         self.nodes = nodes
-        self.identity = self._identity()
-        self.username = self.identity.username
+        self.pod: PodIdentity | None
+        """Whose ServiceAccount token it submits with (``None``: a plain user's)."""
+        self.username, self.kubeconfig, self.token, self.pod = self._identity()
         self.ttl = plan.ttl
         self._poll = POLL_SECONDS
         self._jitter = random.Random(tag)
@@ -238,10 +229,11 @@ class Submitter:
         """That Job's name."""
         self._resuming = False
 
-    def _identity(self) -> Identity:
+    def _identity(self) -> tuple[str, str, str, PodIdentity | None]:
+        """A plain user, or a Pod's ServiceAccount: (username, kubeconfig, token, pod)."""
         if not self.plan.pod_identity:
             name = self._users()
-            return Identity(name, self.cp.kubeconfig(name), self.cp.token(name))
+            return name, self.cp.kubeconfig(name), self.cp.token(name), None
         selector = None
         if self.plan.death == "node_not_ready":
             selector = self.nodes.selector(self.namespace)
@@ -254,7 +246,7 @@ class Submitter:
             node_selector=selector,
             restart_policy=restart,
         )
-        return Identity(pod.username, pod.kubeconfig, pod.token, pod)
+        return pod.username, pod.kubeconfig, pod.token, pod
 
     # -- running ---------------------------------------------------------------------------
 
@@ -298,7 +290,7 @@ class Submitter:
         """Die as planned: from here on this submitter neither renews nor releases."""
         self._before_crash()
         death = self.plan.death
-        pod = self.identity.pod
+        pod = self.pod
         if death in ("pod_failed", "container_restarted"):
             self._after_last_renewal_second()
         self.crashed = True
@@ -373,7 +365,7 @@ class Submitter:
 
     def _run_client(self) -> None:
         settings = Settings.from_env(self._env(300))
-        config = KubeConfig.load(self.identity.kubeconfig)
+        config = KubeConfig.load(self.kubeconfig)
         lease = SubmitLease(self.namespace, gate=settings.gate, config=config, source="client")
         self.holders.add(lease.holder)
 
@@ -384,8 +376,7 @@ class Submitter:
 
         self._before_crash = die
         if self.plan.stall == "left_alone":
-            while not self.board.others_done.wait(0.1) and self._time_left():
-                pass
+            self.board.others_done.wait(max(0.0, self._deadline - time.monotonic()))
             self.note("the others are done")
         try:
             while self._time_left():
@@ -438,7 +429,7 @@ class Submitter:
     # -- the elb-gate CLI --------------------------------------------------------------------
 
     def _cli_script(self, directory: Path) -> Path:
-        kubectl = f"{kubectl_path()} --kubeconfig {self.identity.kubeconfig} -n {self.namespace}"
+        kubectl = f"{kubectl_path()} --kubeconfig {self.kubeconfig} -n {self.namespace}"
         lines = ["trap ': > \"$D/end\"' EXIT", 'echo $$ > "$D/pid"', ': > "$D/start"']
         wait = (
             'i=0; while [ ! -e "$D/go" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done;'
@@ -477,7 +468,7 @@ class Submitter:
             env.update(self._env(max(1, int(self._deadline - time.monotonic()))))
             env.update(
                 {
-                    "KUBECONFIG": self.identity.kubeconfig,
+                    "KUBECONFIG": self.kubeconfig,
                     "KUBECACHEDIR": str(self.cp.state_dir / "kubectl-cache"),
                     "D": str(directory),
                 }
@@ -537,24 +528,16 @@ class Submitter:
     # -- the existing submit paths (dashboard: raw HTTP, OpenAPI: kubectl) --------------------
 
     def _path(self) -> SubmitPath:
-        skew = float(SHARED_ENV["BLAST_LEASE_CLOCK_SKEW_SECONDS"])
         if self.plan.protocol == "dashboard":
-            return DashboardPath(
-                self.cp, self.identity.token, self.namespace, ttl=self.ttl, skew=skew
-            )
-        return OpenApiPath(
-            self.cp, self.identity.kubeconfig, self.namespace, ttl=self.ttl, skew=skew
-        )
+            return DashboardPath(self.cp, self.token, self.namespace, ttl=self.ttl)
+        return OpenApiPath(self.cp, self.kubeconfig, self.namespace, ttl=self.ttl)
 
     def _run_path(self) -> None:
-        lease = self._path()
-        self.holders.add(lease.holder)
-        try:
-            if self.plan.takes_over:
-                self._await_stall(lease)
-            self._submit_with(lease)
-        finally:
-            lease.close()
+        path = self._path()
+        self.holders.add(path.lease.holder)
+        if self.plan.takes_over:
+            self._await_stall(path)
+        self._submit_with(path)
 
     def _await_stall(self, path: SubmitPath) -> None:
         """Wait for the schedule's staller to stall, then until its hold expires on this
@@ -583,11 +566,11 @@ class Submitter:
             expiry = renewed.timestamp() + float(ttl) + client.skew
             time.sleep(min(max(expiry - client.clock.now().timestamp(), 0.0) + 0.02, 1.0))
 
-    def _submit_with(self, lease: SubmitPath) -> None:
+    def _submit_with(self, path: SubmitPath) -> None:
         if self.plan.intrude:
             # Open the search without the Lease: Gate A must refuse (403).
             self.intrusions += 1
-            code = lease.create_job(self._bodies()[0])
+            code = path.create_job(self._bodies()[0])
             self.note(f"intrusion: {code}")
             if code in (200, 201):
                 self.created.add(self.plan.jobs[0].name)
@@ -596,7 +579,7 @@ class Submitter:
                 self.intrusions_refused += 1
         while self._time_left():
             try:
-                outcome = lease.acquire()
+                outcome = path.lease.acquire()
             except ClientError as exc:
                 self.note(f"acquire failed: {exc}")
                 self._pause()
@@ -609,19 +592,19 @@ class Submitter:
             self._poll = POLL_SECONDS
             if self.plan.crash == "after_acquire":
                 self._die()
-            if not self.created and not self.plan.skip_count and lease.count() >= CEILING:
-                self._release(lease)
+            if not self.created and not self.plan.skip_count and path.count() >= CEILING:
+                self._release(path.lease)
                 self.note("full")
                 self._pause()
                 continue
-            result = self._create_jobs(lease.create_job)
-            self._release(lease)
+            result = self._create_jobs(path.create_job)
+            self._release(path.lease)
             self.note(f"released after {result}")
             if result == "done":
                 return
             self._pause()
 
-    def _release(self, lease: SubmitPath) -> None:
+    def _release(self, lease: LeaseClient) -> None:
         try:
             lease.release()
         except ClientError as exc:  # the Lease expires on its own

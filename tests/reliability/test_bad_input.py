@@ -58,16 +58,16 @@ COUNTS: Counter[str] = Counter()
 def hold_for_alice(cp: ControlPlane) -> None:
     """alice holds GATED_NS's Lease for an hour, taken through the real webhook (so the
     stamp is elb-gate's); on a control plane reused from an earlier run she renews it."""
-    token = cp.token(HOLDER_USER)
+    alice = cp.api(HOLDER_USER)
     body = live_lease()
     body["metadata"] = {"name": lease_name(GATED_NS), "namespace": GATED_NS}
-    status, answer = calls.http(cp, token, "POST", calls.lease_path(GATED_NS), body)
+    status, answer = calls.request(alice, "POST", calls.lease_path(GATED_NS), body)
     if status == 409:
         stored = cp.admin.get("leases", GATED_NS, lease_name(GATED_NS))
         assert stored["spec"]["holderIdentity"] == HOLDER, stored
         stored["spec"]["renewTime"] = live_lease()["spec"]["renewTime"]
         path = calls.lease_path(GATED_NS, lease_name(GATED_NS))
-        status, answer = calls.http(cp, token, "PUT", path, stored)
+        status, answer = calls.request(alice, "PUT", path, stored)
     assert status in (200, 201), answer
 
 

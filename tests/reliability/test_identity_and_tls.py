@@ -25,9 +25,11 @@ import pytest
 
 from elbgate.lease import format_microtime
 from elbgate.names import HOLDER_USER_ANNOTATION, SEARCH_JOB_SELECTOR, lease_name
+from testbed.api import Api
 from testbed.certs import WEBHOOK_HOST
+from testbed.clients import DashboardLeaseClient
 from testbed.controlplane import ControlPlane, PodIdentity
-from testbed.reliability.calls import http, jobs_path, kubectl_status, lease_held, lease_path
+from testbed.reliability.calls import jobs_path, kubectl_status, lease_path, request
 from testbed.reliability.faults import running_job
 from testbed.reliability.ledger import LEDGER
 from testbed.reliability.rig import Rig
@@ -50,9 +52,9 @@ PROBES = (
 
 @dataclass(frozen=True)
 class Who:
-    """An identity's token and kubeconfig."""
+    """An identity's API client and kubeconfig."""
 
-    token: str
+    api: Api
     kubeconfig: str
 
 
@@ -76,10 +78,10 @@ def mallory(control_plane: ControlPlane, ns: str) -> PodIdentity:
 @pytest.fixture(scope="module")
 def people(control_plane: ControlPlane, mallory: PodIdentity) -> dict[str, Who]:
     out = {
-        name: Who(control_plane.token(name), control_plane.kubeconfig(name))
+        name: Who(control_plane.api(name), control_plane.kubeconfig(name))
         for name in ("alice", "bob", "carol", "admin")
     }
-    out["mallory"] = Who(mallory.token, mallory.kubeconfig)
+    out["mallory"] = Who(control_plane.api_for_token(mallory.token), mallory.kubeconfig)
     return out
 
 
@@ -88,11 +90,11 @@ def now() -> str:
 
 
 @pytest.fixture(scope="module")
-def held(rig: Rig, ns: str, people: dict[str, Who]) -> dict[str, Any]:
+def held(rig: Rig, ns: str) -> dict[str, Any]:
     """alice holds the Lease for 10 minutes (taken through the webhooks, so stamped)."""
-    body = lease_held(ns, HOLDER, 600)
-    status, stored = http(rig.cp, people["alice"].token, "POST", lease_path(ns), body)
-    assert status == 201, stored
+    alice = DashboardLeaseClient.on(rig.cp, "alice", ns, holder=HOLDER, ttl=600)
+    assert alice.acquire() == "acquired", alice.last_answer
+    stored = alice.last_answer
     assert stored["metadata"]["annotations"][HOLDER_USER_ANNOTATION] == "alice"
     return stored
 
@@ -119,20 +121,20 @@ def attempt(rig: Rig, ns: str, who: Who, transport: str, attacker: str, action: 
         name = f"{attacker}-{action.replace('_', '-')}-{uuid.uuid4().hex[:6]}"
         job = running_job(ns, name, app, uuid.uuid4().hex)
         if transport == "raw":
-            return http(cp, who.token, "POST", jobs_path(ns), job)[0]
+            return request(who.api, "POST", jobs_path(ns), job)[0]
         return kubectl_status(
             cp, who.kubeconfig, "-n", ns, "create", "-f", "-", input=json.dumps(job)
-        )[0]
+        )
     if action == "delete":
         if transport == "raw":
-            return http(cp, who.token, "DELETE", lease_path(ns, lease_name(ns)))[0]
-        return kubectl_status(cp, who.kubeconfig, "-n", ns, "delete", "lease", lease_name(ns))[0]
+            return request(who.api, "DELETE", lease_path(ns, lease_name(ns)))[0]
+        return kubectl_status(cp, who.kubeconfig, "-n", ns, "delete", "lease", lease_name(ns))
     body = lease_body(rig, ns, action, attacker)
     if transport == "raw":
-        return http(cp, who.token, "PUT", lease_path(ns, lease_name(ns)), body)[0]
+        return request(who.api, "PUT", lease_path(ns, lease_name(ns)), body)[0]
     return kubectl_status(
         cp, who.kubeconfig, "-n", ns, "replace", "-f", "-", input=json.dumps(body)
-    )[0]
+    )
 
 
 def test_every_attempt_by_a_non_holder_is_refused_with_the_right_code(
@@ -159,9 +161,8 @@ def test_every_attempt_by_a_non_holder_is_refused_with_the_right_code(
 def test_the_holder_itself_still_renews_after_the_attempts(
     rig: Rig, ns: str, people: dict[str, Who], held: dict[str, Any]
 ) -> None:
-    status, body = http(
-        rig.cp,
-        people["alice"].token,
+    status, body = request(
+        people["alice"].api,
         "PUT",
         lease_path(ns, lease_name(ns)),
         lease_body(rig, ns, "renew", "alice"),
@@ -280,4 +281,4 @@ def test_expiry_is_judged_on_the_webhooks_clock_not_the_clients(
     still refuses its takeover (409), because the stored renewTime was stamped by elb-gate."""
     body = lease_body(rig, ns, "takeover", "bob")
     body["spec"]["renewTime"] = format_microtime(datetime.now(UTC) + timedelta(hours=1))
-    assert http(rig.cp, people["bob"].token, "PUT", lease_path(ns, lease_name(ns)), body)[0] == 409
+    assert request(people["bob"].api, "PUT", lease_path(ns, lease_name(ns)), body)[0] == 409

@@ -11,14 +11,13 @@ sees no over-admission and no disagreement throughout.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from elbgate.names import lease_name
+from testbed.clients import DashboardLeaseClient
 from testbed.controlplane import ControlPlane
-from testbed.reliability.calls import http, lease_held, lease_path
 from testbed.reliability.ledger import LEDGER
 from testbed.reliability.observer import Observer
 from testbed.reliability.rig import CEILING, FINALIZER_GRACE_SECONDS, Rig
@@ -47,11 +46,9 @@ def admitted_since(stream: SteadyStream, count: int, timeout: float = 120) -> No
 
 def abandoned_lease(rig: Rig, namespace: str) -> str:
     """bob takes the Lease for 1 s and never comes back (no pod stamp: only expiry frees it)."""
-    holder = f"dashboard-{uuid.uuid4()}"
-    body = lease_held(namespace, holder, 1)
-    status, answer = http(rig.cp, rig.cp.token("bob"), "POST", lease_path(namespace), body)
-    assert status == 201, answer
-    return holder
+    bob = DashboardLeaseClient.on(rig.cp, "bob", namespace, ttl=1)
+    assert bob.acquire() == "acquired", bob.last_answer
+    return bob.holder
 
 
 def test_disruptions_cost_only_what_the_failure_policy_allows(
