@@ -26,8 +26,8 @@ import math
 import os
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -403,6 +403,32 @@ class Harness:
         s.check(prefix, m, lambda o: o == expect)
         _saturation_into(s, prefix, m, "server")
 
+    @asynccontextmanager
+    async def _profiled(self, series: Series, prefix: str) -> AsyncIterator[None]:
+        """What explains a latency pass, kept under ``prefix``: how the measured webhook
+        read the census (a read that fell back to the LIST costs a LIST) and its fenced
+        reads' two phases, from its /metrics (``outcomes <prefix>.census_reads`` and
+        ``.census_fence``); and the API server's garbage collection over the pass (a
+        fenced read waits on the API server, and so on any collection meanwhile)."""
+
+        hook = self.webhook
+        assert hook is not None
+
+        def census() -> dict[str, Counter[str]]:
+            return {"reads": hook.census_reads(), "fence": hook.census_fence()}
+
+        reads_before = await asyncio.to_thread(census)
+        gc_before = await asyncio.to_thread(self.cluster.apiserver_gc)
+        yield
+        gc_after = await asyncio.to_thread(self.cluster.apiserver_gc)
+        reads_after = await asyncio.to_thread(census)
+        for kind, counts in reads_after.items():
+            series.outcomes[f"{prefix}.census_{kind}"].update(counts - reads_before[kind])
+        series.add(f"{prefix}.apiserver_gc_cycles", gc_after["cycles"] - gc_before["cycles"])
+        gc_seconds = gc_after["cpu_seconds"] - gc_before["cpu_seconds"]
+        series.add(f"{prefix}.apiserver_gc_cpu_ms", gc_seconds * 1e3)
+        series.add(f"{prefix}.apiserver_heap_live_mb", gc_after["heap_live_bytes"] / 1e6)
+
     async def fast_paths(self) -> None:
         """Requests answered with no API call, each next to the no-op handler given
         the same bytes; plus the no-op's cost for the search-admission body."""
@@ -504,23 +530,13 @@ class Harness:
                 steps[name] = await stack.enter_async_context(Reviews(target, JOBS_PATH, body))
             for block in range(self.config.repeats):
                 offsets = {name: _log_size(w) for name, w in logged.items()}
-                # How the measured webhook read the census in this pass (its /metrics):
-                # a read that fell back to the LIST costs a LIST; a fenced one, its
-                # fence write and the wait for its event.
-                census_before = await asyncio.to_thread(_census, self.webhook)
-                gc_before = await asyncio.to_thread(self.cluster.apiserver_gc)
-                measured = await interleaved(
-                    steps,
-                    latency_plan.requests,
-                    latency_plan.warmup if block == 0 else 0,
-                    latency_plan.max_seconds * len(steps),
-                )
-                _gc_into(
-                    s, f"hook.{n}", gc_before, await asyncio.to_thread(self.cluster.apiserver_gc)
-                )
-                census_after = await asyncio.to_thread(_census, self.webhook)
-                for kind, counts in census_after.items():
-                    s.outcomes[f"hook.{n}.census_{kind}"].update(counts - census_before[kind])
+                async with self._profiled(s, f"hook.{n}"):
+                    measured = await interleaved(
+                        steps,
+                        latency_plan.requests,
+                        latency_plan.warmup if block == 0 else 0,
+                        latency_plan.max_seconds * len(steps),
+                    )
                 for name, m in measured.items():
                     if name == "api":
                         s.check(f"{name}.{n}", m, expect_floor)
@@ -542,19 +558,13 @@ class Harness:
             rounds = self.config.latency.requests
             for block in range(self.config.repeats):
                 offset = _log_size(self.webhook)
-                census_before = await asyncio.to_thread(_census, self.webhook)
-                gc_before = await asyncio.to_thread(self.cluster.apiserver_gc)
-                measured = await interleaved(
-                    alone,
-                    rounds,
-                    self.config.latency.warmup if block == 0 else 0,
-                    ALONE_MAX_SECONDS,
-                )
-                gc_after = await asyncio.to_thread(self.cluster.apiserver_gc)
-                _gc_into(s, f"alone.hook.{n}", gc_before, gc_after)
-                census_after = await asyncio.to_thread(_census, self.webhook)
-                for kind, counts in census_after.items():
-                    s.outcomes[f"alone.hook.{n}.census_{kind}"].update(counts - census_before[kind])
+                async with self._profiled(s, f"alone.hook.{n}"):
+                    measured = await interleaved(
+                        alone,
+                        rounds,
+                        self.config.latency.warmup if block == 0 else 0,
+                        ALONE_MAX_SECONDS,
+                    )
                 for name, m in measured.items():
                     s.check(f"alone.{name}.{n}", m, expect_allowed)
                     _admitted_only(s, f"alone.{name}.{n}", m, _latency_into)
@@ -615,23 +625,6 @@ def _sliced(plan: LoadPlan) -> LoadPlan:
         max(plan.warmup // SLICES, 2 * plan.concurrency),
         plan.max_seconds / SLICES,
     )
-
-
-def _gc_into(
-    series: Series, prefix: str, before: dict[str, float], after: dict[str, float]
-) -> None:
-    """The API server's garbage collection over a pass (:meth:`BenchCluster.apiserver_gc`):
-    a fenced read waits on the API server, and so on any collection that runs meanwhile."""
-    series.add(f"{prefix}.apiserver_gc_cycles", after["cycles"] - before["cycles"])
-    series.add(
-        f"{prefix}.apiserver_gc_cpu_ms", (after["cpu_seconds"] - before["cpu_seconds"]) * 1e3
-    )
-    series.add(f"{prefix}.apiserver_heap_live_mb", after["heap_live_bytes"] / 1e6)
-
-
-def _census(hook: WebhookProcess) -> dict[str, Counter[str]]:
-    """``hook``'s census reads (where from, and why) and its fenced reads' phases so far."""
-    return {"reads": hook.census_reads(), "fence": hook.census_fence()}
 
 
 def _log_size(hook: WebhookProcess) -> int:
