@@ -30,7 +30,7 @@ from elbgate.names import LIVENESS_CONFIGMAP, lease_name
 from manifests.render_dashboard import render
 from testbed.controlplane import kubectl_path
 from testbed.demo.scenario import Scenario
-from testbed.demo.searches import SearchPlan, new_search_id, submit_job
+from testbed.demo.searches import new_search_id, search_manifests
 from testbed.demo.summary import summarize
 from testbed.demo.system import (
     DASHBOARD_APPLY_USER,
@@ -57,7 +57,8 @@ def poke_instructions(system: System) -> list[str]:
     """How to look around while the demo stays up."""
     cp, ns, root = system.cp, system.namespace, system.root
     manifest = root / "a-search-job.json"
-    manifest.write_text(json.dumps(submit_job(SearchPlan.for_id(new_search_id()), ns)))
+    first = search_manifests(ns, new_search_id(), batch_work=True)[0]
+    manifest.write_text(json.dumps(first))
     hook = next(iter(system.elbgate.webhook_metrics_urls().values()))
     controller = system.elbgate.controller_url()
     return [

@@ -20,17 +20,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from testbed.demo.searches import SearchPlan, finalizer_job, submit_job
+from testbed.demo.searches import search_manifests
 
 Create = Callable[[str], "subprocess.CompletedProcess[str]"]
 """Runs ``kubectl create -f -`` with the given manifest on stdin."""
-
-
-def search_manifests(namespace: str, job_id: str, *, batch_work: bool) -> list[dict[str, Any]]:
-    """The Jobs ``elastic-blast submit`` creates, in its order."""
-    plan = SearchPlan.for_id(job_id)
-    first = [submit_job(plan, namespace)] if batch_work else []
-    return [*first, finalizer_job(plan, namespace, batch_work=batch_work)]
 
 
 def create_in_order(manifests: Sequence[dict[str, Any]], create: Create) -> tuple[bool, str]:

@@ -208,7 +208,7 @@ class Scenario:
             pod_deleted_at=pod_deleted_at,
             pod_terminating_at_reclaim=terminating_at_reclaim,
             operator_deleted_at=operator_at,
-            batch_jobs_created=sum(len(v) for v in self.submit_pods.created.values()),
+            batch_jobs_created=self.submit_pods.created,
             started_at=begin,
             finished_at=timeline.elapsed(),
             errors=errors,

@@ -20,8 +20,6 @@ from testbed.controlplane import ControlPlane
 from testbed.demo.searches import batch_jobs
 from testbed.watch import Watch
 
-JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
-
 
 @dataclass
 class SubmitPods:
@@ -29,8 +27,8 @@ class SubmitPods:
 
     cp: ControlPlane
     namespace: str
-    created: dict[str, list[str]] = field(default_factory=dict)
-    """elb-job-id -> batch Jobs created for it."""
+    created: int = 0
+    """Batch Jobs created."""
     errors: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -71,14 +69,8 @@ class SubmitPods:
                 self.errors.append(f"{pod['metadata']['name']}: {exc}")
 
     def _create_batch_work(self, pod: JsonObj) -> None:
-        labels = pod["metadata"].get("labels") or {}
-        job_name = labels.get(JOB_NAME_LABEL)
-        job_id = str(labels.get(JOB_ID_LABEL) or "")
-        submit = self.cp.admin.find("jobs", self.namespace, job_name) if job_name else None
-        if submit is None:
-            return
-        token = self.cp.pod_token(pod)
-        as_pod = self.cp.api_for_token(token)
-        for body in batch_jobs(submit, self.namespace):
+        job_id = str((pod["metadata"].get("labels") or {}).get(JOB_ID_LABEL) or "")
+        as_pod = self.cp.api_for_token(self.cp.pod_token(pod))
+        for body in batch_jobs(job_id, self.namespace):
             as_pod.create(body)
-            self.created.setdefault(job_id, []).append(body["metadata"]["name"])
+            self.created += 1

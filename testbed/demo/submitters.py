@@ -32,7 +32,8 @@ from elbgate.lease import new_holder_identity
 from elbgate.names import SEARCH_JOB_SELECTOR, UNFINISHED_JOB_FIELD_SELECTOR
 from testbed.clients import DashboardLeaseClient
 from testbed.controlplane import REPO, kubectl_path
-from testbed.demo.elastic_blast import create_in_order, search_manifests
+from testbed.demo.elastic_blast import create_in_order
+from testbed.demo.searches import search_manifests
 from testbed.demo.system import (
     DASHBOARD_APPLY_USER,
     DASHBOARD_LEASE_USER,
