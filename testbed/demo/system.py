@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import yaml
 
@@ -38,7 +38,7 @@ from testbed.controlplane import (
     PodIdentity,
 )
 from testbed.demo.timeline import Timeline
-from testbed.install import SYSTEM_NAMESPACE, Installation, submitter_subjects
+from testbed.install import SYSTEM_NAMESPACE, submitter_subjects
 from testbed.kubelet_stand_in import STOP_SECONDS
 from testbed.rig import Rig, pod_suffix
 from testbed.system_tier import SYSTEM_NODES, SystemTier
@@ -66,20 +66,6 @@ IDENTITIES = {
 
 NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 """Straight to a Pod on the run's bridge: a proxy from the environment must never see it."""
-
-
-class ElbGate(Protocol):
-    """How elb-gate runs under the story: what the demo reads from it and how it stops."""
-
-    def webhook_metrics_urls(self) -> dict[str, str]:
-        """Each webhook replica's metrics base URL, by pod name."""
-        ...
-
-    def controller_url(self) -> str:
-        """A controller's metrics base URL (``/liveness``, ``/metrics``)."""
-        ...
-
-    def stop(self) -> None: ...
 
 
 @dataclass
@@ -137,7 +123,8 @@ class System:
     settings: Settings
     env: dict[str, str]
     """The settings environment every elb-gate process gets (and the submitters)."""
-    elbgate: ElbGate
+    elbgate: Processes | Chart
+    """How elb-gate runs under the story: what the demo reads from it and how it stops."""
     openapi: PodIdentity
     """The OpenAPI service's pod: `elb-gate submit` runs there with its bound token."""
     doomed: PodIdentity
@@ -183,9 +170,10 @@ def _settings_env(root: Path, namespace: str) -> dict[str, str]:
 
 
 def _submitter_pods(
-    cp: ControlPlane, namespace: str, rs: str, node_selector: dict[str, str]
+    cp: ControlPlane, timeline: Timeline, namespace: str, node_selector: dict[str, str]
 ) -> tuple[PodIdentity, PodIdentity]:
     """The OpenAPI service's two pods, each with a token bound to it."""
+    rs = pod_suffix()
     openapi = cp.pod_identity(
         namespace, OPENAPI_SA, pod=f"elb-openapi-{rs}-{pod_suffix()}", node_selector=node_selector
     )
@@ -195,6 +183,12 @@ def _submitter_pods(
         pod=f"elb-openapi-{rs}-{pod_suffix()}",
         node_selector=node_selector,
         annotations={STOP_SECONDS: str(TERMINATING_SECONDS)},
+    )
+    timeline.emit(
+        "setup",
+        f"namespace {namespace} gated; OpenAPI pods {openapi.pod} and {doomed.pod} "
+        f"Running (service account {OPENAPI_SA}, tokens bound to each pod); every "
+        "setting at its default",
     )
     return openapi, doomed
 
@@ -222,7 +216,6 @@ def start_system(root: Path, timeline: Timeline, *, system_tier: bool = False) -
         )
     rig: Rig | None = None
     try:
-        Installation.on(cp)
         namespace = cp.new_namespace(NAMESPACE) if attached else NAMESPACE
         env = _settings_env(root, namespace)
         settings = Settings.from_env(env)
@@ -254,8 +247,7 @@ def start_system(root: Path, timeline: Timeline, *, system_tier: bool = False) -
             f"controller {controller.name}: python -m controller leads; "
             f"metrics {controller.url('/metrics')}",
         )
-        openapi, doomed = _submitter_pods(cp, namespace, pod_suffix(), dict(SYSTEM_POOL))
-        _emit_submitters(timeline, namespace, openapi, doomed)
+        openapi, doomed = _submitter_pods(cp, timeline, namespace, dict(SYSTEM_POOL))
     except BaseException:
         if rig is not None:
             _quietly(rig.stop)
@@ -272,17 +264,6 @@ def start_system(root: Path, timeline: Timeline, *, system_tier: bool = False) -
         Processes(cp, rig, not attached),
         openapi,
         doomed,
-    )
-
-
-def _emit_submitters(
-    timeline: Timeline, namespace: str, openapi: PodIdentity, doomed: PodIdentity
-) -> None:
-    timeline.emit(
-        "setup",
-        f"namespace {namespace} gated; OpenAPI pods {openapi.pod} and {doomed.pod} "
-        f"Running (service account {OPENAPI_SA}, tokens bound to each pod); every "
-        "setting at its default",
     )
 
 
@@ -349,8 +330,7 @@ def _start_system_tier(root: Path, timeline: Timeline) -> System:
             f"the API server calls the webhook through Service {SYSTEM_NAMESPACE}/"
             f"elb-gate-webhook -> EndpointSlice {endpoints}",
         )
-        openapi, doomed = _submitter_pods(cp, NAMESPACE, pod_suffix(), dict(BLAST_POOL))
-        _emit_submitters(timeline, NAMESPACE, openapi, doomed)
+        openapi, doomed = _submitter_pods(cp, timeline, NAMESPACE, dict(BLAST_POOL))
     except BaseException:
         _quietly(tier.stop)
         raise
