@@ -21,7 +21,6 @@ from testbed.demo.submitters import (
     DoomedSubmitter,
     Outcome,
     ProcessSubmitter,
-    rogue,
 )
 from testbed.demo.system import OPERATOR_USER, ROGUE_USER, System
 from testbed.demo.timeline import Timeline
@@ -111,12 +110,14 @@ class Scenario:
             f"when busy or full), {SEARCHES_PER_PATH} via the OpenAPI service (elb-gate submit)",
         )
         for dash in self.dashboards:
-            dash.start()
+            dash.task.start()
         for proc in self.processes[1:]:
             proc.start()
         burst = [s.outcome for s in self.dashboards] + [p.outcome for p in self.processes[1:]]
 
-        bad = rogue(system, self._search("rogue"), timeline)
+        bad = ProcessSubmitter(
+            system, f"{ROGUE_USER} (no Lease)", self._search("rogue"), timeline, rogue=True
+        )
         self.processes.append(bad)
         pod_deleted_at: float | None = None
         terminating_at_reclaim: bool | None = None
@@ -223,7 +224,7 @@ class Scenario:
         self.stop.set()
         for proc in self.processes:
             proc.terminate()
-        for thread in [*self.dashboards, self.doomed]:
+        for thread in [*(d.task for d in self.dashboards), self.doomed]:
             if thread is not None and thread.is_alive():
                 thread.join(15)
         self.submit_pods.stop()

@@ -99,15 +99,6 @@ class DashboardSubmitter:
             stop=stop,
         )
 
-    def start(self) -> None:
-        self.task.start()
-
-    def is_alive(self) -> bool:
-        return self.task.is_alive()
-
-    def join(self, timeout: float) -> None:
-        self.task.join(timeout)
-
     def _submit(self) -> tuple[bool, str]:
         manifests = search_manifests(self.system.namespace, self.outcome.job_id, batch_work=True)
         ok, text = create_in_order(manifests, self._create)
@@ -151,8 +142,9 @@ def child_env(system: System, kubeconfig: str) -> dict[str, str]:
 
 
 class ProcessSubmitter:
-    """The elastic-blast stand-in as a child process: wrapped in ``elb-gate submit``
-    (the OpenAPI path), or bare (the non-compliant submitter)."""
+    """The elastic-blast stand-in as a child process: wrapped in ``elb-gate submit`` in
+    the OpenAPI pod (the OpenAPI path), or ``rogue``: bare, as user ``mallory``, without
+    the Lease (the non-compliant submitter)."""
 
     def __init__(
         self,
@@ -161,32 +153,31 @@ class ProcessSubmitter:
         job_id: str,
         timeline: Timeline,
         *,
-        kubeconfig: str | None = None,
-        path: str = "openapi",
-        wrapped: bool = True,
+        rogue: bool = False,
         batch_work: bool = True,
     ) -> None:
         self.system, self.timeline = system, timeline
-        self.kubeconfig = kubeconfig or system.openapi.kubeconfig
-        self.wrapped = wrapped
+        self.rogue = rogue
         self.batch_work = batch_work
-        self.outcome = Outcome(label, path, job_id)
+        self.outcome = Outcome(label, "rogue" if rogue else "openapi", job_id)
         self.proc: subprocess.Popen[str] | None = None
 
     def argv(self) -> list[str]:
-        """COMMAND (the stand-in), behind ``elb-gate submit`` when wrapped."""
+        """COMMAND (the stand-in), behind ``elb-gate submit`` unless rogue."""
         ns = self.system.namespace
         command = [sys.executable, "-m", "testbed.demo.elastic_blast", "--namespace", ns]
         command += ["--id", self.outcome.job_id, *([] if self.batch_work else ["--no-batch-work"])]
         wrapper = [ELB_GATE, "-n", ns, "submit", "--source", "openapi", "--"]
-        return [*wrapper, *command] if self.wrapped else command
+        return command if self.rogue else [*wrapper, *command]
 
     def start(self) -> ProcessSubmitter:
         """Start the process; a thread reads what it prints."""
+        cp, openapi = self.system.cp, self.system.openapi
+        kubeconfig = cp.kubeconfig(ROGUE_USER) if self.rogue else openapi.kubeconfig
         self.proc = subprocess.Popen(
             self.argv(),
             cwd=REPO,
-            env=child_env(self.system, self.kubeconfig),
+            env=child_env(self.system, kubeconfig),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -279,16 +270,3 @@ class DoomedSubmitter(threading.Thread):
             # Its pod is going and this process with it: close the transport only. No
             # release, no renewal: that is what the controller has to repair.
             self.lease.close()
-
-
-def rogue(system: System, job_id: str, timeline: Timeline) -> ProcessSubmitter:
-    """A submitter that runs elastic-blast without taking the Lease."""
-    return ProcessSubmitter(
-        system,
-        f"{ROGUE_USER} (no Lease)",
-        job_id,
-        timeline,
-        kubeconfig=system.cp.kubeconfig(ROGUE_USER),
-        path="rogue",
-        wrapped=False,
-    )
