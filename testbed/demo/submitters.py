@@ -211,13 +211,13 @@ class ProcessSubmitter:
                 self.timeline.emit("error", f"{self.outcome.label} exited {code}: {line}")
         self.outcome.exit_code = code
 
-    def terminate(self, grace: float = 10.0) -> None:
-        """SIGTERM (elb-gate stops COMMAND, then releases the Lease); SIGKILL after grace."""
+    def terminate(self) -> None:
+        """SIGTERM (elb-gate stops COMMAND, then releases the Lease); SIGKILL after 10 s."""
         if self.proc is None or self.proc.poll() is not None:
             return
         try:
             os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(grace)
+            self.proc.wait(10)
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(5)
