@@ -69,50 +69,6 @@ NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 @dataclass
-class Processes:
-    """The fast tier: the rig (:class:`testbed.rig.Rig`): ``python -m webhook`` twice
-    behind a Service proxy, and ``python -m controller``, as host processes with the
-    shipped RBAC."""
-
-    cp: ControlPlane
-    rig: Rig
-    owns_control_plane: bool
-
-    def webhook_metrics_urls(self) -> dict[str, str]:
-        return {h.identity.pod: h.metrics_url for h in self.rig.hooks}
-
-    def controller_url(self) -> str:
-        return self.rig.controllers[0].url("")
-
-    def stop(self) -> None:
-        """Every process (controller first); on a control plane the demo did not start,
-        also the Pod objects that stood for them."""
-        _quietly(self.rig.stop)
-        if not self.owns_control_plane:
-            pods = [h.identity.pod for h in self.rig.hooks]
-            pods += [c.name for c in self.rig.controllers]
-            for pod in pods:
-                _quietly(partial(self.cp.admin.delete, "pods", SYSTEM_NAMESPACE, pod))
-
-
-@dataclass
-class Chart:
-    """The system tier: the chart installed as shipped, its Pods on real kubelet nodes."""
-
-    tier: SystemTier
-
-    def webhook_metrics_urls(self) -> dict[str, str]:
-        return self.tier.metrics_urls("webhook")
-
-    def controller_url(self) -> str:
-        return next(iter(self.tier.metrics_urls("controller").values()), "")
-
-    def stop(self) -> None:
-        """The tier's control plane, its nodes and what they changed on the host."""
-        _quietly(self.tier.stop)
-
-
-@dataclass
 class System:
     """Everything that runs, and where to reach it."""
 
@@ -123,17 +79,32 @@ class System:
     settings: Settings
     env: dict[str, str]
     """The settings environment every elb-gate process gets (and the submitters)."""
-    elbgate: Processes | Chart
-    """How elb-gate runs under the story: what the demo reads from it and how it stops."""
     openapi: PodIdentity
     """The OpenAPI service's pod: `elb-gate submit` runs there with its bound token."""
     doomed: PodIdentity
     """The OpenAPI service's second replica, whose pod dies while it holds the Lease."""
+    rig: Rig | None = None
+    """The fast tier (:class:`testbed.rig.Rig`): ``python -m webhook`` twice behind a
+    Service proxy, and ``python -m controller``, as host processes with the shipped RBAC."""
+    tier: SystemTier | None = None
+    """``--system-tier``: the chart installed as shipped, its Pods on real kubelet nodes."""
+
+    def webhook_metrics_urls(self) -> dict[str, str]:
+        if self.tier is not None:
+            return self.tier.metrics_urls("webhook")
+        assert self.rig is not None
+        return {h.identity.pod: h.metrics_url for h in self.rig.hooks}
+
+    def controller_url(self) -> str:
+        if self.tier is not None:
+            return next(iter(self.tier.metrics_urls("controller").values()), "")
+        assert self.rig is not None
+        return self.rig.controllers[0].url("")
 
     def replica_metrics(self) -> dict[str, str]:
         """Each webhook replica's /metrics text, by pod name."""
         out = {}
-        for pod, url in self.elbgate.webhook_metrics_urls().items():
+        for pod, url in self.webhook_metrics_urls().items():
             try:
                 with NO_PROXY.open(f"{url}/metrics", timeout=30) as resp:
                     out[pod] = resp.read().decode()
@@ -142,12 +113,19 @@ class System:
         return out
 
     def stop(self) -> None:
-        """Stop elb-gate, then clean up the control plane: all of it when the demo
-        started it, else what the demo created there."""
-        self.elbgate.stop()
+        """Stop elb-gate (the controller first), then clean up the control plane: all of
+        it when the demo started it (the system tier's with its nodes and what they
+        changed on the host), else what the demo created there: its namespace and the
+        Pod objects that stood for elb-gate's processes."""
+        if self.rig is not None:
+            _quietly(self.rig.stop)
         if self.owns_control_plane:
-            _quietly(self.cp.stop)
+            _quietly(self.tier.stop if self.tier is not None else self.cp.stop)
             return
+        assert self.rig is not None
+        pods = [h.identity.pod for h in self.rig.hooks] + [c.name for c in self.rig.controllers]
+        for pod in pods:
+            _quietly(partial(self.cp.admin.delete, "pods", SYSTEM_NAMESPACE, pod))
         _quietly(lambda: self.cp.admin.delete("namespaces", None, self.namespace))
 
 
@@ -254,17 +232,7 @@ def start_system(root: Path, timeline: Timeline, *, system_tier: bool = False) -
         if not attached:
             _quietly(cp.stop)
         raise
-    return System(
-        root,
-        cp,
-        not attached,
-        namespace,
-        settings,
-        env,
-        Processes(cp, rig, not attached),
-        openapi,
-        doomed,
-    )
+    return System(root, cp, not attached, namespace, settings, env, openapi, doomed, rig=rig)
 
 
 STAND_INS = tuple(n for n in DEFAULT_NODES if n.labels == BLAST_POOL)
@@ -334,4 +302,4 @@ def _start_system_tier(root: Path, timeline: Timeline) -> System:
     except BaseException:
         _quietly(tier.stop)
         raise
-    return System(root, cp, True, NAMESPACE, settings, env, Chart(tier), openapi, doomed)
+    return System(root, cp, True, NAMESPACE, settings, env, openapi, doomed, tier=tier)
