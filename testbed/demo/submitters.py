@@ -7,8 +7,9 @@
   submitter-identity file); busy or full re-queues the task after 30 s (Celery
   ``countdown=30``), the Lease released in between.
 * :class:`ProcessSubmitter` — the OpenAPI service: the real ``elb-gate submit`` in the
-  OpenAPI pod (its token bound to that pod), wrapping the elastic-blast stand-in.
-  Without the wrapper, the same stand-in is the non-compliant submitter.
+  OpenAPI pod (its token bound to that pod), wrapping a stand-in for ``elastic-blast
+  submit`` (kubectl). Without the wrapper, the same stand-in is the non-compliant
+  submitter.
 * :class:`DoomedSubmitter` — the OpenAPI service's second replica: it takes the Lease
   with the shared client library, then its pod is deleted (Terminating for a while)
   and it neither renews nor releases.
@@ -16,7 +17,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -32,7 +35,6 @@ from elbgate.lease import new_holder_identity
 from elbgate.names import SEARCH_JOB_SELECTOR, UNFINISHED_JOB_FIELD_SELECTOR
 from testbed.clients import DashboardLeaseClient
 from testbed.controlplane import REPO, kubectl_path
-from testbed.demo.elastic_blast import create_in_order
 from testbed.demo.searches import search_manifests
 from testbed.demo.system import (
     DASHBOARD_APPLY_USER,
@@ -100,19 +102,24 @@ class DashboardSubmitter:
         )
 
     def _submit(self) -> tuple[bool, str]:
-        manifests = search_manifests(self.system.namespace, self.outcome.job_id, batch_work=True)
-        ok, text = create_in_order(manifests, self._create)
-        if not ok:
-            self.outcome.denial = text
-            self.timeline.emit("DENIED", f"{self.outcome.label}: {text}")
+        """``kubectl create -f -`` of each Job in order, stopping at the first refusal."""
+        ok, text = True, ""
+        for manifest in search_manifests(
+            self.system.namespace, self.outcome.job_id, batch_work=True
+        ):
+            made = self.system.cp.kubectl(
+                DASHBOARD_APPLY_USER, "create", "-f", "-", input=json.dumps(manifest)
+            )
+            if made.returncode != 0:
+                ok, text = False, made.stderr.strip()
+                self.outcome.denial = text
+                self.timeline.emit("DENIED", f"{self.outcome.label}: {text}")
+                break
         task = self.task.outcome
         self.outcome.lease_waits = task.lease_waits
         self.outcome.capacity_waits = task.capacity_waits
         self.outcome.exit_code = 0 if ok else 1
         return ok, text
-
-    def _create(self, manifest: str) -> subprocess.CompletedProcess[str]:
-        return self.system.cp.kubectl(DASHBOARD_APPLY_USER, "create", "-f", "-", input=manifest)
 
     def _census(self) -> int:
         """The dashboard's capacity check: the census LIST, counted by elbgate.census."""
@@ -163,10 +170,18 @@ class ProcessSubmitter:
         self.proc: subprocess.Popen[str] | None = None
 
     def argv(self) -> list[str]:
-        """COMMAND (the stand-in), behind ``elb-gate submit`` unless rogue."""
-        ns = self.system.namespace
-        command = [sys.executable, "-m", "testbed.demo.elastic_blast", "--namespace", ns]
-        command += ["--id", self.outcome.job_id, *([] if self.batch_work else ["--no-batch-work"])]
+        """The stand-in for ``elastic-blast submit`` (cloud job submission), behind
+        ``elb-gate submit`` unless rogue: one ``kubectl create -f -`` per Job of the
+        search, in its order, as whoever ``KUBECONFIG`` names. A refused Job stops it
+        there with kubectl's own message and exit status 1: Gate A and Gate B act on
+        the first Job, so a refused search leaves nothing behind."""
+        ns, job_id = self.system.namespace, self.outcome.job_id
+        creates = []
+        for n, manifest in enumerate(search_manifests(ns, job_id, batch_work=self.batch_work)):
+            path = self.system.root / f"{job_id}-{n}.json"
+            path.write_text(json.dumps(manifest))
+            creates.append(f'"$KUBECTL" create -f - <{shlex.quote(str(path))}')
+        command = ["sh", "-c", " && ".join(creates)]
         wrapper = [ELB_GATE, "-n", ns, "submit", "--source", "openapi", "--"]
         return command if self.rogue else [*wrapper, *command]
 
