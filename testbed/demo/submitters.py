@@ -43,28 +43,23 @@ from testbed.demo.system import (
     System,
 )
 from testbed.demo.timeline import Timeline
-from testbed.submit_task import SubmitTask
+from testbed.submit_task import SubmitTask, TaskOutcome
 
 ELB_GATE = str(Path(sys.executable).with_name("elb-gate"))
 """The console script this virtualenv installs (``client.cli:main``)."""
 
 
 @dataclass
-class Outcome:
-    """How one submitter's run ended, as the submitter saw it."""
+class Outcome(TaskOutcome):
+    """How one submitter's run ended, as the submitter saw it (a dashboard task fills in
+    what :class:`TaskOutcome` holds itself)."""
 
-    label: str
-    path: str
+    label: str = ""
+    path: str = ""
     """``dashboard``, ``openapi`` or ``rogue``."""
-    job_id: str
-    exit_code: int | None = None
-    """0 = its search was submitted; ``None`` while running."""
+    job_id: str = ""
     denial: str = ""
     """kubectl's error text when a Job was refused."""
-    lease_waits: int = 0
-    """Episodes of finding the Lease busy."""
-    capacity_waits: int = 0
-    """Episodes of finding the namespace full (under the Lease)."""
 
     @property
     def done(self) -> bool:
@@ -84,7 +79,7 @@ class DashboardSubmitter:
         stop: threading.Event,
     ) -> None:
         self.system, self.timeline = system, timeline
-        self.outcome = Outcome(label, "dashboard", job_id)
+        self.outcome = Outcome(label=label, path="dashboard", job_id=job_id)
         lease = DashboardLeaseClient.on(
             system.cp,
             DASHBOARD_LEASE_USER,
@@ -100,26 +95,20 @@ class DashboardSubmitter:
             ceiling=system.settings.gate.max_run_concurrency,
             stop=stop,
         )
+        self.task.outcome = self.outcome  # the task counts its waits and exit there
 
     def _submit(self) -> tuple[bool, str]:
         """``kubectl create -f -`` of each Job in order, stopping at the first refusal."""
-        ok, text = True, ""
-        for manifest in search_manifests(
-            self.system.namespace, self.outcome.job_id, batch_work=True
-        ):
+        outcome = self.outcome
+        for manifest in search_manifests(self.system.namespace, outcome.job_id, batch_work=True):
             made = self.system.cp.kubectl(
                 DASHBOARD_APPLY_USER, "create", "-f", "-", input=json.dumps(manifest)
             )
             if made.returncode != 0:
-                ok, text = False, made.stderr.strip()
-                self.outcome.denial = text
-                self.timeline.emit("DENIED", f"{self.outcome.label}: {text}")
-                break
-        task = self.task.outcome
-        self.outcome.lease_waits = task.lease_waits
-        self.outcome.capacity_waits = task.capacity_waits
-        self.outcome.exit_code = 0 if ok else 1
-        return ok, text
+                outcome.denial = made.stderr.strip()
+                self.timeline.emit("DENIED", f"{outcome.label}: {outcome.denial}")
+                return False, outcome.denial
+        return True, ""
 
     def _census(self) -> int:
         """The dashboard's capacity check: the census LIST, counted by elbgate.census."""
@@ -166,7 +155,7 @@ class ProcessSubmitter:
         self.system, self.timeline = system, timeline
         self.rogue = rogue
         self.batch_work = batch_work
-        self.outcome = Outcome(label, "rogue" if rogue else "openapi", job_id)
+        self.outcome = Outcome(label=label, path="rogue" if rogue else "openapi", job_id=job_id)
         self.proc: subprocess.Popen[str] | None = None
 
     def argv(self) -> list[str]:
