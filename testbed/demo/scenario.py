@@ -110,7 +110,7 @@ class Scenario:
             f"when busy or full), {SEARCHES_PER_PATH} via the OpenAPI service (elb-gate submit)",
         )
         for dash in self.dashboards:
-            dash.task.start()
+            dash.start()
         for proc in self.processes[1:]:
             proc.start()
         burst = [s.outcome for s in self.dashboards] + [p.outcome for p in self.processes[1:]]
@@ -224,7 +224,7 @@ class Scenario:
         self.stop.set()
         for proc in self.processes:
             proc.terminate()
-        for thread in [*(d.task for d in self.dashboards), self.doomed]:
+        for thread in [*self.dashboards, self.doomed]:
             if thread is not None and thread.is_alive():
                 thread.join(15)
         self.submit_pods.stop()

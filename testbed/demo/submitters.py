@@ -66,36 +66,26 @@ class Outcome(TaskOutcome):
         return self.exit_code is not None
 
 
-class DashboardSubmitter:
+class DashboardSubmitter(SubmitTask):
     """One dashboard Celery task submitting one search (:class:`SubmitTask` around the
-    dashboard's Lease client)."""
+    dashboard's Lease client); it fills in its :class:`Outcome`."""
+
+    outcome: Outcome
 
     def __init__(
-        self,
-        system: System,
-        label: str,
-        job_id: str,
-        timeline: Timeline,
-        stop: threading.Event,
+        self, system: System, label: str, job_id: str, timeline: Timeline, stop: threading.Event
     ) -> None:
-        self.system, self.timeline = system, timeline
-        self.outcome = Outcome(label=label, path="dashboard", job_id=job_id)
         lease = DashboardLeaseClient.on(
             system.cp,
             DASHBOARD_LEASE_USER,
             system.namespace,
             holder=new_holder_identity("dashboard"),
         )
+        ceiling = system.settings.gate.max_run_concurrency
+        super().__init__(label, lease, self._census, self._submit, ceiling=ceiling, stop=stop)
+        self.system, self.timeline = system, timeline
+        self.outcome = Outcome(label=label, path="dashboard", job_id=job_id)
         self._reader = system.cp.api(DASHBOARD_LEASE_USER)
-        self.task = SubmitTask(
-            label,
-            lease,
-            self._census,
-            self._submit,
-            ceiling=system.settings.gate.max_run_concurrency,
-            stop=stop,
-        )
-        self.task.outcome = self.outcome  # the task counts its waits and exit there
 
     def _submit(self) -> tuple[bool, str]:
         """``kubectl create -f -`` of each Job in order, stopping at the first refusal."""
