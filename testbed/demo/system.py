@@ -120,7 +120,7 @@ class System:
         if self.rig is not None:
             _quietly(self.rig.stop)
         if self.owns_control_plane:
-            _quietly(self.tier.stop if self.tier is not None else self.cp.stop)
+            _quietly(self.cp.stop)  # with the system tier's nodes: all SystemTier.stop does
             return
         assert self.rig is not None
         pods = [h.identity.pod for h in self.rig.hooks] + [c.name for c in self.rig.controllers]
