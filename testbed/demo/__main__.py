@@ -30,17 +30,12 @@ from elbgate.names import LIVENESS_CONFIGMAP, lease_name
 from manifests.render_dashboard import render
 from testbed.controlplane import kubectl_path
 from testbed.demo.scenario import Scenario
-from testbed.demo.searches import SearchPlan, new_search_id, submit_job
+from testbed.demo.searches import new_search_id, search_manifests
 from testbed.demo.summary import summarize
-from testbed.demo.system import (
-    DASHBOARD_APPLY_USER,
-    ROGUE_USER,
-    Processes,
-    System,
-    start_system,
-)
+from testbed.demo.system import DASHBOARD_APPLY_USER, ROGUE_USER, System, start_system
 from testbed.demo.timeline import Timeline
 from testbed.prometheus import CONTROLLER_JOB, WEBHOOK_JOB, PrometheusServer, Target
+from testbed.rig import Rig
 
 RULE = "─" * 78
 
@@ -57,9 +52,10 @@ def poke_instructions(system: System) -> list[str]:
     """How to look around while the demo stays up."""
     cp, ns, root = system.cp, system.namespace, system.root
     manifest = root / "a-search-job.json"
-    manifest.write_text(json.dumps(submit_job(SearchPlan.for_id(new_search_id()), ns)))
-    hook = next(iter(system.elbgate.webhook_metrics_urls().values()))
-    controller = system.elbgate.controller_url()
+    first = search_manifests(ns, new_search_id(), batch_work=True)[0]
+    manifest.write_text(json.dumps(first))
+    hook = next(iter(system.webhook_metrics_urls().values()))
+    controller = system.controller_url()
     return [
         RULE,
         "It stays up. In another terminal:",
@@ -81,13 +77,13 @@ def poke_instructions(system: System) -> list[str]:
     ]
 
 
-def scrape_targets(processes: Processes) -> list[Target]:
+def scrape_targets(rig: Rig) -> list[Target]:
     """Both webhook replicas and the controller, labelled as their ServiceMonitor labels them."""
     hooks = [
         Target(WEBHOOK_JOB, h.metrics_url.removeprefix("http://"), h.identity.pod)
-        for h in processes.rig.hooks
+        for h in rig.hooks
     ]
-    controller = processes.rig.controllers[0]
+    controller = rig.controllers[0]
     return [*hooks, Target(CONTROLLER_JOB, f"127.0.0.1:{controller.metrics_port}", controller.name)]
 
 
@@ -156,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         timeline.say(RULE)
         system = start_system(root, timeline, system_tier=args.system_tier)
         if args.dashboard is not None:
-            assert isinstance(system.elbgate, Processes)
-            prom = PrometheusServer(scrape_targets(system.elbgate), root / "prometheus").start()
+            assert system.rig is not None
+            prom = PrometheusServer(scrape_targets(system.rig), root / "prometheus").start()
             prom.wait_for_scrapes(2)
             timeline.emit(
                 "setup", f"Prometheus at {prom.url} scrapes every elb-gate process every 2s"

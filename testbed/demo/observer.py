@@ -81,28 +81,21 @@ class Observations:
         return self.liveness[-1][1] if self.liveness else None
 
 
+@dataclass
 class Observer:
     """Start with :meth:`attach`; read :attr:`seen`; wait with :meth:`wait_for`."""
 
-    def __init__(
-        self,
-        api: Api,
-        namespace: str,
-        settings: Settings,
-        timeline: Timeline,
-        names: Mapping[str, str],
-    ) -> None:
-        self.api = api
-        self.namespace = namespace
-        self.settings = settings
-        self.timeline = timeline
-        self.names = names
-        """elb-job-id -> who submitted it (filled in by the scenario before it submits)."""
-        self.seen = Observations()
-        self.jobs: dict[str, dict[str, Any]] = {}
-        self._changed = threading.Condition()
-        self._watches: list[Watch] = []
-        self.errors: list[BaseException] = []
+    api: Api
+    namespace: str
+    settings: Settings
+    timeline: Timeline
+    names: Mapping[str, str]
+    """elb-job-id -> who submitted it (filled in by the scenario before it submits)."""
+    seen: Observations = field(default_factory=Observations)
+    jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    errors: list[BaseException] = field(default_factory=list)
+    _changed: threading.Condition = field(default_factory=threading.Condition)
+    _watches: list[Watch] = field(default_factory=list)
 
     def attach(self) -> None:
         """Start the watches and wait until each has listed what exists."""

@@ -21,7 +21,6 @@ from testbed.demo.submitters import (
     DoomedSubmitter,
     Outcome,
     ProcessSubmitter,
-    rogue,
 )
 from testbed.demo.system import OPERATOR_USER, ROGUE_USER, System
 from testbed.demo.timeline import Timeline
@@ -116,7 +115,9 @@ class Scenario:
             proc.start()
         burst = [s.outcome for s in self.dashboards] + [p.outcome for p in self.processes[1:]]
 
-        bad = rogue(system, self._search("rogue"), timeline)
+        bad = ProcessSubmitter(
+            system, f"{ROGUE_USER} (no Lease)", self._search("rogue"), timeline, rogue=True
+        )
         self.processes.append(bad)
         pod_deleted_at: float | None = None
         terminating_at_reclaim: bool | None = None
@@ -208,7 +209,7 @@ class Scenario:
             pod_deleted_at=pod_deleted_at,
             pod_terminating_at_reclaim=terminating_at_reclaim,
             operator_deleted_at=operator_at,
-            batch_jobs_created=sum(len(v) for v in self.submit_pods.created.values()),
+            batch_jobs_created=self.submit_pods.created,
             started_at=begin,
             finished_at=timeline.elapsed(),
             errors=errors,

@@ -10,8 +10,6 @@ exactly the identity the real pod would present.
 
 from __future__ import annotations
 
-import queue
-import threading
 from dataclasses import dataclass, field
 
 from elbgate.names import APP_LABEL, JOB_ID_LABEL, SUBMIT_APP
@@ -20,22 +18,20 @@ from testbed.controlplane import ControlPlane
 from testbed.demo.searches import batch_jobs
 from testbed.watch import Watch
 
-JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
-
 
 @dataclass
 class SubmitPods:
-    """Watches the namespace's submit pods and does their work once each is Running."""
+    """Watches the namespace's submit pods and does their work once each is Running (in
+    the watch's thread: a few calls per pod, and stopping the watch waits for them)."""
 
     cp: ControlPlane
     namespace: str
-    created: dict[str, list[str]] = field(default_factory=dict)
-    """elb-job-id -> batch Jobs created for it."""
+    created: int = 0
+    """Batch Jobs created."""
     errors: list[str] = field(default_factory=list)
+    _done: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
-        self._todo: queue.Queue[JsonObj | None] = queue.Queue()
-        self._done: set[str] = set()
         self._watch = Watch(
             self.cp.admin,
             "pods",
@@ -43,42 +39,24 @@ class SubmitPods:
             namespace=self.namespace,
             label_selector=f"{APP_LABEL}={SUBMIT_APP}",
         )
-        self._worker = threading.Thread(target=self._work, name="submit-pods", daemon=True)
 
     def start(self) -> SubmitPods:
-        self._worker.start()
         self._watch.start()
         return self
 
     def stop(self) -> None:
         self._watch.stop()
-        self._todo.put(None)
-        if self._worker.is_alive():
-            self._worker.join(10)
 
     def _on_pod(self, kind: str, pod: JsonObj) -> None:
-        uid = pod["metadata"].get("uid", "")
+        meta = pod["metadata"]
         running = (pod.get("status") or {}).get("phase") == "Running"
-        if kind != "DELETED" and running and uid not in self._done:
-            self._done.add(uid)
-            self._todo.put(pod)
-
-    def _work(self) -> None:
-        while (pod := self._todo.get()) is not None:
-            try:
-                self._create_batch_work(pod)
-            except (ApiError, OSError, KeyError) as exc:
-                self.errors.append(f"{pod['metadata']['name']}: {exc}")
-
-    def _create_batch_work(self, pod: JsonObj) -> None:
-        labels = pod["metadata"].get("labels") or {}
-        job_name = labels.get(JOB_NAME_LABEL)
-        job_id = str(labels.get(JOB_ID_LABEL) or "")
-        submit = self.cp.admin.find("jobs", self.namespace, job_name) if job_name else None
-        if submit is None:
+        if kind == "DELETED" or not running or meta["uid"] in self._done:
             return
-        token = self.cp.pod_token(pod)
-        as_pod = self.cp.api_for_token(token)
-        for body in batch_jobs(submit, self.namespace):
-            as_pod.create(body)
-            self.created.setdefault(job_id, []).append(body["metadata"]["name"])
+        self._done.add(meta["uid"])
+        try:
+            as_pod = self.cp.api_for_token(self.cp.pod_token(pod))
+            for body in batch_jobs(str(meta["labels"][JOB_ID_LABEL]), self.namespace):
+                as_pod.create(body)
+                self.created += 1
+        except (ApiError, OSError, KeyError) as exc:
+            self.errors.append(f"{meta['name']}: {exc}")

@@ -7,8 +7,9 @@
   submitter-identity file); busy or full re-queues the task after 30 s (Celery
   ``countdown=30``), the Lease released in between.
 * :class:`ProcessSubmitter` — the OpenAPI service: the real ``elb-gate submit`` in the
-  OpenAPI pod (its token bound to that pod), wrapping the elastic-blast stand-in.
-  Without the wrapper, the same stand-in is the non-compliant submitter.
+  OpenAPI pod (its token bound to that pod), wrapping a stand-in for ``elastic-blast
+  submit`` (kubectl). Without the wrapper, the same stand-in is the non-compliant
+  submitter.
 * :class:`DoomedSubmitter` — the OpenAPI service's second replica: it takes the Lease
   with the shared client library, then its pod is deleted (Terminating for a while)
   and it neither renews nor releases.
@@ -16,7 +17,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -32,7 +35,7 @@ from elbgate.lease import new_holder_identity
 from elbgate.names import SEARCH_JOB_SELECTOR, UNFINISHED_JOB_FIELD_SELECTOR
 from testbed.clients import DashboardLeaseClient
 from testbed.controlplane import REPO, kubectl_path
-from testbed.demo.elastic_blast import create_in_order, search_manifests
+from testbed.demo.searches import search_manifests
 from testbed.demo.system import (
     DASHBOARD_APPLY_USER,
     DASHBOARD_LEASE_USER,
@@ -40,87 +43,62 @@ from testbed.demo.system import (
     System,
 )
 from testbed.demo.timeline import Timeline
-from testbed.submit_task import SubmitTask
+from testbed.submit_task import SubmitTask, TaskOutcome
 
 ELB_GATE = str(Path(sys.executable).with_name("elb-gate"))
 """The console script this virtualenv installs (``client.cli:main``)."""
 
 
 @dataclass
-class Outcome:
-    """How one submitter's run ended, as the submitter saw it."""
+class Outcome(TaskOutcome):
+    """How one submitter's run ended, as the submitter saw it (a dashboard task fills in
+    what :class:`TaskOutcome` holds itself)."""
 
-    label: str
-    path: str
+    label: str = ""
+    path: str = ""
     """``dashboard``, ``openapi`` or ``rogue``."""
-    job_id: str
-    exit_code: int | None = None
-    """0 = its search was submitted; ``None`` while running."""
+    job_id: str = ""
     denial: str = ""
     """kubectl's error text when a Job was refused."""
-    lease_waits: int = 0
-    """Episodes of finding the Lease busy."""
-    capacity_waits: int = 0
-    """Episodes of finding the namespace full (under the Lease)."""
 
     @property
     def done(self) -> bool:
         return self.exit_code is not None
 
 
-class DashboardSubmitter:
+class DashboardSubmitter(SubmitTask):
     """One dashboard Celery task submitting one search (:class:`SubmitTask` around the
-    dashboard's Lease client)."""
+    dashboard's Lease client); it fills in its :class:`Outcome`."""
+
+    outcome: Outcome
 
     def __init__(
-        self,
-        system: System,
-        label: str,
-        job_id: str,
-        timeline: Timeline,
-        stop: threading.Event,
+        self, system: System, label: str, job_id: str, timeline: Timeline, stop: threading.Event
     ) -> None:
-        self.system, self.timeline = system, timeline
-        self.outcome = Outcome(label, "dashboard", job_id)
         lease = DashboardLeaseClient.on(
             system.cp,
             DASHBOARD_LEASE_USER,
             system.namespace,
             holder=new_holder_identity("dashboard"),
         )
+        ceiling = system.settings.gate.max_run_concurrency
+        super().__init__(label, lease, self._census, self._submit, ceiling=ceiling, stop=stop)
+        self.system, self.timeline = system, timeline
+        self.outcome = Outcome(label=label, path="dashboard", job_id=job_id)
         self._reader = system.cp.api(DASHBOARD_LEASE_USER)
-        self.task = SubmitTask(
-            label,
-            lease,
-            self._census,
-            self._submit,
-            ceiling=system.settings.gate.max_run_concurrency,
-            stop=stop,
-        )
-
-    def start(self) -> None:
-        self.task.start()
-
-    def is_alive(self) -> bool:
-        return self.task.is_alive()
-
-    def join(self, timeout: float) -> None:
-        self.task.join(timeout)
 
     def _submit(self) -> tuple[bool, str]:
-        manifests = search_manifests(self.system.namespace, self.outcome.job_id, batch_work=True)
-        ok, text = create_in_order(manifests, self._create)
-        if not ok:
-            self.outcome.denial = text
-            self.timeline.emit("DENIED", f"{self.outcome.label}: {text}")
-        task = self.task.outcome
-        self.outcome.lease_waits = task.lease_waits
-        self.outcome.capacity_waits = task.capacity_waits
-        self.outcome.exit_code = 0 if ok else 1
-        return ok, text
-
-    def _create(self, manifest: str) -> subprocess.CompletedProcess[str]:
-        return self.system.cp.kubectl(DASHBOARD_APPLY_USER, "create", "-f", "-", input=manifest)
+        """``kubectl create -f -`` of each Job in order, stopping at the first refusal."""
+        outcome = self.outcome
+        for manifest in search_manifests(self.system.namespace, outcome.job_id, batch_work=True):
+            made = self.system.cp.kubectl(
+                DASHBOARD_APPLY_USER, "create", "-f", "-", input=json.dumps(manifest)
+            )
+            if made.returncode != 0:
+                outcome.denial = made.stderr.strip()
+                self.timeline.emit("DENIED", f"{outcome.label}: {outcome.denial}")
+                return False, outcome.denial
+        return True, ""
 
     def _census(self) -> int:
         """The dashboard's capacity check: the census LIST, counted by elbgate.census."""
@@ -150,8 +128,9 @@ def child_env(system: System, kubeconfig: str) -> dict[str, str]:
 
 
 class ProcessSubmitter:
-    """The elastic-blast stand-in as a child process: wrapped in ``elb-gate submit``
-    (the OpenAPI path), or bare (the non-compliant submitter)."""
+    """The elastic-blast stand-in as a child process: wrapped in ``elb-gate submit`` in
+    the OpenAPI pod (the OpenAPI path), or ``rogue``: bare, as user ``mallory``, without
+    the Lease (the non-compliant submitter)."""
 
     def __init__(
         self,
@@ -160,32 +139,39 @@ class ProcessSubmitter:
         job_id: str,
         timeline: Timeline,
         *,
-        kubeconfig: str | None = None,
-        path: str = "openapi",
-        wrapped: bool = True,
+        rogue: bool = False,
         batch_work: bool = True,
     ) -> None:
         self.system, self.timeline = system, timeline
-        self.kubeconfig = kubeconfig or system.openapi.kubeconfig
-        self.wrapped = wrapped
+        self.rogue = rogue
         self.batch_work = batch_work
-        self.outcome = Outcome(label, path, job_id)
+        self.outcome = Outcome(label=label, path="rogue" if rogue else "openapi", job_id=job_id)
         self.proc: subprocess.Popen[str] | None = None
 
     def argv(self) -> list[str]:
-        """COMMAND (the stand-in), behind ``elb-gate submit`` when wrapped."""
-        ns = self.system.namespace
-        command = [sys.executable, "-m", "testbed.demo.elastic_blast", "--namespace", ns]
-        command += ["--id", self.outcome.job_id, *([] if self.batch_work else ["--no-batch-work"])]
+        """The stand-in for ``elastic-blast submit`` (cloud job submission), behind
+        ``elb-gate submit`` unless rogue: one ``kubectl create -f -`` per Job of the
+        search, in its order, as whoever ``KUBECONFIG`` names. A refused Job stops it
+        there with kubectl's own message and exit status 1: Gate A and Gate B act on
+        the first Job, so a refused search leaves nothing behind."""
+        ns, job_id = self.system.namespace, self.outcome.job_id
+        creates = []
+        for n, manifest in enumerate(search_manifests(ns, job_id, batch_work=self.batch_work)):
+            path = self.system.root / f"{job_id}-{n}.json"
+            path.write_text(json.dumps(manifest))
+            creates.append(f'"$KUBECTL" create -f - <{shlex.quote(str(path))}')
+        command = ["sh", "-c", " && ".join(creates)]
         wrapper = [ELB_GATE, "-n", ns, "submit", "--source", "openapi", "--"]
-        return [*wrapper, *command] if self.wrapped else command
+        return command if self.rogue else [*wrapper, *command]
 
     def start(self) -> ProcessSubmitter:
         """Start the process; a thread reads what it prints."""
+        cp, openapi = self.system.cp, self.system.openapi
+        kubeconfig = cp.kubeconfig(ROGUE_USER) if self.rogue else openapi.kubeconfig
         self.proc = subprocess.Popen(
             self.argv(),
             cwd=REPO,
-            env=child_env(self.system, self.kubeconfig),
+            env=child_env(self.system, kubeconfig),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -219,13 +205,13 @@ class ProcessSubmitter:
                 self.timeline.emit("error", f"{self.outcome.label} exited {code}: {line}")
         self.outcome.exit_code = code
 
-    def terminate(self, grace: float = 10.0) -> None:
-        """SIGTERM (elb-gate stops COMMAND, then releases the Lease); SIGKILL after grace."""
+    def terminate(self) -> None:
+        """SIGTERM (elb-gate stops COMMAND, then releases the Lease); SIGKILL after 10 s."""
         if self.proc is None or self.proc.poll() is not None:
             return
         try:
             os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(grace)
+            self.proc.wait(10)
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(5)
@@ -278,16 +264,3 @@ class DoomedSubmitter(threading.Thread):
             # Its pod is going and this process with it: close the transport only. No
             # release, no renewal: that is what the controller has to repair.
             self.lease.close()
-
-
-def rogue(system: System, job_id: str, timeline: Timeline) -> ProcessSubmitter:
-    """A submitter that runs elastic-blast without taking the Lease."""
-    return ProcessSubmitter(
-        system,
-        f"{ROGUE_USER} (no Lease)",
-        job_id,
-        timeline,
-        kubeconfig=system.cp.kubeconfig(ROGUE_USER),
-        path="rogue",
-        wrapped=False,
-    )

@@ -11,8 +11,6 @@ from elbgate.settings import Settings
 from testbed.demo.scenario import Report
 from testbed.demo.searches import short
 
-REQUESTS_METRIC = "elb_gate_admission_requests"
-"""``elb_gate_admission_requests_total`` as the parser names the counter family."""
 RECLAIM_TARGET_SECONDS = 15.0
 """Worst case from a holder's death to the reclaim, at the default settings."""
 GATE_OF_REASON = {
@@ -38,29 +36,21 @@ def admission_counts(metrics_text: str) -> Counter[tuple[str, str, str]]:
     """``(webhook, decision, reason) -> reviews`` from one replica's /metrics text."""
     counts: Counter[tuple[str, str, str]] = Counter()
     for family in text_string_to_metric_families(metrics_text):
-        if family.name != REQUESTS_METRIC:
-            continue
         for sample in family.samples:
-            if sample.name.endswith("_total"):
-                key = (
-                    sample.labels.get("webhook", ""),
-                    sample.labels.get("decision", ""),
-                    sample.labels.get("reason", ""),
-                )
+            if sample.name == "elb_gate_admission_requests_total":
+                labels = sample.labels
+                key = (labels["webhook"], labels["decision"], labels["reason"])
                 counts[key] += int(sample.value)
     return counts
 
 
 def denials_by_reason(counts: Counter[tuple[str, str, str]]) -> Counter[str]:
-    """``reason (gate) -> denials`` over every webhook."""
+    """``reason (gate) -> denials`` over every webhook (the Lease guard's are its own)."""
     out: Counter[str] = Counter()
     for (webhook, decision, reason), n in counts.items():
         if decision == "denied" and n:
-            gate = (
-                GATE_OF_REASON.get(reason, "Lease guard")
-                if webhook.startswith("search-admission")
-                else "Lease guard"
-            )
+            search = webhook.startswith("search-admission")
+            gate = GATE_OF_REASON.get(reason, "Lease guard") if search else "Lease guard"
             out[f"{reason} ({gate})"] += n
     return out
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import yaml
 
@@ -38,7 +38,7 @@ from testbed.controlplane import (
     PodIdentity,
 )
 from testbed.demo.timeline import Timeline
-from testbed.install import SYSTEM_NAMESPACE, Installation, submitter_subjects
+from testbed.install import SYSTEM_NAMESPACE, submitter_subjects
 from testbed.kubelet_stand_in import STOP_SECONDS
 from testbed.rig import Rig, pod_suffix
 from testbed.system_tier import SYSTEM_NODES, SystemTier
@@ -68,64 +68,6 @@ NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 """Straight to a Pod on the run's bridge: a proxy from the environment must never see it."""
 
 
-class ElbGate(Protocol):
-    """How elb-gate runs under the story: what the demo reads from it and how it stops."""
-
-    def webhook_metrics_urls(self) -> dict[str, str]:
-        """Each webhook replica's metrics base URL, by pod name."""
-        ...
-
-    def controller_url(self) -> str:
-        """A controller's metrics base URL (``/liveness``, ``/metrics``)."""
-        ...
-
-    def stop(self) -> None: ...
-
-
-@dataclass
-class Processes:
-    """The fast tier: the rig (:class:`testbed.rig.Rig`): ``python -m webhook`` twice
-    behind a Service proxy, and ``python -m controller``, as host processes with the
-    shipped RBAC."""
-
-    cp: ControlPlane
-    rig: Rig
-    owns_control_plane: bool
-
-    def webhook_metrics_urls(self) -> dict[str, str]:
-        return {h.identity.pod: h.metrics_url for h in self.rig.hooks}
-
-    def controller_url(self) -> str:
-        return self.rig.controllers[0].url("")
-
-    def stop(self) -> None:
-        """Every process (controller first); on a control plane the demo did not start,
-        also the Pod objects that stood for them."""
-        _quietly(self.rig.stop)
-        if not self.owns_control_plane:
-            pods = [h.identity.pod for h in self.rig.hooks]
-            pods += [c.name for c in self.rig.controllers]
-            for pod in pods:
-                _quietly(partial(self.cp.admin.delete, "pods", SYSTEM_NAMESPACE, pod))
-
-
-@dataclass
-class Chart:
-    """The system tier: the chart installed as shipped, its Pods on real kubelet nodes."""
-
-    tier: SystemTier
-
-    def webhook_metrics_urls(self) -> dict[str, str]:
-        return self.tier.metrics_urls("webhook")
-
-    def controller_url(self) -> str:
-        return next(iter(self.tier.metrics_urls("controller").values()), "")
-
-    def stop(self) -> None:
-        """The tier's control plane, its nodes and what they changed on the host."""
-        _quietly(self.tier.stop)
-
-
 @dataclass
 class System:
     """Everything that runs, and where to reach it."""
@@ -137,16 +79,32 @@ class System:
     settings: Settings
     env: dict[str, str]
     """The settings environment every elb-gate process gets (and the submitters)."""
-    elbgate: ElbGate
     openapi: PodIdentity
     """The OpenAPI service's pod: `elb-gate submit` runs there with its bound token."""
     doomed: PodIdentity
     """The OpenAPI service's second replica, whose pod dies while it holds the Lease."""
+    rig: Rig | None = None
+    """The fast tier (:class:`testbed.rig.Rig`): ``python -m webhook`` twice behind a
+    Service proxy, and ``python -m controller``, as host processes with the shipped RBAC."""
+    tier: SystemTier | None = None
+    """``--system-tier``: the chart installed as shipped, its Pods on real kubelet nodes."""
+
+    def webhook_metrics_urls(self) -> dict[str, str]:
+        if self.tier is not None:
+            return self.tier.metrics_urls("webhook")
+        assert self.rig is not None
+        return {h.identity.pod: h.metrics_url for h in self.rig.hooks}
+
+    def controller_url(self) -> str:
+        if self.tier is not None:
+            return next(iter(self.tier.metrics_urls("controller").values()), "")
+        assert self.rig is not None
+        return self.rig.controllers[0].url("")
 
     def replica_metrics(self) -> dict[str, str]:
         """Each webhook replica's /metrics text, by pod name."""
         out = {}
-        for pod, url in self.elbgate.webhook_metrics_urls().items():
+        for pod, url in self.webhook_metrics_urls().items():
             try:
                 with NO_PROXY.open(f"{url}/metrics", timeout=30) as resp:
                     out[pod] = resp.read().decode()
@@ -155,12 +113,19 @@ class System:
         return out
 
     def stop(self) -> None:
-        """Stop elb-gate, then clean up the control plane: all of it when the demo
-        started it, else what the demo created there."""
-        self.elbgate.stop()
+        """Stop elb-gate (the controller first), then clean up the control plane: all of
+        it when the demo started it (the system tier's with its nodes and what they
+        changed on the host), else what the demo created there: its namespace and the
+        Pod objects that stood for elb-gate's processes."""
+        if self.rig is not None:
+            _quietly(self.rig.stop)
         if self.owns_control_plane:
-            _quietly(self.cp.stop)
+            _quietly(self.cp.stop)  # with the system tier's nodes: all SystemTier.stop does
             return
+        assert self.rig is not None
+        pods = [h.identity.pod for h in self.rig.hooks] + [c.name for c in self.rig.controllers]
+        for pod in pods:
+            _quietly(partial(self.cp.admin.delete, "pods", SYSTEM_NAMESPACE, pod))
         _quietly(lambda: self.cp.admin.delete("namespaces", None, self.namespace))
 
 
@@ -183,9 +148,10 @@ def _settings_env(root: Path, namespace: str) -> dict[str, str]:
 
 
 def _submitter_pods(
-    cp: ControlPlane, namespace: str, rs: str, node_selector: dict[str, str]
+    cp: ControlPlane, timeline: Timeline, namespace: str, node_selector: dict[str, str]
 ) -> tuple[PodIdentity, PodIdentity]:
     """The OpenAPI service's two pods, each with a token bound to it."""
+    rs = pod_suffix()
     openapi = cp.pod_identity(
         namespace, OPENAPI_SA, pod=f"elb-openapi-{rs}-{pod_suffix()}", node_selector=node_selector
     )
@@ -195,6 +161,12 @@ def _submitter_pods(
         pod=f"elb-openapi-{rs}-{pod_suffix()}",
         node_selector=node_selector,
         annotations={STOP_SECONDS: str(TERMINATING_SECONDS)},
+    )
+    timeline.emit(
+        "setup",
+        f"namespace {namespace} gated; OpenAPI pods {openapi.pod} and {doomed.pod} "
+        f"Running (service account {OPENAPI_SA}, tokens bound to each pod); every "
+        "setting at its default",
     )
     return openapi, doomed
 
@@ -222,7 +194,6 @@ def start_system(root: Path, timeline: Timeline, *, system_tier: bool = False) -
         )
     rig: Rig | None = None
     try:
-        Installation.on(cp)
         namespace = cp.new_namespace(NAMESPACE) if attached else NAMESPACE
         env = _settings_env(root, namespace)
         settings = Settings.from_env(env)
@@ -254,36 +225,14 @@ def start_system(root: Path, timeline: Timeline, *, system_tier: bool = False) -
             f"controller {controller.name}: python -m controller leads; "
             f"metrics {controller.url('/metrics')}",
         )
-        openapi, doomed = _submitter_pods(cp, namespace, pod_suffix(), dict(SYSTEM_POOL))
-        _emit_submitters(timeline, namespace, openapi, doomed)
+        openapi, doomed = _submitter_pods(cp, timeline, namespace, dict(SYSTEM_POOL))
     except BaseException:
         if rig is not None:
             _quietly(rig.stop)
         if not attached:
             _quietly(cp.stop)
         raise
-    return System(
-        root,
-        cp,
-        not attached,
-        namespace,
-        settings,
-        env,
-        Processes(cp, rig, not attached),
-        openapi,
-        doomed,
-    )
-
-
-def _emit_submitters(
-    timeline: Timeline, namespace: str, openapi: PodIdentity, doomed: PodIdentity
-) -> None:
-    timeline.emit(
-        "setup",
-        f"namespace {namespace} gated; OpenAPI pods {openapi.pod} and {doomed.pod} "
-        f"Running (service account {OPENAPI_SA}, tokens bound to each pod); every "
-        "setting at its default",
-    )
+    return System(root, cp, not attached, namespace, settings, env, openapi, doomed, rig=rig)
 
 
 STAND_INS = tuple(n for n in DEFAULT_NODES if n.labels == BLAST_POOL)
@@ -349,9 +298,8 @@ def _start_system_tier(root: Path, timeline: Timeline) -> System:
             f"the API server calls the webhook through Service {SYSTEM_NAMESPACE}/"
             f"elb-gate-webhook -> EndpointSlice {endpoints}",
         )
-        openapi, doomed = _submitter_pods(cp, NAMESPACE, pod_suffix(), dict(BLAST_POOL))
-        _emit_submitters(timeline, NAMESPACE, openapi, doomed)
+        openapi, doomed = _submitter_pods(cp, timeline, NAMESPACE, dict(BLAST_POOL))
     except BaseException:
         _quietly(tier.stop)
         raise
-    return System(root, cp, True, NAMESPACE, settings, env, Chart(tier), openapi, doomed)
+    return System(root, cp, True, NAMESPACE, settings, env, openapi, doomed, tier=tier)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import TextIO
 
 KIND_WIDTH = 9
 
@@ -14,8 +13,7 @@ class Timeline:
     """Thread-safe: the observer (emulator thread), submitters and the scenario all
     write here, and each line is printed whole."""
 
-    def __init__(self, stream: TextIO | None = None) -> None:
-        self.stream = stream or sys.stdout
+    def __init__(self) -> None:
         self.start = time.monotonic()
         self._lock = threading.Lock()
 
@@ -26,11 +24,11 @@ class Timeline:
     def emit(self, kind: str, text: str) -> None:
         """Print ``text`` as a ``kind`` event, stamped now."""
         with self._lock:
-            self.stream.write(f"{self.elapsed():6.1f}s  {kind:<{KIND_WIDTH}} {text}\n")
-            self.stream.flush()
+            sys.stdout.write(f"{self.elapsed():6.1f}s  {kind:<{KIND_WIDTH}} {text}\n")
+            sys.stdout.flush()
 
     def say(self, text: str = "") -> None:
         """Print a line that is not an event (headings, the summary)."""
         with self._lock:
-            self.stream.write(text + "\n")
-            self.stream.flush()
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
