@@ -107,8 +107,11 @@ def lease(
     renew_raw: str | None = None,
     duration: int | None = 900,
     name: str = LEASE,
+    namespace: str = "default",
+    rv: str = "7",
 ) -> dict[str, Any]:
-    """A submit Lease; ``renewed_ago`` is measured on the webhook's clock (NOW)."""
+    """A submit Lease as the API returns it; ``renewed_ago`` is measured on the webhook's
+    clock (NOW)."""
     spec: dict[str, Any] = {"holderIdentity": holder}
     if duration is not None:
         spec["leaseDurationSeconds"] = duration
@@ -122,7 +125,7 @@ def lease(
         notes[HOLDER_USER_ANNOTATION] = holder_user
     if holder_pod:
         notes[HOLDER_POD_ANNOTATION] = holder_pod
-    meta: dict[str, Any] = {"name": name, "namespace": "default", "resourceVersion": "7"}
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "resourceVersion": rv}
     if notes:
         meta["annotations"] = notes
     return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": spec}

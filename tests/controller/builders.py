@@ -13,16 +13,14 @@ from elbgate.lease import LeaseView, format_microtime
 from elbgate.names import (
     BATCH_WORK_EVIDENCE_APPS,
     BATCH_WORK_SEEN_ANNOTATION,
-    HOLDER_POD_ANNOTATION,
-    HOLDER_USER_ANNOTATION,
     ORPHANED_SINCE_ANNOTATION,
     lease_name,
 )
 from elbgate.settings import ControllerSettings, GateSettings, Settings
-from testbed.elastic_blast import REFERENCE_TIME
+from tests import builders
+from tests.builders import NOW
 
 NS = "blast"
-NOW = REFERENCE_TIME
 HOLDER = "dashboard-0b9f6c1e2d3a4b5c8d7e6f5a4b3c2d1e"
 POD_UID = "11111111-2222-3333-4444-555555555555"
 STAMP = f"{NS}/celery-worker-0/{POD_UID}"
@@ -48,33 +46,19 @@ def lease_doc(
     rv: str = "41",
     namespace: str = NS,
 ) -> dict[str, Any]:
-    """A submit Lease as the API returns it."""
-    spec: dict[str, Any] = {}
-    if holder:
-        spec["holderIdentity"] = holder
-    if duration is not None:
-        spec["leaseDurationSeconds"] = duration
-    if renew_time is not None:
-        spec["renewTime"] = renew_time
-    elif renewed_ago is not None:
-        spec["renewTime"] = format_microtime(ago(renewed_ago))
-        spec["acquireTime"] = spec["renewTime"]
-    annotations = {}
-    if user:
-        annotations[HOLDER_USER_ANNOTATION] = user
-    if pod:
-        annotations[HOLDER_POD_ANNOTATION] = pod
-    return {
-        "apiVersion": "coordination.k8s.io/v1",
-        "kind": "Lease",
-        "metadata": {
-            "name": lease_name(namespace),
-            "namespace": namespace,
-            "resourceVersion": rv,
-            "annotations": annotations,
-        },
-        "spec": spec,
-    }
+    """A submit Lease as the API returns it (:func:`tests.builders.lease` with the
+    controller tables' defaults)."""
+    return builders.lease(
+        holder,
+        holder_user=user or "",
+        holder_pod=pod or "",
+        renewed_ago=renewed_ago,
+        renew_raw=renew_time,
+        duration=duration,
+        name=lease_name(namespace),
+        namespace=namespace,
+        rv=rv,
+    )
 
 
 def lease(**kw: Any) -> LeaseView:
