@@ -291,120 +291,108 @@ class ControlPlane:
         node_selector: Mapping[str, str] | None = None,
         restart_policy: str = "Always",
         annotations: Mapping[str, str] | None = None,
+        containers: Sequence[str] = ("app",),
         expiration_seconds: int = 86400,
         image: str = "elb-openapi:4.27",
+        timeout: float = 120.0,
     ) -> PodIdentity:
         """A Running Pod of ``service_account`` and a token bound to it (the real
-        TokenRequest API), as the in-cluster submit path holds; with a kubeconfig."""
+        TokenRequest API), as the in-cluster submit path holds; with a kubeconfig.
+        ``node_selector``: the system pool unless given (``{}``: any node)."""
         self.ensure_service_account(namespace, service_account)
         name = pod or f"{service_account}-{uuid.uuid4().hex[:6]}"
-        created = self._create_pod(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "name": name,
-                    "namespace": namespace,
-                    "labels": {"app.kubernetes.io/name": service_account},
-                    "annotations": dict(annotations or {}),
+        restricted = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+        body: JsonObj = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {"app.kubernetes.io/name": service_account},
+                "annotations": dict(annotations or {}),
+            },
+            "spec": {
+                "serviceAccountName": service_account,
+                "restartPolicy": restart_policy,
+                "terminationGracePeriodSeconds": 30,
+                "nodeSelector": dict(SYSTEM_POOL if node_selector is None else node_selector),
+                # Compliant with Pod Security "restricted", which elb-system enforces.
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "runAsUser": 10001,
+                    "seccompProfile": {"type": "RuntimeDefault"},
                 },
-                "spec": {
-                    "serviceAccountName": service_account,
-                    "restartPolicy": restart_policy,
-                    "terminationGracePeriodSeconds": 30,
-                    "nodeSelector": dict(node_selector or SYSTEM_POOL),
-                    # Compliant with Pod Security "restricted", which elb-system enforces.
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": 10001,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
-                    "containers": [
-                        {
-                            "name": "app",
-                            "image": image,
-                            "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
-                        }
-                    ],
-                },
-            }
+                "containers": [
+                    {
+                        "name": c,
+                        "image": image,
+                        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
+                        "securityContext": restricted,
+                    }
+                    for c in containers
+                ],
+            },
+        }
+        created = wait_until(
+            lambda: self._create_pod(body), timeout, f"pod {namespace}/{name} created", 0.05
         )
         uid = created["metadata"]["uid"]
-        running = wait_until(
-            lambda: _running(self.admin.find("pods", namespace, name)),
-            120,
-            f"pod {namespace}/{name} Running",
-        )
-        token = self.pod_token(running, expiration_seconds)
-        path = self.state_dir / "kubeconfigs" / f"sa-{namespace}-{name}.kubeconfig"
-        self.write_kubeconfig(path, f"{namespace}-{name}", token, namespace)
-        return PodIdentity(
-            namespace,
-            service_account,
-            name,
-            uid,
-            running["spec"].get("nodeName", ""),
-            token,
-            str(path),
-        )
 
-    def _create_pod(self, body: JsonObj) -> JsonObj:
+        def running() -> JsonObj | None:
+            found = self.admin.find("pods", namespace, name)
+            if (
+                found
+                and found["metadata"]["uid"] == uid
+                and found["status"].get("phase") == "Running"
+            ):
+                return found
+            return None
+
+        pod_now = wait_until(running, timeout, f"pod {namespace}/{name} Running", 0.05)
+        token = self.pod_token(pod_now, expiration_seconds)
+        path = self.state_dir / "kubeconfigs" / f"sa-{namespace}-{name}-{uid[:8]}.kubeconfig"
+        self.write_kubeconfig(path, f"{namespace}-{name}", token, namespace)
+        node = pod_now["spec"].get("nodeName", "")
+        return PodIdentity(namespace, service_account, name, uid, node, token, str(path))
+
+    def _create_pod(self, body: JsonObj) -> JsonObj | None:
         """Create the Pod, or take the one of that name and ServiceAccount an earlier
-        test session left on an attached control plane (``ELB_GATE_CONTROL_PLANE``)."""
+        test session left on an attached control plane (``ELB_GATE_CONTROL_PLANE``);
+        ``None`` while a Pod of that name is still being removed (a StatefulSet
+        recreating a Pod waits the same way)."""
         meta, spec = body["metadata"], body["spec"]
         existing = self.admin.find("pods", meta["namespace"], meta["name"])
-        if (
-            existing is not None
-            and not existing["metadata"].get("deletionTimestamp")
-            and existing["spec"].get("serviceAccountName") == spec.get("serviceAccountName")
-        ):
-            return existing
+        if existing is not None:
+            if existing["metadata"].get("deletionTimestamp"):
+                return None
+            if existing["spec"].get("serviceAccountName") == spec.get("serviceAccountName"):
+                return existing
         return self.admin.create(body)
 
     def pod_token(self, pod: JsonObj, expiration_seconds: int = 3600) -> str:
         """A token of the Pod's ServiceAccount bound to the Pod (TokenRequest with a
         ``boundObjectRef``), as the kubelet projects it into the Pod."""
-        meta, spec = pod["metadata"], pod.get("spec") or {}
-        account = spec.get("serviceAccountName") or "default"
-        answer = self.admin.request(
-            "POST",
-            self.admin.resource("serviceaccounts").path(meta["namespace"], account, "token"),
-            {
-                "apiVersion": "authentication.k8s.io/v1",
-                "kind": "TokenRequest",
-                "spec": {
-                    "expirationSeconds": expiration_seconds,
-                    "boundObjectRef": {
-                        "apiVersion": "v1",
-                        "kind": "Pod",
-                        "name": meta["name"],
-                        "uid": meta["uid"],
-                    },
-                },
-            },
-        )
-        return str(answer["status"]["token"])
+        meta = pod["metadata"]
+        bound = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}
+        account = (pod.get("spec") or {}).get("serviceAccountName") or "default"
+        return self._token(meta["namespace"], account, expiration_seconds, bound)
 
     def service_account_token(
         self, namespace: str, service_account: str, expiration_seconds: int = 86400
     ) -> str:
         """A token for a ServiceAccount not bound to any Pod."""
         self.ensure_service_account(namespace, service_account)
-        return str(
-            self.admin.request(
-                "POST",
-                self.admin.resource("serviceaccounts").path(namespace, service_account, "token"),
-                {
-                    "apiVersion": "authentication.k8s.io/v1",
-                    "kind": "TokenRequest",
-                    "spec": {"expirationSeconds": expiration_seconds},
-                },
-            )["status"]["token"]
-        )
+        return self._token(namespace, service_account, expiration_seconds)
+
+    def _token(
+        self, namespace: str, account: str, expiration: int, bound: JsonObj | None = None
+    ) -> str:
+        spec: JsonObj = {"expirationSeconds": expiration}
+        if bound is not None:
+            spec["boundObjectRef"] = bound
+        request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+        path = self.admin.resource("serviceaccounts").path(namespace, account, "token")
+        return str(self.admin.request("POST", path, request)["status"]["token"])
 
     def write_kubeconfig(
         self, path: Path, user: str, token: str, namespace: str = "default"
@@ -503,12 +491,6 @@ class ControlPlane:
     def audit_events(self) -> list[JsonObj]:
         """What the API server's audit log holds so far (writes to Jobs and Leases)."""
         return read_audit(self.audit_log)[0]
-
-
-def _running(pod: JsonObj | None) -> JsonObj | None:
-    if pod and (pod.get("status") or {}).get("phase") == "Running":
-        return pod
-    return None
 
 
 def _memory_dir() -> Path | None:
