@@ -413,12 +413,17 @@ class DashboardLeaseClient(_Decisions):
                 raise ClientError(f"lease GET: {status} {stored.get('message')}")
             if (stored.get("spec") or {}).get("holderIdentity") != self.holder:
                 return "not_holder"
-            body = copy.deepcopy(stored)
-            body["spec"]["holderIdentity"] = ""
+            body = self.released(stored)
             status, answer = self._call("PUT", f"{self.collection}/{self.name}", body)
             if _judge(status, answer, "released") == "released":
                 return "released"
         return "busy"
+
+    def released(self, stored: JsonObj) -> JsonObj:
+        """The PUT that releases ``stored``: the object read, with holder ``""``."""
+        body = copy.deepcopy(stored)
+        body["spec"]["holderIdentity"] = ""
+        return body
 
 
 SPLIT_SOURCE = "dashboard-split"

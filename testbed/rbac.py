@@ -65,10 +65,6 @@ def shipped(kind: str, name: str) -> JsonObj:
     raise KeyError(f"manifests/base ships no {kind} {name}")
 
 
-def _resource_group(resource: str) -> str:
-    return {"leases": "coordination.k8s.io", "jobs": "batch"}.get(resource, "")
-
-
 @contextmanager
 def without_verb(
     cp: ControlPlane,
@@ -91,22 +87,9 @@ def without_verb(
         if rule.get("verbs"):
             rules.append(rule)
     narrowed["rules"] = rules
-    group = _resource_group(resource)
     cp.admin.apply(narrowed)
-    try:
-        wait_until(
-            lambda: not allowed(cp, service_account, verb, resource, namespace, group),
-            120,
-            f"{service_account} loses {verb} {resource}",
-        )
+    with _withdrawn(cp, original, service_account, verb, resource, namespace):
         yield
-    finally:
-        cp.admin.apply(original)
-        wait_until(
-            lambda: allowed(cp, service_account, verb, resource, namespace, group),
-            30,
-            f"{service_account} has {verb} {resource} again",
-        )
 
 
 @contextmanager
@@ -117,17 +100,29 @@ def without_binding(
     ``resource`` cluster-wide); the shipped binding is restored afterwards."""
     original = shipped("ClusterRoleBinding", binding)
     cp.admin.delete("clusterrolebindings", None, binding)
+    with _withdrawn(cp, original, service_account, verb, resource):
+        yield
+
+
+@contextmanager
+def _withdrawn(
+    cp: ControlPlane,
+    original: JsonObj,
+    service_account: str,
+    verb: str,
+    resource: str,
+    namespace: str | None = None,
+) -> Iterator[None]:
+    """Once the authorizer denies what was just withdrawn, the block; then ``original``
+    applied again, and waited for until the authorizer allows it again."""
+    group = {"leases": "coordination.k8s.io", "jobs": "batch"}.get(resource, "")
+
+    def may() -> bool:
+        return allowed(cp, service_account, verb, resource, namespace, group)
+
     try:
-        wait_until(
-            lambda: not allowed(cp, service_account, verb, resource),
-            120,
-            f"{service_account} loses {verb} {resource}",
-        )
+        wait_until(lambda: not may(), 120, f"{service_account} loses {verb} {resource}")
         yield
     finally:
         cp.admin.apply(original)
-        wait_until(
-            lambda: allowed(cp, service_account, verb, resource),
-            120,
-            f"{service_account} may {verb} {resource} again",
-        )
+        wait_until(may, 120, f"{service_account} may {verb} {resource} again")
