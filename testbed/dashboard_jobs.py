@@ -54,38 +54,37 @@ def _fragment(name: str, limit: int = 48) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:limit].strip("-") or "db"
 
 
-def warmup(
-    db: str,
-    shard: int,
-    node: str,
+def _on_node(
+    node: str, name: str, script: str, env: dict[str, str], scripts: bool = False
 ) -> dict[str, Any]:
-    """Stages shard ``shard`` of ``db`` onto ``node`` (``build_warmup_job_plan``)."""
-    nn = f"{shard:02d}"
-    labels = {"app": WARMUP_APP, "db": db, "shard": nn}
-    pod = {
+    """The pod of a Job pinned to ``node`` that runs ``script`` on the node's database
+    disk (and with the warm-up scripts mounted, ``scripts``)."""
+    mounts = [{"name": "db", "mountPath": "/blast/blastdb"}]
+    volumes: list[dict[str, Any]] = [
+        {"name": "db", "hostPath": {"path": NODE_DB_PATH, "type": "DirectoryOrCreate"}}
+    ]
+    if scripts:
+        mounts.append({"name": "scripts", "mountPath": "/scripts"})
+        volumes.append(
+            {"name": "scripts", "configMap": {"name": "elb-warmup-scripts", "defaultMode": 0o755}}
+        )
+    container = {"name": name, "image": IMAGE, "command": ["bash", "-lc"], "args": [script]}
+    container.update(env=env_list(**env), volumeMounts=mounts)
+    return {
         "restartPolicy": "Never",
         "nodeName": node,
         "tolerations": [dict(BLAST_TOLERATION)],
-        "containers": [
-            {
-                "name": "warmup",
-                "image": IMAGE,
-                "command": ["bash", "-lc"],
-                "args": ["/scripts/warmup.sh"],
-                "env": env_list(
-                    ELB_SHARD_IDX=nn, ELB_DB=f"{db}_shard_{nn}", ELB_DB_MOL_TYPE="nucl"
-                ),
-                "volumeMounts": [
-                    {"name": "db", "mountPath": "/blast/blastdb"},
-                    {"name": "scripts", "mountPath": "/scripts"},
-                ],
-            }
-        ],
-        "volumes": [
-            {"name": "db", "hostPath": {"path": NODE_DB_PATH, "type": "DirectoryOrCreate"}},
-            {"name": "scripts", "configMap": {"name": "elb-warmup-scripts", "defaultMode": 0o755}},
-        ],
+        "containers": [container],
+        "volumes": volumes,
     }
+
+
+def warmup(db: str, shard: int, node: str) -> dict[str, Any]:
+    """Stages shard ``shard`` of ``db`` onto ``node`` (``build_warmup_job_plan``)."""
+    nn = f"{shard:02d}"
+    labels = {"app": WARMUP_APP, "db": db, "shard": nn}
+    env = {"ELB_SHARD_IDX": nn, "ELB_DB": f"{db}_shard_{nn}", "ELB_DB_MOL_TYPE": "nucl"}
+    pod = _on_node(node, "warmup", "/scripts/warmup.sh", env, scripts=True)
     spec = {"backoffLimit": 1, "activeDeadlineSeconds": 3600}
     return job_body(f"warm-{_fragment(db)}-{nn}", labels, pod, spec)
 
@@ -134,33 +133,15 @@ def prepare_db(
 
 
 def order_oracle(
-    db: str,
-    shard: int,
-    node: str,
-    run_id: str = "20261129T115500Z",
+    db: str, shard: int, node: str, run_id: str = "20261129T115500Z"
 ) -> dict[str, Any]:
     """Dumps the accession order of shard ``shard`` of ``db`` on the node that holds it
     (``build_db_order_oracle_job_plan``)."""
     nn = f"{shard:02d}"
     labels = {"app": ORACLE_APP, "db": db, "shard": nn, "oracle-run": run_id}
-    pod = {
-        "restartPolicy": "Never",
-        "nodeName": node,
-        "tolerations": [dict(BLAST_TOLERATION)],
-        "containers": [
-            {
-                "name": "oracle",
-                "image": IMAGE,
-                "command": ["bash", "-lc"],
-                "args": ["blastdbcmd -db \"${ELB_DB}\" -entry all -outfmt '%a'"],
-                "env": env_list(ELB_DB=f"{db}_shard_{nn}", ELB_DB_NAME=db, ELB_SHARD=nn),
-                "volumeMounts": [{"name": "db", "mountPath": "/blast/blastdb"}],
-            }
-        ],
-        "volumes": [
-            {"name": "db", "hostPath": {"path": NODE_DB_PATH, "type": "DirectoryOrCreate"}}
-        ],
-    }
+    dump = "blastdbcmd -db \"${ELB_DB}\" -entry all -outfmt '%a'"
+    env = {"ELB_DB": f"{db}_shard_{nn}", "ELB_DB_NAME": db, "ELB_SHARD": nn}
+    pod = _on_node(node, "oracle", dump, env)
     spec = {"backoffLimit": 1, "ttlSecondsAfterFinished": 86400}
     name = f"oracle-{_fragment(db)}-{nn}-{_fragment(run_id)}"
     return job_body(name, labels, pod, spec)
