@@ -27,6 +27,8 @@ import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from elbgate.settings import ControllerSettings
 from testbed.controlplane import REPO, ControlPlane
 from testbed.install import SYSTEM_NAMESPACE, Installation
@@ -175,16 +177,11 @@ class ControllerProcess:
 
     def metric(self, name: str, labels: Mapping[str, str] | None = None) -> float | None:
         """The value of one sample on /metrics (``None`` when absent)."""
-        want = ",".join(f'{k}="{v}"' for k, v in sorted((labels or {}).items()))
         _, body = self.get("/metrics")
-        for line in body.splitlines():
-            if line.startswith("#"):
-                continue
-            key, _, value = line.rpartition(" ")
-            metric, _, label_text = key.partition("{")
-            got = ",".join(sorted(label_text.rstrip("}").split(","))) if label_text else ""
-            if metric == name and got == want:
-                return float(value)
+        for family in text_string_to_metric_families(body):
+            for sample in family.samples:
+                if sample.name == name and sample.labels == dict(labels or {}):
+                    return float(sample.value)
         return None
 
     def is_leader(self) -> bool:

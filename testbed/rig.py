@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import itertools
 import secrets
-import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Self
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from testbed.controller_process import LEADER_LEASE, ControllerProcess
 from testbed.controlplane import ControlPlane
@@ -34,7 +35,9 @@ from testbed.install import NOT_THE_FENCE, Installation
 from testbed.service import Service
 from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
-from testbed.webhook_service import WebhookService
+from testbed.webhook_service import WebhookService, in_parallel
+
+ADMISSIONS = "elb_gate_admission_requests_total"
 
 
 def pod_suffix() -> str:
@@ -113,7 +116,7 @@ class Rig:
         try:
             for ns in self.namespaces:
                 self.install.gate(ns)
-            _in_parallel([self.webhooks.start, self._start_controllers])
+            in_parallel([self.webhooks.start, self._start_controllers])
         except BaseException:
             self.stop()
             raise
@@ -234,32 +237,10 @@ class Rig:
         """Admission requests each webhook replica answered (from its /metrics)."""
         out = []
         for hook in self.hooks:
-            total = 0.0
             try:
                 text = hook.metrics()
             except OSError:
                 text = ""
-            for line in text.splitlines():
-                if line.startswith("elb_gate_admission_requests_total{"):
-                    total += float(line.rsplit(" ", 1)[1])
-            out.append(int(total))
+            samples = (s for f in text_string_to_metric_families(text) for s in f.samples)
+            out.append(int(sum(s.value for s in samples if s.name == ADMISSIONS)))
         return out
-
-
-def _in_parallel(starts: list[Callable[[], object]]) -> None:
-    """Run the start functions side by side; raise the first failure after all ended."""
-    errors: list[BaseException] = []
-
-    def run(start: Callable[[], object]) -> None:
-        try:
-            start()
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(start,)) for start in starts]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]

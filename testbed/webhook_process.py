@@ -233,11 +233,7 @@ class WebhookProcess:
 
     def register(self) -> None:
         """Store both webhook configurations (replacing any left by another process)."""
-        for doc in self.configurations():
-            self.cp.admin.apply(doc)
-            key = (CONFIGURATION_KINDS[doc["kind"]], doc["metadata"]["name"])
-            if key not in self._registered:
-                self._registered.append(key)
+        register(self.cp, self.configurations(), self._registered)
         self._wait_effective()
 
     def _wait_effective(self) -> None:
@@ -247,14 +243,7 @@ class WebhookProcess:
 
     def unregister(self) -> None:
         """Remove the configurations this process registered, if still its own."""
-        for resource, name in self._registered:
-            current = self.cp.admin.find(resource, None, name)
-            if current is None:
-                continue
-            urls = [h["clientConfig"].get("url", "") for h in current.get("webhooks") or []]
-            if any(f":{self.port}/" in u for u in urls):
-                self.cp.admin.delete(resource, None, name)
-        self._registered.clear()
+        unregister(self.cp, self._registered, self.port)
 
     def gate_namespace(self, namespace: str, *, label: bool = True) -> str:
         """Create ``namespace`` if needed, with the RoleBindings a gated namespace
@@ -322,6 +311,27 @@ class WebhookProcess:
     def registered(self) -> list[JsonObj]:
         """What is registered now (copies)."""
         return [copy.deepcopy(self.cp.admin.get(r, None, n)) for r, n in self._registered]
+
+
+def register(cp: ControlPlane, docs: Iterable[JsonObj], registered: list[tuple[str, str]]) -> None:
+    """Store the webhook configurations ``docs`` (replacing what is there), each noted
+    once in ``registered`` as (resource, name)."""
+    for doc in docs:
+        cp.admin.apply(doc)
+        key = (CONFIGURATION_KINDS[doc["kind"]], doc["metadata"]["name"])
+        if key not in registered:
+            registered.append(key)
+
+
+def unregister(cp: ControlPlane, registered: list[tuple[str, str]], port: int) -> None:
+    """Remove the configurations ``registered`` that still point at ``port`` (another
+    webhook may have registered its own since), and forget them."""
+    for resource, name in registered:
+        current = cp.admin.find(resource, None, name) or {}
+        urls = [h["clientConfig"].get("url", "") for h in current.get("webhooks") or []]
+        if any(f":{port}/" in u for u in urls):
+            cp.admin.delete(resource, None, name)
+    registered.clear()
 
 
 def await_webhooks_called(

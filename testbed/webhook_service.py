@@ -31,11 +31,12 @@ from testbed.controlplane import ControlPlane
 from testbed.install import Installation
 from testbed.service import Service
 from testbed.webhook_process import (
-    CONFIGURATION_KINDS,
     WebhookProcess,
     await_webhooks_called,
     point_at,
+    register,
     shipped_configurations,
+    unregister,
 )
 
 PROBE_NAMESPACE = "elb-gate-probe"
@@ -83,22 +84,11 @@ class WebhookService:
 
     def start(self) -> WebhookService:
         """Start every replica (side by side), the Service, then register."""
-        errors: list[BaseException] = []
-
-        def start(hook: WebhookProcess) -> None:
-            try:
-                hook.start()
-            except BaseException as exc:
-                errors.append(exc)
-
-        threads = [threading.Thread(target=start, args=(h,)) for h in self.replicas]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        if errors:
+        try:
+            in_parallel([hook.start for hook in self.replicas])
+        except BaseException:
             self.stop()
-            raise errors[0]
+            raise
         self.proxy = Service(self.replicas).start()
         self.register()
         return self
@@ -111,9 +101,7 @@ class WebhookService:
         return point_at(shipped_configurations(), self.proxy.port, ca_bundle)
 
     def register(self) -> None:
-        for doc in self.configurations():
-            self.cp.admin.apply(doc)
-            self._registered.append((CONFIGURATION_KINDS[doc["kind"]], doc["metadata"]["name"]))
+        register(self.cp, self.configurations(), self._registered)
         self._wait_effective()
 
     def _wait_effective(self) -> None:
@@ -129,14 +117,8 @@ class WebhookService:
 
     def unregister(self) -> None:
         assert self.proxy is not None or not self._registered
-        for resource, name in self._registered:
-            current = self.cp.admin.find(resource, None, name)
-            if current is None or self.proxy is None:
-                continue
-            urls = [h["clientConfig"].get("url", "") for h in current.get("webhooks") or []]
-            if any(f":{self.proxy.port}/" in u for u in urls):
-                self.cp.admin.delete(resource, None, name)
-        self._registered.clear()
+        if self.proxy is not None:
+            unregister(self.cp, self._registered, self.proxy.port)
 
     def gate_namespace(self, namespace: str) -> str:
         """Create ``namespace`` if needed, with a gated namespace's RoleBindings and label."""
@@ -157,3 +139,22 @@ class WebhookService:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def in_parallel(starts: list[Callable[[], object]]) -> None:
+    """Run the start functions side by side; raise the first failure after all ended."""
+    errors: list[BaseException] = []
+
+    def run(start: Callable[[], object]) -> None:
+        try:
+            start()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(start,)) for start in starts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
