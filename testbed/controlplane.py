@@ -395,18 +395,24 @@ class ControlPlane:
         return str(self.admin.request("POST", path, request)["status"]["token"])
 
     def write_kubeconfig(
-        self, path: Path, user: str, token: str, namespace: str = "default"
+        self,
+        path: Path,
+        user: str,
+        token: str,
+        namespace: str = "default",
+        *,
+        server: str | None = None,
+        ca_file: str | None = None,
     ) -> str:
+        """A kubeconfig of ``user`` with ``token``, for this API server (or ``server``,
+        trusted through ``ca_file``: a proxy in front of it)."""
         path.parent.mkdir(parents=True, exist_ok=True)
+        ca = ca_file or self.ca_file
+        cluster = {"server": server or self.server, "certificate-authority": ca}
         doc = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [
-                {
-                    "name": "localkube",
-                    "cluster": {"server": self.server, "certificate-authority": self.ca_file},
-                }
-            ],
+            "clusters": [{"name": "localkube", "cluster": cluster}],
             "users": [{"name": user, "user": {"token": token}}],
             "contexts": [
                 {

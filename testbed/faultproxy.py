@@ -151,24 +151,7 @@ class FaultProxy:
     def kubeconfig(self, token: str, name: str) -> str:
         """A kubeconfig that reaches the API server through this proxy."""
         path = self._dir / f"{name}.kubeconfig"
-        path.write_text(
-            json.dumps(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "clusters": [
-                        {
-                            "name": "proxy",
-                            "cluster": {"server": self.url, "certificate-authority": self.ca_file},
-                        }
-                    ],
-                    "users": [{"name": name, "user": {"token": token}}],
-                    "contexts": [{"name": name, "context": {"cluster": "proxy", "user": name}}],
-                    "current-context": name,
-                }
-            )
-        )
-        return str(path)
+        return self.cp.write_kubeconfig(path, name, token, server=self.url, ca_file=self.ca_file)
 
     def start(self) -> FaultProxy:
         started = threading.Event()
@@ -366,39 +349,34 @@ class FaultProxy:
         loop.call_soon_threadsafe(swap)
 
 
-def _status(code: int) -> web.Response:
-    reasons = {
-        500: "InternalError",
-        503: "ServiceUnavailable",
-        504: "Timeout",
-        429: "TooManyRequests",
-        409: "Conflict",
-        410: "Expired",
-        403: "Forbidden",
-    }
-    body = {
+_REASONS = {
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+    429: "TooManyRequests",
+    409: "Conflict",
+    410: "Expired",
+    403: "Forbidden",
+}
+
+
+def _failure(code: int, message: str) -> dict[str, Any]:
+    """A Kubernetes ``Status`` of a failed call."""
+    return {
         "kind": "Status",
         "apiVersion": "v1",
         "metadata": {},
         "status": "Failure",
-        "message": f"injected fault: {code}",
-        "reason": reasons.get(code, "InternalError"),
+        "message": message,
+        "reason": _REASONS.get(code, "InternalError"),
         "code": code,
     }
-    return web.json_response(body, status=code)
+
+
+def _status(code: int) -> web.Response:
+    return web.json_response(_failure(code, f"injected fault: {code}"), status=code)
 
 
 def _gone_watch(request: web.Request) -> web.Response:
-    event = {
-        "type": "ERROR",
-        "object": {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": "too old resource version: injected",
-            "reason": "Expired",
-            "code": 410,
-        },
-    }
+    event = {"type": "ERROR", "object": _failure(410, "too old resource version: injected")}
     return web.Response(text=json.dumps(event) + "\n", content_type="application/json")
