@@ -255,27 +255,34 @@ class Installation:
 
 
 def authorizer_allows(
-    cp: ControlPlane, user: str, groups: list[str], verb: str, resource: str, namespace: str
+    cp: ControlPlane,
+    user: str,
+    groups: list[str],
+    verb: str,
+    resource: str,
+    namespace: str | None = None,
+    group: str | None = None,
+    name: str = "",
 ) -> bool:
-    """Whether the API server's authorizer lets ``user`` do ``verb`` on ``resource`` in
-    ``namespace`` now (a SubjectAccessReview)."""
-    group = {"leases": "coordination.k8s.io", "jobs": "batch"}.get(resource, "")
+    """Whether the API server's authorizer lets ``user`` (of ``groups``, authenticated)
+    do ``verb`` on ``resource`` (of API ``group``: by default the one elb-gate uses it
+    from), in ``namespace`` or cluster-wide, named ``name`` or any, now (a
+    SubjectAccessReview)."""
+    if group is None:
+        group = {"leases": "coordination.k8s.io", "jobs": "batch"}.get(resource, "")
+    attributes = {"verb": verb, "resource": resource, "group": group}
+    if namespace:
+        attributes["namespace"] = namespace
+    if name:
+        attributes["name"] = name
+    spec = {
+        "user": user,
+        "groups": list(dict.fromkeys([*groups, "system:authenticated"])),
+        "resourceAttributes": attributes,
+    }
     review = cp.admin.request(
         "POST",
         "/apis/authorization.k8s.io/v1/subjectaccessreviews",
-        {
-            "apiVersion": "authorization.k8s.io/v1",
-            "kind": "SubjectAccessReview",
-            "spec": {
-                "user": user,
-                "groups": [*groups, "system:authenticated"],
-                "resourceAttributes": {
-                    "verb": verb,
-                    "resource": resource,
-                    "group": group,
-                    "namespace": namespace,
-                },
-            },
-        },
+        {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec},
     )
     return bool(review["status"].get("allowed"))

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 from testbed.api import JsonObj
 from testbed.controlplane import ControlPlane
-from testbed.install import SYSTEM_NAMESPACE, base_objects
+from testbed.install import SYSTEM_NAMESPACE, authorizer_allows, base_objects
 from testbed.waiting import wait_until
 
 
@@ -35,26 +35,12 @@ def allowed(
     verb: str,
     resource: str,
     namespace: str | None = None,
-    group: str = "",
+    group: str | None = None,
     name: str = "",
 ) -> bool:
     """Whether the authorizer lets ``service_account`` (of elb-system) do this now."""
     user, groups = user_of(service_account)
-    attributes: JsonObj = {"verb": verb, "resource": resource, "group": group}
-    if namespace:
-        attributes["namespace"] = namespace
-    if name:
-        attributes["name"] = name
-    review = cp.admin.request(
-        "POST",
-        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
-        {
-            "apiVersion": "authorization.k8s.io/v1",
-            "kind": "SubjectAccessReview",
-            "spec": {"user": user, "groups": groups, "resourceAttributes": attributes},
-        },
-    )
-    return bool(review["status"].get("allowed"))
+    return authorizer_allows(cp, user, groups, verb, resource, namespace, group, name)
 
 
 def shipped(kind: str, name: str) -> JsonObj:
@@ -115,10 +101,9 @@ def _withdrawn(
 ) -> Iterator[None]:
     """Once the authorizer denies what was just withdrawn, the block; then ``original``
     applied again, and waited for until the authorizer allows it again."""
-    group = {"leases": "coordination.k8s.io", "jobs": "batch"}.get(resource, "")
 
     def may() -> bool:
-        return allowed(cp, service_account, verb, resource, namespace, group)
+        return allowed(cp, service_account, verb, resource, namespace)
 
     try:
         wait_until(lambda: not may(), 120, f"{service_account} loses {verb} {resource}")
