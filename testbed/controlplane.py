@@ -142,8 +142,8 @@ class ControlPlane:
         self.audit_log = Path(state["auditLog"])
         self.kubernetes_version: str = state["kubernetesVersion"]
         self.startup_seconds: float = float(state["startupSeconds"])
+        self._apis: dict[str, Api] = {}
         self.admin = self.api("admin")
-        self._apis: dict[str, Api] = {"admin": self.admin}
         self._pool = (f"user-{i:03d}" for i in itertools.count())
         self._pool_lock = threading.Lock()
         self._namespaces = itertools.count(1)
@@ -263,13 +263,9 @@ class ControlPlane:
 
     def api(self, user: str) -> Api:
         """A client authenticated as ``user`` (a token-file user)."""
-        cached = getattr(self, "_apis", {}).get(user)
-        if cached is not None:
-            return cached
-        api = Api(self.server, self.ca_file, self.token(user))
-        if hasattr(self, "_apis"):
-            self._apis[user] = api
-        return api
+        if user not in self._apis:
+            self._apis[user] = Api(self.server, self.ca_file, self.token(user))
+        return self._apis[user]
 
     def plain_user(self) -> str:
         """A token-file user no one else in this process has used."""
