@@ -220,12 +220,11 @@ class OpenApiLeaseClient(_Decisions):
         ttl: int = TTL_SECONDS,
         skew: float = SKEW_SECONDS,
         clock_offset: float = 0.0,
-        kubectl: str | None = None,
         cache_dir: str | None = None,
     ) -> None:
         super().__init__(namespace, holder, ttl=ttl, skew=skew, clock_offset=clock_offset)
         self.kubeconfig = kubeconfig
-        self.kubectl = kubectl or str(kubectl_path())
+        self.kubectl = str(kubectl_path())
         self.cache_dir = cache_dir
         self.last_stderr = ""
         self.sent: list[JsonObj] = []

@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -158,9 +158,6 @@ class ControlPlane:
         *,
         nodes: Sequence[NodeSpec] = DEFAULT_NODES,
         system_nodes: Sequence[tuple[str, Mapping[str, str]]] = (),
-        extra_users: Iterable[tuple[str, Sequence[str]]] = (),
-        timeout: float = 300.0,
-        log: Path | None = None,
         etcd_quota_bytes: int = 0,
     ) -> ControlPlane:
         """Start localkube and wait until it is ready (API, controllers, nodes).
@@ -175,7 +172,6 @@ class ControlPlane:
         state_dir.mkdir(parents=True, exist_ok=True)
         users = [{"name": n, "groups": list(g)} for n, g in NAMED_USERS]
         users += [{"name": f"user-{i:03d}", "groups": ["team"]} for i in range(POOL_SIZE)]
-        users += [{"name": n, "groups": list(g)} for n, g in extra_users]
         users_file = state_dir / "users.json"
         users_file.write_text(json.dumps(users))
         args = [str(binary), "up", "--dir", str(state_dir), "--users", str(users_file)]
@@ -191,7 +187,7 @@ class ControlPlane:
             sweep_stale_etcd_dirs(memory)
             etcd_dir = memory / f"{ETCD_DIR_PREFIX}{uuid.uuid4().hex[:8]}"
             args += ["--etcd-dir", str(etcd_dir)]
-        out = open(log or state_dir / "localkube.log", "ab")
+        out = open(state_dir / "localkube.log", "ab")
         process = subprocess.Popen(
             args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
@@ -206,7 +202,7 @@ class ControlPlane:
             return False
 
         try:
-            wait_until(ready, timeout, f"localkube to be ready (see {state_dir})")
+            wait_until(ready, 300, f"localkube to be ready (see {state_dir})")
         except BaseException:
             process.kill()  # a no-op once it has exited
             process.wait(10)
@@ -288,9 +284,6 @@ class ControlPlane:
         restart_policy: str = "Always",
         annotations: Mapping[str, str] | None = None,
         containers: Sequence[str] = ("app",),
-        expiration_seconds: int = 86400,
-        image: str = "elb-openapi:4.27",
-        timeout: float = 120.0,
     ) -> PodIdentity:
         """A Running Pod of ``service_account`` and a token bound to it (the real
         TokenRequest API), as the in-cluster submit path holds; with a kubeconfig.
@@ -321,7 +314,7 @@ class ControlPlane:
                 "containers": [
                     {
                         "name": c,
-                        "image": image,
+                        "image": "elb-openapi:4.27",
                         "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
                         "securityContext": restricted,
                     }
@@ -330,7 +323,7 @@ class ControlPlane:
             },
         }
         created = wait_until(
-            lambda: self._create_pod(body), timeout, f"pod {namespace}/{name} created", 0.05
+            lambda: self._create_pod(body), 120, f"pod {namespace}/{name} created", 0.05
         )
         uid = created["metadata"]["uid"]
 
@@ -344,8 +337,8 @@ class ControlPlane:
                 return found
             return None
 
-        pod_now = wait_until(running, timeout, f"pod {namespace}/{name} Running", 0.05)
-        token = self.pod_token(pod_now, expiration_seconds)
+        pod_now = wait_until(running, 120, f"pod {namespace}/{name} Running", 0.05)
+        token = self.pod_token(pod_now, 86400)
         path = self.state_dir / "kubeconfigs" / f"sa-{namespace}-{name}-{uid[:8]}.kubeconfig"
         self.write_kubeconfig(path, f"{namespace}-{name}", token, namespace)
         node = pod_now["spec"].get("nodeName", "")
