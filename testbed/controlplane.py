@@ -112,11 +112,11 @@ class PodIdentity:
         return f"{self.namespace}/{self.pod}/{self.pod_uid}"
 
 
-def binary_path(kube_version: str | None = None) -> Path:
-    """Where ``make localkube`` puts the binary for a Kubernetes release."""
+def binary_path() -> Path:
+    """Where ``make localkube`` puts the binary for the Kubernetes release under test."""
     if os.environ.get(BINARY_ENV):
         return Path(os.environ[BINARY_ENV])
-    version = kube_version or os.environ.get("KUBE_VERSION") or DEFAULT_KUBE_VERSION
+    version = os.environ.get("KUBE_VERSION") or DEFAULT_KUBE_VERSION
     return REPO / ".build" / f"localkube-{version}" / "localkube"
 
 
@@ -366,12 +366,10 @@ class ControlPlane:
         account = (pod.get("spec") or {}).get("serviceAccountName") or "default"
         return self._token(meta["namespace"], account, expiration_seconds, bound)
 
-    def service_account_token(
-        self, namespace: str, service_account: str, expiration_seconds: int = 86400
-    ) -> str:
-        """A token for a ServiceAccount not bound to any Pod."""
+    def service_account_token(self, namespace: str, service_account: str) -> str:
+        """A token for a ServiceAccount not bound to any Pod (valid a day)."""
         self.ensure_service_account(namespace, service_account)
-        return self._token(namespace, service_account, expiration_seconds)
+        return self._token(namespace, service_account, 86400)
 
     def _token(
         self, namespace: str, account: str, expiration: int, bound: JsonObj | None = None

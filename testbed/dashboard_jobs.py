@@ -68,8 +68,14 @@ def _on_node(
         volumes.append(
             {"name": "scripts", "configMap": {"name": "elb-warmup-scripts", "defaultMode": 0o755}}
         )
-    container = {"name": name, "image": IMAGE, "command": ["bash", "-lc"], "args": [script]}
-    container.update(env=env_list(**env), volumeMounts=mounts)
+    container = {
+        "name": name,
+        "image": IMAGE,
+        "command": ["bash", "-lc"],
+        "args": [script],
+        "env": env_list(**env),
+        "volumeMounts": mounts,
+    }
     return {
         "restartPolicy": "Never",
         "nodeName": node,

@@ -339,14 +339,13 @@ def await_webhooks_called(
     processes: Sequence[WebhookProcess],
     timeout: float,
     what: str,
-    probe_namespace: str = "elb-gate-probe",
 ) -> None:
     """Wait until the API server calls one of ``processes`` for a dry-run Lease write in
     a probe namespace (their logs show the request).
 
     The API server applies a new webhook configuration from its informer a moment after
     the write; until then gated writes are not sent to the new webhook."""
-    probe = install.gate(probe_namespace)
+    probe = install.gate("elb-gate-probe")
     name = f"elb-blast-submit-{probe}"
     cp = install.cp
 

@@ -39,8 +39,6 @@ from testbed.webhook_process import (
     unregister,
 )
 
-PROBE_NAMESPACE = "elb-gate-probe"
-
 
 class WebhookService:
     """``replicas`` webhook processes behind a :class:`~testbed.service.Service`
@@ -112,7 +110,6 @@ class WebhookService:
             self.replicas,
             self.effective_seconds,
             "the API server to call the webhook Service",
-            PROBE_NAMESPACE,
         )
 
     def unregister(self) -> None:
