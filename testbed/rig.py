@@ -19,7 +19,6 @@ the chart itself on real kubelet nodes (:mod:`testbed.system_tier`).
 
 from __future__ import annotations
 
-import itertools
 import secrets
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -92,7 +91,6 @@ class Rig:
             effective_seconds=effective_seconds,
         )
         self.controllers: list[ControllerProcess] = []
-        self._starts = itertools.count()
 
     @property
     def hooks(self) -> list[WebhookProcess]:
