@@ -16,7 +16,6 @@ after it, granted exactly what ``manifests/`` grants; it logs JSON lines on stde
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -31,7 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from elbgate.settings import ControllerSettings
 from testbed.controlplane import REPO, ControlPlane
-from testbed.install import SYSTEM_NAMESPACE, Installation
+from testbed.install import SYSTEM_NAMESPACE, Installation, component_env
 from testbed.waiting import wait_until
 
 CONTROLLER_NAMESPACE = SYSTEM_NAMESPACE
@@ -75,21 +74,15 @@ class ControllerProcess:
             install.gate(ns)
         identity = install.identity("controller", name)
         kubeconfig = (env or {}).get("KUBECONFIG") or identity.kubeconfig
-        full_env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith(("ELB_GATE_", "BLAST_"))},
-            "KUBECONFIG": kubeconfig,
+        settings = {
             "ELB_GATE_NAMESPACES": ",".join(namespaces),
             "ELB_GATE_RESYNC_SECONDS": str(resync_seconds),
             "ELB_GATE_LEADER_LEASE_SECONDS": str(leader_lease_seconds),
             "ELB_GATE_LEADER_RENEW_SECONDS": str(leader_renew_seconds),
             "ELB_GATE_METRICS_PORT_NUMBER": "0",
-            "ELB_GATE_BIND_ADDRESS": "127.0.0.1",
-            "ELB_GATE_POD_NAME": identity.pod,
-            "ELB_GATE_POD_NAMESPACE": CONTROLLER_NAMESPACE,
-            "ELB_GATE_LOG_FORMAT": "json",
-            "PYTHONUNBUFFERED": "1",
             **(env or {}),
         }
+        full_env = component_env(identity, kubeconfig, settings)
         proc = subprocess.Popen(
             [sys.executable, "-m", "controller"],
             cwd=REPO,

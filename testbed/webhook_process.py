@@ -22,7 +22,6 @@ shipped (image, Deployments, probes, the Service) is tests/system/.
 from __future__ import annotations
 
 import copy
-import os
 import shutil
 import signal
 import socket
@@ -43,7 +42,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from testbed.api import ApiError, JsonObj
 from testbed.certs import MountedCertificate
 from testbed.controlplane import REPO, ControlPlane
-from testbed.install import CENSUS_FENCE_JOB, Installation
+from testbed.install import CENSUS_FENCE_JOB, Installation, component_env
 from testbed.waiting import wait_until
 
 MANIFEST = REPO / "manifests" / "base" / "admission-webhooks.yaml"
@@ -129,26 +128,15 @@ class WebhookProcess:
     # -- lifecycle ---------------------------------------------------------------------
 
     def env(self) -> dict[str, str]:
-        """The process environment: this repo's settings keys, never in-cluster config."""
-        base = {k: v for k, v in os.environ.items() if not k.startswith(("ELB_GATE_", "BLAST_"))}
-        base.pop("KUBERNETES_SERVICE_HOST", None)
-        base.update(
-            {
-                "KUBECONFIG": self.kubeconfig,
-                "ELB_GATE_WEBHOOK_PORT_NUMBER": str(self.port),
-                "ELB_GATE_METRICS_PORT_NUMBER": str(self.metrics_port),
-                "ELB_GATE_BIND_ADDRESS": "127.0.0.1",
-                "ELB_GATE_TLS_CERT_FILE": self.certificate.cert_file,
-                "ELB_GATE_TLS_KEY_FILE": self.certificate.key_file,
-                "ELB_GATE_LOG_FORMAT": "json",
-                "ELB_GATE_POD_NAME": self.identity.pod,
-                "ELB_GATE_POD_NAMESPACE": self.identity.namespace,
-                "ELB_GATE_CENSUS_FENCE_JOB": CENSUS_FENCE_JOB,
-                "PYTHONUNBUFFERED": "1",
-            }
-        )
-        base.update(self.extra_env)
-        return base
+        """The process environment (:func:`~testbed.install.component_env`)."""
+        settings = {
+            "ELB_GATE_WEBHOOK_PORT_NUMBER": str(self.port),
+            "ELB_GATE_METRICS_PORT_NUMBER": str(self.metrics_port),
+            "ELB_GATE_TLS_CERT_FILE": self.certificate.cert_file,
+            "ELB_GATE_TLS_KEY_FILE": self.certificate.key_file,
+            "ELB_GATE_CENSUS_FENCE_JOB": CENSUS_FENCE_JOB,
+        }
+        return component_env(self.identity, self.kubeconfig, {**settings, **self.extra_env})
 
     def start(self, timeout: float = 60.0) -> WebhookProcess:
         """Start, wait for ``/readyz``, then register the configurations. Retries
@@ -234,9 +222,6 @@ class WebhookProcess:
     def register(self) -> None:
         """Store both webhook configurations (replacing any left by another process)."""
         register(self.cp, self.configurations(), self._registered)
-        self._wait_effective()
-
-    def _wait_effective(self) -> None:
         await_webhooks_called(
             self.install, [self], 60, "the API server to call the newly registered webhook"
         )

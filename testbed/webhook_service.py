@@ -100,11 +100,6 @@ class WebhookService:
 
     def register(self) -> None:
         register(self.cp, self.configurations(), self._registered)
-        self._wait_effective()
-
-    def _wait_effective(self) -> None:
-        # The API server applies new configurations from its informer a moment later:
-        # wait until a dry-run Lease write in a probe namespace reaches a replica.
         await_webhooks_called(
             self.install,
             self.replicas,
