@@ -1,6 +1,7 @@
 """A small synchronous client for the real API server, for tests and tools.
 
-Raw JSON over HTTPS (urllib3, which the official ``kubernetes`` client brings):
+Raw JSON over HTTPS (urllib3, which the official ``kubernetes`` client brings, and
+that client's reader of watch lines):
 the objects stay the dicts the API server sent, resource paths come from the
 server's own discovery, and errors carry the server's ``Status``.
 """
@@ -16,6 +17,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import urllib3
+from kubernetes.watch.watch import iter_resp_lines
 
 JsonObj = dict[str, Any]
 
@@ -111,13 +113,9 @@ class Api:
         try:
             if resp.status >= 400:
                 raise ApiError(resp.status, resp.read().decode(), "WATCH", path)
-            buf = b""
-            for chunk in resp.stream(65536):
-                buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    if line.strip():
-                        yield json.loads(line)
+            for line in iter_resp_lines(resp):  # the official client's watch reader
+                if line.strip():
+                    yield json.loads(line)
         finally:
             resp.release_conn()
 
