@@ -21,14 +21,6 @@ from testbed.install import SYSTEM_NAMESPACE, authorizer_allows, base_objects
 from testbed.waiting import wait_until
 
 
-def user_of(service_account: str, namespace: str = SYSTEM_NAMESPACE) -> tuple[str, list[str]]:
-    """The username and groups the API server gives a ServiceAccount's token."""
-    return (
-        f"system:serviceaccount:{namespace}:{service_account}",
-        ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"],
-    )
-
-
 def allowed(
     cp: ControlPlane,
     service_account: str,
@@ -38,8 +30,10 @@ def allowed(
     group: str | None = None,
     name: str = "",
 ) -> bool:
-    """Whether the authorizer lets ``service_account`` (of elb-system) do this now."""
-    user, groups = user_of(service_account)
+    """Whether the authorizer lets ``service_account`` (of elb-system) do this now, as
+    the API server authenticates its token (username, groups)."""
+    user = f"system:serviceaccount:{SYSTEM_NAMESPACE}:{service_account}"
+    groups = ["system:serviceaccounts", f"system:serviceaccounts:{SYSTEM_NAMESPACE}"]
     return authorizer_allows(cp, user, groups, verb, resource, namespace, group, name)
 
 
