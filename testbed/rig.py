@@ -8,9 +8,9 @@ Real ``python -m webhook`` replicas behind one Service address (the test bed's T
 forwarder, :class:`~testbed.service.Service`, playing kube-proxy: per connection, to a
 ready replica), the shipped webhook configurations registered with the test bed's one
 transformation (:func:`~testbed.webhook_process.point_at`) aimed at it, and zero or more
-real ``python -m controller`` replicas, leader-elected. The webhook replicas share one
-serving certificate, as two pods mounting one Secret do, or each has its own
-(``caBundle`` then carries every CA).
+real ``python -m controller`` replicas, leader-elected. The real Service →
+EndpointSlice → Pod path is tests/system/'s: what the rig serves (replicas deciding at
+once, each connection to one of them) needs only connections spread as kube-proxy does.
 Every component authenticates as its own ServiceAccount with exactly the shipped RBAC
 (:mod:`testbed.install`); with a :class:`~testbed.faultproxy.FaultProxy` both talk to
 the API server through it. Pod names are made as a ReplicaSet makes them, so rigs on
