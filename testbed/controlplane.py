@@ -181,9 +181,9 @@ class ControlPlane:
             args += ["--system-node", ",".join([name, *(f"{k}={v}" for k, v in labels.items())])]
         if etcd_quota_bytes:
             args += ["--etcd-quota-bytes", str(etcd_quota_bytes)]
-        memory = _memory_dir()
+        memory = Path("/dev/shm")  # RAM-backed: etcd's data there, when the machine has it
         etcd_dir = None
-        if memory:
+        if memory.is_dir() and os.access(memory, os.W_OK):
             sweep_stale_etcd_dirs(memory)
             etcd_dir = memory / f"{ETCD_DIR_PREFIX}{uuid.uuid4().hex[:8]}"
             args += ["--etcd-dir", str(etcd_dir)]
@@ -484,14 +484,6 @@ class ControlPlane:
     def audit_events(self) -> list[JsonObj]:
         """What the API server's audit log holds so far (writes to Jobs and Leases)."""
         return read_audit(self.audit_log)[0]
-
-
-def _memory_dir() -> Path | None:
-    """A RAM-backed directory for etcd's data, when the machine has one."""
-    shm = Path("/dev/shm")
-    if shm.is_dir() and os.access(shm, os.W_OK):
-        return shm
-    return None
 
 
 ETCD_DIR_PREFIX = "localkube-etcd-"
