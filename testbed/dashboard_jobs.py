@@ -45,6 +45,11 @@ BLAST_TOLERATION = {
     "effect": "NoSchedule",
 }
 
+SOURCE_VERSION = "2026-11-20-01-05-02"
+"""The NCBI release the prepare-db Job copies (its ``source-version``)."""
+ORACLE_RUN = "20261129T115500Z"
+"""The order oracle's run (its ``oracle-run``)."""
+
 PROBED_APPS = ("blast", WARMUP_APP, PREPARE_DB_APP)
 """The ``app`` values the dashboard's auto-stop probe lists (Jobs and Pods)."""
 
@@ -95,15 +100,11 @@ def warmup(db: str, shard: int, node: str) -> dict[str, Any]:
     return job_body(f"warm-{_fragment(db)}-{nn}", labels, pod, spec)
 
 
-def prepare_db(
-    db: str,
-    source_version: str = "2026-11-20-01-05-02",
-    shards: int = 2,
-) -> dict[str, Any]:
-    """Copies ``db`` from NCBI into Storage, ``shards`` pods at once
-    (``build_prepare_db_job_manifest``)."""
-    name = f"prepare-db-{_fragment(db, 24)}-{re.sub(r'[^0-9]', '', source_version)[:14]}"
-    labels = {"app": PREPARE_DB_APP, "db": db, "source-version": source_version}
+def prepare_db(db: str, shards: int = 2) -> dict[str, Any]:
+    """Copies ``db`` (the NCBI release :data:`SOURCE_VERSION`) from NCBI into Storage,
+    ``shards`` pods at once (``build_prepare_db_job_manifest``)."""
+    name = f"prepare-db-{_fragment(db, 24)}-{re.sub(r'[^0-9]', '', SOURCE_VERSION)[:14]}"
+    labels = {"app": PREPARE_DB_APP, "db": db, "source-version": SOURCE_VERSION}
     pod = {
         "restartPolicy": "Never",
         "tolerations": [dict(BLAST_TOLERATION)],
@@ -115,7 +116,7 @@ def prepare_db(
                 "command": ["bash", "-lc"],
                 "args": ["/scripts/prepare-db.sh"],
                 "env": env_list(
-                    ELB_DB_NAME=db, ELB_SOURCE_VERSION=source_version, AZCOPY_CONCURRENCY_VALUE="16"
+                    ELB_DB_NAME=db, ELB_SOURCE_VERSION=SOURCE_VERSION, AZCOPY_CONCURRENCY_VALUE="16"
                 ),
                 "resources": {
                     "requests": {"cpu": "200m", "memory": "256Mi"},
@@ -138,18 +139,16 @@ def prepare_db(
     return job_body(name, labels, pod, spec)
 
 
-def order_oracle(
-    db: str, shard: int, node: str, run_id: str = "20261129T115500Z"
-) -> dict[str, Any]:
+def order_oracle(db: str, shard: int, node: str) -> dict[str, Any]:
     """Dumps the accession order of shard ``shard`` of ``db`` on the node that holds it
-    (``build_db_order_oracle_job_plan``)."""
+    (``build_db_order_oracle_job_plan``), in oracle run :data:`ORACLE_RUN`."""
     nn = f"{shard:02d}"
-    labels = {"app": ORACLE_APP, "db": db, "shard": nn, "oracle-run": run_id}
+    labels = {"app": ORACLE_APP, "db": db, "shard": nn, "oracle-run": ORACLE_RUN}
     dump = "blastdbcmd -db \"${ELB_DB}\" -entry all -outfmt '%a'"
     env = {"ELB_DB": f"{db}_shard_{nn}", "ELB_DB_NAME": db, "ELB_SHARD": nn}
     pod = _on_node(node, "oracle", dump, env)
     spec = {"backoffLimit": 1, "ttlSecondsAfterFinished": 86400}
-    name = f"oracle-{_fragment(db)}-{nn}-{_fragment(run_id)}"
+    name = f"oracle-{_fragment(db)}-{nn}-{_fragment(ORACLE_RUN)}"
     return job_body(name, labels, pod, spec)
 
 
