@@ -298,7 +298,7 @@ class BenchCluster:
             status = job_status("succeeded", now - timedelta(minutes=1), now)
             status["startTime"] = (job.get("status") or {}).get("startTime", status["startTime"])
             job["status"] = status
-            admin.update_status(job)
+            admin.update(job, "status")
         return len(running)
 
     async def _create(self, namespace: str, jobs: Iterable[Any]) -> None:

@@ -1,6 +1,7 @@
 """A small synchronous client for the real API server, for tests and tools.
 
-Raw JSON over HTTPS (urllib3, which the official ``kubernetes`` client brings):
+Raw JSON over HTTPS (urllib3, which the official ``kubernetes`` client brings, and
+that client's reader of watch lines):
 the objects stay the dicts the API server sent, resource paths come from the
 server's own discovery, and errors carry the server's ``Status``.
 """
@@ -16,6 +17,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import urllib3
+from kubernetes.watch.watch import iter_resp_lines
 
 JsonObj = dict[str, Any]
 
@@ -78,7 +80,6 @@ class Api:
         *,
         query: Mapping[str, Any] | None = None,
         content_type: str = "application/json",
-        timeout: float | None = None,
     ) -> Any:
         """One call; the decoded JSON answer, or :class:`ApiError`."""
         url = self.server + path
@@ -89,10 +90,7 @@ class Api:
         if body is not None:
             data = body if isinstance(body, bytes) else json.dumps(body).encode()
             headers["Content-Type"] = content_type
-        kwargs: dict[str, Any] = {}
-        if timeout is not None:
-            kwargs["timeout"] = urllib3.Timeout(connect=10, read=timeout)
-        resp = self._http.request(method, url, body=data, headers=headers, **kwargs)
+        resp = self._http.request(method, url, body=data, headers=headers)
         text = resp.data.decode("utf-8", "replace")
         try:
             decoded: Any = json.loads(text) if text else {}
@@ -115,13 +113,9 @@ class Api:
         try:
             if resp.status >= 400:
                 raise ApiError(resp.status, resp.read().decode(), "WATCH", path)
-            buf = b""
-            for chunk in resp.stream(65536):
-                buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    if line.strip():
-                        yield json.loads(line)
+            for line in iter_resp_lines(resp):  # the official client's watch reader
+                if line.strip():
+                    yield json.loads(line)
         finally:
             resp.release_conn()
 
@@ -200,21 +194,11 @@ class Api:
         )
         return list(body.get("items") or [])
 
-    def update(self, obj: Mapping[str, Any], **query: Any) -> JsonObj:
-        res = self._for(obj)
+    def update(self, obj: Mapping[str, Any], sub: str = "") -> JsonObj:
+        """PUT ``obj`` (``sub="status"``: its status)."""
         meta = obj.get("metadata") or {}
-        return dict(
-            self.request(
-                "PUT", res.path(meta.get("namespace"), meta["name"]), obj, query=query or None
-            )
-        )
-
-    def update_status(self, obj: Mapping[str, Any]) -> JsonObj:
-        res = self._for(obj)
-        meta = obj.get("metadata") or {}
-        return dict(
-            self.request("PUT", res.path(meta.get("namespace"), meta["name"], "status"), obj)
-        )
+        path = self._for(obj).path(meta.get("namespace"), meta["name"], sub)
+        return dict(self.request("PUT", path, obj))
 
     def patch(
         self,
@@ -226,12 +210,8 @@ class Api:
         kind: str = "merge",
         sub: str = "",
     ) -> JsonObj:
-        """``kind``: merge, json or strategic."""
-        content_type = {
-            "merge": "application/merge-patch+json",
-            "json": "application/json-patch+json",
-            "strategic": "application/strategic-merge-patch+json",
-        }[kind]
+        """``kind``: merge or json."""
+        content_type = f"application/{kind}-patch+json"
         path = self.resource(resource).path(namespace, name, sub)
         return dict(self.request("PATCH", path, patch, content_type=content_type))
 
@@ -242,20 +222,16 @@ class Api:
         name: str,
         *,
         grace_seconds: int | None = None,
-        propagation: str = "Background",
-        missing_ok: bool = True,
     ) -> None:
-        body: JsonObj = {
-            "kind": "DeleteOptions",
-            "apiVersion": "v1",
-            "propagationPolicy": propagation,
-        }
+        """Delete in the background; gone already is fine."""
+        body: JsonObj = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        body["propagationPolicy"] = "Background"
         if grace_seconds is not None:
             body["gracePeriodSeconds"] = grace_seconds
         try:
             self.request("DELETE", self.resource(resource).path(namespace, name), body)
         except ApiError as exc:
-            if not (missing_ok and exc.status == 404):
+            if exc.status != 404:
                 raise
 
     def apply(self, obj: Mapping[str, Any]) -> JsonObj:

@@ -23,11 +23,8 @@ class MountedCertificate:
     directory, exactly as the kubelet lays out a Secret volume. :meth:`rotate`
     swaps ``..data`` atomically, as the kubelet does when the Secret changes."""
 
-    def __init__(
-        self, directory: Path, hostnames: tuple[str, ...] = (WEBHOOK_HOST, LOOPBACK)
-    ) -> None:
+    def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.hostnames = hostnames
         self.ca = trustme.CA(organization_name="elb-gate tests")
         self.directory.mkdir(parents=True, exist_ok=True)
         self._generation = 0
@@ -57,7 +54,7 @@ class MountedCertificate:
         returns its serial."""
         self._generation += 1
         not_after = (datetime.now(UTC) + valid_for).replace(microsecond=0)
-        leaf = self.ca.issue_cert(*self.hostnames, not_after=not_after)
+        leaf = self.ca.issue_cert(WEBHOOK_HOST, LOOPBACK, not_after=not_after)
         generation = self.directory / f"..gen_{self._generation:04d}"
         generation.mkdir()
         (generation / "tls.crt").write_bytes(b"".join(b.bytes() for b in leaf.cert_chain_pems))

@@ -220,12 +220,11 @@ class OpenApiLeaseClient(_Decisions):
         ttl: int = TTL_SECONDS,
         skew: float = SKEW_SECONDS,
         clock_offset: float = 0.0,
-        kubectl: str | None = None,
         cache_dir: str | None = None,
     ) -> None:
         super().__init__(namespace, holder, ttl=ttl, skew=skew, clock_offset=clock_offset)
         self.kubeconfig = kubeconfig
-        self.kubectl = kubectl or str(kubectl_path())
+        self.kubectl = str(kubectl_path())
         self.cache_dir = cache_dir
         self.last_stderr = ""
         self.sent: list[JsonObj] = []
@@ -413,12 +412,17 @@ class DashboardLeaseClient(_Decisions):
                 raise ClientError(f"lease GET: {status} {stored.get('message')}")
             if (stored.get("spec") or {}).get("holderIdentity") != self.holder:
                 return "not_holder"
-            body = copy.deepcopy(stored)
-            body["spec"]["holderIdentity"] = ""
+            body = self.released(stored)
             status, answer = self._call("PUT", f"{self.collection}/{self.name}", body)
             if _judge(status, answer, "released") == "released":
                 return "released"
         return "busy"
+
+    def released(self, stored: JsonObj) -> JsonObj:
+        """The PUT that releases ``stored``: the object read, with holder ``""``."""
+        body = copy.deepcopy(stored)
+        body["spec"]["holderIdentity"] = ""
+        return body
 
 
 SPLIT_SOURCE = "dashboard-split"

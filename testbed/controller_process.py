@@ -16,7 +16,6 @@ after it, granted exactly what ``manifests/`` grants; it logs JSON lines on stde
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -27,9 +26,11 @@ import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from elbgate.settings import ControllerSettings
 from testbed.controlplane import REPO, ControlPlane
-from testbed.install import SYSTEM_NAMESPACE, Installation
+from testbed.install import SYSTEM_NAMESPACE, Installation, component_env
 from testbed.waiting import wait_until
 
 CONTROLLER_NAMESPACE = SYSTEM_NAMESPACE
@@ -73,21 +74,15 @@ class ControllerProcess:
             install.gate(ns)
         identity = install.identity("controller", name)
         kubeconfig = (env or {}).get("KUBECONFIG") or identity.kubeconfig
-        full_env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith(("ELB_GATE_", "BLAST_"))},
-            "KUBECONFIG": kubeconfig,
+        settings = {
             "ELB_GATE_NAMESPACES": ",".join(namespaces),
             "ELB_GATE_RESYNC_SECONDS": str(resync_seconds),
             "ELB_GATE_LEADER_LEASE_SECONDS": str(leader_lease_seconds),
             "ELB_GATE_LEADER_RENEW_SECONDS": str(leader_renew_seconds),
             "ELB_GATE_METRICS_PORT_NUMBER": "0",
-            "ELB_GATE_BIND_ADDRESS": "127.0.0.1",
-            "ELB_GATE_POD_NAME": identity.pod,
-            "ELB_GATE_POD_NAMESPACE": CONTROLLER_NAMESPACE,
-            "ELB_GATE_LOG_FORMAT": "json",
-            "PYTHONUNBUFFERED": "1",
             **(env or {}),
         }
+        full_env = component_env(identity, kubeconfig, settings)
         proc = subprocess.Popen(
             [sys.executable, "-m", "controller"],
             cwd=REPO,
@@ -175,16 +170,11 @@ class ControllerProcess:
 
     def metric(self, name: str, labels: Mapping[str, str] | None = None) -> float | None:
         """The value of one sample on /metrics (``None`` when absent)."""
-        want = ",".join(f'{k}="{v}"' for k, v in sorted((labels or {}).items()))
         _, body = self.get("/metrics")
-        for line in body.splitlines():
-            if line.startswith("#"):
-                continue
-            key, _, value = line.rpartition(" ")
-            metric, _, label_text = key.partition("{")
-            got = ",".join(sorted(label_text.rstrip("}").split(","))) if label_text else ""
-            if metric == name and got == want:
-                return float(value)
+        for family in text_string_to_metric_families(body):
+            for sample in family.samples:
+                if sample.name == name and sample.labels == dict(labels or {}):
+                    return float(sample.value)
         return None
 
     def is_leader(self) -> bool:

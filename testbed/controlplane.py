@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -112,11 +112,11 @@ class PodIdentity:
         return f"{self.namespace}/{self.pod}/{self.pod_uid}"
 
 
-def binary_path(kube_version: str | None = None) -> Path:
-    """Where ``make localkube`` puts the binary for a Kubernetes release."""
+def binary_path() -> Path:
+    """Where ``make localkube`` puts the binary for the Kubernetes release under test."""
     if os.environ.get(BINARY_ENV):
         return Path(os.environ[BINARY_ENV])
-    version = kube_version or os.environ.get("KUBE_VERSION") or DEFAULT_KUBE_VERSION
+    version = os.environ.get("KUBE_VERSION") or DEFAULT_KUBE_VERSION
     return REPO / ".build" / f"localkube-{version}" / "localkube"
 
 
@@ -142,8 +142,8 @@ class ControlPlane:
         self.audit_log = Path(state["auditLog"])
         self.kubernetes_version: str = state["kubernetesVersion"]
         self.startup_seconds: float = float(state["startupSeconds"])
+        self._apis: dict[str, Api] = {}
         self.admin = self.api("admin")
-        self._apis: dict[str, Api] = {"admin": self.admin}
         self._pool = (f"user-{i:03d}" for i in itertools.count())
         self._pool_lock = threading.Lock()
         self._namespaces = itertools.count(1)
@@ -158,9 +158,6 @@ class ControlPlane:
         *,
         nodes: Sequence[NodeSpec] = DEFAULT_NODES,
         system_nodes: Sequence[tuple[str, Mapping[str, str]]] = (),
-        extra_users: Iterable[tuple[str, Sequence[str]]] = (),
-        timeout: float = 300.0,
-        log: Path | None = None,
         etcd_quota_bytes: int = 0,
     ) -> ControlPlane:
         """Start localkube and wait until it is ready (API, controllers, nodes).
@@ -175,7 +172,6 @@ class ControlPlane:
         state_dir.mkdir(parents=True, exist_ok=True)
         users = [{"name": n, "groups": list(g)} for n, g in NAMED_USERS]
         users += [{"name": f"user-{i:03d}", "groups": ["team"]} for i in range(POOL_SIZE)]
-        users += [{"name": n, "groups": list(g)} for n, g in extra_users]
         users_file = state_dir / "users.json"
         users_file.write_text(json.dumps(users))
         args = [str(binary), "up", "--dir", str(state_dir), "--users", str(users_file)]
@@ -185,13 +181,13 @@ class ControlPlane:
             args += ["--system-node", ",".join([name, *(f"{k}={v}" for k, v in labels.items())])]
         if etcd_quota_bytes:
             args += ["--etcd-quota-bytes", str(etcd_quota_bytes)]
-        memory = _memory_dir()
+        memory = Path("/dev/shm")  # RAM-backed: etcd's data there, when the machine has it
         etcd_dir = None
-        if memory:
+        if memory.is_dir() and os.access(memory, os.W_OK):
             sweep_stale_etcd_dirs(memory)
             etcd_dir = memory / f"{ETCD_DIR_PREFIX}{uuid.uuid4().hex[:8]}"
             args += ["--etcd-dir", str(etcd_dir)]
-        out = open(log or state_dir / "localkube.log", "ab")
+        out = open(state_dir / "localkube.log", "ab")
         process = subprocess.Popen(
             args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
@@ -206,7 +202,7 @@ class ControlPlane:
             return False
 
         try:
-            wait_until(ready, timeout, f"localkube to be ready (see {state_dir})")
+            wait_until(ready, 300, f"localkube to be ready (see {state_dir})")
         except BaseException:
             process.kill()  # a no-op once it has exited
             process.wait(10)
@@ -263,13 +259,9 @@ class ControlPlane:
 
     def api(self, user: str) -> Api:
         """A client authenticated as ``user`` (a token-file user)."""
-        cached = getattr(self, "_apis", {}).get(user)
-        if cached is not None:
-            return cached
-        api = Api(self.server, self.ca_file, self.token(user))
-        if hasattr(self, "_apis"):
-            self._apis[user] = api
-        return api
+        if user not in self._apis:
+            self._apis[user] = Api(self.server, self.ca_file, self.token(user))
+        return self._apis[user]
 
     def plain_user(self) -> str:
         """A token-file user no one else in this process has used."""
@@ -291,134 +283,123 @@ class ControlPlane:
         node_selector: Mapping[str, str] | None = None,
         restart_policy: str = "Always",
         annotations: Mapping[str, str] | None = None,
-        expiration_seconds: int = 86400,
-        image: str = "elb-openapi:4.27",
+        containers: Sequence[str] = ("app",),
     ) -> PodIdentity:
         """A Running Pod of ``service_account`` and a token bound to it (the real
-        TokenRequest API), as the in-cluster submit path holds; with a kubeconfig."""
+        TokenRequest API), as the in-cluster submit path holds; with a kubeconfig.
+        ``node_selector``: the system pool unless given (``{}``: any node)."""
         self.ensure_service_account(namespace, service_account)
         name = pod or f"{service_account}-{uuid.uuid4().hex[:6]}"
-        created = self._create_pod(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "name": name,
-                    "namespace": namespace,
-                    "labels": {"app.kubernetes.io/name": service_account},
-                    "annotations": dict(annotations or {}),
+        restricted = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+        body: JsonObj = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {"app.kubernetes.io/name": service_account},
+                "annotations": dict(annotations or {}),
+            },
+            "spec": {
+                "serviceAccountName": service_account,
+                "restartPolicy": restart_policy,
+                "terminationGracePeriodSeconds": 30,
+                "nodeSelector": dict(SYSTEM_POOL if node_selector is None else node_selector),
+                # Compliant with Pod Security "restricted", which elb-system enforces.
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "runAsUser": 10001,
+                    "seccompProfile": {"type": "RuntimeDefault"},
                 },
-                "spec": {
-                    "serviceAccountName": service_account,
-                    "restartPolicy": restart_policy,
-                    "terminationGracePeriodSeconds": 30,
-                    "nodeSelector": dict(node_selector or SYSTEM_POOL),
-                    # Compliant with Pod Security "restricted", which elb-system enforces.
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": 10001,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
-                    "containers": [
-                        {
-                            "name": "app",
-                            "image": image,
-                            "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
-                        }
-                    ],
-                },
-            }
+                "containers": [
+                    {
+                        "name": c,
+                        "image": "elb-openapi:4.27",
+                        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
+                        "securityContext": restricted,
+                    }
+                    for c in containers
+                ],
+            },
+        }
+        created = wait_until(
+            lambda: self._create_pod(body), 120, f"pod {namespace}/{name} created", 0.05
         )
         uid = created["metadata"]["uid"]
-        running = wait_until(
-            lambda: _running(self.admin.find("pods", namespace, name)),
-            120,
-            f"pod {namespace}/{name} Running",
-        )
-        token = self.pod_token(running, expiration_seconds)
-        path = self.state_dir / "kubeconfigs" / f"sa-{namespace}-{name}.kubeconfig"
-        self.write_kubeconfig(path, f"{namespace}-{name}", token, namespace)
-        return PodIdentity(
-            namespace,
-            service_account,
-            name,
-            uid,
-            running["spec"].get("nodeName", ""),
-            token,
-            str(path),
-        )
 
-    def _create_pod(self, body: JsonObj) -> JsonObj:
+        def running() -> JsonObj | None:
+            found = self.admin.find("pods", namespace, name)
+            if (
+                found
+                and found["metadata"]["uid"] == uid
+                and found["status"].get("phase") == "Running"
+            ):
+                return found
+            return None
+
+        pod_now = wait_until(running, 120, f"pod {namespace}/{name} Running", 0.05)
+        token = self.pod_token(pod_now, 86400)
+        path = self.state_dir / "kubeconfigs" / f"sa-{namespace}-{name}-{uid[:8]}.kubeconfig"
+        self.write_kubeconfig(path, f"{namespace}-{name}", token, namespace)
+        node = pod_now["spec"].get("nodeName", "")
+        return PodIdentity(namespace, service_account, name, uid, node, token, str(path))
+
+    def _create_pod(self, body: JsonObj) -> JsonObj | None:
         """Create the Pod, or take the one of that name and ServiceAccount an earlier
-        test session left on an attached control plane (``ELB_GATE_CONTROL_PLANE``)."""
+        test session left on an attached control plane (``ELB_GATE_CONTROL_PLANE``);
+        ``None`` while a Pod of that name is still being removed (a StatefulSet
+        recreating a Pod waits the same way)."""
         meta, spec = body["metadata"], body["spec"]
         existing = self.admin.find("pods", meta["namespace"], meta["name"])
-        if (
-            existing is not None
-            and not existing["metadata"].get("deletionTimestamp")
-            and existing["spec"].get("serviceAccountName") == spec.get("serviceAccountName")
-        ):
-            return existing
+        if existing is not None:
+            if existing["metadata"].get("deletionTimestamp"):
+                return None
+            if existing["spec"].get("serviceAccountName") == spec.get("serviceAccountName"):
+                return existing
         return self.admin.create(body)
 
     def pod_token(self, pod: JsonObj, expiration_seconds: int = 3600) -> str:
         """A token of the Pod's ServiceAccount bound to the Pod (TokenRequest with a
         ``boundObjectRef``), as the kubelet projects it into the Pod."""
-        meta, spec = pod["metadata"], pod.get("spec") or {}
-        account = spec.get("serviceAccountName") or "default"
-        answer = self.admin.request(
-            "POST",
-            self.admin.resource("serviceaccounts").path(meta["namespace"], account, "token"),
-            {
-                "apiVersion": "authentication.k8s.io/v1",
-                "kind": "TokenRequest",
-                "spec": {
-                    "expirationSeconds": expiration_seconds,
-                    "boundObjectRef": {
-                        "apiVersion": "v1",
-                        "kind": "Pod",
-                        "name": meta["name"],
-                        "uid": meta["uid"],
-                    },
-                },
-            },
-        )
-        return str(answer["status"]["token"])
+        meta = pod["metadata"]
+        bound = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}
+        account = (pod.get("spec") or {}).get("serviceAccountName") or "default"
+        return self._token(meta["namespace"], account, expiration_seconds, bound)
 
-    def service_account_token(
-        self, namespace: str, service_account: str, expiration_seconds: int = 86400
-    ) -> str:
-        """A token for a ServiceAccount not bound to any Pod."""
+    def service_account_token(self, namespace: str, service_account: str) -> str:
+        """A token for a ServiceAccount not bound to any Pod (valid a day)."""
         self.ensure_service_account(namespace, service_account)
-        return str(
-            self.admin.request(
-                "POST",
-                self.admin.resource("serviceaccounts").path(namespace, service_account, "token"),
-                {
-                    "apiVersion": "authentication.k8s.io/v1",
-                    "kind": "TokenRequest",
-                    "spec": {"expirationSeconds": expiration_seconds},
-                },
-            )["status"]["token"]
-        )
+        return self._token(namespace, service_account, 86400)
+
+    def _token(
+        self, namespace: str, account: str, expiration: int, bound: JsonObj | None = None
+    ) -> str:
+        spec: JsonObj = {"expirationSeconds": expiration}
+        if bound is not None:
+            spec["boundObjectRef"] = bound
+        request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+        path = self.admin.resource("serviceaccounts").path(namespace, account, "token")
+        return str(self.admin.request("POST", path, request)["status"]["token"])
 
     def write_kubeconfig(
-        self, path: Path, user: str, token: str, namespace: str = "default"
+        self,
+        path: Path,
+        user: str,
+        token: str,
+        namespace: str = "default",
+        *,
+        server: str | None = None,
+        ca_file: str | None = None,
     ) -> str:
+        """A kubeconfig of ``user`` with ``token``, for this API server (or ``server``,
+        trusted through ``ca_file``: a proxy in front of it)."""
         path.parent.mkdir(parents=True, exist_ok=True)
+        ca = ca_file or self.ca_file
+        cluster = {"server": server or self.server, "certificate-authority": ca}
         doc = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [
-                {
-                    "name": "localkube",
-                    "cluster": {"server": self.server, "certificate-authority": self.ca_file},
-                }
-            ],
+            "clusters": [{"name": "localkube", "cluster": cluster}],
             "users": [{"name": user, "user": {"token": token}}],
             "contexts": [
                 {
@@ -503,20 +484,6 @@ class ControlPlane:
     def audit_events(self) -> list[JsonObj]:
         """What the API server's audit log holds so far (writes to Jobs and Leases)."""
         return read_audit(self.audit_log)[0]
-
-
-def _running(pod: JsonObj | None) -> JsonObj | None:
-    if pod and (pod.get("status") or {}).get("phase") == "Running":
-        return pod
-    return None
-
-
-def _memory_dir() -> Path | None:
-    """A RAM-backed directory for etcd's data, when the machine has one."""
-    shm = Path("/dev/shm")
-    if shm.is_dir() and os.access(shm, os.W_OK):
-        return shm
-    return None
 
 
 ETCD_DIR_PREFIX = "localkube-etcd-"

@@ -45,6 +45,11 @@ BLAST_TOLERATION = {
     "effect": "NoSchedule",
 }
 
+SOURCE_VERSION = "2026-11-20-01-05-02"
+"""The NCBI release the prepare-db Job copies (its ``source-version``)."""
+ORACLE_RUN = "20261129T115500Z"
+"""The order oracle's run (its ``oracle-run``)."""
+
 PROBED_APPS = ("blast", WARMUP_APP, PREPARE_DB_APP)
 """The ``app`` values the dashboard's auto-stop probe lists (Jobs and Pods)."""
 
@@ -54,51 +59,52 @@ def _fragment(name: str, limit: int = 48) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:limit].strip("-") or "db"
 
 
-def warmup(
-    db: str,
-    shard: int,
-    node: str,
+def _on_node(
+    node: str, name: str, script: str, env: dict[str, str], scripts: bool = False
 ) -> dict[str, Any]:
-    """Stages shard ``shard`` of ``db`` onto ``node`` (``build_warmup_job_plan``)."""
-    nn = f"{shard:02d}"
-    labels = {"app": WARMUP_APP, "db": db, "shard": nn}
-    pod = {
+    """The pod of a Job pinned to ``node`` that runs ``script`` on the node's database
+    disk (and with the warm-up scripts mounted, ``scripts``)."""
+    mounts = [{"name": "db", "mountPath": "/blast/blastdb"}]
+    volumes: list[dict[str, Any]] = [
+        {"name": "db", "hostPath": {"path": NODE_DB_PATH, "type": "DirectoryOrCreate"}}
+    ]
+    if scripts:
+        mounts.append({"name": "scripts", "mountPath": "/scripts"})
+        volumes.append(
+            {"name": "scripts", "configMap": {"name": "elb-warmup-scripts", "defaultMode": 0o755}}
+        )
+    container = {
+        "name": name,
+        "image": IMAGE,
+        "command": ["bash", "-lc"],
+        "args": [script],
+        "env": env_list(**env),
+        "volumeMounts": mounts,
+    }
+    return {
         "restartPolicy": "Never",
         "nodeName": node,
         "tolerations": [dict(BLAST_TOLERATION)],
-        "containers": [
-            {
-                "name": "warmup",
-                "image": IMAGE,
-                "command": ["bash", "-lc"],
-                "args": ["/scripts/warmup.sh"],
-                "env": env_list(
-                    ELB_SHARD_IDX=nn, ELB_DB=f"{db}_shard_{nn}", ELB_DB_MOL_TYPE="nucl"
-                ),
-                "volumeMounts": [
-                    {"name": "db", "mountPath": "/blast/blastdb"},
-                    {"name": "scripts", "mountPath": "/scripts"},
-                ],
-            }
-        ],
-        "volumes": [
-            {"name": "db", "hostPath": {"path": NODE_DB_PATH, "type": "DirectoryOrCreate"}},
-            {"name": "scripts", "configMap": {"name": "elb-warmup-scripts", "defaultMode": 0o755}},
-        ],
+        "containers": [container],
+        "volumes": volumes,
     }
+
+
+def warmup(db: str, shard: int, node: str) -> dict[str, Any]:
+    """Stages shard ``shard`` of ``db`` onto ``node`` (``build_warmup_job_plan``)."""
+    nn = f"{shard:02d}"
+    labels = {"app": WARMUP_APP, "db": db, "shard": nn}
+    env = {"ELB_SHARD_IDX": nn, "ELB_DB": f"{db}_shard_{nn}", "ELB_DB_MOL_TYPE": "nucl"}
+    pod = _on_node(node, "warmup", "/scripts/warmup.sh", env, scripts=True)
     spec = {"backoffLimit": 1, "activeDeadlineSeconds": 3600}
     return job_body(f"warm-{_fragment(db)}-{nn}", labels, pod, spec)
 
 
-def prepare_db(
-    db: str,
-    source_version: str = "2026-11-20-01-05-02",
-    shards: int = 2,
-) -> dict[str, Any]:
-    """Copies ``db`` from NCBI into Storage, ``shards`` pods at once
-    (``build_prepare_db_job_manifest``)."""
-    name = f"prepare-db-{_fragment(db, 24)}-{re.sub(r'[^0-9]', '', source_version)[:14]}"
-    labels = {"app": PREPARE_DB_APP, "db": db, "source-version": source_version}
+def prepare_db(db: str, shards: int = 2) -> dict[str, Any]:
+    """Copies ``db`` (the NCBI release :data:`SOURCE_VERSION`) from NCBI into Storage,
+    ``shards`` pods at once (``build_prepare_db_job_manifest``)."""
+    name = f"prepare-db-{_fragment(db, 24)}-{re.sub(r'[^0-9]', '', SOURCE_VERSION)[:14]}"
+    labels = {"app": PREPARE_DB_APP, "db": db, "source-version": SOURCE_VERSION}
     pod = {
         "restartPolicy": "Never",
         "tolerations": [dict(BLAST_TOLERATION)],
@@ -110,7 +116,7 @@ def prepare_db(
                 "command": ["bash", "-lc"],
                 "args": ["/scripts/prepare-db.sh"],
                 "env": env_list(
-                    ELB_DB_NAME=db, ELB_SOURCE_VERSION=source_version, AZCOPY_CONCURRENCY_VALUE="16"
+                    ELB_DB_NAME=db, ELB_SOURCE_VERSION=SOURCE_VERSION, AZCOPY_CONCURRENCY_VALUE="16"
                 ),
                 "resources": {
                     "requests": {"cpu": "200m", "memory": "256Mi"},
@@ -133,36 +139,16 @@ def prepare_db(
     return job_body(name, labels, pod, spec)
 
 
-def order_oracle(
-    db: str,
-    shard: int,
-    node: str,
-    run_id: str = "20261129T115500Z",
-) -> dict[str, Any]:
+def order_oracle(db: str, shard: int, node: str) -> dict[str, Any]:
     """Dumps the accession order of shard ``shard`` of ``db`` on the node that holds it
-    (``build_db_order_oracle_job_plan``)."""
+    (``build_db_order_oracle_job_plan``), in oracle run :data:`ORACLE_RUN`."""
     nn = f"{shard:02d}"
-    labels = {"app": ORACLE_APP, "db": db, "shard": nn, "oracle-run": run_id}
-    pod = {
-        "restartPolicy": "Never",
-        "nodeName": node,
-        "tolerations": [dict(BLAST_TOLERATION)],
-        "containers": [
-            {
-                "name": "oracle",
-                "image": IMAGE,
-                "command": ["bash", "-lc"],
-                "args": ["blastdbcmd -db \"${ELB_DB}\" -entry all -outfmt '%a'"],
-                "env": env_list(ELB_DB=f"{db}_shard_{nn}", ELB_DB_NAME=db, ELB_SHARD=nn),
-                "volumeMounts": [{"name": "db", "mountPath": "/blast/blastdb"}],
-            }
-        ],
-        "volumes": [
-            {"name": "db", "hostPath": {"path": NODE_DB_PATH, "type": "DirectoryOrCreate"}}
-        ],
-    }
+    labels = {"app": ORACLE_APP, "db": db, "shard": nn, "oracle-run": ORACLE_RUN}
+    dump = "blastdbcmd -db \"${ELB_DB}\" -entry all -outfmt '%a'"
+    env = {"ELB_DB": f"{db}_shard_{nn}", "ELB_DB_NAME": db, "ELB_SHARD": nn}
+    pod = _on_node(node, "oracle", dump, env)
     spec = {"backoffLimit": 1, "ttlSecondsAfterFinished": 86400}
-    name = f"oracle-{_fragment(db)}-{nn}-{_fragment(run_id)}"
+    name = f"oracle-{_fragment(db)}-{nn}-{_fragment(ORACLE_RUN)}"
     return job_body(name, labels, pod, spec)
 
 

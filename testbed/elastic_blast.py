@@ -98,6 +98,28 @@ def _ids(job_id: str | None) -> dict[str, str]:
     return {"elb-job-id": job_id} if job_id else {}
 
 
+def _get_blastdb(db: str, mounts: list[dict[str, Any]], **env: str) -> dict[str, Any]:
+    """The container that downloads ``db`` (init-db-download-aks.sh); ``env`` adds to
+    its environment."""
+    return {
+        "name": "get-blastdb",
+        "image": IMAGE,
+        "workingDir": "/blast/blastdb",
+        "volumeMounts": mounts,
+        "env": env_list(
+            BLAST_USAGE_REPORT="false",
+            ELB_DB=db,
+            ELB_DB_PATH="",
+            ELB_BLASTDB_SRC="NCBI",
+            ELB_DB_MOL_TYPE="nucl",
+            ELB_TAXIDLIST="",
+            ELB_SKIP_DB_VERIFY="true",
+            **env,
+        ),
+        "command": ["/scripts/init-db-download-aks.sh"],
+    }
+
+
 def init_ssd(job_id: str | None, node: int, db: str = "core_nt") -> dict[str, Any]:
     """Stages ``db`` onto node ``node``'s local SSD (job-init-local-ssd-aks)."""
     labels = {"app": "setup", **_ids(job_id)}
@@ -107,26 +129,14 @@ def init_ssd(job_id: str | None, node: int, db: str = "core_nt") -> dict[str, An
             {"name": "scripts", "configMap": {"name": "elb-scripts", "defaultMode": 0o755}},
         ],
         "containers": [
-            {
-                "name": "get-blastdb",
-                "image": IMAGE,
-                "workingDir": "/blast/blastdb",
-                "volumeMounts": [
+            _get_blastdb(
+                db,
+                [
                     {"name": "blastdb", "mountPath": "/blast/blastdb", "subPath": "blast"},
                     {"name": "scripts", "mountPath": "/scripts", "readOnly": True},
                 ],
-                "env": env_list(
-                    BLAST_USAGE_REPORT="false",
-                    ELB_DB=db,
-                    ELB_DB_PATH="",
-                    ELB_BLASTDB_SRC="NCBI",
-                    ELB_DB_MOL_TYPE="nucl",
-                    ELB_TAXIDLIST="",
-                    ELB_SKIP_DB_VERIFY="true",
-                    STARTUP_DELAY="30",
-                ),
-                "command": ["/scripts/init-db-download-aks.sh"],
-            },
+                STARTUP_DELAY="30",
+            ),
             {
                 "name": "import-query-batches",
                 "image": QS_IMAGE,
@@ -170,22 +180,7 @@ def init_pv(job_id: str | None, db: str = "16S_ribosomal_RNA") -> dict[str, Any]
             {"name": "scripts", "configMap": {"name": "elb-scripts", "defaultMode": 0o755}},
         ],
         "containers": [
-            {
-                "name": "get-blastdb",
-                "image": IMAGE,
-                "workingDir": "/blast/blastdb",
-                "volumeMounts": [{"name": "blastdb", "mountPath": "/blast/blastdb"}],
-                "env": env_list(
-                    BLAST_USAGE_REPORT="false",
-                    ELB_DB=db,
-                    ELB_DB_PATH="",
-                    ELB_BLASTDB_SRC="NCBI",
-                    ELB_DB_MOL_TYPE="nucl",
-                    ELB_TAXIDLIST="",
-                    ELB_SKIP_DB_VERIFY="true",
-                ),
-                "command": ["/scripts/init-db-download-aks.sh"],
-            },
+            _get_blastdb(db, [{"name": "blastdb", "mountPath": "/blast/blastdb"}]),
             {"name": "import-query-batches", "image": QS_IMAGE, "command": ["run.sh"]},
         ],
         "restartPolicy": "Never",

@@ -24,7 +24,7 @@ import ssl
 import tempfile
 import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,24 +151,7 @@ class FaultProxy:
     def kubeconfig(self, token: str, name: str) -> str:
         """A kubeconfig that reaches the API server through this proxy."""
         path = self._dir / f"{name}.kubeconfig"
-        path.write_text(
-            json.dumps(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "clusters": [
-                        {
-                            "name": "proxy",
-                            "cluster": {"server": self.url, "certificate-authority": self.ca_file},
-                        }
-                    ],
-                    "users": [{"name": name, "user": {"token": token}}],
-                    "contexts": [{"name": name, "context": {"cluster": "proxy", "user": name}}],
-                    "current-context": name,
-                }
-            )
-        )
-        return str(path)
+        return self.cp.write_kubeconfig(path, name, token, server=self.url, ca_file=self.ca_file)
 
     def start(self) -> FaultProxy:
         started = threading.Event()
@@ -287,11 +270,9 @@ class FaultProxy:
             if upstream.headers.get("Content-Encoding"):
                 response.headers["Content-Encoding"] = upstream.headers["Content-Encoding"]
             await response.prepare(request)
-            if lag:
-                return await self._lagging(request, response, upstream, lag)
             sent = 0
             ending = self._ending
-            chunks = upstream.content.iter_any().__aiter__()
+            chunks = (_late(upstream, lag) if lag else upstream.content.iter_any()).__aiter__()
             while True:
                 step = asyncio.ensure_future(chunks.__anext__())
                 # Retrieved even when the handler is cancelled before awaiting it.
@@ -317,40 +298,6 @@ class FaultProxy:
                 self.answered.append((request.method, request.path_qs, sent))
             return response
 
-    async def _lagging(
-        self,
-        request: web.Request,
-        response: web.StreamResponse,
-        upstream: aiohttp.ClientResponse,
-        lag: float,
-    ) -> web.StreamResponse:
-        """Pass a watch on, each chunk ``lag`` seconds after it arrived, in order."""
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[tuple[float, bytes] | None] = asyncio.Queue()
-
-        async def read() -> None:
-            try:
-                async for chunk in upstream.content.iter_any():
-                    await queue.put((loop.time() + lag, chunk))
-            finally:
-                await queue.put(None)
-
-        reader = asyncio.ensure_future(read())
-        sent = 0
-        try:
-            while (item := await queue.get()) is not None:
-                due, chunk = item
-                await asyncio.sleep(max(0.0, due - loop.time()))
-                sent += len(chunk)
-                await response.write(chunk)
-            await response.write_eof()
-        finally:
-            reader.cancel()
-            await asyncio.gather(reader, return_exceptions=True)
-        with self._lock:
-            self.answered.append((request.method, request.path_qs, sent))
-        return response
-
     def end_watches(self) -> None:
         """End every watch stream in flight cleanly, as the API server does when a watch
         times out: each client resumes from its last resourceVersion (a ``watch_gone``
@@ -366,39 +313,58 @@ class FaultProxy:
         loop.call_soon_threadsafe(swap)
 
 
-def _status(code: int) -> web.Response:
-    reasons = {
-        500: "InternalError",
-        503: "ServiceUnavailable",
-        504: "Timeout",
-        429: "TooManyRequests",
-        409: "Conflict",
-        410: "Expired",
-        403: "Forbidden",
-    }
-    body = {
+_REASONS = {
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+    429: "TooManyRequests",
+    409: "Conflict",
+    410: "Expired",
+    403: "Forbidden",
+}
+
+
+def _failure(code: int, message: str) -> dict[str, Any]:
+    """A Kubernetes ``Status`` of a failed call."""
+    return {
         "kind": "Status",
         "apiVersion": "v1",
         "metadata": {},
         "status": "Failure",
-        "message": f"injected fault: {code}",
-        "reason": reasons.get(code, "InternalError"),
+        "message": message,
+        "reason": _REASONS.get(code, "InternalError"),
         "code": code,
     }
-    return web.json_response(body, status=code)
+
+
+def _status(code: int) -> web.Response:
+    return web.json_response(_failure(code, f"injected fault: {code}"), status=code)
 
 
 def _gone_watch(request: web.Request) -> web.Response:
-    event = {
-        "type": "ERROR",
-        "object": {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": "too old resource version: injected",
-            "reason": "Expired",
-            "code": 410,
-        },
-    }
+    event = {"type": "ERROR", "object": _failure(410, "too old resource version: injected")}
     return web.Response(text=json.dumps(event) + "\n", content_type="application/json")
+
+
+async def _late(upstream: aiohttp.ClientResponse, lag: float) -> AsyncIterator[bytes]:
+    """A watch's chunks, each ``lag`` seconds after it arrived, in order (the API server's
+    stream read on meanwhile)."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[float, bytes] | None] = asyncio.Queue()
+
+    async def read() -> None:
+        try:
+            async for chunk in upstream.content.iter_any():
+                await queue.put((loop.time() + lag, chunk))
+        finally:
+            await queue.put(None)
+
+    reader = asyncio.ensure_future(read())
+    try:
+        while (item := await queue.get()) is not None:
+            due, chunk = item
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            yield chunk
+    finally:
+        reader.cancel()
+        await asyncio.gather(reader, return_exceptions=True)

@@ -37,7 +37,7 @@ from elbgate.kube.config import KubeConfig
 from elbgate.lease import parse_microtime
 from elbgate.names import HOLDER_CONTAINER_ANNOTATION, LIVENESS_CONFIGMAP, lease_name
 from elbgate.settings import ControllerSettings, GateSettings, WebhookSettings
-from testbed.api import ApiError, JsonObj
+from testbed.api import JsonObj
 from testbed.audit_log import read_audit
 from testbed.controller_process import CONTROLLER_USER, LEADER_LEASE, ControllerProcess
 from testbed.controlplane import ControlPlane, PodIdentity
@@ -66,7 +66,6 @@ def target_seconds(case: str) -> float:
 SUBMITTER_SA = "elb-openapi"
 HOLDER_CONTAINER = "elb-openapi"
 SIDECAR = "log-shipper"
-IMAGE = "elb-openapi:4.27"
 NODE_LABEL = "elb-gate.io/test-node"
 """The label a holder's own Node carries, for the Pod's nodeSelector."""
 
@@ -95,62 +94,17 @@ def submitter_pod(
     annotations: Mapping[str, str] | None = None,
     restart_policy: str = "Always",
     node_selector: Mapping[str, str] | None = None,
-    timeout: float = 120.0,
 ) -> PodIdentity:
-    """A Running submitter Pod (``containers``, small requests) and a token bound to it.
-    A name still held by a Pod being deleted is retried until free (a StatefulSet does
-    the same when it recreates a Pod)."""
-    cp.ensure_service_account(namespace, SUBMITTER_SA)
-    name = name or f"{SUBMITTER_SA}-{uuid.uuid4().hex[:6]}"
-    body: JsonObj = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {"app.kubernetes.io/name": SUBMITTER_SA},
-            "annotations": dict(annotations or {}),
-        },
-        "spec": {
-            "serviceAccountName": SUBMITTER_SA,
-            "restartPolicy": restart_policy,
-            "terminationGracePeriodSeconds": 30,
-            "containers": [
-                {
-                    "name": c,
-                    "image": IMAGE,
-                    "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
-                }
-                for c in containers
-            ],
-        },
-    }
-    if node_selector:
-        body["spec"]["nodeSelector"] = dict(node_selector)
-
-    def create() -> JsonObj | None:
-        try:
-            return cp.admin.create(body)
-        except ApiError as exc:
-            if exc.status == 409:
-                return None  # the previous Pod of this name is still being removed
-            raise
-
-    created = wait_until(create, timeout, f"pod {namespace}/{name} created", interval=0.05)
-    uid = created["metadata"]["uid"]
-
-    def running() -> JsonObj | None:
-        pod = cp.admin.find("pods", namespace, name)
-        if pod and pod["metadata"]["uid"] == uid and pod["status"].get("phase") == "Running":
-            return pod
-        return None
-
-    pod = wait_until(running, timeout, f"pod {namespace}/{name} Running", interval=0.05)
-    token = cp.pod_token(pod)
-    path = cp.state_dir / "kubeconfigs" / f"holder-{namespace}-{name}-{uid[:8]}.kubeconfig"
-    cp.write_kubeconfig(path, f"{namespace}-{name}", token, namespace)
-    return PodIdentity(
-        namespace, SUBMITTER_SA, name, uid, pod["spec"].get("nodeName", ""), token, str(path)
+    """A Running submitter Pod (``containers``) on any node unless ``node_selector`` says
+    which, and a token bound to it (:meth:`ControlPlane.pod_identity`)."""
+    return cp.pod_identity(
+        namespace,
+        SUBMITTER_SA,
+        pod=name,
+        containers=containers,
+        annotations=annotations,
+        restart_policy=restart_policy,
+        node_selector=node_selector or {},
     )
 
 
@@ -243,29 +197,18 @@ class AuditLog:
             self._events.extend(fresh)
             return list(self._events)
 
-    def lease_clears(self, namespace: str) -> list[JsonObj]:
-        """The controller's successful writes that cleared the submit Lease's holder."""
-        out = []
-        for e in self.events():
-            ref = e.get("objectRef") or {}
-            if (
-                e.get("verb") == "patch"
-                and ref.get("resource") == "leases"
-                and ref.get("namespace") == namespace
-                and ref.get("name") == lease_name(namespace)
-                and (e.get("user") or {}).get("username") == CONTROLLER_USER
-                and (e.get("responseStatus") or {}).get("code") == 200
-                and not ((e.get("responseObject") or {}).get("spec") or {}).get("holderIdentity")
-            ):
-                out.append(e)
-        return out
-
     def clears_of(self, holder: Holder) -> list[JsonObj]:
-        """The controller's clears of ``holder`` (conditioned on a version it wrote)."""
+        """The controller's successful writes that cleared ``holder`` from the submit
+        Lease (conditioned on a version it wrote)."""
+        lease = ("leases", holder.namespace, lease_name(holder.namespace))
         return [
             e
-            for e in self.lease_clears(holder.namespace)
-            if str(((e.get("requestObject") or {}).get("metadata") or {}).get("resourceVersion"))
+            for e in self.events()
+            if e.get("verb") == "patch"
+            and _written(e, *lease, CONTROLLER_USER)
+            and (e.get("responseStatus") or {}).get("code") == 200
+            and not ((e.get("responseObject") or {}).get("spec") or {}).get("holderIdentity")
+            and str(((e.get("requestObject") or {}).get("metadata") or {}).get("resourceVersion"))
             in holder.versions
         ]
 
@@ -274,12 +217,18 @@ class AuditLog:
         return [
             e
             for e in self.events()
-            if (e.get("objectRef") or {}).get("resource") == "jobs"
-            and (e.get("objectRef") or {}).get("namespace") == namespace
-            and (e.get("objectRef") or {}).get("name") == name
-            and (e.get("user") or {}).get("username") == user
+            if _written(e, "jobs", namespace, name, user)
             and (e.get("responseStatus") or {}).get("code", 0) < 300
         ]
+
+
+def _written(event: JsonObj, resource: str, namespace: str, name: str, user: str) -> bool:
+    """Whether ``event`` is ``user``'s request to ``resource`` ``namespace/name``."""
+    ref = event.get("objectRef") or {}
+    target = (ref.get("resource"), ref.get("namespace"), ref.get("name"))
+    return (
+        target == (resource, namespace, name) and (event.get("user") or {}).get("username") == user
+    )
 
 
 # -- a stage: the control plane, the controllers, the audit log ------------------------
@@ -513,74 +462,72 @@ def restarted(cp: ControlPlane, identity: PodIdentity, container: str, count: in
     return found
 
 
+@contextmanager
+def held(
+    stage: Stage, namespace: str, ttl_seconds: int | None = None, **pod: Any
+) -> Iterator[Holder]:
+    """A submitter Pod (:func:`submitter_pod` with ``pod``) holding the submit Lease,
+    watched by the controller; its client closed afterwards."""
+    holder = acquire(stage.cp, submitter_pod(stage.cp, namespace, **pod), ttl_seconds=ttl_seconds)
+    try:
+        stage.noticed(holder)
+        yield holder
+    finally:
+        holder.close()
+
+
 def force_deleted(
     stage: Stage, namespace: str, while_held: Callable[[Holder], None] | None = None
 ) -> Reclaim:
     """``kubectl delete pod --grace-period=0 --force``: the pod is gone at once.
     ``while_held``: called once the controller watches the holder, before its pod goes
     (what must be seen while the holder and the watches of its pod and node live)."""
-    holder = acquire(stage.cp, submitter_pod(stage.cp, namespace))
-    try:
-        stage.noticed(holder)
+    with held(stage, namespace) as holder:
         if while_held is not None:
             while_held(holder)
         asked = now()
         stage.cp.admin.delete("pods", namespace, holder.identity.pod, grace_seconds=0)
         return stage.reclaim_of(holder, "pod_deleted", asked)
-    finally:
-        holder.close()
 
 
 def deleted_with_grace(stage: Stage, namespace: str, grace: int = 30) -> tuple[Reclaim, JsonObj]:
     """A pod deleted with a ``grace`` s grace period whose process takes longer than that
     to stop: Terminating for the whole grace. The reclaim, and the pod as it was then."""
-    identity = submitter_pod(stage.cp, namespace, annotations={STOP_SECONDS: str(grace * 4)})
-    holder = acquire(stage.cp, identity)
-    try:
-        stage.noticed(holder)
+    with held(stage, namespace, annotations={STOP_SECONDS: str(grace * 4)}) as holder:
         asked = now()
-        stage.cp.admin.delete("pods", namespace, identity.pod, grace_seconds=grace)
+        stage.cp.admin.delete("pods", namespace, holder.identity.pod, grace_seconds=grace)
         reclaim = stage.reclaim_of(holder, "pod_terminating", asked)
-        return reclaim, pod(stage.cp, identity)
-    finally:
-        holder.close()
+        return reclaim, pod(stage.cp, holder.identity)
 
 
 def container_restarted(stage: Stage, namespace: str) -> Reclaim:
     """The holder's only container crashes and restarts (restartPolicy Always): same pod,
     same uid, restartCount + 1. Timed from ``lastState.terminated.finishedAt``."""
-    identity = submitter_pod(stage.cp, namespace)
-    holder = acquire(stage.cp, identity)
-    try:
-        stage.noticed(holder)
-        past_the_second_of(holder.renewed[-1])
-        crash(stage.cp, identity)
-        after = restarted(stage.cp, identity, HOLDER_CONTAINER)
-        ended = container_status(after, HOLDER_CONTAINER)["lastState"]["terminated"]["finishedAt"]
-        return stage.reclaim_of(holder, "container_restarted", utc(ended))
-    finally:
-        holder.close()
+    return _restarted(stage, namespace, "container_restarted", None)
 
 
 def holder_container_restarted(stage: Stage, namespace: str) -> Reclaim:
     """A holder pod with a sidecar, annotated ``elb-gate.io/holder-container``: its
     holder container alone restarts."""
-    identity = submitter_pod(
-        stage.cp,
+    return _restarted(
+        stage,
         namespace,
+        "holder_container_restarted",
+        [HOLDER_CONTAINER],
         containers=(HOLDER_CONTAINER, SIDECAR),
         annotations={HOLDER_CONTAINER_ANNOTATION: HOLDER_CONTAINER},
     )
-    holder = acquire(stage.cp, identity)
-    try:
-        stage.noticed(holder)
+
+
+def _restarted(
+    stage: Stage, namespace: str, case: str, only: Sequence[str] | None, **pod: Any
+) -> Reclaim:
+    with held(stage, namespace, **pod) as holder:
         past_the_second_of(holder.renewed[-1])
-        crash(stage.cp, identity, [HOLDER_CONTAINER])
-        after = restarted(stage.cp, identity, HOLDER_CONTAINER)
+        crash(stage.cp, holder.identity, only)
+        after = restarted(stage.cp, holder.identity, HOLDER_CONTAINER)
         ended = container_status(after, HOLDER_CONTAINER)["lastState"]["terminated"]["finishedAt"]
-        return stage.reclaim_of(holder, "holder_container_restarted", utc(ended))
-    finally:
-        holder.close()
+        return stage.reclaim_of(holder, case, utc(ended))
 
 
 def _finished(stage: Stage, identity: PodIdentity, phase: str) -> datetime:
@@ -600,40 +547,26 @@ def lease_expired(
     its container run on. Reclaimed at the Lease's expiry (renewTime + ``ttl_seconds`` +
     the shipped clock skew, on the controller's own timer), timed from that expiry; the
     Lease duration is by default the shortest the shipped webhook accepts."""
-    identity = submitter_pod(stage.cp, namespace)
-    holder = acquire(stage.cp, identity, ttl_seconds=ttl_seconds)
-    try:
-        stage.noticed(holder)
+    with held(stage, namespace, ttl_seconds) as holder:
         skew = timedelta(seconds=GateSettings().clock_skew_seconds)
         expiry = holder.renewed[-1] + timedelta(seconds=ttl_seconds) + skew
         return stage.reclaim_of(holder, "expired", expiry)
-    finally:
-        holder.close()
 
 
 def pod_failed(stage: Stage, namespace: str) -> Reclaim:
     """restartPolicy Never and the container crashes: the pod is Failed."""
-    identity = submitter_pod(stage.cp, namespace, restart_policy="Never")
-    holder = acquire(stage.cp, identity)
-    try:
-        stage.noticed(holder)
-        crash(stage.cp, identity)
-        return stage.reclaim_of(holder, "pod_failed", _finished(stage, identity, "Failed"))
-    finally:
-        holder.close()
+    with held(stage, namespace, restart_policy="Never") as holder:
+        crash(stage.cp, holder.identity)
+        failed = _finished(stage, holder.identity, "Failed")
+        return stage.reclaim_of(holder, "pod_failed", failed)
 
 
 def pod_succeeded(stage: Stage, namespace: str, run_seconds: float = 8.0) -> Reclaim:
     """The process exits 0 without releasing (restartPolicy Never): Succeeded."""
-    identity = submitter_pod(
-        stage.cp, namespace, restart_policy="Never", annotations={RUN_SECONDS: str(run_seconds)}
-    )
-    holder = acquire(stage.cp, identity)
-    try:
-        stage.noticed(holder)
-        return stage.reclaim_of(holder, "pod_succeeded", _finished(stage, identity, "Succeeded"))
-    finally:
-        holder.close()
+    run = {RUN_SECONDS: str(run_seconds)}
+    with held(stage, namespace, restart_policy="Never", annotations=run) as holder:
+        succeeded = _finished(stage, holder.identity, "Succeeded")
+        return stage.reclaim_of(holder, "pod_succeeded", succeeded)
 
 
 @contextmanager
@@ -686,15 +619,8 @@ def node_not_ready(cp: ControlPlane, name: str) -> datetime:
 
 def node_went_not_ready(stage: Stage, namespace: str) -> Reclaim:
     """The holder's node stops being Ready: timed from the Ready transition."""
-    with own_node(stage.cp) as node:
-        identity = submitter_pod(stage.cp, namespace, node_selector={NODE_LABEL: node})
-        holder = acquire(stage.cp, identity)
-        try:
-            stage.noticed(holder)
-            since = node_not_ready(stage.cp, node)
-            return stage.reclaim_of(holder, "node_not_ready", since)
-        finally:
-            holder.close()
+    with own_node(stage.cp) as node, held(stage, namespace, node_selector={NODE_LABEL: node}) as h:
+        return stage.reclaim_of(h, "node_not_ready", node_not_ready(stage.cp, node))
 
 
 def node_not_ready_while_renewing(
@@ -702,18 +628,12 @@ def node_not_ready_while_renewing(
 ) -> Reclaim:
     """The holder's node stops being Ready but the holder keeps renewing for a while
     (a kubelet that died leaves its containers running): timed from its last renewal."""
-    with own_node(stage.cp) as node:
-        identity = submitter_pod(stage.cp, namespace, node_selector={NODE_LABEL: node})
-        holder = acquire(stage.cp, identity)
-        try:
-            stage.noticed(holder)
-            node_not_ready(stage.cp, node)
-            for _ in range(renewals):
-                time.sleep(every)
-                holder.renew()
-            return stage.reclaim_of(holder, "node_not_ready_renewing", holder.renewed[-1])
-        finally:
-            holder.close()
+    with own_node(stage.cp) as node, held(stage, namespace, node_selector={NODE_LABEL: node}) as h:
+        node_not_ready(stage.cp, node)
+        for _ in range(renewals):
+            time.sleep(every)
+            h.renew()
+        return stage.reclaim_of(h, "node_not_ready_renewing", h.renewed[-1])
 
 
 Case = Callable[[Stage, str], Reclaim]

@@ -40,8 +40,6 @@ from testbed.clients import (
     TTL_SECONDS,
     DashboardLeaseClient,
     JsonObj,
-    Outcome,
-    _judge,
     micro_time,
 )
 
@@ -107,17 +105,5 @@ class IdealLeaseClient(DashboardLeaseClient):
             body["spec"]["acquireTime"] = stamp
         return body
 
-    def release(self) -> Outcome:
-        for _attempt in range(2):
-            status, stored = self.get()
-            if status != 200 or (stored.get("spec") or {}).get("holderIdentity") != self.holder:
-                return "not_holder"
-            if self.habits.fresh_release:
-                body = self.fresh_release(stored)
-            else:
-                body = copy.deepcopy(stored)
-                body["spec"]["holderIdentity"] = ""
-            status, answer = self._call("PUT", f"{self.collection}/{self.name}", body)
-            if _judge(status, answer, "released") == "released":
-                return "released"
-        return "busy"
+    def released(self, stored: JsonObj) -> JsonObj:
+        return self.fresh_release(stored) if self.habits.fresh_release else super().released(stored)

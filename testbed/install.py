@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import copy
 import functools
+import os
 import subprocess
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
@@ -254,28 +256,54 @@ class Installation:
         return identity
 
 
+def component_env(
+    identity: PodIdentity, kubeconfig: str, settings: Mapping[str, str]
+) -> dict[str, str]:
+    """The environment of a component process on the host: the host's without this
+    repo's settings keys or in-cluster config, reaching the API server through
+    ``kubeconfig`` as ``identity``'s Pod, logging JSON, with ``settings`` on top."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ELB_GATE_", "BLAST_"))}
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    env.update(
+        KUBECONFIG=kubeconfig,
+        ELB_GATE_BIND_ADDRESS="127.0.0.1",
+        ELB_GATE_POD_NAME=identity.pod,
+        ELB_GATE_POD_NAMESPACE=identity.namespace,
+        ELB_GATE_LOG_FORMAT="json",
+        PYTHONUNBUFFERED="1",
+    )
+    return {**env, **settings}
+
+
 def authorizer_allows(
-    cp: ControlPlane, user: str, groups: list[str], verb: str, resource: str, namespace: str
+    cp: ControlPlane,
+    user: str,
+    groups: list[str],
+    verb: str,
+    resource: str,
+    namespace: str | None = None,
+    group: str | None = None,
+    name: str = "",
 ) -> bool:
-    """Whether the API server's authorizer lets ``user`` do ``verb`` on ``resource`` in
-    ``namespace`` now (a SubjectAccessReview)."""
-    group = {"leases": "coordination.k8s.io", "jobs": "batch"}.get(resource, "")
+    """Whether the API server's authorizer lets ``user`` (of ``groups``, authenticated)
+    do ``verb`` on ``resource`` (of API ``group``: by default the one elb-gate uses it
+    from), in ``namespace`` or cluster-wide, named ``name`` or any, now (a
+    SubjectAccessReview)."""
+    if group is None:
+        group = {"leases": "coordination.k8s.io", "jobs": "batch"}.get(resource, "")
+    attributes = {"verb": verb, "resource": resource, "group": group}
+    if namespace:
+        attributes["namespace"] = namespace
+    if name:
+        attributes["name"] = name
+    spec = {
+        "user": user,
+        "groups": list(dict.fromkeys([*groups, "system:authenticated"])),
+        "resourceAttributes": attributes,
+    }
     review = cp.admin.request(
         "POST",
         "/apis/authorization.k8s.io/v1/subjectaccessreviews",
-        {
-            "apiVersion": "authorization.k8s.io/v1",
-            "kind": "SubjectAccessReview",
-            "spec": {
-                "user": user,
-                "groups": [*groups, "system:authenticated"],
-                "resourceAttributes": {
-                    "verb": verb,
-                    "resource": resource,
-                    "group": group,
-                    "namespace": namespace,
-                },
-            },
-        },
+        {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec},
     )
     return bool(review["status"].get("allowed"))

@@ -17,16 +17,8 @@ from contextlib import contextmanager
 
 from testbed.api import JsonObj
 from testbed.controlplane import ControlPlane
-from testbed.install import SYSTEM_NAMESPACE, base_objects
+from testbed.install import SYSTEM_NAMESPACE, authorizer_allows, base_objects
 from testbed.waiting import wait_until
-
-
-def user_of(service_account: str, namespace: str = SYSTEM_NAMESPACE) -> tuple[str, list[str]]:
-    """The username and groups the API server gives a ServiceAccount's token."""
-    return (
-        f"system:serviceaccount:{namespace}:{service_account}",
-        ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"],
-    )
 
 
 def allowed(
@@ -35,26 +27,14 @@ def allowed(
     verb: str,
     resource: str,
     namespace: str | None = None,
-    group: str = "",
+    group: str | None = None,
     name: str = "",
 ) -> bool:
-    """Whether the authorizer lets ``service_account`` (of elb-system) do this now."""
-    user, groups = user_of(service_account)
-    attributes: JsonObj = {"verb": verb, "resource": resource, "group": group}
-    if namespace:
-        attributes["namespace"] = namespace
-    if name:
-        attributes["name"] = name
-    review = cp.admin.request(
-        "POST",
-        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
-        {
-            "apiVersion": "authorization.k8s.io/v1",
-            "kind": "SubjectAccessReview",
-            "spec": {"user": user, "groups": groups, "resourceAttributes": attributes},
-        },
-    )
-    return bool(review["status"].get("allowed"))
+    """Whether the authorizer lets ``service_account`` (of elb-system) do this now, as
+    the API server authenticates its token (username, groups)."""
+    user = f"system:serviceaccount:{SYSTEM_NAMESPACE}:{service_account}"
+    groups = ["system:serviceaccounts", f"system:serviceaccounts:{SYSTEM_NAMESPACE}"]
+    return authorizer_allows(cp, user, groups, verb, resource, namespace, group, name)
 
 
 def shipped(kind: str, name: str) -> JsonObj:
@@ -63,10 +43,6 @@ def shipped(kind: str, name: str) -> JsonObj:
         if doc["kind"] == kind and doc["metadata"]["name"] == name:
             return doc
     raise KeyError(f"manifests/base ships no {kind} {name}")
-
-
-def _resource_group(resource: str) -> str:
-    return {"leases": "coordination.k8s.io", "jobs": "batch"}.get(resource, "")
 
 
 @contextmanager
@@ -91,22 +67,9 @@ def without_verb(
         if rule.get("verbs"):
             rules.append(rule)
     narrowed["rules"] = rules
-    group = _resource_group(resource)
     cp.admin.apply(narrowed)
-    try:
-        wait_until(
-            lambda: not allowed(cp, service_account, verb, resource, namespace, group),
-            120,
-            f"{service_account} loses {verb} {resource}",
-        )
+    with _withdrawn(cp, original, service_account, verb, resource, namespace):
         yield
-    finally:
-        cp.admin.apply(original)
-        wait_until(
-            lambda: allowed(cp, service_account, verb, resource, namespace, group),
-            30,
-            f"{service_account} has {verb} {resource} again",
-        )
 
 
 @contextmanager
@@ -117,17 +80,28 @@ def without_binding(
     ``resource`` cluster-wide); the shipped binding is restored afterwards."""
     original = shipped("ClusterRoleBinding", binding)
     cp.admin.delete("clusterrolebindings", None, binding)
+    with _withdrawn(cp, original, service_account, verb, resource):
+        yield
+
+
+@contextmanager
+def _withdrawn(
+    cp: ControlPlane,
+    original: JsonObj,
+    service_account: str,
+    verb: str,
+    resource: str,
+    namespace: str | None = None,
+) -> Iterator[None]:
+    """Once the authorizer denies what was just withdrawn, the block; then ``original``
+    applied again, and waited for until the authorizer allows it again."""
+
+    def may() -> bool:
+        return allowed(cp, service_account, verb, resource, namespace)
+
     try:
-        wait_until(
-            lambda: not allowed(cp, service_account, verb, resource),
-            120,
-            f"{service_account} loses {verb} {resource}",
-        )
+        wait_until(lambda: not may(), 120, f"{service_account} loses {verb} {resource}")
         yield
     finally:
         cp.admin.apply(original)
-        wait_until(
-            lambda: allowed(cp, service_account, verb, resource),
-            120,
-            f"{service_account} may {verb} {resource} again",
-        )
+        wait_until(may, 120, f"{service_account} may {verb} {resource} again")

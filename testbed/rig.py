@@ -4,9 +4,13 @@
         rig.wait_until_ready()                       # both replicas routable, a leader
         rig.hooks[0].metrics(); rig.controllers[0].url("/metrics")
 
-Real ``python -m webhook`` replicas behind one Service address
-(:class:`~testbed.webhook_service.WebhookService`: the shipped webhook configurations
-pointed at it) and one or more real ``python -m controller`` replicas, leader-elected.
+Real ``python -m webhook`` replicas behind one Service address (the test bed's TCP
+forwarder, :class:`~testbed.service.Service`, playing kube-proxy: per connection, to a
+ready replica), the shipped webhook configurations registered with the test bed's one
+transformation (:func:`~testbed.webhook_process.point_at`) aimed at it, and zero or more
+real ``python -m controller`` replicas, leader-elected. The real Service →
+EndpointSlice → Pod path is tests/system/'s: what the rig serves (replicas deciding at
+once, each connection to one of them) needs only connections spread as kube-proxy does.
 Every component authenticates as its own ServiceAccount with exactly the shipped RBAC
 (:mod:`testbed.install`); with a :class:`~testbed.faultproxy.FaultProxy` both talk to
 the API server through it. Pod names are made as a ReplicaSet makes them, so rigs on
@@ -19,13 +23,15 @@ the chart itself on real kubelet nodes (:mod:`testbed.system_tier`).
 
 from __future__ import annotations
 
-import itertools
+import base64
 import secrets
-import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Self
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from testbed.controller_process import LEADER_LEASE, ControllerProcess
 from testbed.controlplane import ControlPlane
@@ -33,8 +39,16 @@ from testbed.faultproxy import FaultProxy
 from testbed.install import NOT_THE_FENCE, Installation
 from testbed.service import Service
 from testbed.waiting import wait_until
-from testbed.webhook_process import WebhookProcess
-from testbed.webhook_service import WebhookService
+from testbed.webhook_process import (
+    WebhookProcess,
+    await_webhooks_called,
+    point_at,
+    register,
+    shipped_configurations,
+    unregister,
+)
+
+ADMISSIONS = "elb_gate_admission_requests_total"
 
 
 def pod_suffix() -> str:
@@ -79,25 +93,26 @@ class Rig:
         self.install = Installation.on(cp)
         self._controller_rs = pod_suffix()
         webhook_rs = pod_suffix()
-        self.webhooks = WebhookService(
-            cp,
-            env=self.env,
-            workdir=workdir,
-            pods=[f"elb-gate-webhook-{webhook_rs}-{pod_suffix()}" for _ in range(replicas)],
-            shared_certificate=shared_certificate,
-            kubeconfig=self._kubeconfig("webhook") if proxy is not None else None,
-            effective_seconds=effective_seconds,
-        )
+        pods = [f"elb-gate-webhook-{webhook_rs}-{pod_suffix()}" for _ in range(replicas)]
+        self.hooks = [
+            WebhookProcess(
+                cp,
+                self.env,
+                register=False,
+                pod=pod,
+                workdir=(workdir / pod) if workdir else None,
+                kubeconfig=self._kubeconfig("webhook")(pod) if proxy is not None else None,
+            )
+            for pod in pods
+        ]
+        if shared_certificate:
+            for other in self.hooks[1:]:
+                other.certificate = self.hooks[0].certificate
+        self.effective_seconds = effective_seconds
+        self.service: Service | None = None
+        """The webhooks' Service (once started)."""
+        self._registered: list[tuple[str, str]] = []
         self.controllers: list[ControllerProcess] = []
-        self._starts = itertools.count()
-
-    @property
-    def hooks(self) -> list[WebhookProcess]:
-        return self.webhooks.replicas
-
-    @property
-    def service(self) -> Service | None:
-        return self.webhooks.proxy
 
     def _kubeconfig(self, component: str) -> Callable[[str], str]:
         def through_the_proxy(pod: str) -> str:
@@ -113,11 +128,24 @@ class Rig:
         try:
             for ns in self.namespaces:
                 self.install.gate(ns)
-            _in_parallel([self.webhooks.start, self._start_controllers])
+            in_parallel([self._start_webhooks, self._start_controllers])
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _start_webhooks(self) -> None:
+        """Every replica (side by side), the Service, then the configurations pointed at
+        it, trusting every replica's CA."""
+        in_parallel([hook.start for hook in self.hooks])
+        self.service = Service(self.hooks).start()
+        cas = dict.fromkeys(h.certificate.ca_pem for h in self.hooks)
+        ca_bundle = base64.b64encode(b"".join(cas)).decode()
+        docs = point_at(shipped_configurations(), self.service.port, ca_bundle)
+        register(self.cp, docs, self._registered)
+        await_webhooks_called(
+            self.install, self.hooks, self.effective_seconds, "the API server to call the Service"
+        )
 
     def _start_controllers(self) -> None:
         for i in range(self.controller_count):
@@ -146,10 +174,18 @@ class Rig:
         return ctl
 
     def stop(self) -> None:
-        """Every controller, then the webhooks (safe after a partial start)."""
+        """Every controller, then the webhooks: unregistered, the Service, each replica
+        (safe after a partial start)."""
         for ctl in self.controllers:
             ctl.stop()
-        self.webhooks.stop()
+        try:
+            if self.service is not None:
+                unregister(self.cp, self._registered, self.service.port)
+        finally:
+            if self.service is not None:
+                self.service.stop()
+            for hook in self.hooks:
+                hook.stop()
 
     def __enter__(self) -> Self:
         return self.start()
@@ -234,32 +270,19 @@ class Rig:
         """Admission requests each webhook replica answered (from its /metrics)."""
         out = []
         for hook in self.hooks:
-            total = 0.0
             try:
                 text = hook.metrics()
             except OSError:
                 text = ""
-            for line in text.splitlines():
-                if line.startswith("elb_gate_admission_requests_total{"):
-                    total += float(line.rsplit(" ", 1)[1])
-            out.append(int(total))
+            samples = (s for f in text_string_to_metric_families(text) for s in f.samples)
+            out.append(int(sum(s.value for s in samples if s.name == ADMISSIONS)))
         return out
 
 
-def _in_parallel(starts: list[Callable[[], object]]) -> None:
-    """Run the start functions side by side; raise the first failure after all ended."""
-    errors: list[BaseException] = []
-
-    def run(start: Callable[[], object]) -> None:
-        try:
-            start()
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(start,)) for start in starts]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
+def in_parallel(starts: list[Callable[[], object]]) -> None:
+    """Run the start functions side by side; raise the first one's failure (in order)
+    after all ended."""
+    with ThreadPoolExecutor(max(1, len(starts))) as pool:
+        futures = [pool.submit(start) for start in starts]
+    for future in futures:
+        future.result()

@@ -17,11 +17,12 @@ from collections.abc import Callable
 from typing import Any
 
 
-def _timed_out(timeout: float, what: str, detail: Callable[[], str] | None) -> AssertionError:
-    message = f"timed out after {timeout:g}s waiting for {what}"
-    if detail is not None:
-        message += f"\n{detail()}"
-    return AssertionError(message)
+def _fail_past(
+    deadline: float, timeout: float, what: str, detail: Callable[[], str] | None
+) -> None:
+    if time.monotonic() >= deadline:
+        message = f"timed out after {timeout:g}s waiting for {what}"
+        raise AssertionError(message + (f"\n{detail()}" if detail is not None else ""))
 
 
 def wait_until(
@@ -34,13 +35,10 @@ def wait_until(
     """Poll ``predicate`` every ``interval`` seconds until it returns something truthy,
     and return that; ``AssertionError`` naming ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise _timed_out(timeout, what, detail)
+    while not (value := predicate()):
+        _fail_past(deadline, timeout, what, detail)
         time.sleep(interval)
+    return value
 
 
 async def wait_until_async(
@@ -54,10 +52,7 @@ async def wait_until_async(
     """:func:`wait_until` on an event loop: ``predicate`` is synchronous, the sleeps
     between its calls let the loop run whatever should make it true."""
     deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise _timed_out(timeout, what, detail)
+    while not (value := predicate()):
+        _fail_past(deadline, timeout, what, detail)
         await asyncio.sleep(interval)
+    return value

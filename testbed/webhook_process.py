@@ -22,7 +22,6 @@ shipped (image, Deployments, probes, the Service) is tests/system/.
 from __future__ import annotations
 
 import copy
-import os
 import shutil
 import signal
 import socket
@@ -43,7 +42,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from testbed.api import ApiError, JsonObj
 from testbed.certs import MountedCertificate
 from testbed.controlplane import REPO, ControlPlane
-from testbed.install import CENSUS_FENCE_JOB, Installation
+from testbed.install import CENSUS_FENCE_JOB, Installation, component_env
 from testbed.waiting import wait_until
 
 MANIFEST = REPO / "manifests" / "base" / "admission-webhooks.yaml"
@@ -129,26 +128,15 @@ class WebhookProcess:
     # -- lifecycle ---------------------------------------------------------------------
 
     def env(self) -> dict[str, str]:
-        """The process environment: this repo's settings keys, never in-cluster config."""
-        base = {k: v for k, v in os.environ.items() if not k.startswith(("ELB_GATE_", "BLAST_"))}
-        base.pop("KUBERNETES_SERVICE_HOST", None)
-        base.update(
-            {
-                "KUBECONFIG": self.kubeconfig,
-                "ELB_GATE_WEBHOOK_PORT_NUMBER": str(self.port),
-                "ELB_GATE_METRICS_PORT_NUMBER": str(self.metrics_port),
-                "ELB_GATE_BIND_ADDRESS": "127.0.0.1",
-                "ELB_GATE_TLS_CERT_FILE": self.certificate.cert_file,
-                "ELB_GATE_TLS_KEY_FILE": self.certificate.key_file,
-                "ELB_GATE_LOG_FORMAT": "json",
-                "ELB_GATE_POD_NAME": self.identity.pod,
-                "ELB_GATE_POD_NAMESPACE": self.identity.namespace,
-                "ELB_GATE_CENSUS_FENCE_JOB": CENSUS_FENCE_JOB,
-                "PYTHONUNBUFFERED": "1",
-            }
-        )
-        base.update(self.extra_env)
-        return base
+        """The process environment (:func:`~testbed.install.component_env`)."""
+        settings = {
+            "ELB_GATE_WEBHOOK_PORT_NUMBER": str(self.port),
+            "ELB_GATE_METRICS_PORT_NUMBER": str(self.metrics_port),
+            "ELB_GATE_TLS_CERT_FILE": self.certificate.cert_file,
+            "ELB_GATE_TLS_KEY_FILE": self.certificate.key_file,
+            "ELB_GATE_CENSUS_FENCE_JOB": CENSUS_FENCE_JOB,
+        }
+        return component_env(self.identity, self.kubeconfig, {**settings, **self.extra_env})
 
     def start(self, timeout: float = 60.0) -> WebhookProcess:
         """Start, wait for ``/readyz``, then register the configurations. Retries
@@ -233,28 +221,14 @@ class WebhookProcess:
 
     def register(self) -> None:
         """Store both webhook configurations (replacing any left by another process)."""
-        for doc in self.configurations():
-            self.cp.admin.apply(doc)
-            key = (CONFIGURATION_KINDS[doc["kind"]], doc["metadata"]["name"])
-            if key not in self._registered:
-                self._registered.append(key)
-        self._wait_effective()
-
-    def _wait_effective(self) -> None:
+        register(self.cp, self.configurations(), self._registered)
         await_webhooks_called(
             self.install, [self], 60, "the API server to call the newly registered webhook"
         )
 
     def unregister(self) -> None:
         """Remove the configurations this process registered, if still its own."""
-        for resource, name in self._registered:
-            current = self.cp.admin.find(resource, None, name)
-            if current is None:
-                continue
-            urls = [h["clientConfig"].get("url", "") for h in current.get("webhooks") or []]
-            if any(f":{self.port}/" in u for u in urls):
-                self.cp.admin.delete(resource, None, name)
-        self._registered.clear()
+        unregister(self.cp, self._registered, self.port)
 
     def gate_namespace(self, namespace: str, *, label: bool = True) -> str:
         """Create ``namespace`` if needed, with the RoleBindings a gated namespace
@@ -324,19 +298,39 @@ class WebhookProcess:
         return [copy.deepcopy(self.cp.admin.get(r, None, n)) for r, n in self._registered]
 
 
+def register(cp: ControlPlane, docs: Iterable[JsonObj], registered: list[tuple[str, str]]) -> None:
+    """Store the webhook configurations ``docs`` (replacing what is there), each noted
+    once in ``registered`` as (resource, name)."""
+    for doc in docs:
+        cp.admin.apply(doc)
+        key = (CONFIGURATION_KINDS[doc["kind"]], doc["metadata"]["name"])
+        if key not in registered:
+            registered.append(key)
+
+
+def unregister(cp: ControlPlane, registered: list[tuple[str, str]], port: int) -> None:
+    """Remove the configurations ``registered`` that still point at ``port`` (another
+    webhook may have registered its own since), and forget them."""
+    for resource, name in registered:
+        current = cp.admin.find(resource, None, name) or {}
+        urls = [h["clientConfig"].get("url", "") for h in current.get("webhooks") or []]
+        if any(f":{port}/" in u for u in urls):
+            cp.admin.delete(resource, None, name)
+    registered.clear()
+
+
 def await_webhooks_called(
     install: Installation,
     processes: Sequence[WebhookProcess],
     timeout: float,
     what: str,
-    probe_namespace: str = "elb-gate-probe",
 ) -> None:
     """Wait until the API server calls one of ``processes`` for a dry-run Lease write in
     a probe namespace (their logs show the request).
 
     The API server applies a new webhook configuration from its informer a moment after
     the write; until then gated writes are not sent to the new webhook."""
-    probe = install.gate(probe_namespace)
+    probe = install.gate("elb-gate-probe")
     name = f"elb-blast-submit-{probe}"
     cp = install.cp
 

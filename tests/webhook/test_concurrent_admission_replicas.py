@@ -19,7 +19,7 @@ import pytest
 
 from testbed.api import JsonObj
 from testbed.controlplane import ControlPlane
-from testbed.webhook_service import WebhookService
+from testbed.rig import Rig
 from tests.webhook.conftest import API_TIMEOUT_SECONDS
 from tests.webhook.races import Round, play_round, two_first_jobs, two_stagings_of_one_database
 
@@ -29,17 +29,17 @@ pytestmark = [pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")
-def service(control_plane: ControlPlane) -> Iterator[WebhookService]:
+def rig(control_plane: ControlPlane) -> Iterator[Rig]:
     env = {"ELB_GATE_API_TIMEOUT_SECONDS": str(API_TIMEOUT_SECONDS)}
-    with WebhookService(control_plane, replicas=2, env=env) as started:
+    with Rig(control_plane, [], controllers=0, env=env) as started:
         yield started
 
 
-def judged_by(service: WebhookService, played: Round) -> dict[str, int]:
+def judged_by(rig: Rig, played: Round) -> dict[str, int]:
     """Which replica (index) logged the admission of each racing Job."""
     out: dict[str, int] = {}
     names = {s.name for s in played.sent}
-    for index, replica in enumerate(service.replicas):
+    for index, replica in enumerate(rig.hooks):
         for line in replica.log().splitlines():
             if not line.startswith("{"):
                 continue
@@ -62,26 +62,26 @@ def judged_by(service: WebhookService, played: Round) -> dict[str, int]:
 )
 def test_two_replicas_judging_one_half_each_admit_exactly_one(
     control_plane: ControlPlane,
-    service: WebhookService,
+    rig: Rig,
     bodies: Callable[[str], list[JsonObj]],
     seed: int,
 ) -> None:
     wrong: list[str] = []
     split = 0
     for _ in range(ROUNDS):
-        assert service.proxy is not None
+        assert rig.service is not None
         played = play_round(
             control_plane,
-            service.gate_namespace,
+            rig.install.gate,
             bodies,
             seed=seed,
-            before_race=service.proxy.close_connections,
+            before_race=rig.service.close_connections,
         )
         control_plane.admin.delete("namespaces", None, played.namespace)
         stagings = len(played.unfinished_stagers) if seed == 0 else 1
         if len(played.admitted) > 1 or len(played.active_ids) > 3 or stagings > 1:
             wrong.append(f"{stagings} unfinished stagings; {played.describe()}")
-        judged = judged_by(service, played)
+        judged = judged_by(rig, played)
         if len(judged) < 2:
             # The API server wrote a request on a connection the Service had just closed:
             # refused (failurePolicy Fail) without a decision, so no race was judged.

@@ -17,8 +17,8 @@ import pytest
 
 from testbed.clients import DashboardLeaseClient, OpenApiLeaseClient, new_holder
 from testbed.controlplane import ControlPlane
+from testbed.rig import Rig
 from testbed.waiting import wait_until
-from testbed.webhook_service import WebhookService
 from tests.webhook.conftest import API_TIMEOUT_SECONDS
 from tests.webhook.shapes import blast_job, new_job_id
 
@@ -41,9 +41,7 @@ submitters:
 
 
 @pytest.fixture(scope="module")
-def service(
-    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[WebhookService]:
+def rig(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     path = tmp_path_factory.mktemp("identities") / "submitters.yaml"
     path.write_text(IDENTITIES)
     env = {
@@ -52,7 +50,7 @@ def service(
         "ELB_GATE_FAIR_TURNS": "on",
         "ELB_GATE_FAIR_TURN_HOLD_SECONDS": str(HOLD_SECONDS),
     }
-    with WebhookService(control_plane, replicas=2, env=env) as started:
+    with Rig(control_plane, [], controllers=0, env=env) as started:
         yield started
 
 
@@ -60,21 +58,21 @@ class Paths:
     """One gated namespace at its ceiling (3 searches running, created before gating),
     its submit Lease created and released, and a client of each path."""
 
-    def __init__(self, cp: ControlPlane, service: WebhookService) -> None:
-        self.cp, self.service = cp, service
+    def __init__(self, cp: ControlPlane, rig: Rig) -> None:
+        self.cp, self.rig = cp, rig
         namespace = cp.new_namespace("fair")
         self.searches = [blast_job(namespace, new_job_id()) for _ in range(3)]
         for job in self.searches:
             cp.admin.create(job)
-        self.ns = service.gate_namespace(namespace)
+        self.ns = rig.install.gate(namespace)
         self.openapi_pod = cp.pod_identity(self.ns, OPENAPI_SA)
         first = self.dashboard()
         assert first.acquire() == "acquired"  # the CREATE (not judged)
         assert first.release() == "released"
 
     def next_replica(self) -> None:
-        assert self.service.proxy is not None
-        self.service.proxy.close_connections()
+        assert self.rig.service is not None
+        self.rig.service.close_connections()
 
     def dashboard(self) -> DashboardLeaseClient:
         """The dashboard mints a fresh holder for every attempt."""
@@ -110,7 +108,7 @@ class Paths:
     def judged(self) -> list[tuple[int, str, str]]:
         """(replica, reason, turn) of every Lease-guard decision that went through the rule."""
         out = []
-        for index, replica in enumerate(self.service.replicas):
+        for index, replica in enumerate(self.rig.hooks):
             for line in replica.log().splitlines():
                 if not line.startswith("{"):
                     continue
@@ -122,8 +120,8 @@ class Paths:
 
 
 @pytest.fixture
-def paths(control_plane: ControlPlane, service: WebhookService) -> Paths:
-    return Paths(control_plane, service)
+def paths(control_plane: ControlPlane, rig: Rig) -> Paths:
+    return Paths(control_plane, rig)
 
 
 def test_the_free_turn_goes_to_the_path_that_waited_longest_across_two_replicas(
@@ -196,7 +194,7 @@ def test_a_takeover_of_a_live_lease_is_still_refused_for_the_path_whose_turn_it_
 def guard_reasons(paths: Paths, user: str) -> list[str]:
     """The Lease guard's reasons for ``user``'s writes in the namespace."""
     out = []
-    for replica in paths.service.replicas:
+    for replica in paths.rig.hooks:
         for line in replica.log().splitlines():
             if line.startswith("{"):
                 record = json.loads(line)
