@@ -14,10 +14,10 @@ what a kubelet does to an install (probes, restarts, OOM, drains) is tests/syste
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from testbed import rig
 from testbed.controlplane import ControlPlane
-from testbed.faultproxy import FaultProxy
 
 SHARED_ENV: dict[str, str] = {
     "BLAST_MAX_RUN_CONCURRENCY": "2",
@@ -54,27 +54,23 @@ FINALIZER_GRACE_SECONDS = 300.0
 
 
 class Rig(rig.Rig):
-    """The rig with :data:`SHARED_ENV` under every component (``env`` on top of it)."""
+    """The rig with :data:`SHARED_ENV` under every component (``env`` on top of it), each
+    webhook replica serving a certificate of its own."""
 
     def __init__(
         self,
         cp: ControlPlane,
         namespaces: Iterable[str],
         *,
-        replicas: int = 2,
-        controllers: int = 1,
         env: Mapping[str, str] | None = None,
-        controller_env: Mapping[str, str] | None = None,
-        proxy: FaultProxy | None = None,
+        **options: Any,
     ) -> None:
         super().__init__(
             cp,
             namespaces,
-            replicas=replicas,
-            controllers=controllers,
             env={**SHARED_ENV, **(env or {})},
-            controller_env=controller_env,
-            proxy=proxy,
             shared_certificate=False,
             effective_seconds=120.0,
+            **options,
         )
+
