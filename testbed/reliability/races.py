@@ -45,7 +45,7 @@ from testbed.reliability.calls import jobs_path, request
 from testbed.reliability.gate_a import LEASE_PREFIX
 from testbed.reliability.histories import History, JobWatch, audit_operations
 from testbed.reliability.jobs import JobPlan, job_body, job_name
-from testbed.reliability.rig import CEILING, CONTROLLER_ENV, SKEW_SECONDS, Rig
+from testbed.reliability.rig import CEILING, CONTROLLER_ENV, SKEW_SECONDS, Rig, each_on_a_slot
 from testbed.waiting import wait_until
 
 KINDS: tuple[str, ...] = (
@@ -404,44 +404,12 @@ def run_all(
     """Every seed's history, the kind chosen round-robin; controller-down kinds in
     one outage, at the end.
 
-    A history the harness could not finish (a wait that timed out, an API call that
-    failed) raises here once the others have run, or, with ``on_error``, is handed to
-    it and left out."""
+    A history the harness could not finish goes to ``on_error`` and is left out, or is
+    raised (:func:`~testbed.reliability.rig.each_on_a_slot`)."""
     plans = [plan(s, KINDS[s % len(KINDS)]) for s in seeds]
     normal = [p for p in plans if p.kind not in CONTROLLER_KINDS]
     outage = [p for p in plans if p.kind in CONTROLLER_KINDS]
-    out: list[History] = []
-    errors: list[tuple[Plan, Exception]] = []
-    lock = threading.Lock()
-
-    def worker(slot: str, queue: list[Plan]) -> None:
-        while True:
-            with lock:
-                if not queue:
-                    return
-                p = queue.pop(0)
-            try:
-                h = races.run(p, slot)
-            except Exception as exc:
-                with lock:
-                    errors.append((p, exc))
-                continue
-            with lock:
-                out.append(h)
-
-    def batch(queue: list[Plan]) -> None:
-        threads = [threading.Thread(target=worker, args=(s, queue)) for s in slots]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        while errors:
-            failed, exc = errors.pop(0)
-            if on_error is None:
-                raise exc
-            on_error(failed, exc)
-
-    batch(list(normal))
+    out = list(each_on_a_slot(normal, slots, races.run, on_error))
     rig = races.rig
     for start in range(0, len(outage), len(slots)):
         chunk = outage[start : start + len(slots)]
@@ -449,7 +417,7 @@ def run_all(
             ctl.stop()
         before = len(out)
         try:
-            batch(list(chunk))
+            out += each_on_a_slot(chunk, slots, races.run, on_error)
         finally:
             rig.start_controller(0)
             rig.wait_for_leader()
