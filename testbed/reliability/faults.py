@@ -36,6 +36,7 @@ from testbed.controlplane import ControlPlane, PodIdentity
 from testbed.faultproxy import Fault, FaultProxy
 from testbed.install import NOT_THE_FENCE
 from testbed.reliability.calls import jobs_path, request
+from testbed.reliability.jobs import running_job
 from testbed.reliability.ledger import Ledger
 from testbed.reliability.paths import DashboardPath
 from testbed.reliability.races import ADMISSION_RECORD
@@ -89,34 +90,6 @@ def record(trials: Sequence[TrialResult], ledger: Ledger) -> None:
         violations=sum(len(r.wrong) for r in trials),
         **{f"{kind}_trials": n for kind, n in kinds.items()},
     )
-
-
-def running_job(namespace: str, name: str, app: str, job_id: str) -> JsonObj:
-    """A search Job whose pod runs until deleted (no run-seconds)."""
-    labels = {"app": app, "elb-job-id": job_id}
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {
-            "backoffLimit": 0,
-            "template": {
-                "metadata": {"labels": dict(labels)},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "nodeSelector": {"agentpool": "blastpool"},
-                    "terminationGracePeriodSeconds": 1,
-                    "containers": [
-                        {
-                            "name": app,
-                            "image": "elbacr.azurecr.io/ncbi/elb:1.3.0",
-                            "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
-                        }
-                    ],
-                },
-            },
-        },
-    }
 
 
 class Holder(DashboardPath):
