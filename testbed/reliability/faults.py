@@ -95,17 +95,17 @@ def record(trials: Sequence[TrialResult], ledger: Ledger) -> None:
 class Holder(DashboardPath):
     """A submitter that takes the Lease and keeps renewing it (the dashboard's path)."""
 
-    def __init__(self, cp: ControlPlane, namespace: str, token: str, ttl: int = 600) -> None:
-        super().__init__(cp, token, namespace, ttl=ttl)
+    def __init__(self, cp: ControlPlane, namespace: str, token: str) -> None:
+        super().__init__(cp, token, namespace, ttl=600)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def take(self, timeout: float = 120.0) -> None:
-        wait_until(lambda: self.lease.acquire() in ("acquired", "renewed"), timeout, "the Lease")
+    def take(self) -> None:
+        wait_until(lambda: self.lease.acquire() in ("acquired", "renewed"), 120, "the Lease")
 
-    def keep_renewing(self, every: float = 1.5) -> None:
+    def keep_renewing(self) -> None:
         def loop() -> None:
-            while not self._stop.wait(every):
+            while not self._stop.wait(1.5):
                 try:
                     self.lease.acquire()
                 except Exception:  # a renewal that failed is retried at the next beat
@@ -203,6 +203,7 @@ CONTROLLER_TARGETS: tuple[dict[str, Any], ...] = (
     {"method": "PATCH", "resource": "configmaps"},
 )
 CLUSTER_SCOPED = ("nodes",)
+STORM_SECONDS = 4.0
 
 
 class LiveWatch:
@@ -254,7 +255,6 @@ def controller_trial(
     ns: str,
     identity: PodIdentity,
     rng: random.Random,
-    storm_seconds: float = 4.0,
 ) -> TrialResult:
     """A storm of faults on the controller's calls; nothing live may be cleared or deleted."""
     cp = rig.cp
@@ -277,7 +277,7 @@ def controller_trial(
     result = TrialResult("controller:storm")
     faults: list[Fault] = []
     try:
-        end = time.monotonic() + storm_seconds
+        end = time.monotonic() + STORM_SECONDS
         while time.monotonic() < end:
             target: dict[str, Any] = dict(rng.choice(CONTROLLER_TARGETS))
             kind = rng.choice(list(FAULT_KINDS))

@@ -90,13 +90,13 @@ class HolderNodes:
             "nodes", None, name, {"metadata": {"annotations": {KUBELET: "not-ready"}}}
         )
 
-    def restore(self, name: str, timeout: float = 120.0) -> None:
+    def restore(self, name: str) -> None:
         """Ready again, untainted (the node lifecycle controller lifts its taints). A merge
         patch removing an annotation the node does not carry changes nothing."""
         self.cp.admin.patch("nodes", None, name, {"metadata": {"annotations": {KUBELET: None}}})
         wait_until(
             lambda: _ready(self.cp.admin.find("nodes", None, name)),
-            timeout,
+            120,
             f"node {name} Ready and untainted",
             interval=0.25,
         )

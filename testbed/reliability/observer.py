@@ -144,7 +144,7 @@ class Observer:
         )
         return int(body["metadata"]["resourceVersion"])
 
-    def sync(self, timeout: float = 120.0) -> int:
+    def sync(self) -> int:
         """Write a sentinel Lease and a sentinel Job now and wait until both watches have
         delivered them: every write committed before this call has then been seen.
         Returns the first sentinel's revision."""
@@ -159,7 +159,7 @@ class Observer:
             lambda: all(
                 int(w.resource_version or 0) >= m for w, m in zip(self._watches, marks, strict=True)
             ),
-            timeout,
+            120,
             f"the watches to deliver revisions {marks}",
             interval=0.05,
         )

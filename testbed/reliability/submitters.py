@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from client import CoordinationError, SubmitLease, run_slot
 from client.errors import SlotUnavailable
@@ -72,21 +72,10 @@ from testbed.reliability.rig import CEILING, CONTROLLER_SKEW_SECONDS, SHARED_ENV
 Protocol = Literal["client", "cli", "dashboard", "openapi"]
 Stall = Literal["taken_over", "left_alone"]
 CrashPoint = Literal["after_acquire", "mid_jobs", "after_jobs"]
-Death = Literal[
-    "pod_deleted",
-    "pod_failed",
-    "container_restarted",
-    "node_not_ready",
-    "thread_died",
-    "process_died",
-]
-POD_DEATHS: tuple[Death, ...] = (
-    "pod_deleted",
-    "pod_failed",
-    "container_restarted",
-    "node_not_ready",
-)
+PodDeath = Literal["pod_deleted", "pod_failed", "container_restarted", "node_not_ready"]
 """Deaths the cluster can prove (the controller reclaims before expiry)."""
+Death = Literal[PodDeath, "thread_died", "process_died"]
+POD_DEATHS: tuple[PodDeath, ...] = get_args(PodDeath)
 POD_TTL_SECONDS = 120
 """Lease TTL of an in-cluster submitter: long (the OpenAPI service's kubectl steps take
 seconds each on a busy machine), so that a provably dead one is freed by the dead-holder
