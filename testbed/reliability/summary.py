@@ -20,22 +20,11 @@ def summarize(
     """Record schedules under promise 1, with the admissions each of the two webhook
     replicas ``served`` (from its /metrics); return the totals (for printing)."""
     results = list(results)
-    protocols: Counter[str] = Counter()
-    reclaimed: Counter[str] = Counter()
-    deaths: Counter[str] = Counter()
-    stalls: Counter[str] = Counter()
-    denials: Counter[int] = Counter()
-    fates: Counter[str] = Counter()
+    stalls = sum((r.stalls for r in results), Counter[str]())
+    fates = sum((r.job_fates for r in results), Counter[str]())
     latency: dict[str, list[float]] = defaultdict(list)
-    for r in results:
-        protocols.update(r.protocols)
-        reclaimed.update(r.reclaimed)
-        deaths.update(r.deaths)
-        stalls.update(r.stalls)
-        denials.update(r.denials)
-        fates.update(r.job_fates)
-        for death, seconds in r.reclaim_seconds:
-            latency[death].append(seconds)
+    for death, seconds in (pair for r in results for pair in r.reclaim_seconds):
+        latency[death].append(seconds)
     totals: dict[str, int | str] = {
         "schedules": len(results),
         "submitters": sum(r.submitters for r in results),
@@ -56,14 +45,14 @@ def summarize(
         "max_active_oracle": max((r.max_active for r in results), default=0),
         "max_active_crude": max((r.max_crude for r in results), default=0),
         "max_live_holders": max((r.max_live_holders for r in results), default=0),
-        "protocols": _pairs(protocols),
-        "deaths_by_mode": _pairs(deaths),
-        "hold_ended": _pairs(reclaimed),
+        "protocols": _pairs(sum((r.protocols for r in results), Counter[str]())),
+        "deaths_by_mode": _pairs(sum((r.deaths for r in results), Counter[str]())),
+        "hold_ended": _pairs(sum((r.reclaimed for r in results), Counter[str]())),
         "reclaim_seconds_median_max": " ".join(
             f"{d}:{statistics.median(v):.1f}/{max(v):.1f}" for d, v in sorted(latency.items())
         ),
         "job_fates": _pairs(fates),
-        "denials": _pairs(denials),
+        "denials": _pairs(sum((r.denials for r in results), Counter[int]())),
     }
     ledger.record(
         "1",
