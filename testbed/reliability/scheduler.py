@@ -27,12 +27,13 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import suppress
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed.clients import lease_name
 from testbed.controller_process import CONTROLLER_USER
+from testbed.holders import own_node
 from testbed.reliability.audit import AuditTail, Seen
 from testbed.reliability.gate_a import (
     HOLDER_USER_ANNOTATION,
@@ -45,7 +46,6 @@ from testbed.reliability.gate_a import (
     parse_time,
     state_before,
 )
-from testbed.reliability.nodes import HolderNodes
 from testbed.reliability.observer import NamespaceRecord, Observer
 from testbed.reliability.rig import (
     CEILING,
@@ -148,7 +148,6 @@ class Runner:
             )
         self.rig = rig
         self.workdir = workdir
-        self.nodes = HolderNodes(rig.cp)
         self.audit = AuditTail(rig.cp.audit_log, rig.namespaces)
         self.audit.skip_to_end()
         printer = (lambda text: print(text, flush=True)) if report else None
@@ -157,7 +156,6 @@ class Runner:
 
     def close(self) -> None:
         self.observer.stop()
-        self.nodes.restore_made()
 
     def run_each(
         self,
@@ -171,17 +169,19 @@ class Runner:
         return each_on_a_slot(seeds, self.rig.namespaces[:parallel], self.run, on_error)
 
     def run(self, seed: int, ns: str) -> ScheduleResult:
-        """Run one schedule to its end in the namespace ``ns`` and judge it."""
+        """Run one schedule to its end in the namespace ``ns`` and judge it (a submitter
+        that dies by ``node_not_ready`` runs on a Node of its own, deleted at the end)."""
+        with ExitStack() as nodes:
+            return self._run(seed, ns, lambda: nodes.enter_context(own_node(self.rig.cp)))
+
+    def _run(self, seed: int, ns: str, node: Callable[[], str]) -> ScheduleResult:
         started = time.monotonic()
         self.rig.reset_namespace(ns)
-        self.nodes.restore_made(ns)
         spec = ScheduleSpec.from_seed(seed)
         workdir = self.workdir / f"seed-{seed}"
         board = StallBoard(others=sum(p.stall is None for p in spec.plans))
         submitters = [
-            Submitter(
-                self.rig.cp, ns, plan, f"s{seed}-{i}", workdir, self.nodes, board, self.users.take
-            )
+            Submitter(self.rig.cp, ns, plan, f"s{seed}-{i}", workdir, node, board, self.users.take)
             for i, plan in enumerate(spec.plans)
         ]
         result = ScheduleResult(seed, ns, len(submitters), Counter(p.protocol for p in spec.plans))

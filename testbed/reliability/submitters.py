@@ -62,10 +62,9 @@ from elbgate.kube.config import KubeConfig
 from elbgate.settings import Settings
 from testbed.clients import ClientError, DashboardLeaseClient, LeaseClient, lease_name, parse_time
 from testbed.controlplane import REPO, ControlPlane, PodIdentity, kubectl_path
-from testbed.holders import past_the_second_of
+from testbed.holders import NODE_LABEL, node_not_ready, past_the_second_of
 from testbed.kubelet_stand_in import RESTART
 from testbed.reliability.jobs import JobPlan, create_job, job_body
-from testbed.reliability.nodes import HolderNodes
 from testbed.reliability.paths import DashboardPath, OpenApiPath, SubmitPath
 from testbed.reliability.rig import CEILING, CONTROLLER_SKEW_SECONDS, SHARED_ENV
 
@@ -171,7 +170,7 @@ class Submitter:
         plan: SubmitPlan,
         tag: str,
         workdir: Path,
-        nodes: HolderNodes,
+        own_node: Callable[[], str],
         board: StallBoard,
         users: Callable[[], str],
     ) -> None:
@@ -182,7 +181,9 @@ class Submitter:
         self.plan = plan
         self.tag = tag
         self.workdir = workdir
-        self.nodes = nodes
+        self._own_node = own_node
+        """A Node of its own, for a Pod whose node will stop being Ready (turning a shared
+        node NotReady would take the webhook's and the controller's Pods along)."""
         self.pod: PodIdentity | None
         """Whose ServiceAccount token it submits with (``None``: a plain user's)."""
         self.username, self.kubeconfig, self.token, self.pod = self._identity()
@@ -225,7 +226,7 @@ class Submitter:
             return name, self.cp.kubeconfig(name), self.cp.token(name), None
         selector = None
         if self.plan.death == "node_not_ready":
-            selector = self.nodes.selector(self.namespace)
+            selector = {NODE_LABEL: self._own_node()}
         restart = "Never" if self.plan.death == "pod_failed" else "Always"
         sa = f"{self.plan.protocol}-submit"
         pod = self.cp.pod_identity(
@@ -296,7 +297,7 @@ class Submitter:
                 {"metadata": {"annotations": {RESTART: uuid.uuid4().hex}}},
             )
         elif pod is not None and death == "node_not_ready":
-            self.nodes.not_ready(pod.node)
+            node_not_ready(self.cp, pod.node)
         raise Crash()
 
     def _after_last_renewal_second(self) -> None:
