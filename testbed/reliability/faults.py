@@ -93,30 +93,28 @@ def record(trials: Sequence[TrialResult], ledger: Ledger) -> None:
 
 
 class Holder(DashboardPath):
-    """A submitter that takes the Lease and keeps renewing it (the dashboard's path)."""
+    """``token``'s user holding ``namespace``'s Lease for ten minutes (the dashboard's
+    path, so the webhook stamps it), and renewing it every 1.5 s once asked to."""
 
     def __init__(self, cp: ControlPlane, namespace: str, token: str) -> None:
         super().__init__(cp, token, namespace, ttl=600)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def take(self) -> None:
         wait_until(lambda: self.lease.acquire() in ("acquired", "renewed"), 120, "the Lease")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._renew, name="holder-renew", daemon=True)
 
     def keep_renewing(self) -> None:
-        def loop() -> None:
-            while not self._stop.wait(1.5):
-                try:
-                    self.lease.acquire()
-                except Exception:  # a renewal that failed is retried at the next beat
-                    pass
-
-        self._thread = threading.Thread(target=loop, name="holder-renew", daemon=True)
         self._thread.start()
+
+    def _renew(self) -> None:
+        while not self._stop.wait(1.5):
+            try:
+                self.lease.acquire()
+            except Exception:  # a renewal that failed is retried at the next beat
+                pass
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread is not None:
+        if self._thread.is_alive():
             self._thread.join(30)
 
 
@@ -260,7 +258,6 @@ def controller_trial(
     cp = rig.cp
     _clear_jobs(cp, ns)
     holder = Holder(cp, ns, identity.token)
-    holder.take()
     job_id = uuid.uuid4().hex
     live = {f"live-submit-{job_id[:6]}", f"live-finalizer-{job_id[:6]}"}
     for name, app in zip(sorted(live, reverse=True), ("submit", "finalizer"), strict=True):
@@ -310,10 +307,3 @@ def controller_trial(
     except Exception:  # the next trial takes over after expiry at worst
         pass
     return result
-
-
-def hold_for(cp: ControlPlane, namespace: str, user: str) -> Holder:
-    """``user`` (a token-file user) takes ``namespace``'s Lease for ten minutes."""
-    holder = Holder(cp, namespace, cp.token(user))
-    holder.take()
-    return holder

@@ -37,9 +37,9 @@ from testbed.controlplane import REPO, ControlPlane
 from testbed.faultproxy import FaultProxy
 from testbed.reliability.faults import (
     FAULTY_ENV,
+    Holder,
     TrialResult,
     controller_trial,
-    hold_for,
     record,
     webhook_trial,
 )
@@ -242,7 +242,7 @@ class Soak:
         ):
             rig.wait_until_ready()
             rng = random.Random(args.first_seed)
-            alice = hold_for(cp, hook_ns, "alice")
+            alice = Holder(cp, hook_ns, cp.token("alice"))
             try:
                 for i in range(args.fault_trials):
                     try:

@@ -16,7 +16,6 @@ from testbed.reliability.faults import (
     FAULTY_ENV,
     Holder,
     controller_trial,
-    hold_for,
     record,
     webhook_trial,
 )
@@ -50,7 +49,7 @@ def rig(
 @pytest.fixture(scope="module")
 def alice(rig: Rig, namespaces: tuple[str, str]) -> Iterator[Holder]:
     """alice holds the webhook trials' Lease (taken through the webhook, so stamped)."""
-    holder = hold_for(rig.cp, namespaces[0], "alice")
+    holder = Holder(rig.cp, namespaces[0], rig.cp.token("alice"))
     yield holder
     holder.stop()
 
