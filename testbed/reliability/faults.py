@@ -32,9 +32,8 @@ from typing import Any
 
 from testbed.api import JsonObj
 from testbed.clients import lease_name
-from testbed.controlplane import ControlPlane, PodIdentity
+from testbed.controlplane import ControlPlane
 from testbed.faultproxy import Fault, FaultProxy
-from testbed.install import NOT_THE_FENCE
 from testbed.reliability.calls import jobs_path, request
 from testbed.reliability.jobs import running_job
 from testbed.reliability.ledger import Ledger
@@ -118,27 +117,20 @@ class Holder(DashboardPath):
             self._thread.join(30)
 
 
-def _clear_jobs(cp: ControlPlane, namespace: str) -> None:
-    """An empty namespace for the next trial: no Jobs, and no admission record. The last
-    trial's Job was admitted and is deleted here within a moment of its creation, before
-    the admitting replica could see it stored; its entry would hold a slot until it
-    expired (an over-count the design accepts for a Job deleted that fast)."""
-    for job in cp.admin.list("jobs", namespace, label_selector=NOT_THE_FENCE):
-        cp.admin.delete("jobs", namespace, job["metadata"]["name"])
-    wait_until(
-        lambda: not cp.admin.list("jobs", namespace, label_selector=NOT_THE_FENCE),
-        120,
-        f"{namespace} without Jobs",
-    )
-    cp.admin.delete("configmaps", namespace, ADMISSION_RECORD)
+def _empty(rig: Rig, namespace: str) -> None:
+    """An empty namespace for the next trial: no Jobs or Pods, and no admission record.
+    The last trial's Job was admitted and is deleted here within a moment of its
+    creation, before the admitting replica could see it stored; its entry would hold a
+    slot until it expired (an over-count the design accepts for a Job deleted that fast)."""
+    rig.reset_namespace(namespace)
+    rig.cp.admin.delete("configmaps", namespace, ADMISSION_RECORD)
 
 
 def webhook_trial(
     rig: Rig, proxy: FaultProxy, holder: Holder, ns: str, rng: random.Random
 ) -> TrialResult:
     """One gated Job created while the webhook's reads fail; it must not be admitted."""
-    cp = rig.cp
-    _clear_jobs(cp, ns)
+    _empty(rig, ns)
     if rng.random() < 0.5:  # one search already active: still room under the ceiling of 2
         code = holder.create_job(running_job(ns, f"busy-{uuid.uuid4().hex[:6]}", "blast", "busy"))
         if code not in (200, 201):
@@ -251,13 +243,12 @@ def controller_trial(
     rig: Rig,
     proxy: FaultProxy,
     ns: str,
-    identity: PodIdentity,
     rng: random.Random,
 ) -> TrialResult:
     """A storm of faults on the controller's calls; nothing live may be cleared or deleted."""
     cp = rig.cp
-    _clear_jobs(cp, ns)
-    holder = Holder(cp, ns, identity.token)
+    _empty(rig, ns)
+    holder = Holder(cp, ns, cp.pod_identity(ns, "openapi-submit").token)
     job_id = uuid.uuid4().hex
     live = {f"live-submit-{job_id[:6]}", f"live-finalizer-{job_id[:6]}"}
     for name, app in zip(sorted(live, reverse=True), ("submit", "finalizer"), strict=True):

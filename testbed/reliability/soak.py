@@ -253,10 +253,9 @@ class Soak:
                         self.say(f"webhook fault trials {i + 1}/{args.fault_trials}")
             finally:
                 alice.stop()
-            identity = cp.pod_identity(ctl_ns, "openapi-submit")
             for i in range(args.storms):
                 try:
-                    self.trials.append(controller_trial(rig, proxy, ctl_ns, identity, rng))
+                    self.trials.append(controller_trial(rig, proxy, ctl_ns, rng))
                 except Exception as exc:
                     self.harness_error(f"controller fault storm {i + 1}", exc)
                 self.say(f"controller fault storms {i + 1}/{args.storms}")
