@@ -45,7 +45,6 @@ class Added:
     """A Job's ADDED event: the revision it committed at, and its search then."""
 
     rv: int
-    uid: str
     name: str
     app: str
     key: str | None
@@ -263,8 +262,7 @@ class Observer:
         if kind == "ADDED":
             key = oracle.search_key(obj)
             app = str((meta.get("labels") or {}).get("app") or "")
-            uid = str(meta.get("uid") or "")
-            record.added.append(Added(rv, uid, str(name), app, key, key in before, obj))
+            record.added.append(Added(rv, str(name), app, key, key in before, obj))
         keys = [a.key for a in found]
         crude = oracle.crude_bound(jobs)
         record.max_active = max(record.max_active, len(keys))
