@@ -540,21 +540,14 @@ class Submitter:
             return
         client = path.lease
         assert isinstance(client, DashboardLeaseClient)
-        while self._time_left():
-            status, stored = client.get()
-            spec = (stored.get("spec") or {}) if status == 200 else {}
-            if spec.get("holderIdentity") != board.holder:
-                self.note("the stalled hold ended before this taker's poll")
-                return
-            if client.sees_expired(stored):
-                self.note("polls as the stalled hold expires")
-                return
-            renewed = parse_time(spec.get("renewTime"))
-            ttl = spec.get("leaseDurationSeconds") or client.ttl
-            if renewed is None:
-                return
-            expiry = renewed.timestamp() + float(ttl) + client.skew
-            time.sleep(min(max(expiry - client.clock.now().timestamp(), 0.0) + 0.02, 1.0))
+        status, stored = client.get()
+        if status != 200 or (stored.get("spec") or {}).get("holderIdentity") != board.holder:
+            self.note("the stalled hold ended before this taker's poll")
+            return
+        # The staller renews no more: what was read stands until its hold expires.
+        while self._time_left() and not client.sees_expired(stored):
+            time.sleep(0.02)
+        self.note("polls as the stalled hold expires")
 
     def _submit_with(self, path: SubmitPath) -> None:
         if self.plan.intrude:
