@@ -48,7 +48,7 @@ from testbed.reliability.ledger import LEDGER
 from testbed.reliability.races import KINDS, races_on, run_all
 from testbed.reliability.rig import CEILING, CONTROLLER_ENV, Rig
 from testbed.reliability.scheduler import Runner, ScheduleResult
-from testbed.reliability.summary import summarize
+from testbed.reliability.summary import reclaim_timing, summarize, tally
 
 RESULTS = REPO / "tests" / "reliability" / "RESULTS.md"
 
@@ -424,12 +424,8 @@ class Soak:
         return [*out, ""]
 
     def _failure_modes(self) -> list[str]:
-        deaths = sum((r.deaths for r in self.done), Counter[str]())
-        ended = sum((r.reclaimed for r in self.done), Counter[str]())
-        stalls = sum((r.stalls for r in self.done), Counter[str]())
-        seconds: dict[str, list[float]] = {}
-        for death, s in (pair for r in self.done for pair in r.reclaim_seconds):
-            seconds.setdefault(death, []).append(s)
+        deaths, ended = tally(self.done, "deaths"), tally(self.done, "reclaimed")
+        stalls, timing = tally(self.done, "stalls"), reclaim_timing(self.done)
         out = [
             "| submitter died by | count | how its hold ended | seconds from death to release "
             "(median / max) |",
@@ -441,9 +437,7 @@ class Soak:
                 for k, v in sorted(ended.items())
                 if k.startswith(f"{death}:")
             )
-            spread = sorted(seconds.get(death, []))
-            timing = f"{spread[len(spread) // 2]:.1f} / {spread[-1]:.1f}" if spread else "-"
-            out.append(f"| {death} | {deaths[death]} | {how} | {timing} |")
+            out.append(f"| {death} | {deaths[death]} | {how} | {timing.get(death, '-')} |")
         out += ["", "| a holder stalled, its hold | ended | count |", "|---|---|---:|"]
         for key, n in sorted(stalls.items()):
             kind, how = key.split(":", 1)
