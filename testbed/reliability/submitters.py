@@ -62,8 +62,7 @@ from elbgate.kube.config import KubeConfig
 from elbgate.settings import Settings
 from testbed.clients import ClientError, DashboardLeaseClient, LeaseClient, lease_name, parse_time
 from testbed.controlplane import REPO, ControlPlane, PodIdentity, kubectl_path
-from testbed.holders import NODE_LABEL, node_not_ready, past_the_second_of
-from testbed.kubelet_stand_in import RESTART
+from testbed.holders import NODE_LABEL, crash, node_not_ready, past_the_second_of
 from testbed.reliability.jobs import JobPlan, create_job, job_body
 from testbed.reliability.paths import DashboardPath, OpenApiPath, SubmitPath
 from testbed.reliability.rig import CEILING, CONTROLLER_SKEW_SECONDS, SHARED_ENV
@@ -286,16 +285,10 @@ class Submitter:
         self.crashed = True
         self.died_at = datetime.now(UTC)
         self.note(f"dies: {death}")
-        admin = self.cp.admin
         if pod is not None and death == "pod_deleted":
-            admin.delete("pods", self.namespace, pod.pod)
+            self.cp.admin.delete("pods", self.namespace, pod.pod)
         elif pod is not None and death in ("pod_failed", "container_restarted"):
-            admin.patch(
-                "pods",
-                self.namespace,
-                pod.pod,
-                {"metadata": {"annotations": {RESTART: uuid.uuid4().hex}}},
-            )
+            crash(self.cp, pod)  # Never: the Pod fails; Always: restarted in place
         elif pod is not None and death == "node_not_ready":
             node_not_ready(self.cp, pod.node)
         raise Crash()
