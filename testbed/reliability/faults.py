@@ -38,7 +38,6 @@ from testbed.reliability.calls import jobs_path, request
 from testbed.reliability.jobs import running_job
 from testbed.reliability.ledger import Ledger
 from testbed.reliability.paths import DashboardPath
-from testbed.reliability.races import ADMISSION_RECORD
 from testbed.reliability.rig import SHARED_ENV, Rig
 from testbed.waiting import wait_until
 from testbed.watch import Watch
@@ -117,20 +116,11 @@ class Holder(DashboardPath):
             self._thread.join(30)
 
 
-def _empty(rig: Rig, namespace: str) -> None:
-    """An empty namespace for the next trial: no Jobs or Pods, and no admission record.
-    The last trial's Job was admitted and is deleted here within a moment of its
-    creation, before the admitting replica could see it stored; its entry would hold a
-    slot until it expired (an over-count the design accepts for a Job deleted that fast)."""
-    rig.reset_namespace(namespace)
-    rig.cp.admin.delete("configmaps", namespace, ADMISSION_RECORD)
-
-
 def webhook_trial(
     rig: Rig, proxy: FaultProxy, holder: Holder, ns: str, rng: random.Random
 ) -> TrialResult:
     """One gated Job created while the webhook's reads fail; it must not be admitted."""
-    _empty(rig, ns)
+    rig.reset_namespace(ns)
     if rng.random() < 0.5:  # one search already active: still room under the ceiling of 2
         code = holder.create_job(running_job(ns, f"busy-{uuid.uuid4().hex[:6]}", "blast", "busy"))
         if code not in (200, 201):
@@ -247,7 +237,7 @@ def controller_trial(
 ) -> TrialResult:
     """A storm of faults on the controller's calls; nothing live may be cleared or deleted."""
     cp = rig.cp
-    _empty(rig, ns)
+    rig.reset_namespace(ns)
     holder = Holder(cp, ns, cp.pod_identity(ns, "openapi-submit").token)
     job_id = uuid.uuid4().hex
     live = {f"live-submit-{job_id[:6]}", f"live-finalizer-{job_id[:6]}"}

@@ -67,8 +67,6 @@ RACES_ENV = {
 """A finalizer passes its grace within a history; an orphan is deleted 1 s after it is
 flagged."""
 HOLD_SECONDS = 20
-ADMISSION_RECORD = "elb-gate-admissions"
-"""The namespace's admission record (docs/design.md, "Names every path must agree on")."""
 FAULT_CALLS: dict[str, dict[str, Any]] = {
     "slow_list": {"method": "GET", "resource": "jobs"},  # and a delay drawn per history
     "dropped_list": {"method": "GET", "resource": "jobs", "drop": True},
@@ -216,9 +214,6 @@ class Races:
     def run(self, p: Plan, ns: str) -> History:
         rng = random.Random(f"race-run-{p.seed}")
         self.rig.reset_namespace(ns)
-        # As a fresh namespace: no admission record of the last history's Jobs (a Job
-        # deleted before any LIST showed it stays reserved in it for a while).
-        self.cp.admin.delete("configmaps", ns, ADMISSION_RECORD)
         self._fresh_lease(ns)
         self.watch.forget(ns)
         offset = self.cp.audit_log.stat().st_size
