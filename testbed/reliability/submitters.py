@@ -413,13 +413,10 @@ class Submitter:
 
     def _cli_script(self, directory: Path) -> Path:
         kubectl = f"{kubectl_path()} --kubeconfig {self.kubeconfig} -n {self.namespace}"
-        lines = ["trap ': > \"$D/end\"' EXIT", 'echo $$ > "$D/pid"', ': > "$D/start"']
-        wait = (
-            'i=0; while [ ! -e "$D/go" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done;'
-            ' : > "$D/waited"; exit 9'
-        )
+        lines = ['echo $$ > "$D/pid"']  # killed with the CLI at the crash point
+        wait = ': > "$D/crash_point"; sleep 60; exit 9'
         if self.plan.crash == "after_acquire":
-            lines.append(': > "$D/crash_point"; ' + wait)
+            lines.append(wait)
         for i, body in enumerate(self._bodies()):
             if body["metadata"]["name"] in self.created:
                 continue
@@ -431,9 +428,9 @@ class Submitter:
             )
             lines.append(f': > "$D/created{i}"')
             if i == 0 and self.plan.crash == "mid_jobs" and len(self.plan.jobs) > 1:
-                lines.append(': > "$D/crash_point"; ' + wait)
+                lines.append(wait)
         if self.plan.crash == "after_jobs":
-            lines.append(': > "$D/crash_point"; ' + wait)
+            lines.append(wait)
         script = directory / "submit.sh"
         script.write_text("set -u\n" + "\n".join(lines) + "\n")
         return script
@@ -498,7 +495,7 @@ class Submitter:
                 pid_file = directory / "pid"
                 if pid_file.exists():
                     try:
-                        os.kill(int(pid_file.read_text().strip()), signal.SIGKILL)
+                        os.killpg(int(pid_file.read_text().strip()), signal.SIGKILL)
                     except (ProcessLookupError, ValueError):
                         pass
                 self._collect_cli(directory)
