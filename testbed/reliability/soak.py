@@ -107,7 +107,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--history-slots", type=int, default=6, help="race histories at once (default 6)"
     )
     parser.add_argument("--results", type=Path, default=RESULTS, help="where to write them")
-    parser.add_argument("--no-write", action="store_true", help="print only")
     return parser.parse_args(argv)
 
 
@@ -265,9 +264,7 @@ class Soak:
     # -- RESULTS.md --------------------------------------------------------------------------
 
     def write(self) -> None:
-        text = self.render()  # fills the ledger, printed at the end either way
-        if not self.args.no_write:
-            self.args.results.write_text(text)
+        self.args.results.write_text(self.render())  # fills the ledger, printed at the end
 
     def render(self) -> str:
         LEDGER.rows.clear()
@@ -472,8 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n" + LEDGER.table())
     for v in soak.violations:
         print("VIOLATION:", v)
-    if not args.no_write:
-        print(f"wrote {args.results}")
+    print(f"wrote {args.results}")
     for what, why in soak.unfinished:
         print("UNFINISHED:", what, why)
     if soak.violations or soak.disagreements:
