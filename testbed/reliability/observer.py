@@ -33,6 +33,7 @@ from elbgate.census import census
 from testbed.api import Api, ApiError, JsonObj
 from testbed.reliability import oracle
 from testbed.reliability.audit import Seen
+from testbed.reliability.rig import CEILING, FINALIZER_GRACE_SECONDS
 from testbed.waiting import wait_until
 from testbed.watch import Watch
 
@@ -58,8 +59,6 @@ class NamespaceRecord:
     """What the observer saw in one namespace while it was watched."""
 
     namespace: str
-    ceiling: int
-    grace_seconds: float
     job_events: int = 0
     max_active: int = 0
     max_crude: int = 0
@@ -186,8 +185,9 @@ class Observer:
                     raise
         self._sentinels = True
 
-    def watch(self, namespace: str, *, ceiling: int, grace_seconds: float) -> NamespaceRecord:
-        record = NamespaceRecord(namespace, ceiling, grace_seconds)
+    def watch(self, namespace: str) -> NamespaceRecord:
+        """Check ``namespace`` against the rig's ceiling and finalizer grace from now on."""
+        record = NamespaceRecord(namespace)
         with self._lock:
             self._records[namespace] = record
         return record
@@ -234,8 +234,7 @@ class Observer:
                 jobs[uid] = obj
             record = self._records.get(ns)
             now = datetime.now(UTC)
-            grace = record.grace_seconds if record else 300.0
-            found = oracle.active_searches(jobs.values(), now, grace)
+            found = oracle.active_searches(jobs.values(), now, FINALIZER_GRACE_SECONDS)
             keys = {a.key for a in found}
             before, self._active[ns] = self._active[ns], keys
             if record is None or kind == "LISTED":
@@ -268,16 +267,16 @@ class Observer:
         record.max_active = max(record.max_active, len(keys))
         record.max_crude = max(record.max_crude, len(crude))
         where = f"after {kind} Job {name} (rv {rv})"
-        if len(keys) > record.ceiling:
+        if len(keys) > CEILING:
             why = "; ".join(f"{a.key}: {a.why}" for a in found)
             record.over_ceiling.append(
-                f"{len(keys)} active searches > ceiling {record.ceiling} {where}: {why}"
+                f"{len(keys)} active searches > ceiling {CEILING} {where}: {why}"
             )
         if not set(keys) <= crude:
             record.oracle_bugs.append(
                 f"oracle {keys} above the crude bound {sorted(crude)} {where}"
             )
-        counted = list(census(jobs, now, record.grace_seconds).active_ids)
+        counted = list(census(jobs, now, FINALIZER_GRACE_SECONDS).active_ids)
         if counted != keys:
             record.disagreement_count += 1
             differ = set(counted) ^ set(keys)

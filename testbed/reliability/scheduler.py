@@ -48,9 +48,7 @@ from testbed.reliability.gate_a import (
 )
 from testbed.reliability.observer import NamespaceRecord, Observer
 from testbed.reliability.rig import (
-    CEILING,
     CONTROLLER_SKEW_SECONDS,
-    FINALIZER_GRACE_SECONDS,
     SKEW_SECONDS,
     TTL_SECONDS,
     Rig,
@@ -188,7 +186,7 @@ class Runner:
         for plan in spec.plans:
             result.job_fates.update(f"{j.app}:{j.fate}" for j in plan.jobs)
         start_rv = self.observer.current_rv(ns)
-        record = self.observer.watch(ns, ceiling=CEILING, grace_seconds=FINALIZER_GRACE_SECONDS)
+        record = self.observer.watch(ns)
         try:
             deadline = time.monotonic() + SCHEDULE_SECONDS
             threads = [
