@@ -271,10 +271,8 @@ class History:
 @dataclass(frozen=True)
 class Verdict:
     name: str
-    kind: str
     result: str
     """``Ok``, ``Illegal`` (a violation) or ``Unknown`` (the checker timed out)."""
-    operations: int
     why: tuple[str, ...]
 
 
@@ -304,10 +302,5 @@ def check(histories: Sequence[History]) -> list[Verdict]:
     )
     if done.returncode != 0:
         raise RuntimeError(f"lincheck exited {done.returncode}: {done.stderr.strip()}")
-    out = []
-    for line in done.stdout.splitlines():
-        v = json.loads(line)
-        out.append(
-            Verdict(v["name"], v["kind"], v["result"], v["operations"], tuple(v.get("why") or ()))
-        )
-    return out
+    found = [json.loads(line) for line in done.stdout.splitlines()]
+    return [Verdict(v["name"], v["result"], tuple(v.get("why") or ())) for v in found]
