@@ -32,13 +32,12 @@ from typing import Any
 
 from testbed.api import JsonObj
 from testbed.clients import lease_name
-from testbed.controlplane import ControlPlane, PodIdentity
+from testbed.controlplane import ControlPlane
 from testbed.faultproxy import Fault, FaultProxy
-from testbed.install import NOT_THE_FENCE
 from testbed.reliability.calls import jobs_path, request
+from testbed.reliability.jobs import running_job
 from testbed.reliability.ledger import Ledger
 from testbed.reliability.paths import DashboardPath
-from testbed.reliability.races import ADMISSION_RECORD
 from testbed.reliability.rig import SHARED_ENV, Rig
 from testbed.waiting import wait_until
 from testbed.watch import Watch
@@ -91,83 +90,37 @@ def record(trials: Sequence[TrialResult], ledger: Ledger) -> None:
     )
 
 
-def running_job(namespace: str, name: str, app: str, job_id: str) -> JsonObj:
-    """A search Job whose pod runs until deleted (no run-seconds)."""
-    labels = {"app": app, "elb-job-id": job_id}
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {
-            "backoffLimit": 0,
-            "template": {
-                "metadata": {"labels": dict(labels)},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "nodeSelector": {"agentpool": "blastpool"},
-                    "terminationGracePeriodSeconds": 1,
-                    "containers": [
-                        {
-                            "name": app,
-                            "image": "elbacr.azurecr.io/ncbi/elb:1.3.0",
-                            "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
-                        }
-                    ],
-                },
-            },
-        },
-    }
-
-
 class Holder(DashboardPath):
-    """A submitter that takes the Lease and keeps renewing it (the dashboard's path)."""
+    """``token``'s user holding ``namespace``'s Lease for ten minutes (the dashboard's
+    path, so the webhook stamps it), and renewing it every 1.5 s once asked to."""
 
-    def __init__(self, cp: ControlPlane, namespace: str, token: str, ttl: int = 600) -> None:
-        super().__init__(cp, token, namespace, ttl=ttl)
+    def __init__(self, cp: ControlPlane, namespace: str, token: str) -> None:
+        super().__init__(cp, token, namespace, ttl=600)
+        wait_until(lambda: self.lease.acquire() in ("acquired", "renewed"), 120, "the Lease")
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread = threading.Thread(target=self._renew, name="holder-renew", daemon=True)
 
-    def take(self, timeout: float = 120.0) -> None:
-        wait_until(lambda: self.lease.acquire() in ("acquired", "renewed"), timeout, "the Lease")
-
-    def keep_renewing(self, every: float = 1.5) -> None:
-        def loop() -> None:
-            while not self._stop.wait(every):
-                try:
-                    self.lease.acquire()
-                except Exception:  # a renewal that failed is retried at the next beat
-                    pass
-
-        self._thread = threading.Thread(target=loop, name="holder-renew", daemon=True)
+    def keep_renewing(self) -> None:
         self._thread.start()
+
+    def _renew(self) -> None:
+        while not self._stop.wait(1.5):
+            try:
+                self.lease.acquire()
+            except Exception:  # a renewal that failed is retried at the next beat
+                pass
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread is not None:
+        if self._thread.is_alive():
             self._thread.join(30)
-
-
-def _clear_jobs(cp: ControlPlane, namespace: str) -> None:
-    """An empty namespace for the next trial: no Jobs, and no admission record. The last
-    trial's Job was admitted and is deleted here within a moment of its creation, before
-    the admitting replica could see it stored; its entry would hold a slot until it
-    expired (an over-count the design accepts for a Job deleted that fast)."""
-    for job in cp.admin.list("jobs", namespace, label_selector=NOT_THE_FENCE):
-        cp.admin.delete("jobs", namespace, job["metadata"]["name"])
-    wait_until(
-        lambda: not cp.admin.list("jobs", namespace, label_selector=NOT_THE_FENCE),
-        120,
-        f"{namespace} without Jobs",
-    )
-    cp.admin.delete("configmaps", namespace, ADMISSION_RECORD)
 
 
 def webhook_trial(
     rig: Rig, proxy: FaultProxy, holder: Holder, ns: str, rng: random.Random
 ) -> TrialResult:
     """One gated Job created while the webhook's reads fail; it must not be admitted."""
-    cp = rig.cp
-    _clear_jobs(cp, ns)
+    rig.reset_namespace(ns)
     if rng.random() < 0.5:  # one search already active: still room under the ceiling of 2
         code = holder.create_job(running_job(ns, f"busy-{uuid.uuid4().hex[:6]}", "blast", "busy"))
         if code not in (200, 201):
@@ -230,6 +183,7 @@ CONTROLLER_TARGETS: tuple[dict[str, Any], ...] = (
     {"method": "PATCH", "resource": "configmaps"},
 )
 CLUSTER_SCOPED = ("nodes",)
+STORM_SECONDS = 4.0
 
 
 class LiveWatch:
@@ -279,15 +233,12 @@ def controller_trial(
     rig: Rig,
     proxy: FaultProxy,
     ns: str,
-    identity: PodIdentity,
     rng: random.Random,
-    storm_seconds: float = 4.0,
 ) -> TrialResult:
     """A storm of faults on the controller's calls; nothing live may be cleared or deleted."""
     cp = rig.cp
-    _clear_jobs(cp, ns)
-    holder = Holder(cp, ns, identity.token)
-    holder.take()
+    rig.reset_namespace(ns)
+    holder = Holder(cp, ns, cp.pod_identity(ns, "openapi-submit").token)
     job_id = uuid.uuid4().hex
     live = {f"live-submit-{job_id[:6]}", f"live-finalizer-{job_id[:6]}"}
     for name, app in zip(sorted(live, reverse=True), ("submit", "finalizer"), strict=True):
@@ -304,7 +255,7 @@ def controller_trial(
     result = TrialResult("controller:storm")
     faults: list[Fault] = []
     try:
-        end = time.monotonic() + storm_seconds
+        end = time.monotonic() + STORM_SECONDS
         while time.monotonic() < end:
             target: dict[str, Any] = dict(rng.choice(CONTROLLER_TARGETS))
             kind = rng.choice(list(FAULT_KINDS))
@@ -337,10 +288,3 @@ def controller_trial(
     except Exception:  # the next trial takes over after expiry at worst
         pass
     return result
-
-
-def hold_for(cp: ControlPlane, namespace: str, user: str) -> Holder:
-    """``user`` (a token-file user) takes ``namespace``'s Lease for ten minutes."""
-    holder = Holder(cp, namespace, cp.token(user))
-    holder.take()
-    return holder

@@ -116,10 +116,6 @@ class Write(Request):
     """The committed object (``responseObject``)."""
 
     @property
-    def kind(self) -> str:
-        return str(self.obj.get("kind") or "")
-
-    @property
     def labels(self) -> Mapping[str, Any]:
         meta = self.obj.get("metadata")
         labels = meta.get("labels") if isinstance(meta, Mapping) else None

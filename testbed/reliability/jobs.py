@@ -54,7 +54,8 @@ class JobPlan:
 
     app: str
     name: str
-    run_seconds: float
+    run_seconds: float | None
+    """``None``: its pods run until deleted."""
     fate: Fate
     ttl_seconds: int | None
 
@@ -104,13 +105,13 @@ def job_body(namespace: str, plan: JobPlan, job_id: str, db: str) -> dict[str, A
     else:
         backoff, codes = 1, {"ok": "0", "retried": "1,0", "failed": "1,1"}[plan.fate]
     env = [{"name": "ELB_DB", "value": db}] if plan.app in ("setup", "blast") else []
+    annotations = {EXIT_CODES: codes}
+    if plan.run_seconds is not None:
+        annotations[RUN_SECONDS] = str(plan.run_seconds)
     spec: dict[str, Any] = {
         "backoffLimit": backoff,
         "template": {
-            "metadata": {
-                "labels": dict(labels),
-                "annotations": {RUN_SECONDS: str(plan.run_seconds), EXIT_CODES: codes},
-            },
+            "metadata": {"labels": dict(labels), "annotations": annotations},
             "spec": {
                 "restartPolicy": restart,
                 "nodeSelector": dict(BLAST_POOL),
@@ -134,6 +135,11 @@ def job_body(namespace: str, plan: JobPlan, job_id: str, db: str) -> dict[str, A
         "metadata": {"name": plan.name, "namespace": namespace, "labels": labels},
         "spec": spec,
     }
+
+
+def running_job(namespace: str, name: str, app: str, job_id: str) -> dict[str, Any]:
+    """A search Job whose pods run until deleted."""
+    return job_body(namespace, JobPlan(app, name, None, "ok", None), job_id, f"db-{job_id}")
 
 
 async def create_job(api: KubeApi, *, body: dict[str, Any], namespace: str) -> Any:

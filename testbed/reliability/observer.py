@@ -33,6 +33,7 @@ from elbgate.census import census
 from testbed.api import Api, ApiError, JsonObj
 from testbed.reliability import oracle
 from testbed.reliability.audit import Seen
+from testbed.reliability.rig import CEILING, FINALIZER_GRACE_SECONDS
 from testbed.waiting import wait_until
 from testbed.watch import Watch
 
@@ -45,7 +46,6 @@ class Added:
     """A Job's ADDED event: the revision it committed at, and its search then."""
 
     rv: int
-    uid: str
     name: str
     app: str
     key: str | None
@@ -59,8 +59,6 @@ class NamespaceRecord:
     """What the observer saw in one namespace while it was watched."""
 
     namespace: str
-    ceiling: int
-    grace_seconds: float
     job_events: int = 0
     max_active: int = 0
     max_crude: int = 0
@@ -144,7 +142,7 @@ class Observer:
         )
         return int(body["metadata"]["resourceVersion"])
 
-    def sync(self, timeout: float = 120.0) -> int:
+    def sync(self) -> int:
         """Write a sentinel Lease and a sentinel Job now and wait until both watches have
         delivered them: every write committed before this call has then been seen.
         Returns the first sentinel's revision."""
@@ -159,7 +157,7 @@ class Observer:
             lambda: all(
                 int(w.resource_version or 0) >= m for w, m in zip(self._watches, marks, strict=True)
             ),
-            timeout,
+            120,
             f"the watches to deliver revisions {marks}",
             interval=0.05,
         )
@@ -187,8 +185,9 @@ class Observer:
                     raise
         self._sentinels = True
 
-    def watch(self, namespace: str, *, ceiling: int, grace_seconds: float) -> NamespaceRecord:
-        record = NamespaceRecord(namespace, ceiling, grace_seconds)
+    def watch(self, namespace: str) -> NamespaceRecord:
+        """Check ``namespace`` against the rig's ceiling and finalizer grace from now on."""
+        record = NamespaceRecord(namespace)
         with self._lock:
             self._records[namespace] = record
         return record
@@ -235,8 +234,7 @@ class Observer:
                 jobs[uid] = obj
             record = self._records.get(ns)
             now = datetime.now(UTC)
-            grace = record.grace_seconds if record else 300.0
-            found = oracle.active_searches(jobs.values(), now, grace)
+            found = oracle.active_searches(jobs.values(), now, FINALIZER_GRACE_SECONDS)
             keys = {a.key for a in found}
             before, self._active[ns] = self._active[ns], keys
             if record is None or kind == "LISTED":
@@ -263,23 +261,22 @@ class Observer:
         if kind == "ADDED":
             key = oracle.search_key(obj)
             app = str((meta.get("labels") or {}).get("app") or "")
-            uid = str(meta.get("uid") or "")
-            record.added.append(Added(rv, uid, str(name), app, key, key in before, obj))
+            record.added.append(Added(rv, str(name), app, key, key in before, obj))
         keys = [a.key for a in found]
         crude = oracle.crude_bound(jobs)
         record.max_active = max(record.max_active, len(keys))
         record.max_crude = max(record.max_crude, len(crude))
         where = f"after {kind} Job {name} (rv {rv})"
-        if len(keys) > record.ceiling:
+        if len(keys) > CEILING:
             why = "; ".join(f"{a.key}: {a.why}" for a in found)
             record.over_ceiling.append(
-                f"{len(keys)} active searches > ceiling {record.ceiling} {where}: {why}"
+                f"{len(keys)} active searches > ceiling {CEILING} {where}: {why}"
             )
         if not set(keys) <= crude:
             record.oracle_bugs.append(
                 f"oracle {keys} above the crude bound {sorted(crude)} {where}"
             )
-        counted = list(census(jobs, now, record.grace_seconds).active_ids)
+        counted = list(census(jobs, now, FINALIZER_GRACE_SECONDS).active_ids)
         if counted != keys:
             record.disagreement_count += 1
             differ = set(counted) ^ set(keys)

@@ -45,7 +45,7 @@ from testbed.reliability.calls import jobs_path, request
 from testbed.reliability.gate_a import LEASE_PREFIX
 from testbed.reliability.histories import History, JobWatch, audit_operations
 from testbed.reliability.jobs import JobPlan, job_body, job_name
-from testbed.reliability.rig import CEILING, CONTROLLER_ENV, SKEW_SECONDS, Rig
+from testbed.reliability.rig import CEILING, CONTROLLER_ENV, SKEW_SECONDS, Rig, each_on_a_slot
 from testbed.waiting import wait_until
 
 KINDS: tuple[str, ...] = (
@@ -67,8 +67,6 @@ RACES_ENV = {
 """A finalizer passes its grace within a history; an orphan is deleted 1 s after it is
 flagged."""
 HOLD_SECONDS = 20
-ADMISSION_RECORD = "elb-gate-admissions"
-"""The namespace's admission record (docs/design.md, "Names every path must agree on")."""
 FAULT_CALLS: dict[str, dict[str, Any]] = {
     "slow_list": {"method": "GET", "resource": "jobs"},  # and a delay drawn per history
     "dropped_list": {"method": "GET", "resource": "jobs", "drop": True},
@@ -192,19 +190,15 @@ class Races:
         """Delete the (released) Lease, so this history's first holder creates it with
         its own duration: the dashboard's client keeps the stored one on a takeover."""
         lease = f"{LEASE_PREFIX}{ns}"
-        wait_until(
-            lambda: self._delete_lease(ns, lease),
-            120,
-            f"the Lease of {ns} free and deleted",
-            interval=0.5,
-        )
 
-    def _delete_lease(self, ns: str, lease: str) -> bool:
-        try:
-            self.cp.admin.delete("leases", ns, lease)
-        except ApiError as exc:
-            return exc.status == 404
-        return self.cp.admin.find("leases", ns, lease) is None
+        def deleted() -> bool:
+            try:  # a missing Lease is no error
+                self.cp.admin.delete("leases", ns, lease)
+            except ApiError:
+                return False  # refused: try again
+            return self.cp.admin.find("leases", ns, lease) is None
+
+        wait_until(deleted, 120, f"the Lease of {ns} free and deleted", interval=0.5)
 
     def release(self, ns: str) -> None:
         with self._lock:
@@ -220,9 +214,6 @@ class Races:
     def run(self, p: Plan, ns: str) -> History:
         rng = random.Random(f"race-run-{p.seed}")
         self.rig.reset_namespace(ns)
-        # As a fresh namespace: no admission record of the last history's Jobs (a Job
-        # deleted before any LIST showed it stays reserved in it for a while).
-        self.cp.admin.delete("configmaps", ns, ADMISSION_RECORD)
         self._fresh_lease(ns)
         self.watch.forget(ns)
         offset = self.cp.audit_log.stat().st_size
@@ -404,44 +395,12 @@ def run_all(
     """Every seed's history, the kind chosen round-robin; controller-down kinds in
     one outage, at the end.
 
-    A history the harness could not finish (a wait that timed out, an API call that
-    failed) raises here once the others have run, or, with ``on_error``, is handed to
-    it and left out."""
+    A history the harness could not finish goes to ``on_error`` and is left out, or is
+    raised (:func:`~testbed.reliability.rig.each_on_a_slot`)."""
     plans = [plan(s, KINDS[s % len(KINDS)]) for s in seeds]
     normal = [p for p in plans if p.kind not in CONTROLLER_KINDS]
     outage = [p for p in plans if p.kind in CONTROLLER_KINDS]
-    out: list[History] = []
-    errors: list[tuple[Plan, Exception]] = []
-    lock = threading.Lock()
-
-    def worker(slot: str, queue: list[Plan]) -> None:
-        while True:
-            with lock:
-                if not queue:
-                    return
-                p = queue.pop(0)
-            try:
-                h = races.run(p, slot)
-            except Exception as exc:
-                with lock:
-                    errors.append((p, exc))
-                continue
-            with lock:
-                out.append(h)
-
-    def batch(queue: list[Plan]) -> None:
-        threads = [threading.Thread(target=worker, args=(s, queue)) for s in slots]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        while errors:
-            failed, exc = errors.pop(0)
-            if on_error is None:
-                raise exc
-            on_error(failed, exc)
-
-    batch(list(normal))
+    out = list(each_on_a_slot(normal, slots, races.run, on_error))
     rig = races.rig
     for start in range(0, len(outage), len(slots)):
         chunk = outage[start : start + len(slots)]
@@ -449,7 +408,7 @@ def run_all(
             ctl.stop()
         before = len(out)
         try:
-            batch(list(chunk))
+            out += each_on_a_slot(chunk, slots, races.run, on_error)
         finally:
             rig.start_controller(0)
             rig.wait_for_leader()

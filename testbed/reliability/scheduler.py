@@ -27,14 +27,13 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor, as_completed
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from queue import Queue
 
 from testbed.clients import lease_name
 from testbed.controller_process import CONTROLLER_USER
+from testbed.holders import own_node
 from testbed.reliability.audit import AuditTail, Seen
 from testbed.reliability.gate_a import (
     HOLDER_USER_ANNOTATION,
@@ -47,15 +46,13 @@ from testbed.reliability.gate_a import (
     parse_time,
     state_before,
 )
-from testbed.reliability.nodes import HolderNodes
 from testbed.reliability.observer import NamespaceRecord, Observer
 from testbed.reliability.rig import (
-    CEILING,
     CONTROLLER_SKEW_SECONDS,
-    FINALIZER_GRACE_SECONDS,
     SKEW_SECONDS,
     TTL_SECONDS,
     Rig,
+    each_on_a_slot,
 )
 from testbed.reliability.schedules import ScheduleSpec
 from testbed.reliability.submitters import POD_DEATHS, StallBoard, Submitter
@@ -149,27 +146,14 @@ class Runner:
             )
         self.rig = rig
         self.workdir = workdir
-        self.nodes = HolderNodes(rig.cp)
         self.audit = AuditTail(rig.cp.audit_log, rig.namespaces)
         self.audit.skip_to_end()
         printer = (lambda text: print(text, flush=True)) if report else None
         self.observer = Observer(rig.cp.admin, rig.namespaces, report=printer).start()
         self.users = UserPool(rig.cp.plain_user)
-        self._slots: Queue[str] = Queue()
-        for ns in rig.namespaces:
-            self._slots.put(ns)
 
     def close(self) -> None:
         self.observer.stop()
-        self.nodes.restore_made()
-
-    @contextmanager
-    def _slot(self) -> Iterator[str]:
-        ns = self._slots.get(timeout=1800)
-        try:
-            yield ns
-        finally:
-            self._slots.put(ns)
 
     def run_each(
         self,
@@ -178,51 +162,31 @@ class Runner:
         on_error: Callable[[int, Exception], None] | None = None,
     ) -> Iterator[ScheduleResult]:
         """Run every seed's schedule, ``parallel`` at a time (<= namespace slots), and
-        yield each result as its schedule ends: a slot freed starts the next seed at once.
+        yield each result as its schedule ends (:func:`~testbed.reliability.rig.each_on_a_slot`:
+        a schedule the harness could not finish goes to ``on_error``, or is raised)."""
+        return each_on_a_slot(seeds, self.rig.namespaces[:parallel], self.run, on_error)
 
-        A schedule the harness could not finish (a wait that timed out, an API call
-        that failed) raises here, or, with ``on_error``, is handed to it with its seed
-        and the others go on."""
-        pool = ThreadPoolExecutor(max_workers=min(parallel, len(self.rig.namespaces)))
-        try:
-            futures = {pool.submit(self.run, seed): seed for seed in seeds}
-            for done in as_completed(futures):
-                try:
-                    result = done.result()
-                except Exception as exc:
-                    if on_error is None:
-                        raise
-                    on_error(futures[done], exc)
-                    continue
-                yield result
-        finally:  # interrupted: finish the schedules running, start no other
-            pool.shutdown(wait=True, cancel_futures=True)
+    def run(self, seed: int, ns: str) -> ScheduleResult:
+        """Run one schedule to its end in the namespace ``ns`` and judge it (a submitter
+        that dies by ``node_not_ready`` runs on a Node of its own, deleted at the end)."""
+        with ExitStack() as nodes:
+            return self._run(seed, ns, lambda: nodes.enter_context(own_node(self.rig.cp)))
 
-    def run(self, seed: int) -> ScheduleResult:
-        """Run one schedule to its end and judge it."""
-        with self._slot() as ns:
-            return self._run_in(ns, seed)
-
-    # -- one schedule ------------------------------------------------------------------------
-
-    def _run_in(self, ns: str, seed: int) -> ScheduleResult:
+    def _run(self, seed: int, ns: str, node: Callable[[], str]) -> ScheduleResult:
         started = time.monotonic()
         self.rig.reset_namespace(ns)
-        self.nodes.restore_made(ns)
         spec = ScheduleSpec.from_seed(seed)
         workdir = self.workdir / f"seed-{seed}"
         board = StallBoard(others=sum(p.stall is None for p in spec.plans))
         submitters = [
-            Submitter(
-                self.rig.cp, ns, plan, f"s{seed}-{i}", workdir, self.nodes, board, self.users.take
-            )
+            Submitter(self.rig.cp, ns, plan, f"s{seed}-{i}", workdir, node, board, self.users.take)
             for i, plan in enumerate(spec.plans)
         ]
         result = ScheduleResult(seed, ns, len(submitters), Counter(p.protocol for p in spec.plans))
         for plan in spec.plans:
             result.job_fates.update(f"{j.app}:{j.fate}" for j in plan.jobs)
         start_rv = self.observer.current_rv(ns)
-        record = self.observer.watch(ns, ceiling=CEILING, grace_seconds=FINALIZER_GRACE_SECONDS)
+        record = self.observer.watch(ns)
         try:
             deadline = time.monotonic() + SCHEDULE_SECONDS
             threads = [

@@ -37,9 +37,9 @@ from testbed.controlplane import REPO, ControlPlane
 from testbed.faultproxy import FaultProxy
 from testbed.reliability.faults import (
     FAULTY_ENV,
+    Holder,
     TrialResult,
     controller_trial,
-    hold_for,
     record,
     webhook_trial,
 )
@@ -48,7 +48,7 @@ from testbed.reliability.ledger import LEDGER
 from testbed.reliability.races import KINDS, races_on, run_all
 from testbed.reliability.rig import CEILING, CONTROLLER_ENV, Rig
 from testbed.reliability.scheduler import Runner, ScheduleResult
-from testbed.reliability.summary import summarize
+from testbed.reliability.summary import reclaim_timing, summarize, tally
 
 RESULTS = REPO / "tests" / "reliability" / "RESULTS.md"
 
@@ -107,7 +107,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--history-slots", type=int, default=6, help="race histories at once (default 6)"
     )
     parser.add_argument("--results", type=Path, default=RESULTS, help="where to write them")
-    parser.add_argument("--no-write", action="store_true", help="print only")
     return parser.parse_args(argv)
 
 
@@ -127,7 +126,6 @@ class Soak:
         self.control_plane = ""
         self.histories: list[History] = []
         self.verdicts: list[Verdict] = []
-        self.outcomes: Counter[str] = Counter()
         self.unfinished: list[tuple[str, str]] = []
         """(what, why) for each run the harness could not finish."""
         self.commit = _commit()
@@ -145,6 +143,14 @@ class Soak:
         why = f"{type(exc).__name__} at {where}: {first}"[:300]
         self.unfinished.append((what, why))
         print(f"UNFINISHED {what}: {why}", flush=True)
+
+    def say(self, text: str) -> None:
+        """Print a line of progress, with the minutes the soak has run."""
+        print(f"{text} ({(time.monotonic() - self.started) / 60:.1f} min)", flush=True)
+
+    def violation(self, where: str, what: str) -> None:
+        self.violations.append(f"{where}: {what}")
+        print(f"VIOLATION in {where}: {what}", flush=True)
 
     def unfinished_count(self, prefix: str) -> int:
         return sum(what.startswith(prefix) for what, _ in self.unfinished)
@@ -166,23 +172,16 @@ class Soak:
                     on_error=lambda p, exc: self.harness_error(f"history {p.kind}-{p.seed}", exc),
                 )
                 found = check(batch)
-                for h in batch:
-                    self.outcomes.update({f"{h.kind}:{k}": n for k, n in h.counts().items()})
-                    self.outcomes[f"{h.kind}:histories"] += 1
-                    self.outcomes.update({f"job:{k}": n for k, n in h.outcomes.items()})
                 self.histories += batch
                 self.verdicts += found
                 self.census_reads = races.rig.census_reads()
                 for v in found:
                     if v.result != "Ok":
-                        self.violations.append(f"history {v.name}: {v.result}: {'; '.join(v.why)}")
-                        print(f"VIOLATION in history {v.name}: {v.result}: {v.why}", flush=True)
-                print(
+                        self.violation(f"history {v.name}", f"{v.result}: {'; '.join(v.why)}")
+                self.say(
                     f"histories {len(self.histories)}/{args.histories}: "
                     f"{sum(v.result == 'Illegal' for v in self.verdicts)} not linearizable, "
-                    f"{sum(v.result == 'Unknown' for v in self.verdicts)} undecided "
-                    f"({(time.monotonic() - self.started) / 60:.1f} min)",
-                    flush=True,
+                    f"{sum(v.result == 'Unknown' for v in self.verdicts)} undecided"
                 )
                 self.write()
 
@@ -216,12 +215,11 @@ class Soak:
         self.done.append(r)
         self.disagreements += [f"schedule {r.seed}: {d}" for d in r.disagreement_texts]
         for v in r.violations:
-            self.violations.append(f"schedule {r.seed}: {v}")
-            print(f"VIOLATION in schedule {r.seed}: {v}", flush=True)
+            self.violation(f"schedule {r.seed}", v)
         if quiet:
             return
         done = self.done
-        print(
+        self.say(
             f"schedules {len(done)}/{self.args.schedules}: "
             f"{sum(r.submitters for r in done)} submitters, "
             f"{sum(r.job_events for r in done)} Job writes checked, "
@@ -229,9 +227,7 @@ class Soak:
             f"max active {max(r.max_active for r in done)}, "
             f"disagreements {sum(r.disagreements for r in done)}, "
             f"violations {len(self.violations)}, "
-            f"schedule mean {sum(r.seconds for r in done) / len(done):.0f} s "
-            f"({(time.monotonic() - self.started) / 60:.1f} min)",
-            flush=True,
+            f"schedule mean {sum(r.seconds for r in done) / len(done):.0f} s"
         )
 
     def run_faults(self, cp: ControlPlane) -> None:
@@ -245,7 +241,7 @@ class Soak:
         ):
             rig.wait_until_ready()
             rng = random.Random(args.first_seed)
-            alice = hold_for(cp, hook_ns, "alice")
+            alice = Holder(cp, hook_ns, cp.token("alice"))
             try:
                 for i in range(args.fault_trials):
                     try:
@@ -253,33 +249,22 @@ class Soak:
                     except Exception as exc:
                         self.harness_error(f"webhook fault trial {i + 1}", exc)
                     if (i + 1) % 50 == 0:
-                        print(
-                            f"webhook fault trials {i + 1}/{args.fault_trials} "
-                            f"({(time.monotonic() - self.started) / 60:.1f} min)",
-                            flush=True,
-                        )
+                        self.say(f"webhook fault trials {i + 1}/{args.fault_trials}")
             finally:
                 alice.stop()
-            identity = cp.pod_identity(ctl_ns, "openapi-submit")
             for i in range(args.storms):
                 try:
-                    self.trials.append(controller_trial(rig, proxy, ctl_ns, identity, rng))
+                    self.trials.append(controller_trial(rig, proxy, ctl_ns, rng))
                 except Exception as exc:
                     self.harness_error(f"controller fault storm {i + 1}", exc)
-                print(
-                    f"controller fault storms {i + 1}/{args.storms} "
-                    f"({(time.monotonic() - self.started) / 60:.1f} min)",
-                    flush=True,
-                )
+                self.say(f"controller fault storms {i + 1}/{args.storms}")
         for r in self.trials:
             self.violations.extend(f"{r.kind}: {w}" for w in r.wrong)
 
     # -- RESULTS.md --------------------------------------------------------------------------
 
     def write(self) -> None:
-        text = self.render()  # fills the ledger, printed at the end either way
-        if not self.args.no_write:
-            self.args.results.write_text(text)
+        self.args.results.write_text(self.render())  # fills the ledger, printed at the end
 
     def render(self) -> str:
         LEDGER.rows.clear()
@@ -383,7 +368,6 @@ class Soak:
         if not self.histories:
             return []
         verdicts = {v.name: v.result for v in self.verdicts}
-        o = self.outcomes
         out = [
             "## Linearizability of admission",
             "",
@@ -398,14 +382,13 @@ class Soak:
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for kind in KINDS:
-            names = [h.name for h in self.histories if h.kind == kind]
-            results = Counter(verdicts.get(n, "unchecked") for n in names)
-            split = sum(h.split for h in self.histories if h.kind == kind)
+            mine = [h for h in self.histories if h.kind == kind]
+            c = sum((Counter(h.counts()) for h in mine), Counter[str]())
+            results = Counter(verdicts.get(h.name, "unchecked") for h in mine)
             out.append(
-                f"| {kind.replace('_', ' ')} | {o[kind + ':histories']} | {split} "
-                f"| {o[kind + ':creates']} "
-                f"| {o[kind + ':admitted']} | {o[kind + ':refused']} | {o[kind + ':finishes']} "
-                f"| {o[kind + ':deletes']} | {o[kind + ':lease_writes']} | {results['Ok']} "
+                f"| {kind.replace('_', ' ')} | {len(mine)} | {sum(h.split for h in mine)} "
+                f"| {c['creates']} | {c['admitted']} | {c['refused']} | {c['finishes']} "
+                f"| {c['deletes']} | {c['lease_writes']} | {results['Ok']} "
                 f"| {results['Illegal']} | {results['Unknown']} |"
             )
         hit = Counter(h.fault for h in self.histories if h.fault_fired)
@@ -430,7 +413,7 @@ class Soak:
                 "|---|---:|",
             ]
             out += [f"| {k} | {n} |" for k, n in sorted(self.census_reads.items())]
-        jobs = {k.split(":", 1)[1]: n for k, n in o.items() if k.startswith("job:")}
+        jobs = sum((h.outcomes for h in self.histories), Counter[str]())
         out += ["", "| Job | last seen | count |", "|---|---|---:|"]
         for key, n in sorted(jobs.items()):
             app, how = key.split(":", 1)
@@ -438,14 +421,8 @@ class Soak:
         return [*out, ""]
 
     def _failure_modes(self) -> list[str]:
-        deaths: Counter[str] = Counter()
-        ended: Counter[str] = Counter()
-        seconds: dict[str, list[float]] = {}
-        for r in self.done:
-            deaths.update(r.deaths)
-            ended.update(r.reclaimed)
-            for death, s in r.reclaim_seconds:
-                seconds.setdefault(death, []).append(s)
+        deaths, ended = tally(self.done, "deaths"), tally(self.done, "reclaimed")
+        stalls, timing = tally(self.done, "stalls"), reclaim_timing(self.done)
         out = [
             "| submitter died by | count | how its hold ended | seconds from death to release "
             "(median / max) |",
@@ -457,12 +434,7 @@ class Soak:
                 for k, v in sorted(ended.items())
                 if k.startswith(f"{death}:")
             )
-            spread = sorted(seconds.get(death, []))
-            timing = f"{spread[len(spread) // 2]:.1f} / {spread[-1]:.1f}" if spread else "-"
-            out.append(f"| {death} | {deaths[death]} | {how} | {timing} |")
-        stalls: Counter[str] = Counter()
-        for r in self.done:
-            stalls.update(r.stalls)
+            out.append(f"| {death} | {deaths[death]} | {how} | {timing.get(death, '-')} |")
         out += ["", "| a holder stalled, its hold | ended | count |", "|---|---|---:|"]
         for key, n in sorted(stalls.items()):
             kind, how = key.split(":", 1)
@@ -472,19 +444,12 @@ class Soak:
 
 def _commit() -> str:
     """The commit the soak runs (with ``+changes`` when the work tree differs from it)."""
+    describe = ["git", "describe", "--always", "--abbrev=12", "--exclude=*", "--dirty= +changes"]
     try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True, text=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
+        done = subprocess.run(describe, cwd=REPO, capture_output=True, text=True)
     except OSError:
         return "unknown"
-    return (head or "unknown") + (" +changes" if dirty else "")
+    return done.stdout.strip() or "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -504,8 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n" + LEDGER.table())
     for v in soak.violations:
         print("VIOLATION:", v)
-    if not args.no_write:
-        print(f"wrote {args.results}")
+    print(f"wrote {args.results}")
     for what, why in soak.unfinished:
         print("UNFINISHED:", what, why)
     if soak.violations or soak.disagreements:

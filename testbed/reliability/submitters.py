@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from client import CoordinationError, SubmitLease, run_slot
 from client.errors import SlotUnavailable
@@ -62,31 +62,18 @@ from elbgate.kube.config import KubeConfig
 from elbgate.settings import Settings
 from testbed.clients import ClientError, DashboardLeaseClient, LeaseClient, lease_name, parse_time
 from testbed.controlplane import REPO, ControlPlane, PodIdentity, kubectl_path
-from testbed.holders import past_the_second_of
-from testbed.kubelet_stand_in import RESTART
+from testbed.holders import NODE_LABEL, crash, node_not_ready, past_the_second_of
 from testbed.reliability.jobs import JobPlan, create_job, job_body
-from testbed.reliability.nodes import HolderNodes
 from testbed.reliability.paths import DashboardPath, OpenApiPath, SubmitPath
 from testbed.reliability.rig import CEILING, CONTROLLER_SKEW_SECONDS, SHARED_ENV
 
 Protocol = Literal["client", "cli", "dashboard", "openapi"]
 Stall = Literal["taken_over", "left_alone"]
 CrashPoint = Literal["after_acquire", "mid_jobs", "after_jobs"]
-Death = Literal[
-    "pod_deleted",
-    "pod_failed",
-    "container_restarted",
-    "node_not_ready",
-    "thread_died",
-    "process_died",
-]
-POD_DEATHS: tuple[Death, ...] = (
-    "pod_deleted",
-    "pod_failed",
-    "container_restarted",
-    "node_not_ready",
-)
+PodDeath = Literal["pod_deleted", "pod_failed", "container_restarted", "node_not_ready"]
 """Deaths the cluster can prove (the controller reclaims before expiry)."""
+Death = Literal[PodDeath, "thread_died", "process_died"]
+POD_DEATHS: tuple[PodDeath, ...] = get_args(PodDeath)
 POD_TTL_SECONDS = 120
 """Lease TTL of an in-cluster submitter: long (the OpenAPI service's kubectl steps take
 seconds each on a busy machine), so that a provably dead one is freed by the dead-holder
@@ -182,7 +169,7 @@ class Submitter:
         plan: SubmitPlan,
         tag: str,
         workdir: Path,
-        nodes: HolderNodes,
+        own_node: Callable[[], str],
         board: StallBoard,
         users: Callable[[], str],
     ) -> None:
@@ -193,7 +180,9 @@ class Submitter:
         self.plan = plan
         self.tag = tag
         self.workdir = workdir
-        self.nodes = nodes
+        self._own_node = own_node
+        """A Node of its own, for a Pod whose node will stop being Ready (turning a shared
+        node NotReady would take the webhook's and the controller's Pods along)."""
         self.pod: PodIdentity | None
         """Whose ServiceAccount token it submits with (``None``: a plain user's)."""
         self.username, self.kubeconfig, self.token, self.pod = self._identity()
@@ -236,7 +225,7 @@ class Submitter:
             return name, self.cp.kubeconfig(name), self.cp.token(name), None
         selector = None
         if self.plan.death == "node_not_ready":
-            selector = self.nodes.selector(self.namespace)
+            selector = {NODE_LABEL: self._own_node()}
         restart = "Never" if self.plan.death == "pod_failed" else "Always"
         sa = f"{self.plan.protocol}-submit"
         pod = self.cp.pod_identity(
@@ -296,18 +285,12 @@ class Submitter:
         self.crashed = True
         self.died_at = datetime.now(UTC)
         self.note(f"dies: {death}")
-        admin = self.cp.admin
         if pod is not None and death == "pod_deleted":
-            admin.delete("pods", self.namespace, pod.pod)
+            self.cp.admin.delete("pods", self.namespace, pod.pod)
         elif pod is not None and death in ("pod_failed", "container_restarted"):
-            admin.patch(
-                "pods",
-                self.namespace,
-                pod.pod,
-                {"metadata": {"annotations": {RESTART: uuid.uuid4().hex}}},
-            )
+            crash(self.cp, pod)  # Never: the Pod fails; Always: restarted in place
         elif pod is not None and death == "node_not_ready":
-            self.nodes.not_ready(pod.node)
+            node_not_ready(self.cp, pod.node)
         raise Crash()
 
     def _after_last_renewal_second(self) -> None:
@@ -430,13 +413,10 @@ class Submitter:
 
     def _cli_script(self, directory: Path) -> Path:
         kubectl = f"{kubectl_path()} --kubeconfig {self.kubeconfig} -n {self.namespace}"
-        lines = ["trap ': > \"$D/end\"' EXIT", 'echo $$ > "$D/pid"', ': > "$D/start"']
-        wait = (
-            'i=0; while [ ! -e "$D/go" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done;'
-            ' : > "$D/waited"; exit 9'
-        )
+        lines = ['echo $$ > "$D/pid"']  # killed with the CLI at the crash point
+        wait = ': > "$D/crash_point"; sleep 60; exit 9'
         if self.plan.crash == "after_acquire":
-            lines.append(': > "$D/crash_point"; ' + wait)
+            lines.append(wait)
         for i, body in enumerate(self._bodies()):
             if body["metadata"]["name"] in self.created:
                 continue
@@ -448,9 +428,9 @@ class Submitter:
             )
             lines.append(f': > "$D/created{i}"')
             if i == 0 and self.plan.crash == "mid_jobs" and len(self.plan.jobs) > 1:
-                lines.append(': > "$D/crash_point"; ' + wait)
+                lines.append(wait)
         if self.plan.crash == "after_jobs":
-            lines.append(': > "$D/crash_point"; ' + wait)
+            lines.append(wait)
         script = directory / "submit.sh"
         script.write_text("set -u\n" + "\n".join(lines) + "\n")
         return script
@@ -515,7 +495,7 @@ class Submitter:
                 pid_file = directory / "pid"
                 if pid_file.exists():
                     try:
-                        os.kill(int(pid_file.read_text().strip()), signal.SIGKILL)
+                        os.killpg(int(pid_file.read_text().strip()), signal.SIGKILL)
                     except (ProcessLookupError, ValueError):
                         pass
                 self._collect_cli(directory)
@@ -550,21 +530,14 @@ class Submitter:
             return
         client = path.lease
         assert isinstance(client, DashboardLeaseClient)
-        while self._time_left():
-            status, stored = client.get()
-            spec = (stored.get("spec") or {}) if status == 200 else {}
-            if spec.get("holderIdentity") != board.holder:
-                self.note("the stalled hold ended before this taker's poll")
-                return
-            if client.sees_expired(stored):
-                self.note("polls as the stalled hold expires")
-                return
-            renewed = parse_time(spec.get("renewTime"))
-            ttl = spec.get("leaseDurationSeconds") or client.ttl
-            if renewed is None:
-                return
-            expiry = renewed.timestamp() + float(ttl) + client.skew
-            time.sleep(min(max(expiry - client.clock.now().timestamp(), 0.0) + 0.02, 1.0))
+        status, stored = client.get()
+        if status != 200 or (stored.get("spec") or {}).get("holderIdentity") != board.holder:
+            self.note("the stalled hold ended before this taker's poll")
+            return
+        # The staller renews no more: what was read stands until its hold expires.
+        while self._time_left() and not client.sees_expired(stored):
+            time.sleep(0.02)
+        self.note("polls as the stalled hold expires")
 
     def _submit_with(self, path: SubmitPath) -> None:
         if self.plan.intrude:

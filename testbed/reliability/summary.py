@@ -4,14 +4,29 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from testbed.reliability.ledger import Ledger
 from testbed.reliability.scheduler import ScheduleResult
 
 
-def _pairs(counter: Counter[str] | Counter[int]) -> str:
-    return " ".join(f"{k}:{v}" for k, v in sorted(counter.items(), key=lambda kv: str(kv[0])))
+def _pairs(counts: Mapping[Any, object]) -> str:
+    return " ".join(f"{k}:{v}" for k, v in sorted(counts.items(), key=lambda kv: str(kv[0])))
+
+
+def tally(results: Iterable[ScheduleResult], name: str) -> Counter[Any]:
+    """The results' Counters called ``name``, added up."""
+    return sum((getattr(r, name) for r in results), Counter())
+
+
+def reclaim_timing(results: Iterable[ScheduleResult]) -> dict[str, str]:
+    """Per way of dying: the median and the longest seconds from a death to the write
+    that freed its hold (``median/max``)."""
+    seconds: dict[str, list[float]] = defaultdict(list)
+    for death, s in (pair for r in results for pair in r.reclaim_seconds):
+        seconds[death].append(s)
+    return {d: f"{statistics.median(v):.1f}/{max(v):.1f}" for d, v in sorted(seconds.items())}
 
 
 def summarize(
@@ -20,22 +35,7 @@ def summarize(
     """Record schedules under promise 1, with the admissions each of the two webhook
     replicas ``served`` (from its /metrics); return the totals (for printing)."""
     results = list(results)
-    protocols: Counter[str] = Counter()
-    reclaimed: Counter[str] = Counter()
-    deaths: Counter[str] = Counter()
-    stalls: Counter[str] = Counter()
-    denials: Counter[int] = Counter()
-    fates: Counter[str] = Counter()
-    latency: dict[str, list[float]] = defaultdict(list)
-    for r in results:
-        protocols.update(r.protocols)
-        reclaimed.update(r.reclaimed)
-        deaths.update(r.deaths)
-        stalls.update(r.stalls)
-        denials.update(r.denials)
-        fates.update(r.job_fates)
-        for death, seconds in r.reclaim_seconds:
-            latency[death].append(seconds)
+    stalls, fates = tally(results, "stalls"), tally(results, "job_fates")
     totals: dict[str, int | str] = {
         "schedules": len(results),
         "submitters": sum(r.submitters for r in results),
@@ -56,14 +56,12 @@ def summarize(
         "max_active_oracle": max((r.max_active for r in results), default=0),
         "max_active_crude": max((r.max_crude for r in results), default=0),
         "max_live_holders": max((r.max_live_holders for r in results), default=0),
-        "protocols": _pairs(protocols),
-        "deaths_by_mode": _pairs(deaths),
-        "hold_ended": _pairs(reclaimed),
-        "reclaim_seconds_median_max": " ".join(
-            f"{d}:{statistics.median(v):.1f}/{max(v):.1f}" for d, v in sorted(latency.items())
-        ),
+        "protocols": _pairs(tally(results, "protocols")),
+        "deaths_by_mode": _pairs(tally(results, "deaths")),
+        "hold_ended": _pairs(tally(results, "reclaimed")),
+        "reclaim_seconds_median_max": _pairs(reclaim_timing(results)),
         "job_fates": _pairs(fates),
-        "denials": _pairs(denials),
+        "denials": _pairs(tally(results, "denials")),
     }
     ledger.record(
         "1",

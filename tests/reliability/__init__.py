@@ -19,8 +19,7 @@ promise                tests
                        (``lincheck/``) on recorded race histories:
                        ``test_linearizable`` (``races``, ``histories``)
 2 fail closed          ``test_fail_closed`` (``faults``)
-3 bad input            ``test_bad_input`` (``review_strategies``,
-                       ``inprocess_webhook``), ``fuzz``
+3 bad input            ``test_bad_input`` (``review_strategies``), ``fuzz``
 4 identity and TLS     ``test_identity_and_tls``
 5 restarts, rotation   ``test_restarts_and_rotation`` (``steady_stream``)
 =====================  =======================================================

@@ -1,17 +1,18 @@
 """Promise 3: bad input never crashes the webhook, and never admits a gated Job without proof.
 
-Property-based (hypothesis) against the webhook's real aiohttp application and
-handlers, reading the real API server where alice holds the Lease of namespace
-``gated`` and nobody holds one in ``free``: malformed, truncated, oversized, wrongly
-typed and hostile AdmissionReviews get a 4xx with a Status, or a well-formed
-AdmissionReview echoing the uid — and a search Job by anyone but alice, or a write to
-alice's live Lease by anyone else, is never allowed.
+Property-based (hypothesis) against the real webhook process (``python -m webhook``,
+over one kept-alive HTTPS connection), reading the real API server where alice holds
+the Lease of namespace ``gated`` and nobody holds one in ``free``: malformed,
+truncated, oversized, wrongly typed and hostile AdmissionReviews get a 4xx with a
+Status, or a well-formed AdmissionReview echoing the uid — and a search Job by anyone
+but alice, or a write to alice's live Lease by anyone else, is never allowed.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import ssl
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -24,9 +25,7 @@ from hypothesis import strategies as st
 
 from elbgate.names import lease_name
 from testbed.controlplane import ControlPlane
-from testbed.install import Installation
 from testbed.reliability import calls
-from testbed.reliability.inprocess_webhook import InProcessWebhook
 from testbed.reliability.ledger import LEDGER
 from testbed.reliability.review_strategies import (
     FREE_NS,
@@ -72,25 +71,25 @@ def hold_for_alice(cp: ControlPlane) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(control_plane: ControlPlane) -> Iterator[InProcessWebhook]:
-    """The webhook's app in this process, reading the control plane as the webhook's own
-    ServiceAccount, where alice holds GATED_NS's Lease and nobody holds FREE_NS's."""
-    install = Installation.on(control_plane)
+def server(control_plane: ControlPlane) -> Iterator[WebhookProcess]:
+    """The webhook, reading the control plane as its own ServiceAccount, where alice
+    holds GATED_NS's Lease and nobody holds FREE_NS's."""
     pod = f"bad-input-hook-{uuid.uuid4().hex[:5]}"
-    with WebhookProcess(control_plane, SHARED_ENV, pod=pod, namespaces=[GATED_NS, FREE_NS]):
-        hold_for_alice(control_plane)
-    identity = install.identity("webhook", pod)
     env = {**SHARED_ENV, "ELB_GATE_MAX_REQUEST_BYTES": str(MAX_BYTES)}
     try:
-        with InProcessWebhook(identity.kubeconfig, env) as hook:
+        with WebhookProcess(control_plane, env, pod=pod, namespaces=[GATED_NS, FREE_NS]) as hook:
+            hold_for_alice(control_plane)
             yield hook
     finally:
         LEDGER.record("3", runs=sum(COUNTS.values()), **dict(COUNTS))
 
 
 @pytest.fixture(scope="module")
-def conn(server: InProcessWebhook) -> Iterator[list[http.client.HTTPConnection]]:
-    holder = [http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)]
+def conn(server: WebhookProcess) -> Iterator[list[http.client.HTTPConnection]]:
+    context = server.client_context()
+    holder: list[http.client.HTTPConnection] = [
+        http.client.HTTPSConnection("127.0.0.1", server.port, timeout=30, context=context)
+    ]
     yield holder
     holder[0].close()
 
@@ -107,9 +106,8 @@ def post(
             conn[0].request("POST", path, body=body, headers={"Content-Type": content_type})
             resp = conn[0].getresponse()
             return resp.status, resp.read()
-        except (http.client.HTTPException, ConnectionError):
-            conn[0].close()
-            conn[0] = http.client.HTTPConnection(conn[0].host, conn[0].port, timeout=30)
+        except (http.client.HTTPException, ConnectionError, ssl.SSLError):
+            conn[0].close()  # the next request opens it again
             if attempt:
                 raise
     raise AssertionError("unreachable")

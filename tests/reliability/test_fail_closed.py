@@ -16,7 +16,6 @@ from testbed.reliability.faults import (
     FAULTY_ENV,
     Holder,
     controller_trial,
-    hold_for,
     record,
     webhook_trial,
 )
@@ -50,7 +49,7 @@ def rig(
 @pytest.fixture(scope="module")
 def alice(rig: Rig, namespaces: tuple[str, str]) -> Iterator[Holder]:
     """alice holds the webhook trials' Lease (taken through the webhook, so stamped)."""
-    holder = hold_for(rig.cp, namespaces[0], "alice")
+    holder = Holder(rig.cp, namespaces[0], rig.cp.token("alice"))
     yield holder
     holder.stop()
 
@@ -76,10 +75,7 @@ def test_the_controller_never_clears_or_deletes_on_partial_data(
     rig: Rig, proxy: FaultProxy, namespaces: tuple[str, str]
 ) -> None:
     rng = random.Random(2003)
-    identity = rig.cp.pod_identity(namespaces[1], "openapi-submit")
-    results = [
-        controller_trial(rig, proxy, namespaces[1], identity, rng) for _ in range(CONTROLLER_TRIALS)
-    ]
+    results = [controller_trial(rig, proxy, namespaces[1], rng) for _ in range(CONTROLLER_TRIALS)]
     record(results, LEDGER)
     LEDGER.maximum("2", controller_recovery_seconds=max(r.recovery_seconds for r in results))
     assert [w for r in results for w in r.wrong] == []

@@ -30,7 +30,7 @@ from testbed.certs import WEBHOOK_HOST
 from testbed.clients import DashboardLeaseClient
 from testbed.controlplane import ControlPlane, PodIdentity
 from testbed.reliability.calls import jobs_path, kubectl_status, lease_path, request
-from testbed.reliability.faults import running_job
+from testbed.reliability.jobs import running_job
 from testbed.reliability.ledger import LEDGER
 from testbed.reliability.rig import Rig
 

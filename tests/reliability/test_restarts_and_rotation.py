@@ -20,7 +20,7 @@ from testbed.clients import DashboardLeaseClient
 from testbed.controlplane import ControlPlane
 from testbed.reliability.ledger import LEDGER
 from testbed.reliability.observer import Observer
-from testbed.reliability.rig import CEILING, FINALIZER_GRACE_SECONDS, Rig
+from testbed.reliability.rig import CEILING, Rig
 from testbed.reliability.steady_stream import SteadyStream
 from testbed.waiting import wait_until
 from tests.webhook.test_tls_reload import served_serial
@@ -56,7 +56,7 @@ def test_disruptions_cost_only_what_the_failure_policy_allows(
 ) -> None:
     ns, reclaim_ns = namespaces
     observer = Observer(rig.cp.admin, [ns]).start()
-    record = observer.watch(ns, ceiling=CEILING, grace_seconds=FINALIZER_GRACE_SECONDS)
+    record = observer.watch(ns)
     stream = SteadyStream(rig.cp, ns).start()
     assert rig.service is not None
     service = rig.service

@@ -63,10 +63,10 @@ def _runner(fail: int) -> Runner:
     runner = Runner.__new__(Runner)  # no rig: only the pool and the error path run
     runner.rig = SimpleNamespace(namespaces=["a", "b"])  # type: ignore[assignment]
 
-    def run(seed: int) -> ScheduleResult:
+    def run(seed: int, ns: str) -> ScheduleResult:
         if seed == fail:
             raise AssertionError(TIMED_OUT)
-        return ScheduleResult(seed, "a", 1, Counter())
+        return ScheduleResult(seed, ns, 1, Counter())
 
     runner.run = run  # type: ignore[method-assign]
     return runner
