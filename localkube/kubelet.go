@@ -64,7 +64,8 @@ const (
 	kubeletVersion     = "v1.37.2"
 )
 
-// nodeSpec is a Node the control plane starts with.
+// nodeSpec is a Node the control plane starts with (a real kubelet's: Name
+// and Labels only).
 type nodeSpec struct {
 	Name   string
 	CPU    string
@@ -80,17 +81,14 @@ func parseNodeSpec(s string) (nodeSpec, error) {
 	if !ok || name == "" || len(parts) < 2 {
 		return nodeSpec{}, fmt.Errorf("node %q: want NAME=CPU,MEMORY[,pods=N][,key=value...]", s)
 	}
-	spec := nodeSpec{Name: name, CPU: parts[0], Memory: parts[1], Pods: "110", Labels: map[string]string{}}
-	for _, kv := range parts[2:] {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok {
-			return nodeSpec{}, fmt.Errorf("node %q: %q is not key=value", s, kv)
-		}
-		if k == "pods" {
-			spec.Pods = v
-		} else {
-			spec.Labels[k] = v
-		}
+	labels, err := parseLabels(s, parts[2:])
+	if err != nil {
+		return nodeSpec{}, err
+	}
+	spec := nodeSpec{Name: name, CPU: parts[0], Memory: parts[1], Pods: "110", Labels: labels}
+	if pods, ok := labels["pods"]; ok {
+		spec.Pods = pods
+		delete(labels, "pods")
 	}
 	for _, q := range []string{spec.CPU, spec.Memory, spec.Pods} {
 		if _, err := resource.ParseQuantity(q); err != nil {
@@ -98,6 +96,28 @@ func parseNodeSpec(s string) (nodeSpec, error) {
 		}
 	}
 	return spec, nil
+}
+
+// parseSystemNodeSpec reads NAME[,label=value...].
+func parseSystemNodeSpec(s string) (nodeSpec, error) {
+	parts := strings.Split(s, ",")
+	if parts[0] == "" {
+		return nodeSpec{}, fmt.Errorf("node %q: no name", s)
+	}
+	labels, err := parseLabels(s, parts[1:])
+	return nodeSpec{Name: parts[0], Labels: labels}, err
+}
+
+func parseLabels(s string, pairs []string) (map[string]string, error) {
+	labels := map[string]string{}
+	for _, kv := range pairs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, fmt.Errorf("node %q: %q is not key=value", s, kv)
+		}
+		labels[k] = v
+	}
+	return labels, nil
 }
 
 // podState is what the stand-in remembers of a Pod's imaginary container.
