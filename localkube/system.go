@@ -42,6 +42,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/moby/sys/mountinfo"
+	"github.com/opencontainers/cgroups"
 )
 
 const (
@@ -610,47 +613,21 @@ func makeCgroup(cg string) error {
 }
 
 // killCgroup kills every process in the cgroup tree, in every hierarchy, and
-// removes the tree (deepest first).
+// removes the tree (runc's helpers: sub-cgroups first, retried while busy).
 func killCgroup(cg string) {
-	for attempt := 0; attempt < 50; attempt++ {
-		alive := 0
-		for _, m := range cgroupMounts() {
-			_ = filepath.Walk(filepath.Join(m, cg), func(p string, info os.FileInfo, err error) error {
-				if err != nil || !info.IsDir() {
-					return nil
-				}
-				data, _ := os.ReadFile(filepath.Join(p, "cgroup.procs"))
-				for _, f := range strings.Fields(string(data)) {
-					if pid, err := strconv.Atoi(f); err == nil {
-						alive++
-						_ = syscall.Kill(pid, syscall.SIGKILL)
-					}
-				}
-				return nil
-			})
-		}
-		if alive == 0 {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 	for _, m := range cgroupMounts() {
-		var dirs []string
-		_ = filepath.Walk(filepath.Join(m, cg), func(p string, info os.FileInfo, err error) error {
-			if err == nil && info.IsDir() {
-				dirs = append(dirs, p)
+		p := filepath.Join(m, cg)
+		for attempt := 0; attempt < 50; attempt++ {
+			pids, _ := cgroups.GetAllPids(p)
+			if len(pids) == 0 {
+				break
 			}
-			return nil
-		})
-		sort.Slice(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) })
-		for _, d := range dirs {
-			for attempt := 0; attempt < 20 && os.Remove(d) != nil; attempt++ {
-				if _, err := os.Stat(d); err != nil {
-					break
-				}
-				time.Sleep(50 * time.Millisecond)
+			for _, pid := range pids {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
+			time.Sleep(100 * time.Millisecond)
 		}
+		_ = cgroups.RemovePath(p)
 	}
 }
 
@@ -680,35 +657,17 @@ func killMentioning(dir string) {
 // unmountUnder unmounts every mount point under dir, deepest first.
 func unmountUnder(dir string) {
 	for attempt := 0; attempt < 5; attempt++ {
-		data, err := os.ReadFile("/proc/self/mountinfo")
-		if err != nil {
+		mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+		if err != nil || len(mounts) == 0 {
 			return
 		}
-		var points []string
-		for _, line := range strings.Split(string(data), "\n") {
-			fields := strings.Fields(line)
-			if len(fields) < 5 {
-				continue
-			}
-			p := unescapeMount(fields[4])
-			if p == dir || strings.HasPrefix(p, dir+"/") {
-				points = append(points, p)
-			}
-		}
-		if len(points) == 0 {
-			return
-		}
-		sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
-		for _, p := range points {
-			if err := syscall.Unmount(p, 0); err != nil {
-				_ = syscall.Unmount(p, syscall.MNT_DETACH)
+		sort.Slice(mounts, func(i, j int) bool { return len(mounts[i].Mountpoint) > len(mounts[j].Mountpoint) })
+		for _, m := range mounts {
+			if err := syscall.Unmount(m.Mountpoint, 0); err != nil {
+				_ = syscall.Unmount(m.Mountpoint, syscall.MNT_DETACH)
 			}
 		}
 	}
-}
-
-func unescapeMount(s string) string {
-	return strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(s)
 }
 
 // removeShimSockets removes the sockets the killed shims of this run left in
