@@ -38,6 +38,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -64,7 +65,8 @@ const (
 	kubeletVersion     = "v1.37.2"
 )
 
-// nodeSpec is a Node the control plane starts with.
+// nodeSpec is a Node the control plane starts with (a real kubelet's: Name
+// and Labels only).
 type nodeSpec struct {
 	Name   string
 	CPU    string
@@ -80,17 +82,14 @@ func parseNodeSpec(s string) (nodeSpec, error) {
 	if !ok || name == "" || len(parts) < 2 {
 		return nodeSpec{}, fmt.Errorf("node %q: want NAME=CPU,MEMORY[,pods=N][,key=value...]", s)
 	}
-	spec := nodeSpec{Name: name, CPU: parts[0], Memory: parts[1], Pods: "110", Labels: map[string]string{}}
-	for _, kv := range parts[2:] {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok {
-			return nodeSpec{}, fmt.Errorf("node %q: %q is not key=value", s, kv)
-		}
-		if k == "pods" {
-			spec.Pods = v
-		} else {
-			spec.Labels[k] = v
-		}
+	labels, err := parseLabels(s, parts[2:])
+	if err != nil {
+		return nodeSpec{}, err
+	}
+	spec := nodeSpec{Name: name, CPU: parts[0], Memory: parts[1], Pods: "110", Labels: labels}
+	if pods, ok := labels["pods"]; ok {
+		spec.Pods = pods
+		delete(labels, "pods")
 	}
 	for _, q := range []string{spec.CPU, spec.Memory, spec.Pods} {
 		if _, err := resource.ParseQuantity(q); err != nil {
@@ -98,6 +97,28 @@ func parseNodeSpec(s string) (nodeSpec, error) {
 		}
 	}
 	return spec, nil
+}
+
+// parseSystemNodeSpec reads NAME[,label=value...].
+func parseSystemNodeSpec(s string) (nodeSpec, error) {
+	parts := strings.Split(s, ",")
+	if parts[0] == "" {
+		return nodeSpec{}, fmt.Errorf("node %q: no name", s)
+	}
+	labels, err := parseLabels(s, parts[1:])
+	return nodeSpec{Name: parts[0], Labels: labels}, err
+}
+
+func parseLabels(s string, pairs []string) (map[string]string, error) {
+	labels := map[string]string{}
+	for _, kv := range pairs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, fmt.Errorf("node %q: %q is not key=value", s, kv)
+		}
+		labels[k] = v
+	}
+	return labels, nil
 }
 
 // podState is what the stand-in remembers of a Pod's imaginary container.
@@ -197,21 +218,12 @@ func (k *kubelet) run(ctx context.Context) {
 	for i := 0; i < 4; i++ {
 		go k.worker(ctx, k.podQ, k.syncPod)
 	}
-	go func() {
-		ticker := time.NewTicker(heartbeatPeriod)
-		defer ticker.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-ticker.C:
-				nodes, _ := k.nodes.List(labels.Everything())
-				for _, n := range nodes {
-					k.nodeQ.Add(n.Name)
-				}
-			}
+	go wait.UntilWithContext(ctx, func(context.Context) {
+		nodes, _ := k.nodes.List(labels.Everything())
+		for _, n := range nodes {
+			k.nodeQ.Add(n.Name)
 		}
-	}()
+	}, heartbeatPeriod)
 	<-ctx.Done()
 	k.podQ.ShutDown()
 	k.nodeQ.ShutDown()
@@ -387,7 +399,7 @@ func (k *kubelet) syncPod(ctx context.Context, key string) (time.Duration, error
 	}
 	if token := pod.Annotations[restartKey]; token != st.restartToken {
 		st.restartToken = token
-		return k.exit(ctx, pod, st, now, 137, "Error", restartOnly(pod))
+		return k.exit(ctx, pod, st, now, 137, "Error", restartOnly(pod), false)
 	}
 	run, ok := floatAnnotation(pod, runSecondsKey)
 	if !ok {
@@ -402,7 +414,7 @@ func (k *kubelet) syncPod(ctx context.Context, key string) (time.Duration, error
 	if code != 0 {
 		reason = "Error"
 	}
-	return k.exit(ctx, pod, st, now, code, reason, nil)
+	return k.exit(ctx, pod, st, now, code, reason, nil, false)
 }
 
 // restartOnly is the set of containers a restart crashes (nil: every container).
@@ -461,7 +473,10 @@ func (k *kubelet) start(ctx context.Context, pod *corev1.Pod, node *corev1.Node,
 	updated.Status.InitContainerStatuses = nil
 	for _, c := range pod.Spec.InitContainers {
 		updated.Status.InitContainerStatuses = append(updated.Status.InitContainerStatuses,
-			terminatedStatus(c, t, t, 0, "Completed", 0, nil))
+			corev1.ContainerStatus{Name: c.Name, Image: c.Image, ImageID: "localkube://" + c.Image,
+				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+					Reason: "Completed", StartedAt: t, FinishedAt: t,
+				}}})
 	}
 	updated.Status.ContainerStatuses = nil
 	for _, c := range pod.Spec.Containers {
@@ -482,14 +497,15 @@ func (k *kubelet) start(ctx context.Context, pod *corev1.Pod, node *corev1.Node,
 }
 
 // exit: the containers (those in only, when not nil) ended with code. restartPolicy
-// decides between a restart (restartCount+1, lastState) and a terminated state; the
-// Pod reaches a terminal phase once none of its containers runs.
+// decides between a restart (restartCount+1, lastState) and a terminated state (always
+// for a Pod being deleted); the Pod reaches a terminal phase once none of its
+// containers runs.
 func (k *kubelet) exit(ctx context.Context, pod *corev1.Pod, st *podState, now time.Time, code int32,
-	reason string, only map[string]bool) (time.Duration, error) {
+	reason string, only map[string]bool, deleting bool) (time.Duration, error) {
 	updated := pod.DeepCopy()
 	t := metav1.NewTime(now)
-	restart := pod.Spec.RestartPolicy == corev1.RestartPolicyAlways ||
-		(pod.Spec.RestartPolicy == corev1.RestartPolicyOnFailure && code != 0)
+	restart := !deleting && (pod.Spec.RestartPolicy == corev1.RestartPolicyAlways ||
+		(pod.Spec.RestartPolicy == corev1.RestartPolicyOnFailure && code != 0))
 	for i, c := range updated.Status.ContainerStatuses {
 		if only != nil && !only[c.Name] {
 			continue
@@ -561,23 +577,8 @@ func (k *kubelet) terminate(ctx context.Context, pod *corev1.Pod, st *podState,
 		if now.Before(due) {
 			return due.Sub(now), nil
 		}
-		updated := pod.DeepCopy()
-		t := metav1.NewTime(now)
-		updated.Status.Phase = corev1.PodFailed
-		updated.Status.Conditions = podConditions(pod, t, corev1.ConditionFalse)
-		for i, c := range updated.Status.ContainerStatuses {
-			started := metav1.NewTime(st.started)
-			if c.State.Running != nil {
-				started = c.State.Running.StartedAt
-			}
-			c.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-				ExitCode: 143, Reason: "Error", StartedAt: started, FinishedAt: t, ContainerID: c.ContainerID,
-			}}
-			c.Ready = false
-			c.Started = ptr.To(false)
-			updated.Status.ContainerStatuses[i] = c
-		}
-		if _, err := k.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil {
+		// SIGTERM's exit code: the Pod fails.
+		if _, err := k.exit(ctx, pod, st, now, 143, "Error", nil, true); err != nil {
 			return 0, err
 		}
 	}
@@ -622,16 +623,6 @@ func podConditions(pod *corev1.Pod, t metav1.Time, ready corev1.ConditionStatus)
 		{Type: corev1.PodReady, Status: ready, LastTransitionTime: t},
 		{Type: corev1.ContainersReady, Status: ready, LastTransitionTime: t},
 		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: t},
-	}
-}
-
-func terminatedStatus(c corev1.Container, started, finished metav1.Time, code int32, reason string,
-	restarts int32, _ *corev1.Pod) corev1.ContainerStatus {
-	return corev1.ContainerStatus{
-		Name: c.Name, Image: c.Image, ImageID: "localkube://" + c.Image, RestartCount: restarts,
-		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-			ExitCode: code, Reason: reason, StartedAt: started, FinishedAt: finished,
-		}},
 	}
 }
 

@@ -42,6 +42,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/moby/sys/mountinfo"
+	"github.com/opencontainers/cgroups"
 )
 
 const (
@@ -72,28 +75,6 @@ var kubeletChains = [][3]string{
 	{"ip6tables", "mangle", "KUBE-KUBELET-CANARY"}, {"ip6tables", "nat", "KUBE-KUBELET-CANARY"},
 	{"ip6tables", "filter", "KUBE-KUBELET-CANARY"}, {"ip6tables", "mangle", "KUBE-IPTABLES-HINT"},
 	{"iptables", "filter", "KUBE-FIREWALL"},
-}
-
-type systemNodeSpec struct {
-	Name   string
-	Labels map[string]string
-}
-
-// parseSystemNodeSpec reads NAME[,label=value...].
-func parseSystemNodeSpec(raw string) (systemNodeSpec, error) {
-	parts := strings.Split(raw, ",")
-	spec := systemNodeSpec{Name: parts[0], Labels: map[string]string{}}
-	if spec.Name == "" {
-		return spec, fmt.Errorf("--system-node %q: no name", raw)
-	}
-	for _, p := range parts[1:] {
-		k, v, ok := strings.Cut(p, "=")
-		if !ok {
-			return spec, fmt.Errorf("--system-node %q: %q is not label=value", raw, p)
-		}
-		spec.Labels[k] = v
-	}
-	return spec, nil
 }
 
 // ledger is what one run changed on the host, written before each change.
@@ -143,15 +124,16 @@ type systemTier struct {
 	hostIP  string
 	subnet  string
 	index   int
-	nodes   []systemNodeSpec
+	nodes   []nodeSpec
 	state   systemState
 	kubelet string
 	pause   string
 	fwd     net.Listener
-	procs   []*child
+	// kubelets stop first at teardown: they would restart what is killed.
+	kubelets []*child
 }
 
-func newSystemTier(u *upper, nodes []systemNodeSpec) (*systemTier, error) {
+func newSystemTier(u *upper, nodes []nodeSpec) (*systemTier, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -274,7 +256,7 @@ func (t *systemTier) setUp() error {
 	return nil
 }
 
-// routesOverlap: does any route of the host already cover or fall inside 10.250.N.0/24?
+// routeInUse: does any route of the host already cover or fall inside 10.250.N.0/24?
 func routeInUse(cidr *net.IPNet) bool {
 	out, err := exec.Command("ip", "-4", "route", "show", "table", "all").Output()
 	if err != nil {
@@ -435,7 +417,7 @@ func (t *systemTier) startNodes(ctx context.Context, kubeconfigs map[string]stri
 	return nil
 }
 
-func (t *systemTier) startNode(ctx context.Context, i int, n systemNodeSpec, kubeconfigs map[string]string, pauseTar, resolv string) error {
+func (t *systemTier) startNode(ctx context.Context, i int, n nodeSpec, kubeconfigs map[string]string, pauseTar, resolv string) error {
 	d := t.nodeDir(n.Name)
 	for _, sub := range []string{"containerd", "cni", "ipam", "kubelet", "pod-logs", "runc"} {
 		if err := os.MkdirAll(filepath.Join(d, sub), 0o700); err != nil {
@@ -507,14 +489,13 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 	}
 	// A registry pull would leave the machine: every one goes to a closed
 	// loopback port instead and fails there. Images are imported.
-	env := append(childEnv(), "HTTP_PROXY=http://127.0.0.1:9", "HTTPS_PROXY=http://127.0.0.1:9", "NO_PROXY=")
-	env = withoutKey(env, "NO_PROXY")
+	env := childEnv("HTTP_PROXY=http://127.0.0.1:9", "HTTPS_PROXY=http://127.0.0.1:9")
 	ctrName := "containerd-" + n.Name
-	if err := t.u.startExec(ctrName, "containerd", []string{"--config", cfgPath}, env); err != nil {
+	if _, err := t.u.startExec(ctrName, "containerd", []string{"--config", cfgPath}, env); err != nil {
 		return err
 	}
-	if err := waitFor(ctx, 60*time.Second, func() bool {
-		return exec.Command("ctr", "--address", sock, "version").Run() == nil
+	if err := t.u.poll(ctx, 60*time.Second, func(ctx context.Context) (bool, error) {
+		return exec.CommandContext(ctx, "ctr", "--address", sock, "version").Run() == nil, nil
 	}); err != nil {
 		return fmt.Errorf("containerd did not answer on %s (log: %s)", sock, t.u.logPath(ctrName))
 	}
@@ -543,19 +524,17 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 		labels = append(labels, k+"="+v)
 	}
 	sort.Strings(labels)
+	// Beside the kubelet's defaults (cgroupfs, as containerd's runc here; no
+	// read-only port; healthz on 127.0.0.1; 110 pods; no certificate rotation).
 	kcfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 failCgroupV1: false
-cgroupDriver: cgroupfs
 cgroupRoot: %[1]s
 containerRuntimeEndpoint: unix://%[2]s
 address: %[3]s
 port: %[4]d
-readOnlyPort: 0
-healthzBindAddress: 127.0.0.1
 healthzPort: %[5]d
 authentication:
-  anonymous: {enabled: false}
   webhook: {enabled: false}
   x509: {clientCAFile: %[6]s}
 authorization: {mode: AlwaysAllow}
@@ -563,14 +542,10 @@ clusterDomain: cluster.local
 resolvConf: %[7]s
 podLogsDir: %[8]s
 failSwapOn: false
-protectKernelDefaults: false
 serializeImagePulls: false
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%%", imagefs.available: "1%%", nodefs.inodesFree: "1%%"}
-maxPods: 110
-rotateCertificates: false
-serverTLSBootstrap: false
 `, cg, sock, t.hostIP, port, healthz, t.u.pki.CAFile, resolv, filepath.Join(d, "pod-logs"))
 	kcfgPath := filepath.Join(d, "kubelet.yaml")
 	if err := os.WriteFile(kcfgPath, []byte(kcfg), 0o600); err != nil {
@@ -583,42 +558,18 @@ serverTLSBootstrap: false
 		"--hostname-override=" + n.Name,
 		"--node-ip=" + t.hostIP,
 		"--node-labels=" + strings.Join(labels, ","),
-		fmt.Sprintf("--v=%d", t.u.verbosity),
+		verbosity,
 	}
 	klName := "kubelet-" + n.Name
-	if err := t.u.startExec(klName, t.kubelet, args, childEnv()); err != nil {
+	kl, err := t.u.startExec(klName, t.kubelet, args, childEnv("NO_PROXY=*"))
+	if err != nil {
 		return err
 	}
+	t.kubelets = append(t.kubelets, kl)
 	t.state.Nodes = append(t.state.Nodes, systemNodeState{
 		Name: n.Name, ContainerdSocket: sock, KubeletLog: t.u.logPath(klName),
 		ContainerdLog: t.u.logPath(ctrName), RootDir: filepath.Join(d, "kubelet"),
 	})
-	return nil
-}
-
-func withoutKey(env []string, key string) []string {
-	var out []string
-	for _, kv := range env {
-		if strings.HasPrefix(kv, key+"=") && kv != key+"=" {
-			continue
-		}
-		out = append(out, kv)
-	}
-	return out
-}
-
-func waitFor(ctx context.Context, limit time.Duration, ok func() bool) error {
-	deadline := time.Now().Add(limit)
-	for !ok() {
-		if time.Now().After(deadline) {
-			return errors.New("timed out")
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 	return nil
 }
 
@@ -662,47 +613,21 @@ func makeCgroup(cg string) error {
 }
 
 // killCgroup kills every process in the cgroup tree, in every hierarchy, and
-// removes the tree (deepest first).
+// removes the tree (runc's helpers: sub-cgroups first, retried while busy).
 func killCgroup(cg string) {
-	for attempt := 0; attempt < 50; attempt++ {
-		alive := 0
-		for _, m := range cgroupMounts() {
-			_ = filepath.Walk(filepath.Join(m, cg), func(p string, info os.FileInfo, err error) error {
-				if err != nil || !info.IsDir() {
-					return nil
-				}
-				data, _ := os.ReadFile(filepath.Join(p, "cgroup.procs"))
-				for _, f := range strings.Fields(string(data)) {
-					if pid, err := strconv.Atoi(f); err == nil {
-						alive++
-						_ = syscall.Kill(pid, syscall.SIGKILL)
-					}
-				}
-				return nil
-			})
-		}
-		if alive == 0 {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 	for _, m := range cgroupMounts() {
-		var dirs []string
-		_ = filepath.Walk(filepath.Join(m, cg), func(p string, info os.FileInfo, err error) error {
-			if err == nil && info.IsDir() {
-				dirs = append(dirs, p)
+		p := filepath.Join(m, cg)
+		for attempt := 0; attempt < 50; attempt++ {
+			pids, _ := cgroups.GetAllPids(p)
+			if len(pids) == 0 {
+				break
 			}
-			return nil
-		})
-		sort.Slice(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) })
-		for _, d := range dirs {
-			for attempt := 0; attempt < 20 && os.Remove(d) != nil; attempt++ {
-				if _, err := os.Stat(d); err != nil {
-					break
-				}
-				time.Sleep(50 * time.Millisecond)
+			for _, pid := range pids {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
+			time.Sleep(100 * time.Millisecond)
 		}
+		_ = cgroups.RemovePath(p)
 	}
 }
 
@@ -732,35 +657,17 @@ func killMentioning(dir string) {
 // unmountUnder unmounts every mount point under dir, deepest first.
 func unmountUnder(dir string) {
 	for attempt := 0; attempt < 5; attempt++ {
-		data, err := os.ReadFile("/proc/self/mountinfo")
-		if err != nil {
+		mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+		if err != nil || len(mounts) == 0 {
 			return
 		}
-		var points []string
-		for _, line := range strings.Split(string(data), "\n") {
-			fields := strings.Fields(line)
-			if len(fields) < 5 {
-				continue
-			}
-			p := unescapeMount(fields[4])
-			if p == dir || strings.HasPrefix(p, dir+"/") {
-				points = append(points, p)
-			}
-		}
-		if len(points) == 0 {
-			return
-		}
-		sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
-		for _, p := range points {
-			if err := syscall.Unmount(p, 0); err != nil {
-				_ = syscall.Unmount(p, syscall.MNT_DETACH)
+		sort.Slice(mounts, func(i, j int) bool { return len(mounts[i].Mountpoint) > len(mounts[j].Mountpoint) })
+		for _, m := range mounts {
+			if err := syscall.Unmount(m.Mountpoint, 0); err != nil {
+				_ = syscall.Unmount(m.Mountpoint, syscall.MNT_DETACH)
 			}
 		}
 	}
-}
-
-func unescapeMount(s string) string {
-	return strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(s)
 }
 
 // removeShimSockets removes the sockets the killed shims of this run left in
@@ -832,15 +739,8 @@ func (t *systemTier) tearDown() {
 	if t.led == nil {
 		return
 	}
-	// The kubelets first (they would restart what is killed), then the rest.
-	for _, c := range t.u.childrenNamed("kubelet-") {
-		_ = c.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-c.done:
-		case <-time.After(10 * time.Second):
-			_ = c.cmd.Process.Kill()
-			<-c.done
-		}
+	for _, c := range t.kubelets {
+		c.stop()
 	}
 	undo(t.led)
 }

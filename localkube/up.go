@@ -3,31 +3,31 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime/debug"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/component-base/version"
 )
 
 const (
@@ -35,6 +35,8 @@ const (
 	serviceIP   = "10.96.0.1"
 	issuer      = "https://kubernetes.default.svc.cluster.local"
 	stateFile   = "state.json"
+	// The log verbosity of the Kubernetes components and the kubelets.
+	verbosity = "--v=1"
 )
 
 // user is a plain user of the static token file.
@@ -70,10 +72,8 @@ func runUp(args []string) int {
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
 	dir := fs.String("dir", "", "state directory (created; kubeconfigs, certificates, logs, state.json)")
 	usersFile := fs.String("users", "", "JSON list of plain users [{\"name\":…,\"groups\":[…]}] for the token file")
-	port := fs.Int("port", 0, "kube-apiserver port on 127.0.0.1 (0: a free one)")
 	etcdDir := fs.String("etcd-dir", "", "etcd data directory (default DIR/etcd)")
 	etcdQuota := fs.Int64("etcd-quota-bytes", 0, "etcd backend quota in bytes (0: etcd's default, 2 GiB)")
-	verbosity := fs.Int("v", 1, "log verbosity of the Kubernetes components")
 	var nodes, systemNodes nodeFlags
 	fs.Var(&nodes, "node", "a Node to create: NAME=CPU,MEMORY[,pods=N][,label=value...] (repeatable)")
 	fs.Var(&systemNodes, "system-node", "a real kubelet node (containerd, runc, a CNI bridge; root): NAME[,label=value...] (repeatable)")
@@ -93,7 +93,7 @@ func runUp(args []string) int {
 		}
 		specs = append(specs, spec)
 	}
-	u := &upper{dir: mustAbs(*dir), port: *port, verbosity: *verbosity, nodes: specs, etcdQuota: *etcdQuota}
+	u := &upper{dir: mustAbs(*dir), nodes: specs, etcdQuota: *etcdQuota}
 	for _, raw := range systemNodes {
 		spec, err := parseSystemNodeSpec(raw)
 		if err != nil {
@@ -129,12 +129,11 @@ type upper struct {
 	dir, etcdDir string
 	etcdQuota    int64
 	port         int
-	verbosity    int
 	nodes        []nodeSpec
-	systemNodes  []systemNodeSpec
+	systemNodes  []nodeSpec
 	system       *systemTier
 	users        []user
-	pki          pki
+	pki          *pki
 	children     []*child
 	mu           sync.Mutex
 }
@@ -180,10 +179,8 @@ func (u *upper) run(ctx context.Context) error {
 	defer func() { _ = os.RemoveAll(u.etcdDir) }()
 	defer etcd.Close()
 
-	if u.port == 0 {
-		if u.port, err = freePort(); err != nil {
-			return err
-		}
+	if u.port, err = freePort(); err != nil {
+		return err
 	}
 	// Deferred first, so it runs last: the system tier's teardown (deferred
 	// below) stops its kubelets and containerd itself, then the rest stop.
@@ -208,27 +205,6 @@ func (u *upper) run(ctx context.Context) error {
 		kubeconfigs[usr.Name] = path
 		tokens[usr.Name] = usr.Token
 	}
-	auditLog := filepath.Join(u.dir, "logs", "audit.log")
-	apiArgs, err := u.apiserverArgs(etcdURL, auditLog)
-	if err != nil {
-		return err
-	}
-	if err := u.start("kube-apiserver", apiArgs); err != nil {
-		return err
-	}
-	if err := u.waitHealthy(ctx, server, tokens["admin"], "/readyz", 180*time.Second); err != nil {
-		return fmt.Errorf("kube-apiserver: %w (log: %s)", err, u.logPath("kube-apiserver"))
-	}
-	if err := u.start("kube-controller-manager", u.controllerManagerArgs(kubeconfigs)); err != nil {
-		return err
-	}
-	if err := u.start("kube-scheduler", []string{
-		"--kubeconfig=" + kubeconfigs["system:kube-scheduler"], "--leader-elect=false",
-		"--secure-port=0", fmt.Sprintf("--v=%d", u.verbosity),
-	}); err != nil {
-		return err
-	}
-
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfigs["localkube-kubelet"])
 	if err != nil {
 		return err
@@ -238,6 +214,27 @@ func (u *upper) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	auditLog := filepath.Join(u.dir, "logs", "audit.log")
+	apiArgs, err := u.apiserverArgs(etcdURL, auditLog)
+	if err != nil {
+		return err
+	}
+	if err := u.start("kube-apiserver", apiArgs); err != nil {
+		return err
+	}
+	if err := u.waitReady(ctx, client); err != nil {
+		return fmt.Errorf("kube-apiserver: %w (log: %s)", err, u.logPath("kube-apiserver"))
+	}
+	if err := u.start("kube-controller-manager", u.controllerManagerArgs(kubeconfigs)); err != nil {
+		return err
+	}
+	if err := u.start("kube-scheduler", []string{
+		"--kubeconfig=" + kubeconfigs["system:kube-scheduler"], "--leader-elect=false",
+		"--secure-port=0", verbosity,
+	}); err != nil {
+		return err
+	}
+
 	kl := newKubelet(client)
 	if err := kl.createNodes(ctx, u.nodes); err != nil {
 		return err
@@ -258,6 +255,9 @@ func (u *upper) run(ctx context.Context) error {
 	for _, n := range u.nodes {
 		names = append(names, n.Name)
 	}
+	for _, n := range u.systemNodes {
+		names = append(names, n.Name)
+	}
 	st := state{
 		Server: server, CAFile: u.pki.CAFile, Kubeconfigs: kubeconfigs, Tokens: tokens,
 		AuditLog: auditLog, KubernetesVer: kubernetesVersion(),
@@ -270,7 +270,6 @@ func (u *upper) run(ctx context.Context) error {
 	}
 	if u.system != nil {
 		st.System = &u.system.state
-		st.Nodes = append(st.Nodes, systemNames(u.systemNodes)...)
 	}
 	if err := writeJSONAtomic(filepath.Join(u.dir, stateFile), st); err != nil {
 		return err
@@ -281,18 +280,14 @@ func (u *upper) run(ctx context.Context) error {
 	fmt.Printf("localkube: state %s\n", filepath.Join(u.dir, stateFile))
 
 	// Run until asked to stop, or until a component dies (then fail loudly).
-	failed := make(chan *child, len(u.children))
-	for _, c := range u.children {
-		go func(c *child) { <-c.done; failed <- c }(c)
-	}
-	select {
-	case <-ctx.Done():
-		_ = os.Remove(filepath.Join(u.dir, stateFile))
+	defer os.Remove(filepath.Join(u.dir, stateFile))
+	err = wait.PollUntilContextCancel(ctx, time.Second, false, func(context.Context) (bool, error) {
+		return false, u.exited()
+	})
+	if ctx.Err() != nil {
 		return nil
-	case c := <-failed:
-		_ = os.Remove(filepath.Join(u.dir, stateFile))
-		return fmt.Errorf("%s exited (%v); its log: %s", c.name, c.err, u.logPath(c.name))
 	}
+	return err
 }
 
 // allUsers: the components' own identities, an administrator, and the users
@@ -347,20 +342,14 @@ func (u *upper) writeTokenFile(users []user) error {
 // Returns the CA file that verifies the webhook client certificate.
 func (u *upper) writeAdmissionConfig() (string, error) {
 	pkiDir := filepath.Join(u.dir, "pki")
-	certFile, keyFile, err := makeClientCert(pkiDir, u.pki, "kube-apiserver-webhook-client")
+	certFile, keyFile, err := u.pki.clientCert("kube-apiserver-webhook-client")
 	if err != nil {
 		return "", err
 	}
-	kubeconfig := fmt.Sprintf(`apiVersion: v1
-kind: Config
-users:
-- name: "*"
-  user:
-    client-certificate: %s
-    client-key: %s
-`, certFile, keyFile)
+	kubeconfig := clientcmdapi.NewConfig()
+	kubeconfig.AuthInfos["*"] = &clientcmdapi.AuthInfo{ClientCertificate: certFile, ClientKey: keyFile}
 	kubeconfigPath := filepath.Join(pkiDir, "webhook-client.kubeconfig")
-	if err := os.WriteFile(kubeconfigPath, []byte(kubeconfig), 0o600); err != nil {
+	if err := clientcmd.WriteToFile(*kubeconfig, kubeconfigPath); err != nil {
 		return "", err
 	}
 	config := fmt.Sprintf(`apiVersion: apiserver.config.k8s.io/v1
@@ -416,7 +405,7 @@ func (u *upper) apiserverArgs(etcdURL, auditLog string) ([]string, error) {
 	pkiDir := filepath.Join(u.dir, "pki")
 	var system []string
 	if u.system != nil {
-		cert, key, err := makeClientCert(pkiDir, u.pki, "kube-apiserver-kubelet-client")
+		cert, key, err := u.pki.clientCert("kube-apiserver-kubelet-client")
 		if err != nil {
 			return nil, err
 		}
@@ -439,8 +428,8 @@ func (u *upper) apiserverArgs(etcdURL, auditLog string) ([]string, error) {
 		"--token-auth-file=" + filepath.Join(pkiDir, "tokens.csv"),
 		"--service-account-issuer=" + issuer,
 		"--api-audiences=" + issuer,
-		"--service-account-key-file=" + u.pki.SAPublicKeyFile,
-		"--service-account-signing-key-file=" + u.pki.SAPrivateKeyFile,
+		"--service-account-key-file=" + u.pki.SAKeyFile,
+		"--service-account-signing-key-file=" + u.pki.SAKeyFile,
 		"--authorization-mode=RBAC",
 		"--service-cluster-ip-range=" + serviceCIDR,
 		"--allow-privileged=true",
@@ -453,7 +442,7 @@ func (u *upper) apiserverArgs(etcdURL, auditLog string) ([]string, error) {
 		// The "kubernetes" Service cannot point at a loopback address; nothing here needs it.
 		"--endpoint-reconciler-type=none",
 		"--cert-dir=" + filepath.Join(u.dir, "pki", "apiserver-generated"),
-		fmt.Sprintf("--v=%d", u.verbosity),
+		verbosity,
 	}...), nil
 }
 
@@ -471,11 +460,11 @@ func (u *upper) controllerManagerArgs(kubeconfigs map[string]string) []string {
 		"--secure-port=0",
 		"--leader-elect=false",
 		"--use-service-account-credentials=true",
-		"--service-account-private-key-file=" + u.pki.SAPrivateKeyFile,
+		"--service-account-private-key-file=" + u.pki.SAKeyFile,
 		"--root-ca-file=" + u.pki.CAFile,
 		"--cluster-name=localkube",
 		"--controllers=" + strings.Join(controllers, ","),
-		fmt.Sprintf("--v=%d", u.verbosity),
+		verbosity,
 	}
 }
 
@@ -534,26 +523,15 @@ func (u *upper) start(name string, args []string) error {
 	if err != nil {
 		return err
 	}
-	return u.startExec(name, self, append([]string{name}, args...), childEnv())
-}
-
-func (u *upper) childrenNamed(prefix string) []*child {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	var out []*child
-	for _, c := range u.children {
-		if strings.HasPrefix(c.name, prefix) {
-			out = append(out, c)
-		}
-	}
-	return out
+	_, err = u.startExec(name, self, append([]string{name}, args...), childEnv("NO_PROXY=*"))
+	return err
 }
 
 // startExec runs a program as a child process logging to logs/NAME.log; it dies with us.
-func (u *upper) startExec(name, path string, args, env []string) error {
+func (u *upper) startExec(name, path string, args, env []string) (*child, error) {
 	log, err := os.OpenFile(u.logPath(name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = log, log
@@ -561,7 +539,7 @@ func (u *upper) startExec(name, path string, args, env []string) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		log.Close()
-		return fmt.Errorf("starting %s: %w", name, err)
+		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
 	c := &child{name: name, cmd: cmd, done: make(chan struct{})}
 	go func() {
@@ -572,12 +550,13 @@ func (u *upper) startExec(name, path string, args, env []string) error {
 	u.mu.Lock()
 	u.children = append(u.children, c)
 	u.mu.Unlock()
-	return nil
+	return c, nil
 }
 
-// childEnv: the components talk to 127.0.0.1 only; a proxy from the
+// childEnv is our environment without proxy settings or KUBECONFIG, plus
+// extra: the components talk to 127.0.0.1 only, and a proxy from the
 // environment must never sit between the API server and a webhook.
-func childEnv() []string {
+func childEnv(extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		key := strings.ToUpper(strings.SplitN(kv, "=", 2)[0])
@@ -586,149 +565,112 @@ func childEnv() []string {
 		}
 		env = append(env, kv)
 	}
-	return append(env, "NO_PROXY=*")
+	return append(env, extra...)
+}
+
+// stop sends SIGTERM, and SIGKILL when the process has not exited 10s later.
+func (c *child) stop() {
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(10 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+	}
 }
 
 // stopChildren stops the components in reverse order of start.
 func (u *upper) stopChildren() {
 	u.mu.Lock()
-	children := append([]*child(nil), u.children...)
+	children := slices.Clone(u.children)
 	u.mu.Unlock()
-	sort.SliceStable(children, func(i, j int) bool { return i > j })
+	slices.Reverse(children)
 	for _, c := range children {
-		select {
-		case <-c.done:
-			continue
-		default:
-		}
-		_ = c.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-c.done:
-		case <-time.After(10 * time.Second):
-			_ = c.cmd.Process.Kill()
-			<-c.done
-		}
+		c.stop()
 	}
 }
 
-func (u *upper) waitHealthy(ctx context.Context, server, token, path string, limit time.Duration) error {
-	pool := x509.NewCertPool()
-	ca, err := os.ReadFile(u.pki.CAFile)
-	if err != nil {
-		return err
-	}
-	pool.AppendCertsFromPEM(ca)
-	client := &http.Client{
-		Timeout:   5 * time.Second,
-		Transport: &http.Transport{Proxy: nil, TLSClientConfig: &tls.Config{RootCAs: pool}},
-	}
-	deadline := time.Now().Add(limit)
-	last := "no answer"
-	for time.Now().Before(deadline) {
-		for _, c := range u.children {
-			select {
-			case <-c.done:
-				return fmt.Errorf("%s exited (%v)", c.name, c.err)
-			default:
-			}
-		}
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, server+path, nil)
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := client.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			last = resp.Status
-		} else {
-			last = err.Error()
-		}
+// exited is the error of a component that has exited, if one has.
+func (u *upper) exited() error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for _, c := range u.children {
 		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
+		case <-c.done:
+			return fmt.Errorf("%s exited (%v); its log: %s", c.name, c.err, u.logPath(c.name))
+		default:
 		}
 	}
-	return fmt.Errorf("%s not healthy after %s: %s", path, limit, last)
+	return nil
+}
+
+// poll calls done every 200ms until it reports true or an error, ctx ends or
+// limit passes (wait.Interrupted); a component that exits fails it at once.
+func (u *upper) poll(ctx context.Context, limit time.Duration, done func(context.Context) (bool, error)) error {
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, limit, true, func(ctx context.Context) (bool, error) {
+		if err := u.exited(); err != nil {
+			return false, err
+		}
+		return done(ctx)
+	})
+}
+
+// waitReady waits for the API server's /readyz.
+func (u *upper) waitReady(ctx context.Context, client kubernetes.Interface) error {
+	last := "no answer"
+	err := u.poll(ctx, 180*time.Second, func(ctx context.Context) (bool, error) {
+		if _, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx); err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		return true, nil
+	})
+	if wait.Interrupted(err) {
+		return fmt.Errorf("/readyz not ready after 180s: %s", last)
+	}
+	return err
 }
 
 // waitSettled waits for what every test relies on: the default
 // ServiceAccount (the ServiceAccount controller runs), and every starting
-// Node Ready (the kubelet stand-in runs).
+// Node Ready (the kubelet stand-in's and the real kubelets').
 func (u *upper) waitSettled(ctx context.Context, client kubernetes.Interface) error {
-	deadline := time.Now().Add(180 * time.Second)
-	for {
-		_, saErr := client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
-		ready := 0
-		nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: managedLabel + "=true"})
-		if err == nil {
-			for i := range nodes.Items {
-				if c := readyCondition(&nodes.Items[i]); c != nil && c.Status == "True" {
-					ready++
-				}
+	var saErr error
+	ready, systemReady := 0, 0
+	err := u.poll(ctx, 180*time.Second, func(ctx context.Context) (bool, error) {
+		_, saErr = client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		ready, systemReady = 0, 0
+		nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for i := range nodes.Items {
+			if c := readyCondition(&nodes.Items[i]); c == nil || c.Status != corev1.ConditionTrue {
+				continue
+			}
+			if nodes.Items[i].Labels[managedLabel] == "true" {
+				ready++
+			} else {
+				systemReady++
 			}
 		}
-		systemReady := 0
-		for _, name := range systemNames(u.systemNodes) {
-			if n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err == nil {
-				if c := readyCondition(n); c != nil && c.Status == "True" {
-					systemReady++
-				}
-			}
-		}
-		if saErr == nil && ready >= len(u.nodes) && systemReady == len(u.systemNodes) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("control plane not settled after 180s (default ServiceAccount: %v; nodes ready: %d/%d; real kubelet nodes ready: %d/%d, their logs in %s)",
-				saErr, ready, len(u.nodes), systemReady, len(u.systemNodes), filepath.Join(u.dir, "logs"))
-		}
-		for _, c := range u.children {
-			select {
-			case <-c.done:
-				return fmt.Errorf("%s exited (%v); its log: %s", c.name, c.err, u.logPath(c.name))
-			default:
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
+		return saErr == nil && ready >= len(u.nodes) && systemReady == len(u.systemNodes), nil
+	})
+	if wait.Interrupted(err) {
+		return fmt.Errorf("control plane not settled after 180s (default ServiceAccount: %v; nodes ready: %d/%d; real kubelet nodes ready: %d/%d, their logs in %s)",
+			saErr, ready, len(u.nodes), systemReady, len(u.systemNodes), filepath.Join(u.dir, "logs"))
 	}
-}
-
-func systemNames(specs []systemNodeSpec) []string {
-	var names []string
-	for _, n := range specs {
-		names = append(names, n.Name)
-	}
-	return names
+	return err
 }
 
 func writeKubeconfig(path, server, caFile, userName, token string) error {
-	name := strings.NewReplacer(":", "-").Replace(userName)
-	content := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: localkube
-  cluster:
-    server: %s
-    certificate-authority: %s
-users:
-- name: %s
-  user:
-    token: %s
-contexts:
-- name: %s@localkube
-  context:
-    cluster: localkube
-    user: %s
-    namespace: default
-current-context: %s@localkube
-`, server, caFile, name, token, name, name, name)
-	return os.WriteFile(path, []byte(content), 0o600)
+	name := strings.ReplaceAll(userName, ":", "-")
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["localkube"] = &clientcmdapi.Cluster{Server: server, CertificateAuthority: caFile}
+	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts[name+"@localkube"] = &clientcmdapi.Context{Cluster: "localkube", AuthInfo: name, Namespace: "default"}
+	cfg.CurrentContext = name + "@localkube"
+	return clientcmd.WriteToFile(*cfg, path)
 }
 
 func writeJSONAtomic(path string, v any) error {
@@ -768,14 +710,5 @@ func mustAbs(p string) string {
 	return abs
 }
 
-// kubernetesVersion is the k8s.io/kubernetes module version this binary was built from.
-func kubernetesVersion() string {
-	if info, ok := debug.ReadBuildInfo(); ok {
-		for _, dep := range info.Deps {
-			if dep.Path == "k8s.io/kubernetes" {
-				return dep.Version
-			}
-		}
-	}
-	return "unknown"
-}
+// kubernetesVersion is the Kubernetes release built in (build.sh sets it).
+func kubernetesVersion() string { return version.Get().GitVersion }

@@ -18,21 +18,15 @@ from image import build
 
 REF = build.ref()
 """``docker.io/library/elb-gate:<appVersion>``."""
-BUILD_SCRIPT = build.REPO / "image" / "build.sh"
-
-
-class ImageUnavailable(RuntimeError):
-    """The image cannot be built here; the message says what is missing."""
-
-
-def archive_path() -> Path:
-    """Where ``make image`` writes the OCI archive (it may not exist yet)."""
-    return build.archive_path()
 
 
 def sbom_path() -> Path:
     """The CycloneDX SBOM written with the archive."""
     return build.sbom_path()
+
+
+class ImageUnavailable(RuntimeError):
+    """The image cannot be built here; the message says what is missing."""
 
 
 def why_unbuildable() -> str | None:
@@ -50,12 +44,12 @@ def ensure_image() -> Path:
     the build script); built when missing or stale. Raises ImageUnavailable when it
     must be built and cannot be here."""
     if build.is_current():
-        return archive_path()
+        return build.archive_path()
     reason = why_unbuildable()
     if reason is not None:
         raise ImageUnavailable(reason)
     proc = subprocess.run(
-        ["bash", str(BUILD_SCRIPT)],
+        ["bash", str(build.REPO / "image" / "build.sh")],
         env={**os.environ, "PYTHON": sys.executable},
         capture_output=True,
         text=True,
@@ -65,4 +59,4 @@ def ensure_image() -> Path:
         raise RuntimeError(
             f"image/build.sh failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}"
         )
-    return archive_path()
+    return build.archive_path()

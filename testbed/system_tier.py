@@ -83,14 +83,6 @@ IMAGE_ENV = "ELB_GATE_IMAGE_ARCHIVE"
 revision, to show what that revision does on a kubelet)."""
 
 
-def _image() -> Path:
-    if os.environ.get(IMAGE_ENV):
-        return Path(os.environ[IMAGE_ENV])
-    from testbed.image import ensure_image
-
-    return ensure_image()
-
-
 class SystemTier:
     """A control plane with real kubelet nodes, and the chart on it."""
 
@@ -106,12 +98,11 @@ class SystemTier:
         nodes: Sequence[tuple[str, Mapping[str, str]]] = SYSTEM_NODES,
         *,
         stand_ins: Sequence[NodeSpec] = (),
-        state_dir: Path | None = None,
     ) -> SystemTier:
         """Real kubelet ``nodes``, and ``stand_ins`` (the stand-in kubelet's nodes, e.g.
         the blast pool of a demo whose search Pods run no real image) beside them."""
-        # What tempfile.mkdtemp(prefix="localkube-") makes when no directory is given.
-        base = state_dir or Path(tempfile.gettempdir()) / ("localkube-" + "x" * 8)
+        # What tempfile.mkdtemp(prefix="localkube-") makes for the control plane.
+        base = Path(tempfile.gettempdir()) / ("localkube-" + "x" * 8)
         longest = max((len(name) for name, _ in nodes), default=0)
         socket = f"{base}/system/nodes/{'x' * longest}/{DEEPEST_SOCKET}"
         if len(socket.encode()) > SOCKET_PATH_MAX:
@@ -120,7 +111,7 @@ class SystemTier:
                 f"{len(socket.encode())} > {SOCKET_PATH_MAX} bytes): use a shorter TMPDIR"
             )
         began = time.monotonic()
-        cp = ControlPlane.start(state_dir, nodes=stand_ins, system_nodes=nodes)
+        cp = ControlPlane.start(nodes=stand_ins, system_nodes=nodes)
         tier = cls(cp)
         tier.timings["start"] = time.monotonic() - began
         return tier
@@ -130,9 +121,12 @@ class SystemTier:
 
     # -- images -------------------------------------------------------------------------
 
-    def import_image(self, archive: Path | None = None) -> Path:
-        """Import the product's image (``make image``) into every node's containerd."""
-        archive = archive or _image()
+    def import_image(self) -> Path:
+        """Import the product's image (``make image``, or ``$ELB_GATE_IMAGE_ARCHIVE``)
+        into every node's containerd."""
+        from testbed.image import ensure_image
+
+        archive = Path(os.environ.get(IMAGE_ENV) or ensure_image())
         for node in self.system["nodes"]:
             self.ctr(node["name"], "images", "import", str(archive))
         return archive
