@@ -145,18 +145,14 @@ class JobWatch:
     def outcomes(self, namespace: str) -> Counter[str]:
         """How each Job was last seen: ``<app>:Complete``/``Failed``, ``<app>:deleted``
         (before a final condition), ``<app>:unfinished``."""
-        events = self._events(namespace)
         last: dict[str, tuple[str, JsonObj]] = {}
-        for _seen, kind, obj in events:
-            last[str((obj.get("metadata") or {}).get("name"))] = (kind, obj)
-        out: Counter[str] = Counter()
-        final: set[str] = set()
-        for _seen, _kind, obj in events:
+        final: dict[str, str] = {}
+        for _seen, kind, obj in self._events(namespace):
             name = str((obj.get("metadata") or {}).get("name"))
+            last[name] = (kind, obj)
             for condition in _true(obj).keys() & FINAL:
-                if name not in final:
-                    final.add(name)
-                    out[f"{_labels(obj).get('app') or '-'}:{condition}"] += 1
+                final.setdefault(name, f"{_labels(obj).get('app') or '-'}:{condition}")
+        out = Counter(final.values())
         for name, (kind, obj) in last.items():
             if name not in final:
                 state = "deleted" if kind == "DELETED" else "unfinished"
