@@ -49,7 +49,6 @@ class AuditTail:
         self._offset = 0
         self._lock = threading.Lock()
         self.writes: dict[str, list[Write]] = {ns: [] for ns in self.namespaces}
-        self.rvs: dict[str, set[int]] = {ns: set() for ns in self.namespaces}
         self.deletes: dict[str, dict[str, Delete]] = {ns: {} for ns in self.namespaces}
         self.lost: dict[str, list[LostAnswer]] = {ns: [] for ns in self.namespaces}
 
@@ -72,7 +71,6 @@ class AuditTail:
             ]
             for write in committed_writes(events):
                 self.writes[write.namespace].append(write)
-                self.rvs[write.namespace].add(write.rv)
             for delete in committed_deletes(events):
                 self.deletes[delete.namespace][delete.uid] = delete
             for lost in lost_answers(events):
@@ -89,9 +87,9 @@ class AuditTail:
         revisions of ``seen`` and of ``deleted`` the log does not account for (yet)."""
         with self._lock:
             writes = list(self.writes[namespace])
-            known = self.rvs[namespace]
             gone = self.deletes[namespace]
             unused = list(self.lost[namespace])
+        known = {w.rv for w in writes}
         placed = [gone[uid].at(rv) for uid, rv in deleted.items() if uid in gone]
         missing_deletes = {rv for uid, rv in deleted.items() if uid not in gone}
         missing: set[int] = set()

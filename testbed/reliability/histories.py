@@ -114,14 +114,16 @@ class JobWatch:
     def stop(self) -> None:
         self._watch.stop()
 
+    def _events(self, namespace: str) -> list[tuple[int, str, JsonObj]]:
+        with self._lock:
+            return list(self.events[namespace])
+
     def finishes(self, namespace: str) -> list[dict[str, Any]]:
         """One finish per Job: from the first status deciding its outcome to the first
         final condition (``NEVER`` when none was seen)."""
-        with self._lock:
-            events = list(self.events[namespace])
         begun: dict[str, int] = {}
         ended: dict[str, int] = {}
-        for seen, _kind, obj in events:
+        for seen, _kind, obj in self._events(namespace):
             name = str((obj.get("metadata") or {}).get("name") or "")
             true = _true(obj)
             decided = {k: v for k, v in true.items() if k in FINAL | DECIDED}
@@ -143,19 +145,14 @@ class JobWatch:
     def outcomes(self, namespace: str) -> Counter[str]:
         """How each Job was last seen: ``<app>:Complete``/``Failed``, ``<app>:deleted``
         (before a final condition), ``<app>:unfinished``."""
-        with self._lock:
-            events = list(self.events[namespace])
         last: dict[str, tuple[str, JsonObj]] = {}
-        for _seen, kind, obj in events:
-            last[str((obj.get("metadata") or {}).get("name"))] = (kind, obj)
-        out: Counter[str] = Counter()
-        final: set[str] = set()
-        for _seen, _kind, obj in events:
+        final: dict[str, str] = {}
+        for _seen, kind, obj in self._events(namespace):
             name = str((obj.get("metadata") or {}).get("name"))
+            last[name] = (kind, obj)
             for condition in _true(obj).keys() & FINAL:
-                if name not in final:
-                    final.add(name)
-                    out[f"{_labels(obj).get('app') or '-'}:{condition}"] += 1
+                final.setdefault(name, f"{_labels(obj).get('app') or '-'}:{condition}")
+        out = Counter(final.values())
         for name, (kind, obj) in last.items():
             if name not in final:
                 state = "deleted" if kind == "DELETED" else "unfinished"
@@ -164,9 +161,7 @@ class JobWatch:
 
     def stored(self, namespace: str) -> set[str]:
         """Names of the Jobs the watch saw stored."""
-        with self._lock:
-            events = list(self.events[namespace])
-        return {str((o.get("metadata") or {}).get("name")) for _, _k, o in events}
+        return {str((o.get("metadata") or {}).get("name")) for _, _k, o in self._events(namespace)}
 
 
 def audit_operations(

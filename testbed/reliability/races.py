@@ -129,9 +129,10 @@ class Plan:
     fault: str
 
 
-def plan(seed: int, kind: str) -> Plan:
-    rng = random.Random(f"race-{seed}")
-    fault = "none" if kind in CONTROLLER_KINDS else rng.choice(FAULTS)
+def plan(seed: int) -> Plan:
+    """The seed's race: its kind round-robin, a fault on the webhooks' calls drawn."""
+    kind = KINDS[seed % len(KINDS)]
+    fault = "none" if kind in CONTROLLER_KINDS else random.Random(f"race-{seed}").choice(FAULTS)
     return Plan(seed, kind, fault)
 
 
@@ -344,7 +345,7 @@ class Races:
 
     def _finalizer_grace(self, ns: str, rng: random.Random) -> None:
         self._controller_down_ttl(ns, rng)  # the same race, with the controller up
-        time.sleep(4 + self.rig.resync_seconds)  # the controller flags and deletes orphans
+        self.after_outage()  # the controller flags and deletes orphans
 
     def after_outage(self) -> None:
         """With the controller back: time to act on what it finds (it must not delete
@@ -397,7 +398,7 @@ def run_all(
 
     A history the harness could not finish goes to ``on_error`` and is left out, or is
     raised (:func:`~testbed.reliability.rig.each_on_a_slot`)."""
-    plans = [plan(s, KINDS[s % len(KINDS)]) for s in seeds]
+    plans = [plan(s) for s in seeds]
     normal = [p for p in plans if p.kind not in CONTROLLER_KINDS]
     outage = [p for p in plans if p.kind in CONTROLLER_KINDS]
     out = list(each_on_a_slot(normal, slots, races.run, on_error))

@@ -59,17 +59,16 @@ app_values = st.one_of(
 job_ids = st.one_of(st.text(max_size=40), st.sampled_from(["", " ", "\t", "a" * 300]), json_values)
 
 
-def labels_strategy() -> st.SearchStrategy[Any]:
-    return st.one_of(
-        st.fixed_dictionaries({APP_LABEL: app_values}, optional={JOB_ID_LABEL: job_ids}),
-        st.dictionaries(st.text(max_size=10), json_values, max_size=4),
-        json_values,
-    )
+any_labels = st.one_of(
+    st.fixed_dictionaries({APP_LABEL: app_values}, optional={JOB_ID_LABEL: job_ids}),
+    st.dictionaries(st.text(max_size=10), json_values, max_size=4),
+    json_values,
+)
 
 
-def job_object(labels: st.SearchStrategy[Any] | None = None) -> st.SearchStrategy[Any]:
+def job_object(labels: st.SearchStrategy[Any] = any_labels) -> st.SearchStrategy[Any]:
     meta = st.fixed_dictionaries(
-        {"labels": labels if labels is not None else labels_strategy()},
+        {"labels": labels},
         optional={
             "name": hostile_text,
             "namespace": hostile_text,
@@ -102,49 +101,36 @@ user_infos = st.one_of(
         },
     ),
 )
-operations = st.one_of(
-    st.sampled_from(["CREATE", "UPDATE", "DELETE", "CONNECT", "create", ""]), json_values
-)
-namespaces = st.one_of(st.sampled_from([GATED_NS, FREE_NS]), hostile_text)
-
-
-def request_strategy(
-    obj: st.SearchStrategy[Any], old: st.SearchStrategy[Any]
-) -> st.SearchStrategy[Any]:
-    return st.fixed_dictionaries(
-        {},
-        optional={
-            "uid": st.one_of(hostile_text, json_values),
-            "operation": operations,
-            "namespace": namespaces,
-            "name": hostile_text,
-            "object": obj,
-            "oldObject": old,
-            "userInfo": user_infos,
-            "resource": st.one_of(
-                st.just({"group": "batch", "version": "v1", "resource": "jobs"}), json_values
-            ),
-            "subResource": hostile_text,
-            "dryRun": json_values,
-        },
-    )
-
-
-def review_of(request: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
-    return st.one_of(
-        st.fixed_dictionaries(
-            {
-                "apiVersion": st.sampled_from(["admission.k8s.io/v1"]) | hostile_text,
-                "kind": st.sampled_from(["AdmissionReview"]) | hostile_text,
-                "request": request,
-            },
-            optional={"response": json_values},
+any_request = st.fixed_dictionaries(
+    {},
+    optional={
+        "uid": st.one_of(hostile_text, json_values),
+        "operation": st.one_of(
+            st.sampled_from(["CREATE", "UPDATE", "DELETE", "CONNECT", "create", ""]), json_values
         ),
-        json_values,
-    )
-
-
-any_review = review_of(request_strategy(job_object(), job_object()))
+        "namespace": st.one_of(st.sampled_from([GATED_NS, FREE_NS]), hostile_text),
+        "name": hostile_text,
+        "object": job_object(),
+        "oldObject": job_object(),
+        "userInfo": user_infos,
+        "resource": st.one_of(
+            st.just({"group": "batch", "version": "v1", "resource": "jobs"}), json_values
+        ),
+        "subResource": hostile_text,
+        "dryRun": json_values,
+    },
+)
+any_review = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "apiVersion": st.sampled_from(["admission.k8s.io/v1"]) | hostile_text,
+            "kind": st.sampled_from(["AdmissionReview"]) | hostile_text,
+            "request": any_request,
+        },
+        optional={"response": json_values},
+    ),
+    json_values,
+)
 
 
 def _well_formed(request: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:

@@ -54,7 +54,7 @@ from testbed.reliability.rig import (
     Rig,
     each_on_a_slot,
 )
-from testbed.reliability.schedules import ScheduleSpec
+from testbed.reliability.schedules import draw
 from testbed.reliability.submitters import POD_DEATHS, StallBoard, Submitter
 from testbed.waiting import wait_until
 
@@ -175,15 +175,15 @@ class Runner:
     def _run(self, seed: int, ns: str, node: Callable[[], str]) -> ScheduleResult:
         started = time.monotonic()
         self.rig.reset_namespace(ns)
-        spec = ScheduleSpec.from_seed(seed)
+        plans = draw(seed)
         workdir = self.workdir / f"seed-{seed}"
-        board = StallBoard(others=sum(p.stall is None for p in spec.plans))
+        board = StallBoard(others=sum(p.stall is None for p in plans))
         submitters = [
             Submitter(self.rig.cp, ns, plan, f"s{seed}-{i}", workdir, node, board, self.users.take)
-            for i, plan in enumerate(spec.plans)
+            for i, plan in enumerate(plans)
         ]
-        result = ScheduleResult(seed, ns, len(submitters), Counter(p.protocol for p in spec.plans))
-        for plan in spec.plans:
+        result = ScheduleResult(seed, ns, len(submitters), Counter(p.protocol for p in plans))
+        for plan in plans:
             result.job_fates.update(f"{j.app}:{j.fate}" for j in plan.jobs)
         start_rv = self.observer.current_rv(ns)
         record = self.observer.watch(ns)
@@ -363,7 +363,9 @@ class Runner:
             death = str(s.plan.death)
             result.crashes += 1
             result.deaths[death] += 1
-            how, seconds = self._hold_end(s, window)
+            # how its last hold ended, and how long after its death
+            held = [i for i, state in enumerate(window) if state.holder in s.holders]
+            how, seconds = self._ended(window, held[-1], s) if held else ("never_held", None)
             result.reclaimed[f"{death}:{how}"] += 1
             if how == "not_reclaimed":
                 result.violations.append(self._controller_said(result.namespace))
@@ -447,17 +449,6 @@ class Runner:
                     )
                 else:
                     result.stalls_admitted_by_sibling += 1
-
-    @classmethod
-    def _hold_end(cls, s: Submitter, window: list[LeaseState]) -> tuple[str, float | None]:
-        """How a dead submitter's last hold ended, and how long after its death."""
-        last = None
-        for i, state in enumerate(window):
-            if state.holder in s.holders:
-                last = i
-        if last is None:
-            return "never_held", None
-        return cls._ended(window, last, s)
 
     @staticmethod
     def _ended(window: list[LeaseState], at: int, s: Submitter) -> tuple[str, float | None]:

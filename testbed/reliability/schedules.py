@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections import Counter
-from dataclasses import dataclass
 
 from testbed.reliability.jobs import SHAPES, plan_search
 from testbed.reliability.submitters import POD_DEATHS, CrashPoint, Death, Protocol, SubmitPlan
@@ -48,55 +47,48 @@ POD_IDENTITY_PROBABILITY = 0.3
 """For the library and the CLI when they do not die in a way that needs a Pod."""
 
 
-@dataclass(frozen=True)
-class ScheduleSpec:
-    """Everything random about one schedule, fixed by its seed."""
-
-    seed: int
-    plans: tuple[SubmitPlan, ...]
-
-    @classmethod
-    def from_seed(cls, seed: int) -> ScheduleSpec:
-        rng = random.Random(seed)
-        # 2..12, smaller sizes more often (mean ~5): every size occurs, CI stays in budget.
-        n = round(rng.triangular(2, 12, 2))
-        counts: Counter[Protocol] = Counter()
-        plans = []
-        crashes = 0
-        for i in range(n):
-            choices = [p for p in PROTOCOL_WEIGHTS if counts[p] < MAX_PER_PROTOCOL[p]]
-            protocol = rng.choices(choices, [PROTOCOL_WEIGHTS[p] for p in choices])[0]
-            counts[protocol] += 1
-            crash: CrashPoint | None = None
-            death: Death | None = None
-            if crashes < MAX_CRASHES and rng.random() < CRASH_PROBABILITY:
-                crash = rng.choice(CRASH_POINTS)
-                death = rng.choice(DEATHS[protocol])
-                crashes += 1
-            if protocol == "openapi":
-                pod = True
-            elif protocol == "dashboard":
-                pod = False
-            elif death is not None:
-                pod = death != "process_died"
-            else:
-                pod = rng.random() < POD_IDENTITY_PROBABILITY
-            misbehaves = protocol in ("dashboard", "openapi")
-            shape = rng.choice(sorted(SHAPES))
-            plans.append(
-                SubmitPlan(
-                    protocol=protocol,
-                    pod_identity=pod,
-                    start_delay=rng.uniform(0.0, 0.3),
-                    jobs=plan_search(rng, shape, f"{seed}x{i}"),
-                    crash=crash,
-                    death=death,
-                    intrude=misbehaves and rng.random() < 0.25,
-                    skip_count=misbehaves and rng.random() < 0.3,
-                    step_delay=rng.uniform(0.0, 0.08),
-                )
+def draw(seed: int) -> tuple[SubmitPlan, ...]:
+    """Everything random about one schedule, fixed by its seed: its submitters' plans."""
+    rng = random.Random(seed)
+    # 2..12, smaller sizes more often (mean ~5): every size occurs, CI stays in budget.
+    n = round(rng.triangular(2, 12, 2))
+    counts: Counter[Protocol] = Counter()
+    plans = []
+    crashes = 0
+    for i in range(n):
+        choices = [p for p in PROTOCOL_WEIGHTS if counts[p] < MAX_PER_PROTOCOL[p]]
+        protocol = rng.choices(choices, [PROTOCOL_WEIGHTS[p] for p in choices])[0]
+        counts[protocol] += 1
+        crash: CrashPoint | None = None
+        death: Death | None = None
+        if crashes < MAX_CRASHES and rng.random() < CRASH_PROBABILITY:
+            crash = rng.choice(CRASH_POINTS)
+            death = rng.choice(DEATHS[protocol])
+            crashes += 1
+        if protocol == "openapi":
+            pod = True
+        elif protocol == "dashboard":
+            pod = False
+        elif death is not None:
+            pod = death != "process_died"
+        else:
+            pod = rng.random() < POD_IDENTITY_PROBABILITY
+        misbehaves = protocol in ("dashboard", "openapi")
+        shape = rng.choice(sorted(SHAPES))
+        plans.append(
+            SubmitPlan(
+                protocol=protocol,
+                pod_identity=pod,
+                start_delay=rng.uniform(0.0, 0.3),
+                jobs=plan_search(rng, shape, f"{seed}x{i}"),
+                crash=crash,
+                death=death,
+                intrude=misbehaves and rng.random() < 0.25,
+                skip_count=misbehaves and rng.random() < 0.3,
+                step_delay=rng.uniform(0.0, 0.08),
             )
-        return cls(seed, tuple(_with_stall(random.Random(f"stall-{seed}"), plans)))
+        )
+    return tuple(_with_stall(random.Random(f"stall-{seed}"), plans))
 
 
 def _with_stall(rng: random.Random, plans: list[SubmitPlan]) -> list[SubmitPlan]:

@@ -51,6 +51,8 @@ from testbed.reliability.scheduler import Runner, ScheduleResult
 from testbed.reliability.summary import reclaim_timing, summarize, tally
 
 RESULTS = REPO / "tests" / "reliability" / "RESULTS.md"
+HISTORY_SLOTS = 6
+"""Race histories at once."""
 
 ORACLE_VS_CENSUS = """\
 ## How the oracle differs from the census
@@ -102,9 +104,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         default=1000,
         help="race histories checked for linearizability (default 1000)",
-    )
-    parser.add_argument(
-        "--history-slots", type=int, default=6, help="race histories at once (default 6)"
     )
     parser.add_argument("--results", type=Path, default=RESULTS, help="where to write them")
     return parser.parse_args(argv)
@@ -160,7 +159,7 @@ class Soak:
         args = self.args
         if args.histories <= 0:
             return
-        slots = [cp.new_namespace("soak-lin") for _ in range(args.history_slots)]
+        slots = [cp.new_namespace("soak-lin") for _ in range(HISTORY_SLOTS)]
         with races_on(cp, slots) as races:
             seeds = list(range(args.first_seed, args.first_seed + args.histories))
             step = 8 * len(KINDS)
@@ -294,7 +293,7 @@ class Soak:
             f"Written by `make soak` on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC after "
             f"{minutes:.1f} min on the real control plane ({self.control_plane}). {state} "
             f"({seeds}, {self.args.parallel} at once; race histories "
-            f"{self.args.history_slots} at once; ceiling {CEILING})"
+            f"{HISTORY_SLOTS} at once; ceiling {CEILING})"
             + (
                 f", {sum(r.kind.startswith('webhook') for r in self.trials)} webhook fault "
                 f"trials, {sum(r.kind.startswith('controller') for r in self.trials)} "

@@ -507,13 +507,12 @@ class Submitter:
 
     # -- the existing submit paths (dashboard: raw HTTP, OpenAPI: kubectl) --------------------
 
-    def _path(self) -> SubmitPath:
-        if self.plan.protocol == "dashboard":
-            return DashboardPath(self.cp, self.token, self.namespace, ttl=self.ttl)
-        return OpenApiPath(self.cp, self.kubeconfig, self.namespace, ttl=self.ttl)
-
     def _run_path(self) -> None:
-        path = self._path()
+        path: SubmitPath = (
+            DashboardPath(self.cp, self.token, self.namespace, ttl=self.ttl)
+            if self.plan.protocol == "dashboard"
+            else OpenApiPath(self.cp, self.kubeconfig, self.namespace, ttl=self.ttl)
+        )
         self.holders.add(path.lease.holder)
         if self.plan.takes_over:
             self._await_stall(path)

@@ -21,7 +21,7 @@ from testbed.controlplane import ControlPlane
 from testbed.reliability.ledger import LEDGER
 from testbed.reliability.rig import CEILING, CONTROLLER_ENV, Rig
 from testbed.reliability.scheduler import Runner, ScheduleResult
-from testbed.reliability.schedules import CI_SEEDS, NAMESPACE_SLOTS, ScheduleSpec
+from testbed.reliability.schedules import CI_SEEDS, NAMESPACE_SLOTS, draw
 from testbed.reliability.submitters import POD_DEATHS
 from testbed.reliability.summary import summarize
 
@@ -91,9 +91,7 @@ def test_a_stalled_hold_ends_at_expiry_and_its_holder_is_refused_when_it_wakes(
     dashboard takes the hold over once expired, or the controller clears it at expiry;
     the woken holder's next Job CREATE is refused, unless a sibling replica with the
     same user holds the Lease by then (each judged per schedule)."""
-    planned = Counter(
-        str(p.stall) for seed in CI_SEEDS for p in ScheduleSpec.from_seed(seed).plans if p.stall
-    )
+    planned = Counter(str(p.stall) for seed in CI_SEEDS for p in draw(seed) if p.stall)
     ended = sum((r.stalls for r in results), Counter[str]())
     assert set(planned) == {"taken_over", "left_alone"}
     assert ended["taken_over:expired_takeover"] > 0 and ended["left_alone:expired"] > 0
