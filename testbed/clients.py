@@ -57,7 +57,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any, Literal, Protocol, Self
@@ -128,16 +128,6 @@ def is_expired(spec: Mapping[str, Any], now: datetime, skew: float, default_ttl:
     return (now - renewed).total_seconds() > ttl + skew
 
 
-@dataclass
-class Clock:
-    """A client's wall clock: the host's, shifted by ``offset`` seconds (skew)."""
-
-    offset: float = 0.0
-
-    def now(self) -> datetime:
-        return datetime.now(UTC) + timedelta(seconds=self.offset)
-
-
 class LeaseClient(Protocol):
     """What every reproduction offers to a test or a simulated submitter."""
 
@@ -169,19 +159,21 @@ class _Decisions:
         self.holder = holder or new_holder(self.source)
         self.ttl = ttl
         self.skew = skew
-        self.clock = Clock(clock_offset)
+        self.clock_offset = clock_offset
+
+    def now(self) -> datetime:
+        """This client's wall clock: the host's, shifted by ``clock_offset`` seconds."""
+        return datetime.now(UTC) + timedelta(seconds=self.clock_offset)
 
     def sees_expired(self, stored: Mapping[str, Any]) -> bool:
         """Whether this client, on its own clock, would take ``stored`` over."""
         spec = stored.get("spec") or {}
-        return not spec.get("holderIdentity") or is_expired(
-            spec, self.clock.now(), self.skew, self.ttl
-        )
+        return not spec.get("holderIdentity") or is_expired(spec, self.now(), self.skew, self.ttl)
 
     def fresh_body(self, holder: str, stored: Mapping[str, Any] | None = None) -> JsonObj:
         """A Lease built from scratch, as both clients create one; over ``stored``, with
         the ``resourceVersion`` read (the OpenAPI client's renew and takeover)."""
-        stamp = micro_time(self.clock.now())
+        stamp = micro_time(self.now())
         body: JsonObj = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -194,7 +186,8 @@ class _Decisions:
             },
         }
         if stored is not None:
-            body["metadata"]["resourceVersion"] = _resource_version(stored)
+            version = (stored.get("metadata") or {}).get("resourceVersion")
+            body["metadata"]["resourceVersion"] = str(version or "")
         return body
 
     def fresh_release(self, stored: Mapping[str, Any]) -> JsonObj:
@@ -396,7 +389,7 @@ class DashboardLeaseClient(_Decisions):
     def taken(self, stored: JsonObj, mine: bool) -> JsonObj:
         """The PUT that takes (or, ``mine``, renews) ``stored``: the object read, with
         this holder and ``acquireTime`` = ``renewTime`` = now."""
-        stamp = micro_time(self.clock.now())
+        stamp = micro_time(self.now())
         body = copy.deepcopy(stored)
         body["spec"].update(holderIdentity=self.holder, acquireTime=stamp, renewTime=stamp)
         return body
@@ -459,8 +452,6 @@ class DashboardSplitFanOut:
     parent_budget_seconds: float = SPLIT_PARENT_BUDGET_SECONDS
     retry_seconds: float = SPLIT_RETRY_SECONDS
     sleep: Callable[[float], None] = time.sleep
-    holders: list[str] = field(default_factory=list)
-    """Every holder identity an attempt minted, in order."""
 
     def run(self, shards: int, submit: Callable[[int, str], str]) -> Sequence[ShardOutcome]:
         parent_deadline = time.time() + self.parent_budget_seconds
@@ -494,9 +485,7 @@ class DashboardSplitFanOut:
         while True:
             if time.time() >= deadline:
                 raise TimeoutError("split child gate wait exceeded deadline before acquire")
-            holder = new_holder(SPLIT_SOURCE)
-            self.holders.append(holder)
-            client = self.lease_client(holder)
+            client = self.lease_client(new_holder(SPLIT_SOURCE))
             if client.acquire() == "acquired":
                 return client
             remaining = deadline - time.time()
@@ -511,10 +500,6 @@ def _judge(status: int, answer: Mapping[str, Any], success: Outcome) -> Outcome:
     if status == 409:
         return "busy"
     raise ClientError(f"{status} {answer.get('reason')}: {answer.get('message')}")
-
-
-def _resource_version(stored: Mapping[str, Any]) -> str:
-    return str((stored.get("metadata") or {}).get("resourceVersion") or "")
 
 
 def _says(stderr: str, *phrases: str) -> bool:

@@ -255,11 +255,6 @@ class Reclaim:
     def seconds(self) -> float:
         return (self.cleared_at - self.evidence_at).total_seconds()
 
-    @property
-    def ratio(self) -> float:
-        """Against the case's target (:func:`target_seconds`)."""
-        return self.seconds / target_seconds(self.case)
-
 
 @dataclass
 class Stage:

@@ -33,7 +33,7 @@ imports elb-gate.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from testbed.clients import (
     SKEW_SECONDS,
@@ -56,8 +56,7 @@ class Habits:
 
     @property
     def name(self) -> str:
-        names = ("fresh_body", "reset_acquire", "skew", "fresh_release", "keeps_duration")
-        return "+".join(k for k in names if getattr(self, k)) or "ideal"
+        return "+".join(f.name for f in fields(self) if getattr(self, f.name)) or "ideal"
 
 
 OPENAPI_HABITS = Habits(fresh_body=True, reset_acquire=True, skew=True, fresh_release=True)
@@ -96,7 +95,7 @@ class IdealLeaseClient(DashboardLeaseClient):
             if mine and not self.habits.reset_acquire:
                 body["spec"]["acquireTime"] = (stored.get("spec") or {}).get("acquireTime")
             return body
-        stamp = micro_time(self.clock.now())
+        stamp = micro_time(self.now())
         body = copy.deepcopy(stored)
         body["spec"].update(holderIdentity=self.holder, renewTime=stamp)
         if not self.habits.keeps_duration:
