@@ -29,7 +29,7 @@ whose ``renewTime`` does not parse is held (never steal on bad data); a free
 holder (``""``) may be taken at once; MicroTimes carry exactly six fractional
 digits (the API server refuses any other count with 400).
 
-:class:`DashboardSplitFanOut` is the dashboard's storage-query split on top of its
+:func:`split_fan_out` is the dashboard's storage-query split on top of its
 Lease client (``_dispatch_split_child_submits`` with
 ``wait_for_k8s_admission(check_capacity=False)``): shards one after another; per
 shard, attempts with a FRESH holder ``dashboard-split-<uuid4 hex>`` each (the holder
@@ -56,7 +56,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -439,59 +439,58 @@ class ShardOutcome:
     detail: str = ""
 
 
-@dataclass
-class DashboardSplitFanOut:
+def split_fan_out(
+    lease_client: Callable[[str], DashboardLeaseClient],
+    shards: int,
+    submit: Callable[[int, str], str],
+) -> list[ShardOutcome]:
     """The dashboard's split fan-out over :class:`DashboardLeaseClient` (see the module
-    docstring). ``submit(shard, holder)`` is one shard's ``elastic-blast submit`` run
-    while the Lease is held: it returns ``""`` on success, else the error it printed
-    (the dashboard reads only the exit code and the error text, and never retries)."""
+    docstring). ``lease_client(holder)``: a Lease client for a holder identity (the
+    dashboard's credential, one namespace). ``submit(shard, holder)`` is one shard's
+    ``elastic-blast submit`` run while the Lease is held: it returns ``""`` on success,
+    else the error it printed (the dashboard reads only the exit code and the error
+    text, and never retries)."""
+    parent_deadline = time.time() + SPLIT_PARENT_BUDGET_SECONDS
+    out: list[ShardOutcome] = []
+    for shard in range(shards):
+        now = time.time()
+        failed = partial(ShardOutcome, shard, "submit_failed")
+        if now >= parent_deadline:
+            out.append(
+                failed("blast_submit_gate_unavailable", detail="parent_gate_budget_exhausted")
+            )
+            continue
+        try:
+            client = _admit(lease_client, min(now + SPLIT_CHILD_WAIT_SECONDS, parent_deadline))
+        except TimeoutError as exc:
+            out.append(failed("blast_submit_gate_unavailable", detail=str(exc)))
+            continue
+        except ClientError as exc:
+            out.append(failed("blast_submit_lease_api_error", detail=str(exc)))
+            continue
+        try:
+            error = submit(shard, client.holder)
+        finally:
+            client.release()
+        phase: Literal["submitted", "submit_failed"] = "submit_failed" if error else "submitted"
+        out.append(ShardOutcome(shard, phase, error, client.holder))
+    return out
 
-    lease_client: Callable[[str], DashboardLeaseClient]
-    """A Lease client for a holder identity (the dashboard's credential, one namespace)."""
-    child_wait_seconds: float = SPLIT_CHILD_WAIT_SECONDS
-    parent_budget_seconds: float = SPLIT_PARENT_BUDGET_SECONDS
-    retry_seconds: float = SPLIT_RETRY_SECONDS
-    sleep: Callable[[float], None] = time.sleep
 
-    def run(self, shards: int, submit: Callable[[int, str], str]) -> Sequence[ShardOutcome]:
-        parent_deadline = time.time() + self.parent_budget_seconds
-        out: list[ShardOutcome] = []
-        for shard in range(shards):
-            now = time.time()
-            failed = partial(ShardOutcome, shard, "submit_failed")
-            if now >= parent_deadline:
-                out.append(
-                    failed("blast_submit_gate_unavailable", detail="parent_gate_budget_exhausted")
-                )
-                continue
-            try:
-                client = self._admit(min(now + self.child_wait_seconds, parent_deadline))
-            except TimeoutError as exc:
-                out.append(failed("blast_submit_gate_unavailable", detail=str(exc)))
-                continue
-            except ClientError as exc:
-                out.append(failed("blast_submit_lease_api_error", detail=str(exc)))
-                continue
-            try:
-                error = submit(shard, client.holder)
-            finally:
-                client.release()
-            phase: Literal["submitted", "submit_failed"] = "submit_failed" if error else "submitted"
-            out.append(ShardOutcome(shard, phase, error, client.holder))
-        return out
-
-    def _admit(self, deadline: float) -> DashboardLeaseClient:
-        """``wait_for_k8s_admission(check_capacity=False)``: Gate A only."""
-        while True:
-            if time.time() >= deadline:
-                raise TimeoutError("split child gate wait exceeded deadline before acquire")
-            client = self.lease_client(new_holder(SPLIT_SOURCE))
-            if client.acquire() == "acquired":
-                return client
-            remaining = deadline - time.time()
-            if remaining <= 0:
-                raise TimeoutError("split child gate wait exceeded deadline: submit_slot_busy")
-            self.sleep(min(self.retry_seconds * random.uniform(0.8, 1.2), remaining))
+def _admit(
+    lease_client: Callable[[str], DashboardLeaseClient], deadline: float
+) -> DashboardLeaseClient:
+    """``wait_for_k8s_admission(check_capacity=False)``: Gate A only."""
+    while True:
+        if time.time() >= deadline:
+            raise TimeoutError("split child gate wait exceeded deadline before acquire")
+        client = lease_client(new_holder(SPLIT_SOURCE))
+        if client.acquire() == "acquired":
+            return client
+        remaining = deadline - time.time()
+        if remaining <= 0:
+            raise TimeoutError("split child gate wait exceeded deadline: submit_slot_busy")
+        time.sleep(min(SPLIT_RETRY_SECONDS * random.uniform(0.8, 1.2), remaining))
 
 
 def _judge(status: int, answer: Mapping[str, Any], success: Outcome) -> Outcome:

@@ -1,6 +1,6 @@
 """The dashboard's split fan-out through the real admission chain.
 
-The dashboard's storage-query split (:class:`testbed.clients.DashboardSplitFanOut`)
+The dashboard's storage-query split (:func:`testbed.clients.split_fan_out`)
 takes the submit Lease as ``dashboard-split-<uuid>`` for each shard, Gate A only,
 runs one ``elastic-blast submit`` per shard and never retries a shard. The Jobs are
 ElasticBLAST's own (:mod:`testbed.elastic_blast`), created with ``kubectl`` as the
@@ -21,7 +21,7 @@ import pytest
 
 from testbed import elastic_blast
 from testbed.api import JsonObj
-from testbed.clients import DashboardLeaseClient, DashboardSplitFanOut, ShardOutcome, new_holder
+from testbed.clients import DashboardLeaseClient, ShardOutcome, new_holder, split_fan_out
 from testbed.controlplane import ControlPlane
 from testbed.webhook_process import WebhookProcess
 from tests.webhook.conftest import API_TIMEOUT_SECONDS, decisions
@@ -80,11 +80,10 @@ def fan_out(
     cp: ControlPlane, user: str, namespace: str, shards: int, flow: str = "cloud-job-submission"
 ) -> tuple[Sequence[ShardOutcome], list[str]]:
     ids = [new_job_id() for _ in range(shards)]
-    split = DashboardSplitFanOut(
-        lambda holder: DashboardLeaseClient.on(cp, user, namespace, holder=holder)
-    )
-    outcomes = split.run(
-        shards, lambda shard, _holder: elastic_blast_submit(cp, user, namespace, flow, ids[shard])
+    outcomes = split_fan_out(
+        lambda holder: DashboardLeaseClient.on(cp, user, namespace, holder=holder),
+        shards,
+        lambda shard, _holder: elastic_blast_submit(cp, user, namespace, flow, ids[shard]),
     )
     return outcomes, ids
 
