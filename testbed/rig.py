@@ -2,7 +2,7 @@
 
     with Rig(cp, ["blast"], env=env) as rig:       # gated, started side by side
         rig.wait_until_ready()                       # both replicas routable, a leader
-        rig.hooks[0].metrics(); rig.controllers[0].url("/metrics")
+        rig.hooks[0].metrics(); rig.controllers[0].get_json("/liveness")
 
 Real ``python -m webhook`` replicas behind one Service address (the test bed's TCP
 forwarder, :class:`~testbed.service.Service`, playing kube-proxy: per connection, to a
@@ -30,8 +30,6 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Self
-
-from prometheus_client.parser import text_string_to_metric_families
 
 from testbed.controller_process import LEADER_LEASE, ControllerProcess
 from testbed.controlplane import ControlPlane
@@ -271,11 +269,9 @@ class Rig:
         out = []
         for hook in self.hooks:
             try:
-                text = hook.metrics()
+                out.append(int(sum(s.value for s in hook.samples(ADMISSIONS))))
             except OSError:
-                text = ""
-            samples = (s for f in text_string_to_metric_families(text) for s in f.samples)
-            out.append(int(sum(s.value for s in samples if s.name == ADMISSIONS)))
+                out.append(0)
         return out
 
 
