@@ -99,7 +99,7 @@ class Rig:
                 register=False,
                 pod=pod,
                 workdir=(workdir / pod) if workdir else None,
-                kubeconfig=self._kubeconfig("webhook")(pod) if proxy is not None else None,
+                kubeconfig=self._kubeconfig("webhook", pod) if proxy is not None else None,
             )
             for pod in pods
         ]
@@ -112,12 +112,10 @@ class Rig:
         self._registered: list[tuple[str, str]] = []
         self.controllers: list[ControllerProcess] = []
 
-    def _kubeconfig(self, component: str) -> Callable[[str], str]:
-        def through_the_proxy(pod: str) -> str:
-            assert self.proxy is not None
-            return self.proxy.kubeconfig(self.install.identity(component, pod).token, pod)
-
-        return through_the_proxy
+    def _kubeconfig(self, component: str, pod: str) -> str:
+        """A kubeconfig of ``component``'s Pod ``pod`` through the fault proxy."""
+        assert self.proxy is not None
+        return self.proxy.kubeconfig(self.install.identity(component, pod).token, pod)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -154,7 +152,7 @@ class Rig:
         name = f"elb-gate-controller-{self._controller_rs}-{pod_suffix()}"
         env = dict(self.controller_env)
         if self.proxy is not None:
-            env["KUBECONFIG"] = self._kubeconfig("controller")(name)
+            env["KUBECONFIG"] = self._kubeconfig("controller", name)
         ctl = ControllerProcess.start(
             self.cp,
             name=name,
