@@ -127,7 +127,8 @@ def measure(
         a = ControllerProcess.start(
             cp, name=names[0], namespaces=[namespace], env=env[0], **DEFAULTS
         )
-        rss = RssSampler(a.proc.pid)
+        assert a.process is not None
+        rss = RssSampler(a.process.pid)
         b: ControllerProcess | None = None
         try:
             a.wait_until(a.ready, SYNC_TIMEOUT, "the controller synced")

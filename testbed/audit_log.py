@@ -2,7 +2,8 @@
 
 The API server appends while a reader reads: only complete lines are returned, and the
 offset handed back is where the next read starts (an unfinished last line is read
-then). Every reader of the log goes through :func:`read_audit`.
+then). Every reader of the log goes through :func:`read_audit`, and so do the readers of
+the components' own JSON-lines logs (:mod:`testbed.component`).
 """
 
 from __future__ import annotations

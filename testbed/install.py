@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import copy
 import functools
-import os
 import subprocess
 import threading
-from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
@@ -254,25 +252,6 @@ class Installation:
         with _lock:
             self._identities[key] = identity
         return identity
-
-
-def component_env(
-    identity: PodIdentity, kubeconfig: str, settings: Mapping[str, str]
-) -> dict[str, str]:
-    """The environment of a component process on the host: the host's without this
-    repo's settings keys or in-cluster config, reaching the API server through
-    ``kubeconfig`` as ``identity``'s Pod, logging JSON, with ``settings`` on top."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ELB_GATE_", "BLAST_"))}
-    env.pop("KUBERNETES_SERVICE_HOST", None)
-    env.update(
-        KUBECONFIG=kubeconfig,
-        ELB_GATE_BIND_ADDRESS="127.0.0.1",
-        ELB_GATE_POD_NAME=identity.pod,
-        ELB_GATE_POD_NAMESPACE=identity.namespace,
-        ELB_GATE_LOG_FORMAT="json",
-        PYTHONUNBUFFERED="1",
-    )
-    return {**env, **settings}
 
 
 def authorizer_allows(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 import time
 import urllib.error
@@ -24,12 +25,19 @@ from pathlib import Path
 from typing import IO
 
 from manifests.render_dashboard import Prometheus
+from testbed.component import halt
 from testbed.install import SYSTEM_NAMESPACE
 from testbed.waiting import wait_until
-from testbed.webhook_process import free_port
 
 WEBHOOK_JOB = "elb-gate-webhook-metrics"
 CONTROLLER_JOB = "elb-gate-controller-metrics"
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 @dataclass(frozen=True)
@@ -150,13 +158,8 @@ class PrometheusServer:
         return True
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process is not None:
+            halt(self.process, 30)
         if self._log is not None:
             self._log.close()
             self._log = None

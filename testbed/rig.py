@@ -2,7 +2,7 @@
 
     with Rig(cp, ["blast"], env=env) as rig:       # gated, started side by side
         rig.wait_until_ready()                       # both replicas routable, a leader
-        rig.hooks[0].metrics(); rig.controllers[0].url("/metrics")
+        rig.hooks[0].metrics(); rig.controllers[0].get_json("/liveness")
 
 Real ``python -m webhook`` replicas behind one Service address (the test bed's TCP
 forwarder, :class:`~testbed.service.Service`, playing kube-proxy: per connection, to a
@@ -30,8 +30,6 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Self
-
-from prometheus_client.parser import text_string_to_metric_families
 
 from testbed.controller_process import LEADER_LEASE, ControllerProcess
 from testbed.controlplane import ControlPlane
@@ -101,7 +99,7 @@ class Rig:
                 register=False,
                 pod=pod,
                 workdir=(workdir / pod) if workdir else None,
-                kubeconfig=self._kubeconfig("webhook")(pod) if proxy is not None else None,
+                kubeconfig=self._kubeconfig("webhook", pod) if proxy is not None else None,
             )
             for pod in pods
         ]
@@ -114,12 +112,10 @@ class Rig:
         self._registered: list[tuple[str, str]] = []
         self.controllers: list[ControllerProcess] = []
 
-    def _kubeconfig(self, component: str) -> Callable[[str], str]:
-        def through_the_proxy(pod: str) -> str:
-            assert self.proxy is not None
-            return self.proxy.kubeconfig(self.install.identity(component, pod).token, pod)
-
-        return through_the_proxy
+    def _kubeconfig(self, component: str, pod: str) -> str:
+        """A kubeconfig of ``component``'s Pod ``pod`` through the fault proxy."""
+        assert self.proxy is not None
+        return self.proxy.kubeconfig(self.install.identity(component, pod).token, pod)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -156,7 +152,7 @@ class Rig:
         name = f"elb-gate-controller-{self._controller_rs}-{pod_suffix()}"
         env = dict(self.controller_env)
         if self.proxy is not None:
-            env["KUBECONFIG"] = self._kubeconfig("controller")(name)
+            env["KUBECONFIG"] = self._kubeconfig("controller", name)
         ctl = ControllerProcess.start(
             self.cp,
             name=name,
@@ -271,11 +267,9 @@ class Rig:
         out = []
         for hook in self.hooks:
             try:
-                text = hook.metrics()
+                out.append(int(sum(s.value for s in hook.samples(ADMISSIONS))))
             except OSError:
-                text = ""
-            samples = (s for f in text_string_to_metric_families(text) for s in f.samples)
-            out.append(int(sum(s.value for s in samples if s.name == ADMISSIONS)))
+                out.append(0)
         return out
 
 

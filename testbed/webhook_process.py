@@ -1,6 +1,6 @@
 """Run the real ``python -m webhook`` against the control plane, wired as a cluster wires it.
 
-    with WebhookProcess(cp) as hook:            # certs, env, free ports, /readyz, configurations
+    with WebhookProcess(cp) as hook:            # certs, env, ports, /readyz, configurations
         ns = hook.gate_namespace("team-a")       # created, RoleBindings, elb-gate.io/gated=true
         cp.kubectl("bob", "-n", ns, "create", "-f", "-", input=finalizer_yaml)
 
@@ -23,14 +23,8 @@ from __future__ import annotations
 
 import copy
 import shutil
-import signal
-import socket
 import ssl
-import subprocess
-import sys
 import tempfile
-import urllib.error
-import urllib.request
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -41,8 +35,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from testbed.api import ApiError, JsonObj
 from testbed.certs import MountedCertificate
+from testbed.component import ComponentProcess, component_env
 from testbed.controlplane import REPO, ControlPlane
-from testbed.install import CENSUS_FENCE_JOB, Installation, component_env
+from testbed.install import CENSUS_FENCE_JOB, Installation
 from testbed.waiting import wait_until
 
 MANIFEST = REPO / "manifests" / "base" / "admission-webhooks.yaml"
@@ -50,13 +45,6 @@ CONFIGURATION_KINDS = {
     "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
     "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
 }
-
-
-def free_port() -> int:
-    """A port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def shipped_configurations(manifest: Path = MANIFEST) -> list[JsonObj]:
@@ -90,7 +78,7 @@ SHORT_LEASES = {
 age one, as the webhook stamps renewTime on its own clock (it cannot be backdated)."""
 
 
-class WebhookProcess:
+class WebhookProcess(ComponentProcess):
     """The webhook as a child process, registered with the control plane; a context manager."""
 
     def __init__(
@@ -114,13 +102,11 @@ class WebhookProcess:
         self.extra_env = dict(env or {})
         self._own_dir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="elb-gate-webhook-"))
+        super().__init__(pod, self.workdir / "webhook.log")
         self.certificate = MountedCertificate(self.workdir / "tls")
         self.port = 0
-        self.metrics_port = 0
-        self.process: subprocess.Popen[bytes] | None = None
         self._register = register
         self._registered: list[tuple[str, str]] = []
-        self.log_file = self.workdir / "webhook.log"
         self.identity = self.install.identity("webhook", pod)
         self.kubeconfig = kubeconfig or self.identity.kubeconfig
         self.manifest = manifest
@@ -128,10 +114,11 @@ class WebhookProcess:
     # -- lifecycle ---------------------------------------------------------------------
 
     def env(self) -> dict[str, str]:
-        """The process environment (:func:`~testbed.install.component_env`)."""
+        """The process environment (:func:`~testbed.component.component_env`): both
+        ports 0, the ones chosen are read from its ``listening`` log line."""
         settings = {
-            "ELB_GATE_WEBHOOK_PORT_NUMBER": str(self.port),
-            "ELB_GATE_METRICS_PORT_NUMBER": str(self.metrics_port),
+            "ELB_GATE_WEBHOOK_PORT_NUMBER": "0",
+            "ELB_GATE_METRICS_PORT_NUMBER": "0",
             "ELB_GATE_TLS_CERT_FILE": self.certificate.cert_file,
             "ELB_GATE_TLS_KEY_FILE": self.certificate.key_file,
             "ELB_GATE_CENSUS_FENCE_JOB": CENSUS_FENCE_JOB,
@@ -139,77 +126,31 @@ class WebhookProcess:
         return component_env(self.identity, self.kubeconfig, {**settings, **self.extra_env})
 
     def start(self, timeout: float = 60.0) -> WebhookProcess:
-        """Start, wait for ``/readyz``, then register the configurations. Retries
-        if a chosen port was taken in between."""
-        for attempt in range(3):
-            self.port, self.metrics_port = free_port(), free_port()
-            with open(self.log_file, "ab") as log:
-                self.process = subprocess.Popen(
-                    [sys.executable, "-m", "webhook"],
-                    cwd=REPO,
-                    env=self.env(),
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
-            try:
-                wait_until(lambda: self.ready(5.0), timeout, "the webhook's /readyz")
-                break
-            except AssertionError:
-                self._terminate()
-                if attempt == 2 or "address already in use" not in self.log():
-                    raise AssertionError(
-                        f"webhook did not become ready:\n{self.log()[-4000:]}"
-                    ) from None
+        """Start, wait for ``/readyz``, then register the configurations."""
+        listening = self.spawn("webhook", self.env(), "listening", timeout)
+        self.port, self.metrics_port = listening["webhook"][0][1], listening["metrics"][0][1]
+        try:
+            self.wait_until(lambda: self.ready(5.0), timeout, "the webhook's /readyz")
+        except BaseException:
+            self.halt()
+            raise
         if self._register:
             self.register()
             for namespace in self.namespaces:
                 self.gate_namespace(namespace)
         return self
 
-    def ready(self, timeout: float = 2.0) -> bool:
-        """The readiness probe: the process runs and ``/readyz`` answers 200."""
-        if self.process is None or self.process.poll() is not None or not self.metrics_port:
-            return False  # not started, or exited (start() reports it, with the log)
-        try:
-            with urllib.request.urlopen(f"{self.metrics_url}/readyz", timeout=timeout) as resp:
-                return bool(resp.status == 200)
-        except (urllib.error.URLError, OSError):
-            return False
-
     def stop(self) -> int | None:
         """Unregister, SIGTERM, wait; returns the exit code (0 when it stopped cleanly)."""
         if self._register:
             self.unregister()
-        code = self._terminate()
+        code = self.halt()
         if self._own_dir:
             shutil.rmtree(self.workdir, ignore_errors=True)
         return code
 
-    def _terminate(self) -> int | None:
-        if self.process is None:
-            return None
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
-        code = self.process.returncode
-        self.process = None
-        return code
-
-    def kill(self) -> None:
-        """SIGKILL: the replica dies mid-flight (its configuration stays registered)."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(10)
-
     def __enter__(self) -> WebhookProcess:
         return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # -- cluster wiring ----------------------------------------------------------------
 
@@ -241,31 +182,12 @@ class WebhookProcess:
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}"
 
-    @property
-    def metrics_url(self) -> str:
-        return f"http://127.0.0.1:{self.metrics_port}"
-
-    def log(self) -> str:
-        """Everything the process wrote so far."""
-        try:
-            return self.log_file.read_text(errors="replace")
-        except OSError:
-            return ""
-
-    def metrics(self) -> str:
-        """The ``/metrics`` text."""
-        with urllib.request.urlopen(f"{self.metrics_url}/metrics", timeout=30) as resp:
-            return str(resp.read().decode())
-
     def census_reads(self) -> Counter[str]:
         """Gate B census reads each way so far (``watch (fenced)``, ``list (not_synced)``
         …), from this process's /metrics."""
         out: Counter[str] = Counter()
-        for family in text_string_to_metric_families(self.metrics()):
-            for sample in family.samples:
-                if sample.name == "elb_gate_census_reads_total":
-                    key = f"{sample.labels['source']} ({sample.labels['reason']})"
-                    out[key] += int(sample.value)
+        for sample in self.samples("elb_gate_census_reads_total"):
+            out[f"{sample.labels['source']} ({sample.labels['reason']})"] += int(sample.value)
         return out
 
     def census_fence(self) -> Counter[str]:
