@@ -133,22 +133,16 @@ class Api:
 
     def _discover(self) -> dict[str, Resource]:
         found: dict[str, Resource] = {}
-        bases = ["/api/v1"]
-        for group in self.request("GET", "/apis").get("groups", []):
-            bases.append("/apis/" + group["preferredVersion"]["groupVersion"])
-        for base in bases:
-            group = base.split("/")[2] if base.startswith("/apis/") else ""
+        groups = self.request("GET", "/apis").get("groups", [])
+        for version in ["v1"] + [g["preferredVersion"]["groupVersion"] for g in groups]:
+            base = "/apis/" + version if "/" in version else "/api/" + version
             for res in self.request("GET", base).get("resources", []):
                 if "/" in res["name"]:
                     continue
                 entry = Resource(base, res["name"], res["kind"], bool(res["namespaced"]))
-                keys = (
-                    res["name"],
-                    res["kind"].lower(),
-                    f"{res['name']}.{group}",
-                    f"{res['kind'].lower()}@{base.removeprefix('/api/').removeprefix('/apis/')}",
-                )
-                for key in keys:
+                kind = res["kind"].lower()
+                group = version.rpartition("/")[0]
+                for key in (res["name"], kind, f"{res['name']}.{group}", f"{kind}@{version}"):
                     found.setdefault(key, entry)
         return found
 
@@ -224,10 +218,8 @@ class Api:
         grace_seconds: int | None = None,
     ) -> None:
         """Delete in the background; gone already is fine."""
-        body: JsonObj = {"apiVersion": "v1", "kind": "DeleteOptions"}
-        body["propagationPolicy"] = "Background"
-        if grace_seconds is not None:
-            body["gracePeriodSeconds"] = grace_seconds
+        # A null gracePeriodSeconds is an unset one: the object's own grace period.
+        body = {"propagationPolicy": "Background", "gracePeriodSeconds": grace_seconds}
         try:
             self.request("DELETE", self.resource(resource).path(namespace, name), body)
         except ApiError as exc:
@@ -241,6 +233,5 @@ class Api:
         existing = self.find(res.plural, meta.get("namespace"), meta["name"])
         if existing is None:
             return self.create(obj)
-        body = json.loads(json.dumps(obj))
-        body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
-        return self.update(body)
+        rv = existing["metadata"]["resourceVersion"]
+        return self.update({**obj, "metadata": {**meta, "resourceVersion": rv}})
