@@ -26,10 +26,8 @@ def read_audit(path: Path, offset: int = 0) -> tuple[list[JsonObj], int]:
     end = chunk.rfind(b"\n") + 1
     events = []
     for line in chunk[:end].splitlines():
-        if not line.strip():
-            continue
         try:
             events.append(json.loads(line))
         except ValueError:
-            continue  # not an event (a line the server cut short)
+            continue  # not an event (a blank line, or one the server cut short)
     return events, offset + end

@@ -59,18 +59,16 @@ class MountedCertificate:
         generation.mkdir()
         (generation / "tls.crt").write_bytes(b"".join(b.bytes() for b in leaf.cert_chain_pems))
         (generation / "tls.key").write_bytes(leaf.private_key_pem.bytes())
-        tmp_link = self.directory / "..data_tmp"
+        data, tmp_link = self.directory / "..data", self.directory / "..data_tmp"
+        previous = data.resolve() if data.exists() else None
         tmp_link.unlink(missing_ok=True)
         tmp_link.symlink_to(generation.name)
-        previous = (
-            (self.directory / "..data").resolve() if (self.directory / "..data").exists() else None
-        )
-        os.replace(tmp_link, self.directory / "..data")
+        os.replace(tmp_link, data)
         for name in ("tls.crt", "tls.key"):
             link = self.directory / name
             if not link.is_symlink():
                 link.symlink_to(f"..data/{name}")
-        if previous is not None and previous != generation.resolve():
+        if previous is not None:  # every generation is a new directory
             shutil.rmtree(previous, ignore_errors=True)
         cert = x509.load_pem_x509_certificate(leaf.cert_chain_pems[0].bytes())
         self.serial, self.not_after = cert.serial_number, cert.not_valid_after_utc

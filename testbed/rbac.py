@@ -60,13 +60,10 @@ def without_verb(
     role is restored (and effective again) afterwards."""
     original = shipped("ClusterRole", role)
     narrowed = copy.deepcopy(original)
-    rules = []
     for rule in narrowed["rules"]:
-        if resource in rule.get("resources", ()) and verb in rule.get("verbs", ()):
-            rule["verbs"] = [v for v in rule["verbs"] if v != verb]
-        if rule.get("verbs"):
-            rules.append(rule)
-    narrowed["rules"] = rules
+        if resource in rule.get("resources", ()):
+            rule["verbs"] = [v for v in rule.get("verbs", ()) if v != verb]
+    narrowed["rules"] = [rule for rule in narrowed["rules"] if rule["verbs"]]
     cp.admin.apply(narrowed)
     with _withdrawn(cp, original, service_account, verb, resource, namespace):
         yield
