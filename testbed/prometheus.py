@@ -18,7 +18,6 @@ import shutil
 import socket
 import subprocess
 import time
-import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,13 +30,6 @@ from testbed.waiting import wait_until
 
 WEBHOOK_JOB = "elb-gate-webhook-metrics"
 CONTROLLER_JOB = "elb-gate-controller-metrics"
-
-
-def free_port() -> int:
-    """A port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass(frozen=True)
@@ -102,7 +94,9 @@ class PrometheusServer:
             raise RuntimeError("prometheus is not installed: `make tools` installs it")
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "prometheus.yml").write_text(json.dumps(self.config()))
-        self.port = free_port()
+        with socket.socket() as sock:  # a port that is free a moment before prometheus binds it
+            sock.bind(("127.0.0.1", 0))
+            self.port = int(sock.getsockname()[1])
         self._log = (self.workdir / "prometheus.log").open("wb")
         self.process = subprocess.Popen(
             [
@@ -123,7 +117,7 @@ class PrometheusServer:
         try:
             with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as resp:
                 return bool(resp.status == 200)
-        except (OSError, urllib.error.URLError):
+        except OSError:  # refused, or an error status (urllib's errors are OSErrors)
             return False
 
     def wait_for_scrapes(self, count: int, timeout: float = 120) -> None:
