@@ -43,15 +43,9 @@ class Resource:
     namespaced: bool
 
     def path(self, namespace: str | None = None, name: str | None = None, sub: str = "") -> str:
-        parts = [self.base]
-        if self.namespaced and namespace:
-            parts.append(f"namespaces/{quote(namespace, safe='')}")
-        parts.append(self.plural)
-        if name:
-            parts.append(quote(name, safe=""))
-        if sub:
-            parts.append(sub)
-        return "/".join(parts)
+        ns = f"namespaces/{quote(namespace, safe='')}" if self.namespaced and namespace else ""
+        parts = (self.base, ns, self.plural, quote(name or "", safe=""), sub)
+        return "/".join(part for part in parts if part)
 
 
 class Api:
