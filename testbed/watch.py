@@ -134,20 +134,11 @@ class Watch:
             if self._stop.is_set():
                 return
             kind, obj = str(event.get("type") or ""), event.get("object") or {}
-            if kind == "ERROR":
-                if obj.get("code") == 410:
-                    self._gone(f"410 Gone at {self.resource_version}")
-                    return
+            if kind == "ERROR":  # a 410 Gone too: _run takes it as it takes a 410 answer
                 raise ApiError(int(obj.get("code") or 500), obj, "WATCH", self._path)
             if kind in CHANGES:
                 self._deliver(kind, obj)
             self.resource_version = _rv(obj) or self.resource_version
-
-    def _gone(self, why: str) -> None:
-        self.gaps += 1
-        self.resource_version = ""
-        if self.on_gap is not None:
-            self._call(self.on_gap, f"{self.what} watch: {why}")
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -156,8 +147,12 @@ class Watch:
                     self._list()
                 self._stream()
             except Exception as exc:  # an error answer, a dropped stream, urllib3's own errors
-                if isinstance(exc, ApiError) and exc.status == 410:
-                    self._gone(f"410 Gone resuming at {self.resource_version}")
+                if isinstance(exc, ApiError) and exc.status == 410:  # lost continuity: list again
+                    self.gaps += 1
+                    why = f"{self.what} watch: 410 Gone resuming at {self.resource_version}"
+                    self.resource_version = ""
+                    if self.on_gap is not None:
+                        self._call(self.on_gap, why)
                 elif not self._stop.is_set():
                     self.errors.append(exc)
                     self._stop.wait(0.5)
