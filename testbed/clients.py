@@ -307,7 +307,8 @@ class OpenApiLeaseClient(LeaseClient):
         except ValueError as exc:
             raise ClientError(f"lease GET returned non-JSON: {exc}") from exc
 
-    read = get
+    def read(self) -> JsonObj | None:
+        return self.get()
 
     def write(self, body: JsonObj, *, create: bool = False) -> bool:
         """``kubectl create`` or ``replace``. Busy: AlreadyExists on a create; a conflict
