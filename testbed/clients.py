@@ -60,7 +60,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import Any, Literal, Protocol, Self
+from typing import Any, Literal, Self
 
 from testbed.controlplane import ControlPlane, PodIdentity, kubectl_path
 
@@ -79,6 +79,14 @@ KUBECTL_TIMEOUT_SECONDS = 15.0
 JsonObj = dict[str, Any]
 RELEASE_KEPT = ("leaseDurationSeconds", "acquireTime", "renewTime")
 """What a release built from scratch carries over from the stored Lease."""
+
+
+CONFLICT = (
+    "operation cannot be fulfilled",
+    "please apply your changes to the latest version",
+    "conflict",
+)
+"""What kubectl prints, in lower case, when a replace lost a compare-and-swap."""
 
 
 class ClientError(RuntimeError):
@@ -128,20 +136,10 @@ def is_expired(spec: Mapping[str, Any], now: datetime, skew: float, default_ttl:
     return (now - renewed).total_seconds() > ttl + skew
 
 
-class LeaseClient(Protocol):
-    """What every reproduction offers to a test or a simulated submitter."""
-
-    namespace: str
-    name: str
-    holder: str
-
-    def acquire(self) -> Outcome: ...
-
-    def release(self) -> Outcome: ...
-
-
-class _Decisions:
-    """The choices both clients make the same way, from the object they read."""
+class LeaseClient:
+    """What both clients do the same way: the choices they make from the object they
+    read, and the protocol's steps; each speaks its own wire (:meth:`read`,
+    :meth:`write`, and the bodies it sends)."""
 
     source = ""
 
@@ -190,16 +188,55 @@ class _Decisions:
             body["metadata"]["resourceVersion"] = str(version or "")
         return body
 
-    def fresh_release(self, stored: Mapping[str, Any]) -> JsonObj:
-        """The OpenAPI client's release: a body built from scratch over ``stored``, holder
-        ``""``, the stored duration and times."""
+    def taken(self, stored: JsonObj, mine: bool) -> JsonObj:
+        """The replace that takes (or, ``mine``, renews) ``stored``: as the OpenAPI
+        client sends it, a fresh body (a renew resets ``acquireTime`` too)."""
+        return self.fresh_body(self.holder, stored)
+
+    def released(self, stored: JsonObj) -> JsonObj:
+        """The replace that releases ``stored``: as the OpenAPI client sends it, a fresh
+        body with holder ``""`` and the stored duration and times."""
         spec = stored.get("spec") or {}
         body = self.fresh_body("", stored)
         body["spec"].update({k: spec.get(k) for k in RELEASE_KEPT})
         return body
 
+    # -- the protocol, the same steps on either wire --------------------------------------
 
-class OpenApiLeaseClient(_Decisions):
+    def read(self) -> JsonObj | None:
+        """The stored Lease, or ``None`` when there is none."""
+        raise NotImplementedError
+
+    def write(self, body: JsonObj, *, create: bool = False) -> bool:
+        """Send ``body`` (a create, else a replace): ``True`` when written, ``False`` when
+        the answer means busy; anything else raises :class:`ClientError`."""
+        raise NotImplementedError
+
+    def acquire(self) -> Outcome:
+        """One attempt: create, renew (own), take over (free or expired), or busy."""
+        stored = self.read()
+        if stored is None:
+            return "acquired" if self.write(self.fresh_body(self.holder), create=True) else "busy"
+        mine = (stored.get("spec") or {}).get("holderIdentity") == self.holder
+        if not mine and not self.sees_expired(stored):
+            return "busy"
+        if not self.write(self.taken(stored, mine)):
+            return "busy"
+        return "renewed" if mine else "acquired"
+
+    def release(self) -> Outcome:
+        """Clear the holder if it is still ours (a replace with the ``resourceVersion``
+        read); when that is busy, re-read once."""
+        for _attempt in range(2):
+            stored = self.read()
+            if stored is None or (stored.get("spec") or {}).get("holderIdentity") != self.holder:
+                return "not_holder"
+            if self.write(self.released(stored)):
+                return "released"
+        return "busy"
+
+
+class OpenApiLeaseClient(LeaseClient):
     """The OpenAPI service's client: ``kubectl`` with a kubeconfig, fresh bodies."""
 
     source = "openapi"
@@ -270,48 +307,33 @@ class OpenApiLeaseClient(_Decisions):
         except ValueError as exc:
             raise ClientError(f"lease GET returned non-JSON: {exc}") from exc
 
-    # -- the protocol -------------------------------------------------------------------
+    def read(self) -> JsonObj | None:
+        return self.get()
 
-    def acquire(self) -> Outcome:
-        """One attempt: create, renew (own), take over (free or expired), or busy."""
-        stored = self.get()
-        if stored is None:
-            result = self._run("create", "-f", "-", body=self.fresh_body(self.holder))
-            if result.returncode == 0:
-                return "acquired"
-            if _says(result.stderr, "alreadyexists", "already exists"):
-                return "busy"
-            raise ClientError(f"lease CREATE failed: {result.stderr.strip()}")
-        mine = (stored.get("spec") or {}).get("holderIdentity") == self.holder
-        if not mine and not self.sees_expired(stored):
-            return "busy"
-        body = self.fresh_body(self.holder, stored)  # a renew resets acquireTime too
-        result = self._run("replace", "-f", "-", body=body)
+    def write(self, body: JsonObj, *, create: bool = False) -> bool:
+        """``kubectl create`` or ``replace``. Busy: AlreadyExists on a create; a conflict
+        on a replace, or, under a takeover or renew, the Lease gone (under a release,
+        that is an error like any other)."""
+        verb = "create" if create else "replace"
+        result = self._run(verb, "-f", "-", body=body)
         if result.returncode == 0:
-            return "renewed" if mine else "acquired"
-        if _conflict(result.stderr) or _says(result.stderr, "notfound", "not found"):
-            return "busy"
-        raise ClientError(f"lease PUT failed: {result.stderr.strip()}")
+            return True
+        busy: tuple[str, ...] = ("alreadyexists", "already exists") if create else CONFLICT
+        if not create and body["spec"]["holderIdentity"]:
+            busy += ("notfound", "not found")
+        if _says(result.stderr, *busy):
+            return False
+        raise ClientError(f"lease {'CREATE' if create else 'PUT'} failed: {result.stderr.strip()}")
 
     def release(self) -> Outcome:
-        """Clear the holder if it is still ours; on a conflict re-read once. Errors
-        are logged and swallowed (``skipped``): the release is best effort."""
-        for _attempt in range(2):
-            try:
-                stored = self.get()
-            except ClientError:
-                return "skipped"
-            if stored is None or (stored.get("spec") or {}).get("holderIdentity") != self.holder:
-                return "not_holder"
-            result = self._run("replace", "-f", "-", body=self.fresh_release(stored))
-            if result.returncode == 0:
-                return "released"
-            if not _conflict(result.stderr):
-                return "skipped"
-        return "busy"
+        """Errors are logged and swallowed (``skipped``): the release is best effort."""
+        try:
+            return super().release()
+        except ClientError:
+            return "skipped"
 
 
-class DashboardLeaseClient(_Decisions):
+class DashboardLeaseClient(LeaseClient):
     """The dashboard's client: raw HTTPS with a bearer token, PUT of what it read."""
 
     source = "dashboard"
@@ -371,20 +393,25 @@ class DashboardLeaseClient(_Decisions):
         """``GET`` the Lease: (status, body)."""
         return self._call("GET", f"{self.collection}/{self.name}")
 
-    def acquire(self) -> Outcome:
-        """One attempt: create, renew (own), take over (free or expired), or busy."""
+    def read(self) -> JsonObj | None:
         status, stored = self.get()
         if status == 404:
-            status, answer = self._call("POST", self.collection, self.fresh_body(self.holder))
-            return _judge(status, answer, "acquired")
+            return None
         if status != 200:
             raise ClientError(f"lease GET: {status} {stored.get('message')}")
-        mine = (stored.get("spec") or {}).get("holderIdentity") == self.holder
-        if not mine and not self.sees_expired(stored):
-            return "busy"
-        body = self.taken(stored, mine)
-        status, answer = self._call("PUT", f"{self.collection}/{self.name}", body)
-        return _judge(status, answer, "renewed" if mine else "acquired")
+        return stored
+
+    def write(self, body: JsonObj, *, create: bool = False) -> bool:
+        """POST (create) or PUT with ``resourceVersion``; busy = 409."""
+        if create:
+            status, answer = self._call("POST", self.collection, body)
+        else:
+            status, answer = self._call("PUT", f"{self.collection}/{self.name}", body)
+        if status == 409:
+            return False
+        if status not in (200, 201):
+            raise ClientError(f"{status} {answer.get('reason')}: {answer.get('message')}")
+        return True
 
     def taken(self, stored: JsonObj, mine: bool) -> JsonObj:
         """The PUT that takes (or, ``mine``, renews) ``stored``: the object read, with
@@ -393,23 +420,6 @@ class DashboardLeaseClient(_Decisions):
         body = copy.deepcopy(stored)
         body["spec"].update(holderIdentity=self.holder, acquireTime=stamp, renewTime=stamp)
         return body
-
-    def release(self) -> Outcome:
-        """Clear the holder if it is still ours (PUT with resourceVersion); on 409
-        re-read once."""
-        for _attempt in range(2):
-            status, stored = self.get()
-            if status == 404:
-                return "not_holder"
-            if status != 200:
-                raise ClientError(f"lease GET: {status} {stored.get('message')}")
-            if (stored.get("spec") or {}).get("holderIdentity") != self.holder:
-                return "not_holder"
-            body = self.released(stored)
-            status, answer = self._call("PUT", f"{self.collection}/{self.name}", body)
-            if _judge(status, answer, "released") == "released":
-                return "released"
-        return "busy"
 
     def released(self, stored: JsonObj) -> JsonObj:
         """The PUT that releases ``stored``: the object read, with holder ``""``."""
@@ -493,23 +503,6 @@ def _admit(
         time.sleep(min(SPLIT_RETRY_SECONDS * random.uniform(0.8, 1.2), remaining))
 
 
-def _judge(status: int, answer: Mapping[str, Any], success: Outcome) -> Outcome:
-    if status in (200, 201):
-        return success
-    if status == 409:
-        return "busy"
-    raise ClientError(f"{status} {answer.get('reason')}: {answer.get('message')}")
-
-
 def _says(stderr: str, *phrases: str) -> bool:
     """Whether kubectl's error text holds one of ``phrases`` (lower case), in any case."""
     return any(phrase in stderr.lower() for phrase in phrases)
-
-
-def _conflict(stderr: str) -> bool:
-    return _says(
-        stderr,
-        "operation cannot be fulfilled",
-        "please apply your changes to the latest version",
-        "conflict",
-    )

@@ -155,12 +155,14 @@ def order_oracle(db: str, shard: int, node: str) -> dict[str, Any]:
 # -- the dashboard's auto-stop probe ----------------------------------------------------
 
 
-def _probe_terminal(job: Mapping[str, Any]) -> bool:
-    """The probe's own test: any success, a completionTime, or Complete/Failed True."""
+def unfinished(job: Mapping[str, Any]) -> bool:
+    """Both existing paths' test of a Job still running (their probe and their count of
+    active searches): no success, no ``completionTime``, no ``True`` ``Complete`` or
+    ``Failed`` condition."""
     status = job.get("status") or {}
     if int(status.get("succeeded") or 0) > 0 or status.get("completionTime"):
-        return True
-    return any(
+        return False
+    return not any(
         c.get("type") in ("Complete", "Failed") and str(c.get("status")).lower() == "true"
         for c in status.get("conditions") or ()
     )
@@ -170,14 +172,12 @@ def probe_counts(jobs: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, 
     """What the dashboard's probe counts as live work in a namespace (> 0: in use).
 
     It lists Jobs ``app in PROBED_APPS`` with ``fieldSelector status.successful=0`` and
-    counts those not terminal by its test; and lists their Pods not ``Succeeded`` or
+    counts those :func:`unfinished`; and lists their Pods not ``Succeeded`` or
     ``Failed``: live Pods with no counted Job still count as one."""
     counted = [
         j
         for j in jobs
-        if (j.get("metadata") or {}).get("labels", {}).get("app") in PROBED_APPS
-        and not int((j.get("status") or {}).get("succeeded") or 0)
-        and not _probe_terminal(j)
+        if (j.get("metadata") or {}).get("labels", {}).get("app") in PROBED_APPS and unfinished(j)
     ]
     live_pods = [
         p

@@ -94,10 +94,6 @@ def _job(
     return job_body(name, labels, pod, spec)
 
 
-def _ids(job_id: str | None) -> dict[str, str]:
-    return {"elb-job-id": job_id} if job_id else {}
-
-
 def _get_blastdb(db: str, mounts: list[dict[str, Any]], **env: str) -> dict[str, Any]:
     """The container that downloads ``db`` (init-db-download-aks.sh); ``env`` adds to
     its environment."""
@@ -120,9 +116,9 @@ def _get_blastdb(db: str, mounts: list[dict[str, Any]], **env: str) -> dict[str,
     }
 
 
-def init_ssd(job_id: str | None, node: int, db: str = "core_nt") -> dict[str, Any]:
+def init_ssd(job_id: str, node: int, db: str = "core_nt") -> dict[str, Any]:
     """Stages ``db`` onto node ``node``'s local SSD (job-init-local-ssd-aks)."""
-    labels = {"app": "setup", **_ids(job_id)}
+    labels = {"app": "setup", "elb-job-id": job_id}
     pod = {
         "volumes": [
             {"name": "blastdb", "hostPath": {"path": "/workspace"}},
@@ -150,9 +146,7 @@ def init_ssd(job_id: str | None, node: int, db: str = "core_nt") -> dict[str, An
         "restartPolicy": "Never",
         "nodeSelector": {"ordinal": str(node)},
     }
-    short = (job_id or "")[-8:]
-    name = f"init-ssd-{short}-{node}" if job_id else f"init-ssd-{node}"
-    return _job(name, labels, pod, backoff_limit=3, deadline=3600)
+    return _job(f"init-ssd-{job_id[-8:]}-{node}", labels, pod, backoff_limit=3, deadline=3600)
 
 
 def init_ssd_shard(job_id: str, node: int, prefix: str = "core_nt_shard_") -> dict[str, Any]:
@@ -172,8 +166,9 @@ def init_ssd_shard(job_id: str, node: int, prefix: str = "core_nt_shard_") -> di
 
 
 def init_pv(job_id: str | None, db: str = "16S_ribosomal_RNA") -> dict[str, Any]:
-    """Stages ``db`` onto the shared ReadWriteMany volume (job-init-pv-aks)."""
-    labels = {"app": "setup", **_ids(job_id)}
+    """Stages ``db`` onto the shared ReadWriteMany volume (job-init-pv-aks); ``None``: a
+    setup Job without ``elb-job-id``."""
+    labels = {"app": "setup", **({"elb-job-id": job_id} if job_id else {})}
     pod = {
         "volumes": [
             {"name": "blastdb", "persistentVolumeClaim": {"claimName": "blast-dbs-pvc-rwm"}},

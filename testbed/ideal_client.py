@@ -40,6 +40,7 @@ from testbed.clients import (
     TTL_SECONDS,
     DashboardLeaseClient,
     JsonObj,
+    LeaseClient,
     micro_time,
 )
 
@@ -105,4 +106,6 @@ class IdealLeaseClient(DashboardLeaseClient):
         return body
 
     def released(self, stored: JsonObj) -> JsonObj:
-        return self.fresh_release(stored) if self.habits.fresh_release else super().released(stored)
+        if self.habits.fresh_release:
+            return LeaseClient.released(self, stored)  # the OpenAPI client's
+        return super().released(stored)

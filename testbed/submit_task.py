@@ -36,6 +36,15 @@ class TaskOutcome:
     """Episodes of finding the namespace full (under the Lease)."""
     tries: int = 0
     errors: list[str] = field(default_factory=list)
+    _state: str = field(default="", repr=False)
+
+    def waiting(self, what: str) -> None:
+        """Count waiting episodes (a change into a ``lease`` or ``capacity`` wait), as the
+        CLI reports them; any other state ends a wait."""
+        if what != self._state:
+            self.lease_waits += int(what == "lease")
+            self.capacity_waits += int(what == "capacity")
+        self._state = what
 
 
 class SubmitTask(threading.Thread):
@@ -64,7 +73,6 @@ class SubmitTask(threading.Thread):
         self.countdown = countdown
         self.jitter = jitter
         self.outcome = TaskOutcome()
-        self._wait_state = ""
 
     def run(self) -> None:
         out = self.outcome
@@ -77,13 +85,13 @@ class SubmitTask(threading.Thread):
                 self.stop_event.wait(self._pause())
                 continue
             if got == "busy":
-                self._waiting("lease")
+                out.waiting("lease")
                 self.stop_event.wait(self._pause())
                 continue
             submitted = False
             try:
                 if self.count_active() >= self.ceiling:
-                    self._waiting("capacity")
+                    out.waiting("capacity")
                     continue  # released below, so other submitters are not blocked
                 submitted = True
                 ok, out.output = self.submit()
@@ -104,12 +112,3 @@ class SubmitTask(threading.Thread):
 
     def _pause(self) -> float:
         return self.countdown + (random.uniform(0.0, self.jitter) if self.jitter else 0.0)
-
-    def _waiting(self, what: str) -> None:
-        """Count waiting episodes (a change into a wait), as the CLI reports them."""
-        if what != self._wait_state:
-            if what == "lease":
-                self.outcome.lease_waits += 1
-            else:
-                self.outcome.capacity_waits += 1
-        self._wait_state = what

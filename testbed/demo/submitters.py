@@ -45,6 +45,8 @@ from testbed.demo.system import (
 from testbed.demo.timeline import Timeline
 from testbed.submit_task import SubmitTask, TaskOutcome
 
+WAITS = {"waiting_for_submit_slot": "lease", "waiting_for_capacity": "capacity"}
+"""The CLI's waiting phases, as :meth:`TaskOutcome.waiting` names them."""
 ELB_GATE = str(Path(sys.executable).with_name("elb-gate"))
 """The console script this virtualenv installs (``client.cli:main``)."""
 
@@ -185,16 +187,12 @@ class ProcessSubmitter:
 
     def _read(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
-        state = line = ""
+        line = ""
         for raw in self.proc.stdout:
             line = raw.rstrip("\n")
             if line.startswith("elb-gate: "):
                 phase = line.split()[1].rstrip(":")
-                if phase != state and phase == "waiting_for_submit_slot":
-                    self.outcome.lease_waits += 1
-                elif phase != state and phase == "waiting_for_capacity":
-                    self.outcome.capacity_waits += 1
-                state = phase
+                self.outcome.waiting(WAITS.get(phase, phase))
             elif "Error from server" in line or "denied the request" in line:
                 self.outcome.denial = line
         code = self.proc.wait()

@@ -27,18 +27,9 @@ from typing import Any
 
 from testbed.clients import ClientError, DashboardLeaseClient, OpenApiLeaseClient
 from testbed.controlplane import ControlPlane
+from testbed.dashboard_jobs import unfinished
 from testbed.reliability.calls import jobs_path, kubectl_code, request
 from testbed.reliability.rig import SKEW_SECONDS
-
-
-def unfinished(job: Mapping[str, Any]) -> bool:
-    status = job.get("status") or {}
-    if status.get("succeeded") or status.get("completionTime"):
-        return False
-    return not any(
-        c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
-        for c in status.get("conditions") or []
-    )
 
 
 def client_count(finalizers: list[Mapping[str, Any]]) -> int:
