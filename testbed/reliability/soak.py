@@ -21,6 +21,7 @@ status is then 2 (when nothing worse was found), so it is never passed over.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import subprocess
 import sys
@@ -53,6 +54,10 @@ from testbed.reliability.summary import reclaim_timing, summarize, tally
 RESULTS = REPO / "tests" / "reliability" / "RESULTS.md"
 HISTORY_SLOTS = 6
 """Race histories at once."""
+PARALLEL = min(16, os.cpu_count() or 1)
+"""Schedules at once by default: one per core, at most 16. A schedule mostly waits on
+Jobs and Lease expiries, but the rig's webhooks and controllers share the machine with
+them: 16 at once on two cores starve the controllers until none takes the leader Lease."""
 
 ORACLE_VS_CENSUS = """\
 ## How the oracle differs from the census
@@ -89,9 +94,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--parallel",
         type=int,
-        default=16,
-        help="schedules at once, each in a namespace of its own (default 16: a schedule "
-        "mostly waits on Jobs and Lease expiries; more starve the controller on two cores)",
+        default=PARALLEL,
+        help="schedules at once, each in a namespace of its own (default: one per core, "
+        f"at most 16; here {PARALLEL})",
     )
     parser.add_argument(
         "--fault-trials", type=int, default=300, help="webhook fault trials (default 300)"
