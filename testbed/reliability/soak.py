@@ -45,7 +45,7 @@ from testbed.reliability.faults import (
     webhook_trial,
 )
 from testbed.reliability.histories import History, Verdict, check
-from testbed.reliability.ledger import LEDGER
+from testbed.reliability.ledger import LEDGER, Ledger
 from testbed.reliability.races import KINDS, races_on, run_all
 from testbed.reliability.rig import CEILING, CONTROLLER_ENV, Rig
 from testbed.reliability.scheduler import Runner, ScheduleResult
@@ -223,14 +223,12 @@ class Soak:
         if quiet:
             return
         done = self.done
+        t = summarize(done, Ledger())  # RESULTS.md's totals, recorded when it is written
         self.say(
-            f"schedules {len(done)}/{self.args.schedules}: "
-            f"{sum(r.submitters for r in done)} submitters, "
-            f"{sum(r.job_events for r in done)} Job writes checked, "
-            f"{sum(r.searches_ran for r in done)} searches, {sum(r.crashes for r in done)} deaths, "
-            f"max active {max(r.max_active for r in done)}, "
-            f"disagreements {sum(r.disagreements for r in done)}, "
-            f"violations {len(self.violations)}, "
+            f"schedules {len(done)}/{self.args.schedules}: {t['submitters']} submitters, "
+            f"{t['job_events_checked']} Job writes checked, {t['searches_ran']} searches, "
+            f"{t['deaths']} deaths, max active {t['max_active_oracle']}, "
+            f"disagreements {t['census_disagreements']}, violations {len(self.violations)}, "
             f"schedule mean {sum(r.seconds for r in done) / len(done):.0f} s"
         )
 
