@@ -325,16 +325,13 @@ class Soak:
         lines += ["", "## Violations", ""]
         lines += [f"- {v}" for v in self.violations] or ["None."]
         lines += ["", "## Runs the harness could not finish", ""]
-        lines += (
-            [
+        if self.unfinished:
+            lines += [
                 "Not verdicts on the gates: the harness stopped waiting (or an API call of its "
                 "own failed), so the run was left out of every figure above. Each one needs a "
                 "look: a wait that timed out may hide a gate that never let a client in.",
                 "",
             ]
-            if self.unfinished
-            else []
-        )
         lines += [f"- {what}: {why}" for what, why in self.unfinished] or ["None."]
         return "\n".join(lines) + "\n"
 
