@@ -174,8 +174,6 @@ def audit_operations(
         ref = e.get("objectRef") or {}
         if ref.get("namespace") != namespace or not final_record(e):
             continue
-        if (e.get("annotations") or {}).get("dryRun"):
-            continue
         call, ret = _ns(e.get("requestReceivedTimestamp")), _ns(e.get("stageTimestamp"))
         if call is None or ret is None:
             continue
