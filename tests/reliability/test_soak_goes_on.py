@@ -126,3 +126,19 @@ def test_a_run_with_schedules_keeps_the_oracle_figures(tmp_path) -> None:
     text = (tmp_path / "RESULTS.md").read_text()
     assert "## The oracle's figures" in text and "## Failure modes" in text
     assert "## Randomized schedules\n\nNot run" not in text
+
+
+def test_a_history_during_which_the_job_watch_lost_events_is_not_checked() -> None:
+    from testbed.api import Resource
+    from testbed.reliability.histories import JobWatch
+    from testbed.reliability.races import Races as RealRaces
+
+    jobs = Resource("/apis/batch/v1", "jobs", "Job", namespaced=True)
+    watch = JobWatch(cast(Any, SimpleNamespace(resource=lambda _: jobs)), ["a", "b"])  # not started
+    watch.forget("a")
+    watch.gaps.append("jobs watch: 410 Gone at 1234")  # what the watch reports on a gap
+    watch.forget("b")  # b's history began after the gap: it sees every event
+    races = SimpleNamespace(watch=watch, cp=None)
+    with pytest.raises(RuntimeError, match=r"Job watch lost events \(jobs watch: 410 Gone"):
+        RealRaces.record(cast(Any, races), History("solo-1", "solo", {}, "a"))
+    assert watch.lost("b") == []
