@@ -45,7 +45,7 @@ from testbed.reliability.faults import (
     webhook_trial,
 )
 from testbed.reliability.histories import History, Verdict, check
-from testbed.reliability.ledger import LEDGER, Ledger
+from testbed.reliability.ledger import Ledger
 from testbed.reliability.races import KINDS, races_on, run_all
 from testbed.reliability.rig import CEILING, CONTROLLER_ENV, Rig
 from testbed.reliability.scheduler import Runner, ScheduleResult
@@ -125,6 +125,8 @@ class Soak:
         self.violations: list[str] = []
         self.disagreements: list[str] = []
         self.served: list[int] = []
+        self.ledger = Ledger()
+        """What RESULTS.md last recorded (this run's own, not the test session's LEDGER)."""
         self.census_reads: Counter[str] = Counter()
         """How the webhooks of the race histories read Gate B's census (their /metrics)."""
         self.control_plane = ""
@@ -269,10 +271,10 @@ class Soak:
         self.args.results.write_text(self.render())  # fills the ledger, printed at the end
 
     def render(self) -> str:
-        LEDGER.rows.clear()
-        totals = summarize(self.done, LEDGER, self.served) if self.done else {}
+        self.ledger = ledger = Ledger()
+        totals = summarize(self.done, ledger, self.served) if self.done else {}
         if self.trials:
-            record(self.trials, LEDGER)
+            record(self.trials, ledger)
         minutes = (time.monotonic() - self.started) / 60
         left_schedules = self.unfinished_count("schedule ")
         left_histories = self.unfinished_count("history ")
@@ -308,8 +310,8 @@ class Soak:
             f"Commit: `{self.commit}`.",
             "",
         ]
-        if LEDGER.rows:
-            lines += [LEDGER.table(), ""]
+        if ledger.rows:
+            lines += [ledger.table(), ""]
         lines += self._linearizability()
         if self.done or left_schedules:
             lines += self._schedule_figures(totals)
@@ -465,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         cp.stop()
         soak.write()
-    print("\n" + LEDGER.table())
+    print("\n" + soak.ledger.table())
     for v in soak.violations:
         print("VIOLATION:", v)
     print(f"wrote {args.results}")
