@@ -75,8 +75,6 @@ class AuditTail:
                 self.deletes[delete.namespace][delete.uid] = delete
             for lost in lost_answers(events):
                 self.lost[lost.namespace].append(lost)
-            for ns in {e["objectRef"]["namespace"] for e in events}:
-                self.writes[ns].sort(key=lambda w: w.rv)
 
     def account(
         self, namespace: str, seen: Sequence[Seen], deleted: Mapping[str, int]

@@ -71,6 +71,11 @@ def parse_time(value: object) -> datetime | None:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
+def _mapping(value: object) -> Mapping[str, Any]:
+    """``value`` when it is a JSON object, else ``{}`` (a record may hold anything)."""
+    return value if isinstance(value, Mapping) else {}
+
+
 @dataclass(frozen=True)
 class Request:
     """What every audit record of a write names: the object, who asked, and when."""
@@ -117,14 +122,11 @@ class Write(Request):
 
     @property
     def labels(self) -> Mapping[str, Any]:
-        meta = self.obj.get("metadata")
-        labels = meta.get("labels") if isinstance(meta, Mapping) else None
-        return labels if isinstance(labels, Mapping) else {}
+        return _mapping(_mapping(self.obj.get("metadata")).get("labels"))
 
     @property
     def uid(self) -> str:
-        meta = self.obj.get("metadata")
-        return str(meta.get("uid") or "") if isinstance(meta, Mapping) else ""
+        return str(_mapping(self.obj.get("metadata")).get("uid") or "")
 
 
 def final_record(event: Mapping[str, Any]) -> bool:
@@ -156,8 +158,7 @@ def committed_writes(events: Iterable[Mapping[str, Any]]) -> list[Write]:
         obj = _committed(event)
         if obj is None:
             continue
-        meta = obj.get("metadata")
-        meta = meta if isinstance(meta, Mapping) else {}
+        meta = _mapping(obj.get("metadata"))
         rv = str(meta.get("resourceVersion") or "")
         asked = _request(event, meta.get("name"))
         if not rv.isdigit() or asked is None:
@@ -188,8 +189,7 @@ def committed_deletes(events: Iterable[Mapping[str, Any]]) -> list[Delete]:
         obj = _committed(event)
         if obj is None or event.get("verb") != "delete" or obj.get("kind") != "Status":
             continue
-        details = obj.get("details")
-        uid = str(details.get("uid") or "") if isinstance(details, Mapping) else ""
+        uid = str(_mapping(obj.get("details")).get("uid") or "")
         asked = _request(event)
         if not uid or asked is None:
             continue
@@ -221,9 +221,7 @@ def lost_answers(events: Iterable[Mapping[str, Any]]) -> list[LostAnswer]:
         verb = str(event.get("verb") or "")
         if verb not in ("create", "update", "patch"):
             continue
-        body = event.get("requestObject")
-        meta = body.get("metadata") if isinstance(body, Mapping) else None
-        meta = meta if isinstance(meta, Mapping) else {}
+        meta = _mapping(_mapping(event.get("requestObject")).get("metadata"))
         asked = _request(event, meta.get("name"))
         if asked is None or not asked["name"]:
             continue
@@ -271,13 +269,12 @@ def lease_timeline(writes: Sequence[Write], namespace: str) -> list[LeaseState]:
     for write in writes:
         if write.resource != "leases" or write.namespace != namespace or write.name != name:
             continue
-        meta = write.obj.get("metadata")
-        if write.verb == "delete" and not (isinstance(meta, Mapping) and meta.get("finalizers")):
+        meta = _mapping(write.obj.get("metadata"))
+        if write.verb == "delete" and not meta.get("finalizers"):
             out.append(LeaseState(write, "", "", "", None, None, deleted=True))
             continue
-        spec = write.obj.get("spec")
-        spec = spec if isinstance(spec, Mapping) else {}
-        notes = meta.get("annotations") if isinstance(meta, Mapping) else None
+        spec = _mapping(write.obj.get("spec"))
+        notes = _mapping(meta.get("annotations"))
         holder = str(spec.get("holderIdentity") or "")
         before = out[-1] if out else None
         same = before is not None and before.holder == holder and holder != ""
@@ -287,7 +284,7 @@ def lease_timeline(writes: Sequence[Write], namespace: str) -> list[LeaseState]:
                 write,
                 holder,
                 (before.holder_user if same and before else write.user) if holder else "",
-                str((notes or {}).get(HOLDER_USER_ANNOTATION) or ""),
+                str(notes.get(HOLDER_USER_ANNOTATION) or ""),
                 parse_time(spec.get("renewTime")),
                 duration if isinstance(duration, int) and not isinstance(duration, bool) else None,
             )

@@ -94,6 +94,7 @@ class JobWatch:
         self._lock = threading.Lock()
         self.gaps: list[str] = []
         """Each continuity the watch lost (410 Gone): the histories around one miss events."""
+        self._since: dict[str, int] = {}
         self._watch = Watch(api, "jobs", self._on, self.gaps.append)
 
     def _on(self, kind: str, obj: JsonObj) -> None:
@@ -106,6 +107,12 @@ class JobWatch:
         """Start the namespace's next history."""
         with self._lock:
             self.events[namespace] = []
+            self._since[namespace] = len(self.gaps)
+
+    def lost(self, namespace: str) -> list[str]:
+        """The continuity the watch lost since the namespace's history began."""
+        with self._lock:
+            return self.gaps[self._since.get(namespace, 0) :]
 
     def start(self) -> JobWatch:
         self._watch.start()
@@ -173,8 +180,6 @@ def audit_operations(
     for e in events:
         ref = e.get("objectRef") or {}
         if ref.get("namespace") != namespace or not final_record(e):
-            continue
-        if (e.get("annotations") or {}).get("dryRun"):
             continue
         call, ret = _ns(e.get("requestReceivedTimestamp")), _ns(e.get("stageTimestamp"))
         if call is None or ret is None:

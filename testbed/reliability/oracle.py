@@ -63,9 +63,14 @@ def _positive(value: object) -> int:
     return max(value, 0)
 
 
+def _part(job: Job, key: str) -> Mapping[str, Any]:
+    """``metadata``, ``spec`` or ``status`` of a Job, ``{}`` when it is not an object."""
+    part = job.get(key)
+    return part if isinstance(part, Mapping) else {}
+
+
 def _conditions_true(job: Job) -> set[str]:
-    status = job.get("status")
-    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    conditions = _part(job, "status").get("conditions")
     out: set[str] = set()
     for condition in conditions if isinstance(conditions, list) else ():
         if isinstance(condition, Mapping) and condition.get("status") == "True":
@@ -73,20 +78,14 @@ def _conditions_true(job: Job) -> set[str]:
     return out
 
 
-def _status(job: Job) -> Mapping[str, Any]:
-    status = job.get("status")
-    return status if isinstance(status, Mapping) else {}
-
-
 def _spec_int(job: Job, key: str) -> int | None:
-    spec = job.get("spec")
-    value = spec.get(key) if isinstance(spec, Mapping) else None
+    value = _part(job, "spec").get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def finished(job: Job) -> bool:
     """Whether the Job will run no pod any more (see the module docstring)."""
-    status = _status(job)
+    status = _part(job, "status")
     conditions = _conditions_true(job)
     if conditions & FINAL_CONDITIONS or status.get("completionTime"):
         return True
@@ -105,15 +104,13 @@ def finished(job: Job) -> bool:
 
 
 def _label(job: Job, key: str) -> str:
-    meta = job.get("metadata")
-    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    labels = _part(job, "metadata").get("labels")
     value = labels.get(key) if isinstance(labels, Mapping) else None
     return value if isinstance(value, str) else ""
 
 
 def _name(job: Job) -> str:
-    meta = job.get("metadata")
-    return str(meta.get("name") or "") if isinstance(meta, Mapping) else ""
+    return str(_part(job, "metadata").get("name") or "")
 
 
 def search_key(job: Job) -> str | None:
@@ -132,8 +129,7 @@ def search_key(job: Job) -> str | None:
 
 def created_at(job: Job) -> datetime | None:
     """``metadata.creationTimestamp`` (RFC 3339, seconds), ``None`` when absent or unreadable."""
-    meta = job.get("metadata")
-    raw = meta.get("creationTimestamp") if isinstance(meta, Mapping) else None
+    raw = _part(job, "metadata").get("creationTimestamp")
     if not isinstance(raw, str) or not raw:
         return None
     try:

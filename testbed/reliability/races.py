@@ -25,7 +25,6 @@ history is what the API server recorded, whatever the schedule intended.
 from __future__ import annotations
 
 import functools
-import json
 import random
 import threading
 import time
@@ -232,6 +231,10 @@ class Races:
     def record(self, h: History) -> None:
         """(Re)read the history from the audit log and the watch."""
         time.sleep(1.0)  # the last watch events and audit lines land
+        if lost := self.watch.lost(h.namespace):
+            # Missed events would widen the Jobs' finishes: the check would pass
+            # histories it cannot see whole.
+            raise RuntimeError(f"{h.name}: the Job watch lost events ({'; '.join(lost)})")
         events, _ = read_audit(self.cp.audit_log, h.audit_offset)
         ops = audit_operations(events, h.namespace, self.watch.stored(h.namespace))
         h.operations = ops + self.watch.finishes(h.namespace)
@@ -240,18 +243,12 @@ class Races:
 
     def judged_by(self, ns: str) -> dict[str, int]:
         """Which webhook replica (index) logged the admission of each Job of ``ns``."""
-        out: dict[str, int] = {}
-        for index, hook in enumerate(self.rig.hooks):
-            for line in hook.log().splitlines():
-                if not line.startswith("{") or f'"{ns}"' not in line:
-                    continue
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
-                if record.get("msg") == "admission" and record.get("namespace") == ns:
-                    out[str(record.get("name"))] = index
-        return out
+        return {
+            str(record.get("name")): index
+            for index, hook in enumerate(self.rig.hooks)
+            for record in hook.logs("admission")
+            if record.get("namespace") == ns
+        }
 
     def _first_jobs(
         self, ns: str, users: Sequence[str], apps: Sequence[str] = ("submit", "submit")

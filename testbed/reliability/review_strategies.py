@@ -203,7 +203,7 @@ def lease_attack_review() -> st.SearchStrategy[dict[str, Any]]:
     )
 
     def build(holder: Any, notes: Any, renew: Any, duration: Any) -> dict[str, Any]:
-        new = {
+        return {
             **old,
             "metadata": {**old["metadata"], "annotations": notes},
             "spec": {
@@ -213,7 +213,6 @@ def lease_attack_review() -> st.SearchStrategy[dict[str, Any]]:
                 "leaseDurationSeconds": duration,
             },
         }
-        return new
 
     new_lease = st.builds(build, holders, annotations, times, st.one_of(st.integers(), json_values))
     user = st.one_of(hostile_text, st.just("bob")).filter(

@@ -319,7 +319,11 @@ class Runner:
         owners = {holder: s for s in submitters for holder in s.holders}
         self._judge_stamps(result, window, owners)
         self._judge_reclaims(result, window, lease.cleared_live_by_controller, owners, submitters)
-        self._judge_stalls(result, window, timeline, writes, submitters)
+        # each Job name's first committed create (reversed: the earliest one is kept)
+        creates = {
+            w.name: w for w in reversed(writes) if (w.resource, w.verb) == ("jobs", "create")
+        }
+        self._judge_stalls(result, window, timeline, creates, submitters)
         self._judge_outcomes(result, submitters)
         for s in submitters:
             for name in s.intrusions_admitted:
@@ -401,7 +405,7 @@ class Runner:
         result: ScheduleResult,
         window: list[LeaseState],
         timeline: list[LeaseState],
-        writes: list[Write],
+        creates: dict[str, Write],
         submitters: list[Submitter],
     ) -> None:
         for s in submitters:
@@ -432,14 +436,7 @@ class Runner:
             else:
                 # Admitted: only on a hold its user had then (a sibling replica's: Gate A's
                 # holder is a user; the Gate A judge checks it), never on the stalled one.
-                create = next(
-                    (
-                        w
-                        for w in writes
-                        if (w.resource, w.verb, w.name) == ("jobs", "create", s.resumed_job)
-                    ),
-                    None,
-                )
+                create = creates.get(s.resumed_job)
                 then = state_before(timeline, create.rv) if create is not None else None
                 if then is None or then.holder in s.holders:
                     result.violations.append(

@@ -21,6 +21,7 @@ status is then 2 (when nothing worse was found), so it is never passed over.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import subprocess
 import sys
@@ -44,7 +45,7 @@ from testbed.reliability.faults import (
     webhook_trial,
 )
 from testbed.reliability.histories import History, Verdict, check
-from testbed.reliability.ledger import LEDGER
+from testbed.reliability.ledger import Ledger
 from testbed.reliability.races import KINDS, races_on, run_all
 from testbed.reliability.rig import CEILING, CONTROLLER_ENV, Rig
 from testbed.reliability.scheduler import Runner, ScheduleResult
@@ -53,6 +54,10 @@ from testbed.reliability.summary import reclaim_timing, summarize, tally
 RESULTS = REPO / "tests" / "reliability" / "RESULTS.md"
 HISTORY_SLOTS = 6
 """Race histories at once."""
+PARALLEL = min(16, os.cpu_count() or 1)
+"""Schedules at once by default: one per core, at most 16. A schedule mostly waits on
+Jobs and Lease expiries, but the rig's webhooks and controllers share the machine with
+them: 16 at once on two cores starve the controllers until none takes the leader Lease."""
 
 ORACLE_VS_CENSUS = """\
 ## How the oracle differs from the census
@@ -89,9 +94,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--parallel",
         type=int,
-        default=16,
-        help="schedules at once, each in a namespace of its own (default 16: a schedule "
-        "mostly waits on Jobs and Lease expiries; more starve the controller on two cores)",
+        default=PARALLEL,
+        help="schedules at once, each in a namespace of its own (default: one per core, "
+        f"at most 16; here {PARALLEL})",
     )
     parser.add_argument(
         "--fault-trials", type=int, default=300, help="webhook fault trials (default 300)"
@@ -120,6 +125,8 @@ class Soak:
         self.violations: list[str] = []
         self.disagreements: list[str] = []
         self.served: list[int] = []
+        self.ledger = Ledger()
+        """What RESULTS.md last recorded (this run's own, not the test session's LEDGER)."""
         self.census_reads: Counter[str] = Counter()
         """How the webhooks of the race histories read Gate B's census (their /metrics)."""
         self.control_plane = ""
@@ -218,14 +225,12 @@ class Soak:
         if quiet:
             return
         done = self.done
+        t = summarize(done, Ledger())  # RESULTS.md's totals, recorded when it is written
         self.say(
-            f"schedules {len(done)}/{self.args.schedules}: "
-            f"{sum(r.submitters for r in done)} submitters, "
-            f"{sum(r.job_events for r in done)} Job writes checked, "
-            f"{sum(r.searches_ran for r in done)} searches, {sum(r.crashes for r in done)} deaths, "
-            f"max active {max(r.max_active for r in done)}, "
-            f"disagreements {sum(r.disagreements for r in done)}, "
-            f"violations {len(self.violations)}, "
+            f"schedules {len(done)}/{self.args.schedules}: {t['submitters']} submitters, "
+            f"{t['job_events_checked']} Job writes checked, {t['searches_ran']} searches, "
+            f"{t['deaths']} deaths, max active {t['max_active_oracle']}, "
+            f"disagreements {t['census_disagreements']}, violations {len(self.violations)}, "
             f"schedule mean {sum(r.seconds for r in done) / len(done):.0f} s"
         )
 
@@ -266,10 +271,10 @@ class Soak:
         self.args.results.write_text(self.render())  # fills the ledger, printed at the end
 
     def render(self) -> str:
-        LEDGER.rows.clear()
-        totals = summarize(self.done, LEDGER, self.served) if self.done else {}
+        self.ledger = ledger = Ledger()
+        totals = summarize(self.done, ledger, self.served) if self.done else {}
         if self.trials:
-            record(self.trials, LEDGER)
+            record(self.trials, ledger)
         minutes = (time.monotonic() - self.started) / 60
         left_schedules = self.unfinished_count("schedule ")
         left_histories = self.unfinished_count("history ")
@@ -305,8 +310,8 @@ class Soak:
             f"Commit: `{self.commit}`.",
             "",
         ]
-        if LEDGER.rows:
-            lines += [LEDGER.table(), ""]
+        if ledger.rows:
+            lines += [ledger.table(), ""]
         lines += self._linearizability()
         if self.done or left_schedules:
             lines += self._schedule_figures(totals)
@@ -322,16 +327,13 @@ class Soak:
         lines += ["", "## Violations", ""]
         lines += [f"- {v}" for v in self.violations] or ["None."]
         lines += ["", "## Runs the harness could not finish", ""]
-        lines += (
-            [
+        if self.unfinished:
+            lines += [
                 "Not verdicts on the gates: the harness stopped waiting (or an API call of its "
                 "own failed), so the run was left out of every figure above. Each one needs a "
                 "look: a wait that timed out may hide a gate that never let a client in.",
                 "",
             ]
-            if self.unfinished
-            else []
-        )
         lines += [f"- {what}: {why}" for what, why in self.unfinished] or ["None."]
         return "\n".join(lines) + "\n"
 
@@ -465,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         cp.stop()
         soak.write()
-    print("\n" + LEDGER.table())
+    print("\n" + soak.ledger.table())
     for v in soak.violations:
         print("VIOLATION:", v)
     print(f"wrote {args.results}")

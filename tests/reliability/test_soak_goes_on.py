@@ -16,6 +16,7 @@ import pytest
 
 from testbed.reliability import soak
 from testbed.reliability.histories import History
+from testbed.reliability.ledger import LEDGER
 from testbed.reliability.races import CONTROLLER_KINDS, KINDS, Plan, run_all
 from testbed.reliability.scheduler import Runner, ScheduleResult
 
@@ -120,9 +121,34 @@ def test_a_run_without_schedules_reports_no_schedule_figures(tmp_path) -> None:
 
 
 def test_a_run_with_schedules_keeps_the_oracle_figures(tmp_path) -> None:
-    run = _soak(tmp_path, 2)
-    run.done.append(ScheduleResult(1, "a", 1, Counter()))
-    run.write()
+    theirs = "a promise this test session checked"
+    LEDGER.record(theirs, runs=1)
+    try:
+        run = _soak(tmp_path, 2)
+        run.done.append(ScheduleResult(1, "a", 1, Counter()))
+        run.write()
+        # The session's ledger (printed when the tests end) keeps its rows, and the
+        # soak's RESULTS.md holds only the soak's own.
+        assert theirs in LEDGER.rows and theirs not in run.ledger.rows
+    finally:
+        LEDGER.rows.pop(theirs, None)
     text = (tmp_path / "RESULTS.md").read_text()
     assert "## The oracle's figures" in text and "## Failure modes" in text
+    assert run.ledger.rows and theirs not in text
     assert "## Randomized schedules\n\nNot run" not in text
+
+
+def test_a_history_during_which_the_job_watch_lost_events_is_not_checked() -> None:
+    from testbed.api import Resource
+    from testbed.reliability.histories import JobWatch
+    from testbed.reliability.races import Races as RealRaces
+
+    jobs = Resource("/apis/batch/v1", "jobs", "Job", namespaced=True)
+    watch = JobWatch(cast(Any, SimpleNamespace(resource=lambda _: jobs)), ["a", "b"])  # not started
+    watch.forget("a")
+    watch.gaps.append("jobs watch: 410 Gone at 1234")  # what the watch reports on a gap
+    watch.forget("b")  # b's history began after the gap: it sees every event
+    races = SimpleNamespace(watch=watch, cp=None)
+    with pytest.raises(RuntimeError, match=r"Job watch lost events \(jobs watch: 410 Gone"):
+        RealRaces.record(cast(Any, races), History("solo-1", "solo", {}, "a"))
+    assert watch.lost("b") == []
