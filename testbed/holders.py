@@ -398,18 +398,13 @@ def settle(cp: ControlPlane, ctl: ControllerProcess, namespace: str, rounds: int
             f"the liveness ConfigMap of {namespace}",
             0.05,
         )
-        _poke_and_wait(cp, ctl, namespace, f"{uuid.uuid4().hex[:8]}-{i}")
-
-
-def _poke_and_wait(cp: ControlPlane, ctl: ControllerProcess, namespace: str, token: str) -> None:
-    seen = reconciles(ctl)
-    cp.admin.patch(
-        "configmaps",
-        namespace,
-        LIVENESS_CONFIGMAP,
-        {"metadata": {"annotations": {"test.elb-gate.io/poke": token}}},
-    )
-    wait_until(lambda: reconciles(ctl) > seen, 60, f"a reconcile of {namespace}", 0.05)
+        seen = reconciles(ctl)
+        poke = {"test.elb-gate.io/poke": f"{uuid.uuid4().hex[:8]}-{i}"}
+        cp.admin.patch(
+            "configmaps", namespace, LIVENESS_CONFIGMAP, {"metadata": {"annotations": poke}}
+        )
+        moved = lambda: reconciles(ctl) > seen  # noqa: B023, E731 (awaited in this round)
+        wait_until(moved, 60, f"a reconcile of {namespace}", 0.05)
 
 
 # -- ending a holder, each way --------------------------------------------------------
