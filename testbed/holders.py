@@ -287,10 +287,9 @@ class Stage:
 
         wait_until(named, timeout, f"the controller sees {holder.name} hold the Lease", 0.05)
 
-    def settle(self, namespace: str, rounds: int = 2) -> None:
-        """Make the leader reconcile ``namespace`` ``rounds`` more times now (see
-        :func:`settle`)."""
-        settle(self.cp, self.leader(), namespace, rounds)
+    def settle(self, namespace: str) -> None:
+        """Make the leader reconcile ``namespace`` twice more now (see :func:`settle`)."""
+        settle(self.cp, self.leader(), namespace)
 
     def reclaim_of(
         self, holder: Holder, case: str, evidence_at: datetime, timeout: float = 120.0
@@ -551,20 +550,20 @@ def pod_failed(stage: Stage, namespace: str) -> Reclaim:
         return stage.reclaim_of(holder, "pod_failed", failed)
 
 
-def pod_succeeded(stage: Stage, namespace: str, run_seconds: float = 8.0) -> Reclaim:
-    """The process exits 0 without releasing (restartPolicy Never): Succeeded."""
-    run = {RUN_SECONDS: str(run_seconds)}
+def pod_succeeded(stage: Stage, namespace: str) -> Reclaim:
+    """The process exits 0 without releasing (restartPolicy Never), 8 s on: Succeeded."""
+    run = {RUN_SECONDS: "8.0"}
     with held(stage, namespace, restart_policy="Never", annotations=run) as holder:
         succeeded = _finished(stage, holder.identity, "Succeeded")
         return stage.reclaim_of(holder, "pod_succeeded", succeeded)
 
 
 @contextmanager
-def own_node(cp: ControlPlane, cpu: str = "2", memory: str = "4Gi") -> Iterator[str]:
+def own_node(cp: ControlPlane) -> Iterator[str]:
     """A Node of its own (driven by the kubelet stand-in), deleted afterwards with
     whatever runs on it."""
     name = f"holder-node-{uuid.uuid4().hex[:6]}"
-    capacity = {"cpu": cpu, "memory": memory, "pods": "10"}
+    capacity = {"cpu": "2", "memory": "4Gi", "pods": "10"}
     cp.admin.create(
         {
             "apiVersion": "v1",

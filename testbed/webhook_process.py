@@ -192,20 +192,17 @@ class WebhookProcess(ComponentProcess):
         from this process's /metrics: per phase the count, the total in ms, and how many
         took over 50, 100 and 250 ms (``wait over 0.1 s`` …)."""
         out: Counter[str] = Counter()
+        bounds = ("0.05", "0.1", "0.25")
         for family in text_string_to_metric_families(self.metrics()):
             for sample in family.samples:
-                phase = sample.labels.get("phase", "")
-                if sample.name == "elb_gate_census_fence_seconds_count":
-                    out[phase] += int(sample.value)
-                    out[f"{phase} over 0.05 s"] += int(sample.value)
-                    out[f"{phase} over 0.1 s"] += int(sample.value)
-                    out[f"{phase} over 0.25 s"] += int(sample.value)
-                elif sample.name == "elb_gate_census_fence_seconds_sum":
+                phase, n = sample.labels.get("phase", ""), int(sample.value)
+                metric = sample.name.removeprefix("elb_gate_census_fence_seconds")
+                if metric == "_count":
+                    out.update({phase: n, **{f"{phase} over {le} s": n for le in bounds}})
+                elif metric == "_sum":
                     out[f"{phase} ms"] += round(sample.value * 1000)
-                elif sample.name == "elb_gate_census_fence_seconds_bucket" and sample.labels[
-                    "le"
-                ] in ("0.05", "0.1", "0.25"):
-                    out[f"{phase} over {sample.labels['le']} s"] -= int(sample.value)
+                elif metric == "_bucket" and sample.labels["le"] in bounds:
+                    out[f"{phase} over {sample.labels['le']} s"] -= n
         return out
 
     def client_context(self) -> ssl.SSLContext:
