@@ -274,8 +274,7 @@ class Stage:
         def one() -> ControllerProcess | None:
             return next((c for c in self.controllers if c.alive and c.is_leader()), None)
 
-        found: ControllerProcess = wait_until(one, timeout, "a leading controller", 0.1)
-        return found
+        return wait_until(one, timeout, "a leading controller", 0.1)
 
     def noticed(self, holder: Holder, timeout: float = 60.0) -> None:
         """Wait until the controller has reconciled the Lease as ``holder`` holds it (its
@@ -298,10 +297,9 @@ class Stage:
         event = wait_until(
             lambda: self.audit.clears_of(holder), timeout, f"{holder.name} reclaimed", 0.05
         )[0]
-        record = wait_until(
+        controller, line = wait_until(
             lambda: self._log_of(holder), 60, f"the reclaim of {holder.name} logged", 0.05
         )
-        controller, line = record
         return Reclaim(
             case=case,
             namespace=holder.namespace,
@@ -447,8 +445,7 @@ def restarted(cp: ControlPlane, identity: PodIdentity, container: str, count: in
         status = container_status(obj, container)
         return obj if status.get("restartCount", 0) >= count else None
 
-    found: JsonObj = wait_until(done, 60, f"{identity.pod}/{container} restarted", 0.05)
-    return found
+    return wait_until(done, 60, f"{identity.pod}/{container} restarted", 0.05)
 
 
 @contextmanager
@@ -602,8 +599,7 @@ def node_not_ready(cp: ControlPlane, name: str) -> datetime:
         status, since = node_ready(cp, name)
         return since if status == "False" else None
 
-    found: datetime = wait_until(transitioned, 60, f"node {name} NotReady", 0.05)
-    return found
+    return wait_until(transitioned, 60, f"node {name} NotReady", 0.05)
 
 
 def node_went_not_ready(stage: Stage, namespace: str) -> Reclaim:

@@ -189,14 +189,12 @@ class Rig:
 
     def wait_for_leader(self, timeout: float = 180.0) -> ControllerProcess:
         """The controller replica that leads, once one does."""
-        found = wait_until(
+        return wait_until(
             lambda: next((c for c in self.controllers if c.alive and c.is_leader()), None),
             timeout,
             "a controller to lead",
             detail=self._leader_lease,
         )
-        assert isinstance(found, ControllerProcess)
-        return found
 
     def _leader_lease(self) -> str:
         """Who holds the controllers' leader Lease, and what each replica logged last, for
