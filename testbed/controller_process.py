@@ -50,7 +50,6 @@ class ControllerProcess(ComponentProcess):
         for ns in namespaces:
             install.gate(ns)
         identity = install.identity("controller", name)
-        kubeconfig = (env or {}).get("KUBECONFIG") or identity.kubeconfig
         settings = {
             "ELB_GATE_NAMESPACES": ",".join(namespaces),
             "ELB_GATE_RESYNC_SECONDS": str(resync_seconds),
@@ -60,7 +59,7 @@ class ControllerProcess(ComponentProcess):
             **(env or {}),
         }
         ctl = cls(name, cp.state_dir / "logs" / f"{name}.log")
-        env = component_env(identity, kubeconfig, settings)
+        env = component_env(identity, identity.kubeconfig, settings)  # env's KUBECONFIG wins
         listening = ctl.spawn("controller", env, "metrics server listening", ready_timeout)
         ctl.metrics_port = int(listening["port"])
         return ctl
