@@ -177,16 +177,12 @@ class Installation:
         with _lock:
             found = cls._installed.get(cp.server)
             if found is None:
-                found = cls(cp)
-                found.apply_base()
-                cls._installed[cp.server] = found
+                for doc in base_objects():
+                    cp.admin.apply(doc)
+                cp.ensure_namespace(SYSTEM_NAMESPACE)
+                cp.admin.apply(SUBMITTER_CLUSTER_ROLE)
+                found = cls._installed[cp.server] = cls(cp)
             return found
-
-    def apply_base(self) -> None:
-        for doc in base_objects():
-            self.cp.admin.apply(doc)
-        self.cp.ensure_namespace(SYSTEM_NAMESPACE)
-        self.cp.admin.apply(SUBMITTER_CLUSTER_ROLE)
 
     def gate(self, namespace: str, *, label: bool = True, open_to_all: bool = True) -> str:
         """Make ``namespace`` a gated namespace: created, its RoleBindings applied,
