@@ -123,8 +123,7 @@ class ComponentProcess:
                 raise AssertionError(f"{self.name} exited: no matching log line; {self.log_tail()}")
             return match
 
-        found_record: JsonObj = self.wait_until(found, timeout, f"{self.name}'s log line")
-        return found_record
+        return self.wait_until(found, timeout, f"{self.name}'s log line")
 
     def wait_until(self, condition: Callable[[], Any], timeout: float, what: str) -> Any:
         """:func:`testbed.waiting.wait_until` (every 50 ms), the failure naming ``what``

@@ -20,13 +20,11 @@ from collections.abc import Iterable, Mapping
 from elbgate.settings import ControllerSettings
 from testbed.component import ComponentProcess, component_env
 from testbed.controlplane import ControlPlane
-from testbed.install import SYSTEM_NAMESPACE, Installation
+from testbed.install import CONTROLLER_SA, SYSTEM_NAMESPACE, Installation
 
-CONTROLLER_NAMESPACE = SYSTEM_NAMESPACE
-CONTROLLER_SA = "elb-gate-controller"
-LEADER_LEASE = (CONTROLLER_NAMESPACE, ControllerSettings().leader_lease_name)
+LEADER_LEASE = (SYSTEM_NAMESPACE, ControllerSettings().leader_lease_name)
 """(namespace, name) of the Lease the controller replicas elect their leader with."""
-CONTROLLER_USER = f"system:serviceaccount:{CONTROLLER_NAMESPACE}:{CONTROLLER_SA}"
+CONTROLLER_USER = f"system:serviceaccount:{SYSTEM_NAMESPACE}:{CONTROLLER_SA}"
 
 
 class ControllerProcess(ComponentProcess):
@@ -52,7 +50,6 @@ class ControllerProcess(ComponentProcess):
         for ns in namespaces:
             install.gate(ns)
         identity = install.identity("controller", name)
-        kubeconfig = (env or {}).get("KUBECONFIG") or identity.kubeconfig
         settings = {
             "ELB_GATE_NAMESPACES": ",".join(namespaces),
             "ELB_GATE_RESYNC_SECONDS": str(resync_seconds),
@@ -62,13 +59,10 @@ class ControllerProcess(ComponentProcess):
             **(env or {}),
         }
         ctl = cls(name, cp.state_dir / "logs" / f"{name}.log")
-        env = component_env(identity, kubeconfig, settings)
+        env = component_env(identity, identity.kubeconfig, settings)  # env's KUBECONFIG wins
         listening = ctl.spawn("controller", env, "metrics server listening", ready_timeout)
         ctl.metrics_port = int(listening["port"])
         return ctl
-
-    def url(self, path: str) -> str:
-        return self.metrics_url + path
 
     def is_leader(self) -> bool:
         try:

@@ -415,14 +415,13 @@ class ControlPlane:
 
     def ensure_service_account(self, namespace: str, name: str) -> None:
         self.ensure_namespace(namespace)
+        meta = {"name": name, "namespace": namespace}
+        self.create_once({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta})
+
+    def create_once(self, doc: JsonObj) -> None:
+        """Create ``doc`` unless an object of its name is there already (left as it is)."""
         try:
-            self.admin.create(
-                {
-                    "apiVersion": "v1",
-                    "kind": "ServiceAccount",
-                    "metadata": {"name": name, "namespace": namespace},
-                }
-            )
+            self.admin.create(doc)
         except ApiError as exc:
             if exc.status != 409:
                 raise
@@ -466,11 +465,7 @@ class ControlPlane:
     ) -> subprocess.CompletedProcess[str]:
         """Run the pinned kubectl as ``user`` (text mode, output captured)."""
         config = kubeconfig or self.kubeconfig(user)
-        env = {
-            **os.environ,
-            "KUBECONFIG": config,
-            "KUBECACHEDIR": str(self.state_dir / "kubectl-cache"),
-        }
+        env = {**os.environ, "KUBECACHEDIR": str(self.state_dir / "kubectl-cache")}
         return subprocess.run(
             [str(kubectl_path()), "--kubeconfig", config, *args],
             input=input,

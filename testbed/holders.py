@@ -274,8 +274,7 @@ class Stage:
         def one() -> ControllerProcess | None:
             return next((c for c in self.controllers if c.alive and c.is_leader()), None)
 
-        found: ControllerProcess = wait_until(one, timeout, "a leading controller", 0.1)
-        return found
+        return wait_until(one, timeout, "a leading controller", 0.1)
 
     def noticed(self, holder: Holder, timeout: float = 60.0) -> None:
         """Wait until the controller has reconciled the Lease as ``holder`` holds it (its
@@ -287,10 +286,9 @@ class Stage:
 
         wait_until(named, timeout, f"the controller sees {holder.name} hold the Lease", 0.05)
 
-    def settle(self, namespace: str, rounds: int = 2) -> None:
-        """Make the leader reconcile ``namespace`` ``rounds`` more times now (see
-        :func:`settle`)."""
-        settle(self.cp, self.leader(), namespace, rounds)
+    def settle(self, namespace: str) -> None:
+        """Make the leader reconcile ``namespace`` twice more now (see :func:`settle`)."""
+        settle(self.cp, self.leader(), namespace)
 
     def reclaim_of(
         self, holder: Holder, case: str, evidence_at: datetime, timeout: float = 120.0
@@ -299,10 +297,9 @@ class Stage:
         event = wait_until(
             lambda: self.audit.clears_of(holder), timeout, f"{holder.name} reclaimed", 0.05
         )[0]
-        record = wait_until(
+        controller, line = wait_until(
             lambda: self._log_of(holder), 60, f"the reclaim of {holder.name} logged", 0.05
         )
-        controller, line = record
         return Reclaim(
             case=case,
             namespace=holder.namespace,
@@ -398,18 +395,13 @@ def settle(cp: ControlPlane, ctl: ControllerProcess, namespace: str, rounds: int
             f"the liveness ConfigMap of {namespace}",
             0.05,
         )
-        _poke_and_wait(cp, ctl, namespace, f"{uuid.uuid4().hex[:8]}-{i}")
-
-
-def _poke_and_wait(cp: ControlPlane, ctl: ControllerProcess, namespace: str, token: str) -> None:
-    seen = reconciles(ctl)
-    cp.admin.patch(
-        "configmaps",
-        namespace,
-        LIVENESS_CONFIGMAP,
-        {"metadata": {"annotations": {"test.elb-gate.io/poke": token}}},
-    )
-    wait_until(lambda: reconciles(ctl) > seen, 60, f"a reconcile of {namespace}", 0.05)
+        seen = reconciles(ctl)
+        poke = {"test.elb-gate.io/poke": f"{uuid.uuid4().hex[:8]}-{i}"}
+        cp.admin.patch(
+            "configmaps", namespace, LIVENESS_CONFIGMAP, {"metadata": {"annotations": poke}}
+        )
+        moved = lambda: reconciles(ctl) > seen  # noqa: B023, E731 (awaited in this round)
+        wait_until(moved, 60, f"a reconcile of {namespace}", 0.05)
 
 
 # -- ending a holder, each way --------------------------------------------------------
@@ -453,8 +445,7 @@ def restarted(cp: ControlPlane, identity: PodIdentity, container: str, count: in
         status = container_status(obj, container)
         return obj if status.get("restartCount", 0) >= count else None
 
-    found: JsonObj = wait_until(done, 60, f"{identity.pod}/{container} restarted", 0.05)
-    return found
+    return wait_until(done, 60, f"{identity.pod}/{container} restarted", 0.05)
 
 
 @contextmanager
@@ -556,20 +547,20 @@ def pod_failed(stage: Stage, namespace: str) -> Reclaim:
         return stage.reclaim_of(holder, "pod_failed", failed)
 
 
-def pod_succeeded(stage: Stage, namespace: str, run_seconds: float = 8.0) -> Reclaim:
-    """The process exits 0 without releasing (restartPolicy Never): Succeeded."""
-    run = {RUN_SECONDS: str(run_seconds)}
+def pod_succeeded(stage: Stage, namespace: str) -> Reclaim:
+    """The process exits 0 without releasing (restartPolicy Never), 8 s on: Succeeded."""
+    run = {RUN_SECONDS: "8.0"}
     with held(stage, namespace, restart_policy="Never", annotations=run) as holder:
         succeeded = _finished(stage, holder.identity, "Succeeded")
         return stage.reclaim_of(holder, "pod_succeeded", succeeded)
 
 
 @contextmanager
-def own_node(cp: ControlPlane, cpu: str = "2", memory: str = "4Gi") -> Iterator[str]:
+def own_node(cp: ControlPlane) -> Iterator[str]:
     """A Node of its own (driven by the kubelet stand-in), deleted afterwards with
     whatever runs on it."""
     name = f"holder-node-{uuid.uuid4().hex[:6]}"
-    capacity = {"cpu": cpu, "memory": memory, "pods": "10"}
+    capacity = {"cpu": "2", "memory": "4Gi", "pods": "10"}
     cp.admin.create(
         {
             "apiVersion": "v1",
@@ -608,8 +599,7 @@ def node_not_ready(cp: ControlPlane, name: str) -> datetime:
         status, since = node_ready(cp, name)
         return since if status == "False" else None
 
-    found: datetime = wait_until(transitioned, 60, f"node {name} NotReady", 0.05)
-    return found
+    return wait_until(transitioned, 60, f"node {name} NotReady", 0.05)
 
 
 def node_went_not_ready(stage: Stage, namespace: str) -> Reclaim:

@@ -14,16 +14,16 @@ as the kubelet would project it.
 
 from __future__ import annotations
 
-import copy
 import functools
 import subprocess
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
 
 from elbgate.names import CENSUS_FENCE_APP
-from testbed.api import ApiError, JsonObj
+from testbed.api import JsonObj
 from testbed.controlplane import (
     NAMED_USERS,
     REPO,
@@ -139,34 +139,26 @@ def base_objects() -> list[JsonObj]:
     ]
 
 
-GATED_NAMESPACE_FILES = ("rolebindings.yaml", "census-fence.yaml")
-"""What ``manifests/gated-namespace-bindings`` gives each gated namespace: the
-RoleBindings and the census fence Job."""
+def gated_namespace_bindings(
+    namespace: str, files: Sequence[str] = ("rolebindings.yaml", "census-fence.yaml")
+) -> list[JsonObj]:
+    """What ``manifests/gated-namespace-bindings`` gives one gated namespace (by default:
+    its RoleBindings and its census fence Job)."""
+    docs: list[JsonObj] = []
+    for file in files:
+        text = (REPO / "manifests" / "gated-namespace-bindings" / file).read_text()
+        docs += [d for d in yaml.safe_load_all(text) if d]
+    for doc in docs:
+        doc["metadata"]["namespace"] = namespace
+    return docs
 
 
-def _gated_namespace_docs(file: str) -> list[JsonObj]:
-    text = (REPO / "manifests" / "gated-namespace-bindings" / file).read_text()
-    return [d for d in yaml.safe_load_all(text) if d]
-
-
-CENSUS_FENCE_JOB = str(_gated_namespace_docs("census-fence.yaml")[0]["metadata"]["name"])
+CENSUS_FENCE_JOB = str(gated_namespace_bindings("", ["census-fence.yaml"])[0]["metadata"]["name"])
 """The census fence Job's name as shipped (``ELB_GATE_CENSUS_FENCE_JOB``)."""
 NOT_THE_FENCE = f"app!={CENSUS_FENCE_APP}"
 """labelSelector of every Job of a gated namespace but its census fence: what a harness
 clears between runs (the install made the fence once; without it the webhook reads the
 census with a LIST)."""
-
-
-def gated_namespace_bindings(namespace: str) -> list[JsonObj]:
-    """What ``manifests/gated-namespace-bindings`` gives one gated namespace: its
-    RoleBindings and its census fence Job."""
-    docs = [d for file in GATED_NAMESPACE_FILES for d in _gated_namespace_docs(file)]
-    out = []
-    for doc in docs:
-        doc = copy.deepcopy(doc)
-        doc["metadata"]["namespace"] = namespace
-        out.append(doc)
-    return out
 
 
 class Installation:
@@ -185,16 +177,12 @@ class Installation:
         with _lock:
             found = cls._installed.get(cp.server)
             if found is None:
-                found = cls(cp)
-                found.apply_base()
-                cls._installed[cp.server] = found
+                for doc in base_objects():
+                    cp.admin.apply(doc)
+                cp.ensure_namespace(SYSTEM_NAMESPACE)
+                cp.admin.apply(SUBMITTER_CLUSTER_ROLE)
+                found = cls._installed[cp.server] = cls(cp)
             return found
-
-    def apply_base(self) -> None:
-        for doc in base_objects():
-            self.cp.admin.apply(doc)
-        self.cp.ensure_namespace(SYSTEM_NAMESPACE)
-        self.cp.admin.apply(SUBMITTER_CLUSTER_ROLE)
 
     def gate(self, namespace: str, *, label: bool = True, open_to_all: bool = True) -> str:
         """Make ``namespace`` a gated namespace: created, its RoleBindings applied,
@@ -204,7 +192,7 @@ class Installation:
         if namespace not in self._gated:
             for doc in gated_namespace_bindings(namespace):
                 if doc["kind"] == "Job":  # its pod template cannot change: made once
-                    self._create_once(doc)
+                    self.cp.create_once(doc)
                 else:
                     self.cp.admin.apply(doc)
             if open_to_all:
@@ -212,13 +200,6 @@ class Installation:
             self._await_bindings(namespace, open_to_all)
             self._gated.add(namespace)
         return namespace
-
-    def _create_once(self, doc: JsonObj) -> None:
-        try:
-            self.cp.admin.create(doc)
-        except ApiError as exc:
-            if exc.status != 409:  # there already
-                raise
 
     def _await_bindings(self, namespace: str, open_to_all: bool) -> None:
         """Wait until the API server's authorizer applies the RoleBindings just written.

@@ -39,7 +39,6 @@ from testbed.service import Service
 from testbed.waiting import wait_until
 from testbed.webhook_process import (
     WebhookProcess,
-    await_webhooks_called,
     point_at,
     register,
     shipped_configurations,
@@ -138,10 +137,7 @@ class Rig:
         cas = dict.fromkeys(h.certificate.ca_pem for h in self.hooks)
         ca_bundle = base64.b64encode(b"".join(cas)).decode()
         docs = point_at(shipped_configurations(), self.service.port, ca_bundle)
-        register(self.cp, docs, self._registered)
-        await_webhooks_called(
-            self.install, self.hooks, self.effective_seconds, "the API server to call the Service"
-        )
+        register(self.install, docs, self._registered, self.hooks, self.effective_seconds)
 
     def _start_controllers(self) -> None:
         for i in range(self.controller_count):
@@ -193,14 +189,12 @@ class Rig:
 
     def wait_for_leader(self, timeout: float = 180.0) -> ControllerProcess:
         """The controller replica that leads, once one does."""
-        found = wait_until(
+        return wait_until(
             lambda: next((c for c in self.controllers if c.alive and c.is_leader()), None),
             timeout,
             "a controller to lead",
             detail=self._leader_lease,
         )
-        assert isinstance(found, ControllerProcess)
-        return found
 
     def _leader_lease(self) -> str:
         """Who holds the controllers' leader Lease, and what each replica logged last, for
@@ -224,8 +218,7 @@ class Rig:
     def wait_until_ready(self, timeout: float = 180.0) -> None:
         """Every replica routable and a controller leading."""
         assert self.service is not None
-        service = self.service
-        wait_until(service.all_ready, timeout, "every webhook replica ready in the Service")
+        wait_until(self.service.all_ready, timeout, "every webhook replica ready in the Service")
         self.wait_for_leader(timeout)
 
     # -- namespaces ----------------------------------------------------------------------

@@ -162,10 +162,7 @@ class WebhookProcess(ComponentProcess):
 
     def register(self) -> None:
         """Store both webhook configurations (replacing any left by another process)."""
-        register(self.cp, self.configurations(), self._registered)
-        await_webhooks_called(
-            self.install, [self], 60, "the API server to call the newly registered webhook"
-        )
+        register(self.install, self.configurations(), self._registered, [self], 60)
 
     def unregister(self) -> None:
         """Remove the configurations this process registered, if still its own."""
@@ -195,20 +192,17 @@ class WebhookProcess(ComponentProcess):
         from this process's /metrics: per phase the count, the total in ms, and how many
         took over 50, 100 and 250 ms (``wait over 0.1 s`` …)."""
         out: Counter[str] = Counter()
+        bounds = ("0.05", "0.1", "0.25")
         for family in text_string_to_metric_families(self.metrics()):
             for sample in family.samples:
-                phase = sample.labels.get("phase", "")
-                if sample.name == "elb_gate_census_fence_seconds_count":
-                    out[phase] += int(sample.value)
-                    out[f"{phase} over 0.05 s"] += int(sample.value)
-                    out[f"{phase} over 0.1 s"] += int(sample.value)
-                    out[f"{phase} over 0.25 s"] += int(sample.value)
-                elif sample.name == "elb_gate_census_fence_seconds_sum":
+                phase, n = sample.labels.get("phase", ""), int(sample.value)
+                metric = sample.name.removeprefix("elb_gate_census_fence_seconds")
+                if metric == "_count":
+                    out.update({phase: n, **{f"{phase} over {le} s": n for le in bounds}})
+                elif metric == "_sum":
                     out[f"{phase} ms"] += round(sample.value * 1000)
-                elif sample.name == "elb_gate_census_fence_seconds_bucket" and sample.labels[
-                    "le"
-                ] in ("0.05", "0.1", "0.25"):
-                    out[f"{phase} over {sample.labels['le']} s"] -= int(sample.value)
+                elif metric == "_bucket" and sample.labels["le"] in bounds:
+                    out[f"{phase} over {sample.labels['le']} s"] -= n
         return out
 
     def client_context(self) -> ssl.SSLContext:
@@ -220,41 +214,27 @@ class WebhookProcess(ComponentProcess):
         return [copy.deepcopy(self.cp.admin.get(r, None, n)) for r, n in self._registered]
 
 
-def register(cp: ControlPlane, docs: Iterable[JsonObj], registered: list[tuple[str, str]]) -> None:
+def register(
+    install: Installation,
+    docs: Iterable[JsonObj],
+    registered: list[tuple[str, str]],
+    processes: Sequence[WebhookProcess],
+    timeout: float,
+) -> None:
     """Store the webhook configurations ``docs`` (replacing what is there), each noted
-    once in ``registered`` as (resource, name)."""
+    once in ``registered`` as (resource, name); then wait until the API server calls one
+    of ``processes`` for a dry-run Lease write in a probe namespace (their logs show the
+    request).
+
+    The API server applies a new webhook configuration from its informer a moment after
+    the write; until then gated writes are not sent to the new webhook."""
+    cp = install.cp
     for doc in docs:
         cp.admin.apply(doc)
         key = (CONFIGURATION_KINDS[doc["kind"]], doc["metadata"]["name"])
         if key not in registered:
             registered.append(key)
-
-
-def unregister(cp: ControlPlane, registered: list[tuple[str, str]], port: int) -> None:
-    """Remove the configurations ``registered`` that still point at ``port`` (another
-    webhook may have registered its own since), and forget them."""
-    for resource, name in registered:
-        current = cp.admin.find(resource, None, name) or {}
-        urls = [h["clientConfig"].get("url", "") for h in current.get("webhooks") or []]
-        if any(f":{port}/" in u for u in urls):
-            cp.admin.delete(resource, None, name)
-    registered.clear()
-
-
-def await_webhooks_called(
-    install: Installation,
-    processes: Sequence[WebhookProcess],
-    timeout: float,
-    what: str,
-) -> None:
-    """Wait until the API server calls one of ``processes`` for a dry-run Lease write in
-    a probe namespace (their logs show the request).
-
-    The API server applies a new webhook configuration from its informer a moment after
-    the write; until then gated writes are not sent to the new webhook."""
     probe = install.gate("elb-gate-probe")
-    name = f"elb-blast-submit-{probe}"
-    cp = install.cp
 
     def seen() -> int:
         return sum(p.log().count(probe) for p in processes)
@@ -268,7 +248,7 @@ def await_webhooks_called(
                 {
                     "apiVersion": "coordination.k8s.io/v1",
                     "kind": "Lease",
-                    "metadata": {"name": name, "namespace": probe},
+                    "metadata": {"name": f"elb-blast-submit-{probe}", "namespace": probe},
                     "spec": {},
                 },
                 query={"dryRun": "All"},
@@ -277,4 +257,15 @@ def await_webhooks_called(
             pass  # refused is fine: the webhook was called (or will be)
         return seen() > before
 
-    wait_until(reached, timeout, what, interval=0.2)
+    wait_until(reached, timeout, "the API server to call the webhook registered", 0.2)
+
+
+def unregister(cp: ControlPlane, registered: list[tuple[str, str]], port: int) -> None:
+    """Remove the configurations ``registered`` that still point at ``port`` (another
+    webhook may have registered its own since), and forget them."""
+    for resource, name in registered:
+        current = cp.admin.find(resource, None, name) or {}
+        urls = [h["clientConfig"].get("url", "") for h in current.get("webhooks") or []]
+        if any(f":{port}/" in u for u in urls):
+            cp.admin.delete(resource, None, name)
+    registered.clear()

@@ -10,9 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from elbgate.settings import Settings
 from testbed.demo.scenario import Report
 from testbed.demo.searches import short
+from testbed.holders import TARGET_SECONDS as RECLAIM_TARGET_SECONDS
 
-RECLAIM_TARGET_SECONDS = 15.0
-"""Worst case from a holder's death to the reclaim, at the default settings."""
 GATE_OF_REASON = {
     "no_lease": "Gate A",
     "not_holder": "Gate A",

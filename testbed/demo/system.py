@@ -99,7 +99,7 @@ class System:
         if self.tier is not None:
             return next(iter(self.tier.metrics_urls("controller").values()), "")
         assert self.rig is not None
-        return self.rig.controllers[0].url("")
+        return self.rig.controllers[0].metrics_url
 
     def replica_metrics(self) -> dict[str, str]:
         """Each webhook replica's /metrics text, by pod name."""
@@ -223,7 +223,7 @@ def start_system(root: Path, timeline: Timeline, *, system_tier: bool = False) -
         timeline.emit(
             "setup",
             f"controller {controller.name}: python -m controller leads; "
-            f"metrics {controller.url('/metrics')}",
+            f"metrics {controller.metrics_url}/metrics",
         )
         openapi, doomed = _submitter_pods(cp, timeline, namespace, dict(SYSTEM_POOL))
     except BaseException:
