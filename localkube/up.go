@@ -23,7 +23,12 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	quotav1 "k8s.io/apiserver/pkg/admission/plugin/resourcequota/apis/resourcequota/v1"
+	webhookv1 "k8s.io/apiserver/pkg/admission/plugin/webhook/config/apis/webhookadmission/v1"
+	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
+	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -352,53 +357,50 @@ func (u *upper) writeAdmissionConfig() (string, error) {
 	if err := clientcmd.WriteToFile(*kubeconfig, kubeconfigPath); err != nil {
 		return "", err
 	}
-	config := fmt.Sprintf(`apiVersion: apiserver.config.k8s.io/v1
-kind: AdmissionConfiguration
-plugins:
-- name: ValidatingAdmissionWebhook
-  configuration:
-    apiVersion: apiserver.config.k8s.io/v1
-    kind: WebhookAdmissionConfiguration
-    kubeConfigFile: %[1]s
-- name: MutatingAdmissionWebhook
-  configuration:
-    apiVersion: apiserver.config.k8s.io/v1
-    kind: WebhookAdmissionConfiguration
-    kubeConfigFile: %[1]s
-# Critical priority classes only where a ResourceQuota admits them, as managed
-# clusters keep them for the platform's own pods.
-- name: ResourceQuota
-  configuration:
-    apiVersion: apiserver.config.k8s.io/v1
-    kind: ResourceQuotaConfiguration
-    limitedResources:
-    - resource: pods
-      matchScopes:
-      - scopeName: PriorityClass
-        operator: In
-        values: ["system-node-critical", "system-cluster-critical"]
-`, kubeconfigPath)
-	return u.pki.CAFile, os.WriteFile(filepath.Join(pkiDir, "admission.yaml"), []byte(config), 0o600)
+	webhook, err := json.Marshal(webhookv1.WebhookAdmission{
+		TypeMeta:       metav1.TypeMeta{APIVersion: "apiserver.config.k8s.io/v1", Kind: "WebhookAdmissionConfiguration"},
+		KubeConfigFile: kubeconfigPath,
+	})
+	if err != nil {
+		return "", err
+	}
+	// Critical priority classes only where a ResourceQuota admits them, as managed
+	// clusters keep them for the platform's own pods.
+	quota, err := json.Marshal(quotav1.Configuration{
+		TypeMeta: metav1.TypeMeta{APIVersion: "apiserver.config.k8s.io/v1", Kind: "ResourceQuotaConfiguration"},
+		LimitedResources: []quotav1.LimitedResource{{Resource: "pods", MatchScopes: []corev1.ScopedResourceSelectorRequirement{{
+			ScopeName: corev1.ResourceQuotaScopePriorityClass, Operator: corev1.ScopeSelectorOpIn,
+			Values: []string{"system-node-critical", "system-cluster-critical"},
+		}}}},
+	})
+	if err != nil {
+		return "", err
+	}
+	return u.pki.CAFile, writeJSONAtomic(filepath.Join(pkiDir, "admission.json"), apiserverv1.AdmissionConfiguration{
+		TypeMeta: metav1.TypeMeta{APIVersion: "apiserver.config.k8s.io/v1", Kind: "AdmissionConfiguration"},
+		Plugins: []apiserverv1.AdmissionPluginConfiguration{
+			{Name: "ValidatingAdmissionWebhook", Configuration: &runtime.Unknown{Raw: webhook}},
+			{Name: "MutatingAdmissionWebhook", Configuration: &runtime.Unknown{Raw: webhook}},
+			{Name: "ResourceQuota", Configuration: &runtime.Unknown{Raw: quota}},
+		},
+	})
 }
 
 // writeAuditPolicy records every write to Jobs and Leases with the request
 // and response bodies: who the API server authenticated, and at which
 // resourceVersion each write committed (tests judge the gates from it).
 func (u *upper) writeAuditPolicy() error {
-	policy := `apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: ["RequestReceived"]
-rules:
-- level: RequestResponse
-  verbs: ["create", "update", "patch", "delete"]
-  resources:
-  - group: "batch"
-    resources: ["jobs"]
-  - group: "coordination.k8s.io"
-    resources: ["leases"]
-- level: None
-`
-	return os.WriteFile(filepath.Join(u.dir, "pki", "audit-policy.yaml"), []byte(policy), 0o600)
+	return writeJSONAtomic(filepath.Join(u.dir, "pki", "audit-policy.json"), auditv1.Policy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "audit.k8s.io/v1", Kind: "Policy"},
+		OmitStages: []auditv1.Stage{auditv1.StageRequestReceived},
+		Rules: []auditv1.PolicyRule{{
+			Level: auditv1.LevelRequestResponse, Verbs: []string{"create", "update", "patch", "delete"},
+			Resources: []auditv1.GroupResources{
+				{Group: "batch", Resources: []string{"jobs"}},
+				{Group: "coordination.k8s.io", Resources: []string{"leases"}},
+			},
+		}, {Level: auditv1.LevelNone}},
+	})
 }
 
 func (u *upper) apiserverArgs(etcdURL, auditLog string) ([]string, error) {
@@ -433,8 +435,8 @@ func (u *upper) apiserverArgs(etcdURL, auditLog string) ([]string, error) {
 		"--authorization-mode=RBAC",
 		"--service-cluster-ip-range=" + serviceCIDR,
 		"--allow-privileged=true",
-		"--admission-control-config-file=" + filepath.Join(pkiDir, "admission.yaml"),
-		"--audit-policy-file=" + filepath.Join(pkiDir, "audit-policy.yaml"),
+		"--admission-control-config-file=" + filepath.Join(pkiDir, "admission.json"),
+		"--audit-policy-file=" + filepath.Join(pkiDir, "audit-policy.json"),
 		"--audit-log-path=" + auditLog,
 		"--audit-log-format=json",
 		"--audit-log-maxsize=0",
