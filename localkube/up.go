@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -59,19 +58,25 @@ type state struct {
 	Kubeconfigs     map[string]string `json:"kubeconfigs"`
 	Tokens          map[string]string `json:"tokens"`
 	AuditLog        string            `json:"auditLog"`
-	Logs            map[string]string `json:"logs"`
 	KubernetesVer   string            `json:"kubernetesVersion"`
 	StartupSeconds  float64           `json:"startupSeconds"`
 	PID             int               `json:"pid"`
 	WebhookClientCA string            `json:"webhookClientCAFile"`
-	Nodes           []string          `json:"nodes"`
 	System          *systemState      `json:"system,omitempty"`
 }
 
-type nodeFlags []string
+// nodeFlags collects a repeatable node flag, parsed as it is given.
+type nodeFlags struct {
+	specs []nodeSpec
+	parse func(string) (nodeSpec, error)
+}
 
-func (n *nodeFlags) String() string     { return strings.Join(*n, " ") }
-func (n *nodeFlags) Set(v string) error { *n = append(*n, v); return nil }
+func (n *nodeFlags) String() string { return "" }
+func (n *nodeFlags) Set(v string) error {
+	spec, err := n.parse(v)
+	n.specs = append(n.specs, spec)
+	return err
+}
 
 func runUp(args []string) int {
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
@@ -79,7 +84,7 @@ func runUp(args []string) int {
 	usersFile := fs.String("users", "", "JSON list of plain users [{\"name\":…,\"groups\":[…]}] for the token file")
 	etcdDir := fs.String("etcd-dir", "", "etcd data directory (default DIR/etcd)")
 	etcdQuota := fs.Int64("etcd-quota-bytes", 0, "etcd backend quota in bytes (0: etcd's default, 2 GiB)")
-	var nodes, systemNodes nodeFlags
+	nodes, systemNodes := nodeFlags{parse: parseNodeSpec}, nodeFlags{parse: parseSystemNodeSpec}
 	fs.Var(&nodes, "node", "a Node to create: NAME=CPU,MEMORY[,pods=N][,label=value...] (repeatable)")
 	fs.Var(&systemNodes, "system-node", "a real kubelet node (containerd, runc, a CNI bridge; root): NAME[,label=value...] (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -89,25 +94,8 @@ func runUp(args []string) int {
 		fmt.Fprintln(os.Stderr, "localkube up: --dir is required")
 		return 2
 	}
-	var specs []nodeSpec
-	for _, raw := range nodes {
-		spec, err := parseNodeSpec(raw)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "localkube up:", err)
-			return 2
-		}
-		specs = append(specs, spec)
-	}
-	u := &upper{dir: mustAbs(*dir), nodes: specs, etcdQuota: *etcdQuota}
-	for _, raw := range systemNodes {
-		spec, err := parseSystemNodeSpec(raw)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "localkube up:", err)
-			return 2
-		}
-		u.systemNodes = append(u.systemNodes, spec)
-	}
-	u.etcdDir = *etcdDir
+	u := &upper{dir: mustAbs(*dir), nodes: nodes.specs, systemNodes: systemNodes.specs, etcdQuota: *etcdQuota,
+		etcdDir: *etcdDir}
 	if u.etcdDir == "" {
 		u.etcdDir = filepath.Join(u.dir, "etcd")
 	}
@@ -256,22 +244,11 @@ func (u *upper) run(ctx context.Context) error {
 	if err := u.waitSettled(ctx, client); err != nil {
 		return err
 	}
-	var names []string
-	for _, n := range u.nodes {
-		names = append(names, n.Name)
-	}
-	for _, n := range u.systemNodes {
-		names = append(names, n.Name)
-	}
 	st := state{
 		Server: server, CAFile: u.pki.CAFile, Kubeconfigs: kubeconfigs, Tokens: tokens,
 		AuditLog: auditLog, KubernetesVer: kubernetesVersion(),
 		StartupSeconds: time.Since(began).Seconds(), PID: os.Getpid(),
-		WebhookClientCA: webhookClientCA, Nodes: names,
-		Logs: map[string]string{},
-	}
-	for _, c := range u.children {
-		st.Logs[c.name] = u.logPath(c.name)
+		WebhookClientCA: webhookClientCA,
 	}
 	if u.system != nil {
 		st.System = &u.system.state
@@ -310,19 +287,14 @@ func (u *upper) allUsers() []user {
 	for _, n := range u.systemNodes {
 		users = append(users, user{Name: "system:node:" + n.Name, Groups: []string{"system:nodes", "system:masters"}})
 	}
-	seen := map[string]bool{}
-	for _, usr := range users {
-		seen[usr.Name] = true
-	}
 	for _, usr := range u.users {
-		if !seen[usr.Name] {
-			seen[usr.Name] = true
+		if !slices.ContainsFunc(users, func(known user) bool { return known.Name == usr.Name }) {
 			users = append(users, usr)
 		}
 	}
 	for i := range users {
 		if users[i].Token == "" {
-			users[i].Token = randomToken()
+			users[i].Token = rand.Text()
 		}
 	}
 	return users
@@ -694,14 +666,6 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func randomToken() string {
-	b := make([]byte, 24)
-	if _, err := rand.Read(b); err != nil {
-		panic(err)
-	}
-	return hex.EncodeToString(b)
 }
 
 func mustAbs(p string) string {
