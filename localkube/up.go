@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/component-base/version"
+	nodeutil "k8s.io/component-helpers/node/util"
 )
 
 const (
@@ -619,7 +620,7 @@ func (u *upper) waitSettled(ctx context.Context, client kubernetes.Interface) er
 			return false, nil
 		}
 		for i := range nodes.Items {
-			if c := readyCondition(&nodes.Items[i]); c == nil || c.Status != corev1.ConditionTrue {
+			if _, c := nodeutil.GetNodeCondition(&nodes.Items[i].Status, corev1.NodeReady); c == nil || c.Status != corev1.ConditionTrue {
 				continue
 			}
 			if nodes.Items[i].Labels[managedLabel] == "true" {
