@@ -44,6 +44,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	nodeutil "k8s.io/component-helpers/node/util"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 )
@@ -62,7 +63,6 @@ const (
 	heartbeatPeriod    = 10 * time.Second
 	nodeStatusPeriod   = 60 * time.Second
 	defaultStopSeconds = 1.0
-	kubeletVersion     = "v1.37.2"
 )
 
 // nodeSpec is a Node the control plane starts with (a real kubelet's: Name
@@ -78,18 +78,18 @@ type nodeSpec struct {
 // parseNodeSpec reads NAME=CPU,MEMORY[,pods=N][,key=value...].
 func parseNodeSpec(s string) (nodeSpec, error) {
 	name, rest, ok := strings.Cut(s, "=")
-	parts := strings.Split(rest, ",")
+	parts := strings.SplitN(rest, ",", 3)
 	if !ok || name == "" || len(parts) < 2 {
 		return nodeSpec{}, fmt.Errorf("node %q: want NAME=CPU,MEMORY[,pods=N][,key=value...]", s)
 	}
-	labels, err := parseLabels(s, parts[2:])
+	set, err := labels.ConvertSelectorToLabelsMap(strings.Join(parts[2:], ","))
 	if err != nil {
-		return nodeSpec{}, err
+		return nodeSpec{}, fmt.Errorf("node %q: %v", s, err)
 	}
-	spec := nodeSpec{Name: name, CPU: parts[0], Memory: parts[1], Pods: "110", Labels: labels}
-	if pods, ok := labels["pods"]; ok {
+	spec := nodeSpec{Name: name, CPU: parts[0], Memory: parts[1], Pods: "110", Labels: set}
+	if pods, ok := set["pods"]; ok {
 		spec.Pods = pods
-		delete(labels, "pods")
+		delete(set, "pods")
 	}
 	for _, q := range []string{spec.CPU, spec.Memory, spec.Pods} {
 		if _, err := resource.ParseQuantity(q); err != nil {
@@ -101,24 +101,15 @@ func parseNodeSpec(s string) (nodeSpec, error) {
 
 // parseSystemNodeSpec reads NAME[,label=value...].
 func parseSystemNodeSpec(s string) (nodeSpec, error) {
-	parts := strings.Split(s, ",")
-	if parts[0] == "" {
+	name, rest, _ := strings.Cut(s, ",")
+	if name == "" {
 		return nodeSpec{}, fmt.Errorf("node %q: no name", s)
 	}
-	labels, err := parseLabels(s, parts[1:])
-	return nodeSpec{Name: parts[0], Labels: labels}, err
-}
-
-func parseLabels(s string, pairs []string) (map[string]string, error) {
-	labels := map[string]string{}
-	for _, kv := range pairs {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok {
-			return nil, fmt.Errorf("node %q: %q is not key=value", s, kv)
-		}
-		labels[k] = v
+	set, err := labels.ConvertSelectorToLabelsMap(rest)
+	if err != nil {
+		return nodeSpec{}, fmt.Errorf("node %q: %v", s, err)
 	}
-	return labels, nil
+	return nodeSpec{Name: name, Labels: set}, nil
 }
 
 // podState is what the stand-in remembers of a Pod's imaginary container.
@@ -267,7 +258,7 @@ func (k *kubelet) syncNode(ctx context.Context, name string) (time.Duration, err
 	if err := k.renewNodeLease(ctx, node, now); err != nil {
 		return 0, err
 	}
-	ready := readyCondition(node)
+	_, ready := nodeutil.GetNodeCondition(&node.Status, corev1.NodeReady)
 	wantReady := corev1.ConditionTrue
 	reason, message := "KubeletReady", "kubelet is posting ready status"
 	if mode == "not-ready" {
@@ -292,7 +283,7 @@ func (k *kubelet) syncNode(ctx context.Context, name string) (time.Duration, err
 	for i := range conditions {
 		conditions[i].LastHeartbeatTime = now
 		conditions[i].LastTransitionTime = now
-		if old := findCondition(node, conditions[i].Type); old != nil {
+		if _, old := nodeutil.GetNodeCondition(&node.Status, conditions[i].Type); old != nil {
 			conditions[i].LastTransitionTime = old.LastTransitionTime
 		}
 	}
@@ -307,7 +298,7 @@ func (k *kubelet) syncNode(ctx context.Context, name string) (time.Duration, err
 		{Type: corev1.NodeHostName, Address: node.Name},
 	}
 	updated.Status.NodeInfo = corev1.NodeSystemInfo{
-		KubeletVersion: kubeletVersion, OperatingSystem: "linux", Architecture: "amd64",
+		KubeletVersion: kubernetesVersion(), OperatingSystem: "linux", Architecture: "amd64",
 		OSImage: "localkube (no containers run here)", ContainerRuntimeVersion: "localkube://0",
 		KernelVersion: "0.0.0", MachineID: node.Name, SystemUUID: string(node.UID), BootID: string(node.UID),
 	}
@@ -350,19 +341,6 @@ func (k *kubelet) renewNodeLease(ctx context.Context, node *corev1.Node, now met
 	lease.Spec.RenewTime = &micro
 	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
 	return err
-}
-
-func readyCondition(node *corev1.Node) *corev1.NodeCondition {
-	return findCondition(node, corev1.NodeReady)
-}
-
-func findCondition(node *corev1.Node, kind corev1.NodeConditionType) *corev1.NodeCondition {
-	for i := range node.Status.Conditions {
-		if node.Status.Conditions[i].Type == kind {
-			return &node.Status.Conditions[i]
-		}
-	}
-	return nil
 }
 
 // -- Pods --------------------------------------------------------------------------

@@ -7,7 +7,6 @@
 // release prints.
 //
 //	localkube up --dir DIR [--users FILE] [--node SPEC ...]   the whole control plane
-//	localkube version                                          the Kubernetes release built in
 //
 // The components run as child processes of "up" (the same binary, started
 // with an internal sub-command), so each keeps the process-wide state it
@@ -40,8 +39,6 @@ func main() {
 	switch sub {
 	case "up":
 		os.Exit(runUp(args))
-	case "version":
-		fmt.Println(kubernetesVersion())
 	case "kube-apiserver":
 		os.Exit(runComponent(apiserver.NewAPIServerCommand(), args))
 	case "kube-controller-manager":
@@ -57,8 +54,7 @@ func main() {
 }
 
 const usage = `usage:
-  localkube up --dir DIR [--users FILE] [--node NAME=CPU,MEMORY[,k=v...]]...
-  localkube version`
+  localkube up --dir DIR [--users FILE] [--node NAME=CPU,MEMORY[,k=v...]]...`
 
 // runComponent runs a component's cobra command the way its own main does.
 func runComponent(command *cobra.Command, args []string) int {

@@ -24,7 +24,6 @@ package main
 
 import (
 	"archive/tar"
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -33,10 +32,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -45,6 +46,13 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 	"github.com/opencontainers/cgroups"
+	"github.com/opencontainers/go-digest"
+	specs "github.com/opencontainers/image-spec/specs-go"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"k8s.io/utils/ptr"
 )
 
 const (
@@ -97,23 +105,16 @@ func (l *ledger) save() error { return writeJSONAtomic(l.path, l) }
 type systemNodeState struct {
 	Name             string `json:"name"`
 	ContainerdSocket string `json:"containerdSocket"`
-	KubeletLog       string `json:"kubeletLog"`
-	ContainerdLog    string `json:"containerdLog"`
-	RootDir          string `json:"rootDir"`
 }
 
 // systemState is what state.json says about the tier.
 type systemState struct {
-	Bridge        string            `json:"bridge"`
-	HostAddress   string            `json:"hostAddress"`
-	Subnet        string            `json:"subnet"`
-	APIServer     string            `json:"apiServer"`
-	EgressChain   string            `json:"egressChain"`
-	Ledger        string            `json:"ledger"`
-	Nodes         []systemNodeState `json:"nodes"`
-	Blackholed    []string          `json:"blackholed"`
-	Tunables      map[string]string `json:"tunablesBefore"`
-	StartupSecond float64           `json:"startupSeconds"`
+	Bridge      string            `json:"bridge"`
+	Subnet      string            `json:"subnet"`
+	EgressChain string            `json:"egressChain"`
+	Ledger      string            `json:"ledger"`
+	Nodes       []systemNodeState `json:"nodes"`
+	Blackholed  []string          `json:"blackholed"`
 }
 
 type systemTier struct {
@@ -211,7 +212,6 @@ func readSysctl(name string) (string, bool) {
 // setUp makes the network, the ledger and each node's containerd; the
 // kubelets start in startNodes, once the API server answers.
 func (t *systemTier) setUp() error {
-	began := time.Now()
 	cleanLeftovers()
 	if err := os.MkdirAll(ledgerDir, 0o700); err != nil {
 		return err
@@ -250,9 +250,7 @@ func (t *systemTier) setUp() error {
 	if err := t.network(); err != nil {
 		return fmt.Errorf("system tier network: %w", err)
 	}
-	t.state.Tunables = t.led.Sysctls
 	t.state.Ledger = t.led.path
-	t.state.StartupSecond = time.Since(began).Seconds()
 	return nil
 }
 
@@ -263,25 +261,18 @@ func routeInUse(cidr *net.IPNet) bool {
 		return true
 	}
 	for _, line := range strings.Split(string(out), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) == 0 {
+		fields := strings.Fields(line) // [TYPE] DST ...
+		if len(fields) > 1 && slices.Contains([]string{"broadcast", "local", "blackhole", "unreachable"}, fields[0]) {
+			fields = fields[1:]
+		}
+		if len(fields) == 0 || fields[0] == "default" {
 			continue
 		}
 		dst := fields[0]
-		if dst == "default" || dst == "broadcast" || dst == "local" || dst == "blackhole" || dst == "unreachable" {
-			if len(fields) < 2 || dst == "default" {
-				continue
-			}
-			dst = fields[1]
-		}
 		if !strings.Contains(dst, "/") {
 			dst += "/32"
 		}
-		_, n, err := net.ParseCIDR(dst)
-		if err != nil {
-			continue
-		}
-		if n.Contains(cidr.IP) || cidr.Contains(n.IP) {
+		if _, n, err := net.ParseCIDR(dst); err == nil && (n.Contains(cidr.IP) || cidr.Contains(n.IP)) {
 			return true
 		}
 	}
@@ -351,20 +342,19 @@ func (t *systemTier) network() error {
 			return err
 		}
 	}
-	t.state.Bridge, t.state.HostAddress, t.state.Subnet = br, t.hostIP, t.subnet
+	t.state.Bridge, t.state.Subnet = br, t.subnet
 	t.state.EgressChain = egress
 	return nil
 }
 
 // forward makes the API server answer on the bridge's host address too (it
 // binds one address, 127.0.0.1): a TCP relay, TLS end to end.
-func (t *systemTier) forward(ctx context.Context) error {
+func (t *systemTier) forward() error {
 	l, err := net.Listen("tcp", fmt.Sprintf("%s:%d", t.hostIP, t.u.port))
 	if err != nil {
 		return err
 	}
 	t.fwd = l
-	t.state.APIServer = fmt.Sprintf("https://%s:%d", t.hostIP, t.u.port)
 	go func() {
 		for {
 			c, err := l.Accept()
@@ -378,13 +368,9 @@ func (t *systemTier) forward(ctx context.Context) error {
 					return
 				}
 				defer up.Close()
-				done := make(chan struct{}, 2)
-				go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
-				go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
-				select {
-				case <-done:
-				case <-ctx.Done():
-				}
+				// Either side closing ends both copies.
+				go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
+				_, _ = io.Copy(c, up)
 			}()
 		}
 	}()
@@ -395,8 +381,7 @@ func (t *systemTier) nodeDir(name string) string { return filepath.Join(t.dir, "
 
 // startNodes starts containerd and a kubelet per node.
 func (t *systemTier) startNodes(ctx context.Context, kubeconfigs map[string]string) error {
-	began := time.Now()
-	if err := t.forward(ctx); err != nil {
+	if err := t.forward(); err != nil {
 		return err
 	}
 	pauseTar := filepath.Join(t.dir, "pause.oci.tar")
@@ -413,7 +398,6 @@ func (t *systemTier) startNodes(ctx context.Context, kubeconfigs map[string]stri
 			return fmt.Errorf("node %s: %w", n.Name, err)
 		}
 	}
-	t.state.StartupSecond += time.Since(began).Seconds()
 	return nil
 }
 
@@ -519,36 +503,25 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 	if err != nil {
 		return err
 	}
-	var labels []string
-	for k, v := range n.Labels {
-		labels = append(labels, k+"="+v)
-	}
-	sort.Strings(labels)
 	// Beside the kubelet's defaults (cgroupfs, as containerd's runc here; no
 	// read-only port; healthz on 127.0.0.1; 110 pods; no certificate rotation).
-	kcfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-failCgroupV1: false
-cgroupRoot: %[1]s
-containerRuntimeEndpoint: unix://%[2]s
-address: %[3]s
-port: %[4]d
-healthzPort: %[5]d
-authentication:
-  webhook: {enabled: false}
-  x509: {clientCAFile: %[6]s}
-authorization: {mode: AlwaysAllow}
-clusterDomain: cluster.local
-resolvConf: %[7]s
-podLogsDir: %[8]s
-failSwapOn: false
-serializeImagePulls: false
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-evictionHard: {memory.available: "100Mi", nodefs.available: "1%%", imagefs.available: "1%%", nodefs.inodesFree: "1%%"}
-`, cg, sock, t.hostIP, port, healthz, t.u.pki.CAFile, resolv, filepath.Join(d, "pod-logs"))
-	kcfgPath := filepath.Join(d, "kubelet.yaml")
-	if err := os.WriteFile(kcfgPath, []byte(kcfg), 0o600); err != nil {
+	kcfgPath := filepath.Join(d, "kubelet.json")
+	if err := writeJSONAtomic(kcfgPath, kubeletv1beta1.KubeletConfiguration{
+		TypeMeta:     metav1.TypeMeta{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration"},
+		FailCgroupV1: ptr.To(false), CgroupRoot: cg, ContainerRuntimeEndpoint: "unix://" + sock,
+		Address: t.hostIP, Port: int32(port), HealthzPort: ptr.To(int32(healthz)),
+		Authentication: kubeletv1beta1.KubeletAuthentication{
+			Webhook: kubeletv1beta1.KubeletWebhookAuthentication{Enabled: ptr.To(false)},
+			X509:    kubeletv1beta1.KubeletX509Authentication{ClientCAFile: t.u.pki.CAFile},
+		},
+		Authorization: kubeletv1beta1.KubeletAuthorization{Mode: kubeletv1beta1.KubeletAuthorizationModeAlwaysAllow},
+		ClusterDomain: "cluster.local", ResolverConfig: ptr.To(resolv), PodLogsDir: filepath.Join(d, "pod-logs"),
+		FailSwapOn: ptr.To(false), SerializeImagePulls: ptr.To(false),
+		ImageGCHighThresholdPercent: ptr.To[int32](100), ImageGCLowThresholdPercent: ptr.To[int32](99),
+		EvictionHard: map[string]string{
+			"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%", "nodefs.inodesFree": "1%",
+		},
+	}); err != nil {
 		return err
 	}
 	args := []string{
@@ -557,7 +530,7 @@ evictionHard: {memory.available: "100Mi", nodefs.available: "1%%", imagefs.avail
 		"--root-dir=" + filepath.Join(d, "kubelet"),
 		"--hostname-override=" + n.Name,
 		"--node-ip=" + t.hostIP,
-		"--node-labels=" + strings.Join(labels, ","),
+		"--node-labels=" + labels.Set(n.Labels).String(),
 		verbosity,
 	}
 	klName := "kubelet-" + n.Name
@@ -566,27 +539,16 @@ evictionHard: {memory.available: "100Mi", nodefs.available: "1%%", imagefs.avail
 		return err
 	}
 	t.kubelets = append(t.kubelets, kl)
-	t.state.Nodes = append(t.state.Nodes, systemNodeState{
-		Name: n.Name, ContainerdSocket: sock, KubeletLog: t.u.logPath(klName),
-		ContainerdLog: t.u.logPath(ctrName), RootDir: filepath.Join(d, "kubelet"),
-	})
+	t.state.Nodes = append(t.state.Nodes, systemNodeState{Name: n.Name, ContainerdSocket: sock})
 	return nil
 }
 
 // cgroupMounts: every mounted cgroup hierarchy (v1 controllers and the unified one).
 func cgroupMounts() []string {
-	f, err := os.Open("/proc/self/mounts")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
+	mounts, _ := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup", "cgroup2"))
 	var out []string
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		if len(fields) >= 3 && (fields[2] == "cgroup" || fields[2] == "cgroup2") {
-			out = append(out, fields[1])
-		}
+	for _, m := range mounts {
+		out = append(out, m.Mountpoint)
 	}
 	return out
 }
@@ -764,30 +726,30 @@ func writePauseImage(binary, out string) error {
 	if err := tw.Close(); err != nil {
 		return err
 	}
-	digest := func(b []byte) string { s := sha256.Sum256(b); return "sha256:" + hex.EncodeToString(s[:]) }
-	layerDigest := digest(layer.Bytes())
-	config, _ := json.Marshal(map[string]any{
-		"architecture": "amd64", "os": "linux",
-		"config": map[string]any{"Entrypoint": []string{"/pause"}, "User": "65535:65535"},
-		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{layerDigest}},
+	blobs := map[string][]byte{"oci-layout": []byte(`{"imageLayoutVersion":"1.0.0"}`)}
+	// blob stores b under blobs/sha256/ and describes it.
+	blob := func(mediaType string, b []byte) ocispec.Descriptor {
+		d := digest.FromBytes(b)
+		blobs["blobs/sha256/"+d.Encoded()] = b
+		return ocispec.Descriptor{MediaType: mediaType, Digest: d, Size: int64(len(b))}
+	}
+	layerDesc := blob(ocispec.MediaTypeImageLayer, layer.Bytes())
+	config, _ := json.Marshal(ocispec.Image{
+		Platform: ocispec.Platform{Architecture: "amd64", OS: "linux"},
+		Config:   ocispec.ImageConfig{Entrypoint: []string{"/pause"}, User: "65535:65535"},
+		RootFS:   ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{layerDesc.Digest}},
 	})
-	manifest, _ := json.Marshal(map[string]any{
-		"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-		"config": map[string]any{"mediaType": "application/vnd.oci.image.config.v1+json",
-			"digest": digest(config), "size": len(config)},
-		"layers": []any{map[string]any{"mediaType": "application/vnd.oci.image.layer.v1.tar",
-			"digest": layerDigest, "size": layer.Len()}},
+	manifest, _ := json.Marshal(ocispec.Manifest{
+		Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageManifest,
+		Config: blob(ocispec.MediaTypeImageConfig, config), Layers: []ocispec.Descriptor{layerDesc},
 	})
-	index, _ := json.Marshal(map[string]any{
-		"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
-		"manifests": []any{map[string]any{
-			"mediaType": "application/vnd.oci.image.manifest.v1+json",
-			"digest":    digest(manifest), "size": len(manifest),
-			"annotations": map[string]string{
-				"io.containerd.image.name":          pauseImage,
-				"org.opencontainers.image.ref.name": "1",
-			},
-		}},
+	manifestDesc := blob(ocispec.MediaTypeImageManifest, manifest)
+	manifestDesc.Annotations = map[string]string{
+		"io.containerd.image.name": pauseImage, ocispec.AnnotationRefName: "1",
+	}
+	blobs["index.json"], _ = json.Marshal(ocispec.Index{
+		Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageIndex,
+		Manifests: []ocispec.Descriptor{manifestDesc},
 	})
 	f, err := os.Create(out)
 	if err != nil {
@@ -795,26 +757,14 @@ func writePauseImage(binary, out string) error {
 	}
 	defer f.Close()
 	ow := tar.NewWriter(f)
-	put := func(name string, b []byte) error {
-		if err := ow.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(b)),
+	names := slices.Sorted(maps.Keys(blobs))
+	slices.Reverse(names) // oci-layout, index.json, then the blobs, as image layouts are laid out
+	for _, name := range names {
+		if err := ow.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(blobs[name])),
 			ModTime: time.Unix(0, 0), Typeflag: tar.TypeReg}); err != nil {
 			return err
 		}
-		_, err := ow.Write(b)
-		return err
-	}
-	blob := func(b []byte) string { return "blobs/sha256/" + strings.TrimPrefix(digest(b), "sha256:") }
-	for _, e := range []struct {
-		name string
-		data []byte
-	}{
-		{"oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)},
-		{"index.json", index},
-		{blob(manifest), manifest},
-		{blob(config), config},
-		{blob(layer.Bytes()), layer.Bytes()},
-	} {
-		if err := put(e.name, e.data); err != nil {
+		if _, err := ow.Write(blobs[name]); err != nil {
 			return err
 		}
 	}

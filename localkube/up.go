@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -23,11 +22,17 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	quotav1 "k8s.io/apiserver/pkg/admission/plugin/resourcequota/apis/resourcequota/v1"
+	webhookv1 "k8s.io/apiserver/pkg/admission/plugin/webhook/config/apis/webhookadmission/v1"
+	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
+	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/component-base/version"
+	nodeutil "k8s.io/component-helpers/node/util"
 )
 
 const (
@@ -54,19 +59,25 @@ type state struct {
 	Kubeconfigs     map[string]string `json:"kubeconfigs"`
 	Tokens          map[string]string `json:"tokens"`
 	AuditLog        string            `json:"auditLog"`
-	Logs            map[string]string `json:"logs"`
 	KubernetesVer   string            `json:"kubernetesVersion"`
 	StartupSeconds  float64           `json:"startupSeconds"`
 	PID             int               `json:"pid"`
 	WebhookClientCA string            `json:"webhookClientCAFile"`
-	Nodes           []string          `json:"nodes"`
 	System          *systemState      `json:"system,omitempty"`
 }
 
-type nodeFlags []string
+// nodeFlags collects a repeatable node flag, parsed as it is given.
+type nodeFlags struct {
+	specs []nodeSpec
+	parse func(string) (nodeSpec, error)
+}
 
-func (n *nodeFlags) String() string     { return strings.Join(*n, " ") }
-func (n *nodeFlags) Set(v string) error { *n = append(*n, v); return nil }
+func (n *nodeFlags) String() string { return "" }
+func (n *nodeFlags) Set(v string) error {
+	spec, err := n.parse(v)
+	n.specs = append(n.specs, spec)
+	return err
+}
 
 func runUp(args []string) int {
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
@@ -74,7 +85,7 @@ func runUp(args []string) int {
 	usersFile := fs.String("users", "", "JSON list of plain users [{\"name\":…,\"groups\":[…]}] for the token file")
 	etcdDir := fs.String("etcd-dir", "", "etcd data directory (default DIR/etcd)")
 	etcdQuota := fs.Int64("etcd-quota-bytes", 0, "etcd backend quota in bytes (0: etcd's default, 2 GiB)")
-	var nodes, systemNodes nodeFlags
+	nodes, systemNodes := nodeFlags{parse: parseNodeSpec}, nodeFlags{parse: parseSystemNodeSpec}
 	fs.Var(&nodes, "node", "a Node to create: NAME=CPU,MEMORY[,pods=N][,label=value...] (repeatable)")
 	fs.Var(&systemNodes, "system-node", "a real kubelet node (containerd, runc, a CNI bridge; root): NAME[,label=value...] (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -84,25 +95,8 @@ func runUp(args []string) int {
 		fmt.Fprintln(os.Stderr, "localkube up: --dir is required")
 		return 2
 	}
-	var specs []nodeSpec
-	for _, raw := range nodes {
-		spec, err := parseNodeSpec(raw)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "localkube up:", err)
-			return 2
-		}
-		specs = append(specs, spec)
-	}
-	u := &upper{dir: mustAbs(*dir), nodes: specs, etcdQuota: *etcdQuota}
-	for _, raw := range systemNodes {
-		spec, err := parseSystemNodeSpec(raw)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "localkube up:", err)
-			return 2
-		}
-		u.systemNodes = append(u.systemNodes, spec)
-	}
-	u.etcdDir = *etcdDir
+	u := &upper{dir: mustAbs(*dir), nodes: nodes.specs, systemNodes: systemNodes.specs, etcdQuota: *etcdQuota,
+		etcdDir: *etcdDir}
 	if u.etcdDir == "" {
 		u.etcdDir = filepath.Join(u.dir, "etcd")
 	}
@@ -251,22 +245,11 @@ func (u *upper) run(ctx context.Context) error {
 	if err := u.waitSettled(ctx, client); err != nil {
 		return err
 	}
-	var names []string
-	for _, n := range u.nodes {
-		names = append(names, n.Name)
-	}
-	for _, n := range u.systemNodes {
-		names = append(names, n.Name)
-	}
 	st := state{
 		Server: server, CAFile: u.pki.CAFile, Kubeconfigs: kubeconfigs, Tokens: tokens,
 		AuditLog: auditLog, KubernetesVer: kubernetesVersion(),
 		StartupSeconds: time.Since(began).Seconds(), PID: os.Getpid(),
-		WebhookClientCA: webhookClientCA, Nodes: names,
-		Logs: map[string]string{},
-	}
-	for _, c := range u.children {
-		st.Logs[c.name] = u.logPath(c.name)
+		WebhookClientCA: webhookClientCA,
 	}
 	if u.system != nil {
 		st.System = &u.system.state
@@ -305,19 +288,14 @@ func (u *upper) allUsers() []user {
 	for _, n := range u.systemNodes {
 		users = append(users, user{Name: "system:node:" + n.Name, Groups: []string{"system:nodes", "system:masters"}})
 	}
-	seen := map[string]bool{}
-	for _, usr := range users {
-		seen[usr.Name] = true
-	}
 	for _, usr := range u.users {
-		if !seen[usr.Name] {
-			seen[usr.Name] = true
+		if !slices.ContainsFunc(users, func(known user) bool { return known.Name == usr.Name }) {
 			users = append(users, usr)
 		}
 	}
 	for i := range users {
 		if users[i].Token == "" {
-			users[i].Token = randomToken()
+			users[i].Token = rand.Text()
 		}
 	}
 	return users
@@ -352,53 +330,50 @@ func (u *upper) writeAdmissionConfig() (string, error) {
 	if err := clientcmd.WriteToFile(*kubeconfig, kubeconfigPath); err != nil {
 		return "", err
 	}
-	config := fmt.Sprintf(`apiVersion: apiserver.config.k8s.io/v1
-kind: AdmissionConfiguration
-plugins:
-- name: ValidatingAdmissionWebhook
-  configuration:
-    apiVersion: apiserver.config.k8s.io/v1
-    kind: WebhookAdmissionConfiguration
-    kubeConfigFile: %[1]s
-- name: MutatingAdmissionWebhook
-  configuration:
-    apiVersion: apiserver.config.k8s.io/v1
-    kind: WebhookAdmissionConfiguration
-    kubeConfigFile: %[1]s
-# Critical priority classes only where a ResourceQuota admits them, as managed
-# clusters keep them for the platform's own pods.
-- name: ResourceQuota
-  configuration:
-    apiVersion: apiserver.config.k8s.io/v1
-    kind: ResourceQuotaConfiguration
-    limitedResources:
-    - resource: pods
-      matchScopes:
-      - scopeName: PriorityClass
-        operator: In
-        values: ["system-node-critical", "system-cluster-critical"]
-`, kubeconfigPath)
-	return u.pki.CAFile, os.WriteFile(filepath.Join(pkiDir, "admission.yaml"), []byte(config), 0o600)
+	webhook, err := json.Marshal(webhookv1.WebhookAdmission{
+		TypeMeta:       metav1.TypeMeta{APIVersion: "apiserver.config.k8s.io/v1", Kind: "WebhookAdmissionConfiguration"},
+		KubeConfigFile: kubeconfigPath,
+	})
+	if err != nil {
+		return "", err
+	}
+	// Critical priority classes only where a ResourceQuota admits them, as managed
+	// clusters keep them for the platform's own pods.
+	quota, err := json.Marshal(quotav1.Configuration{
+		TypeMeta: metav1.TypeMeta{APIVersion: "apiserver.config.k8s.io/v1", Kind: "ResourceQuotaConfiguration"},
+		LimitedResources: []quotav1.LimitedResource{{Resource: "pods", MatchScopes: []corev1.ScopedResourceSelectorRequirement{{
+			ScopeName: corev1.ResourceQuotaScopePriorityClass, Operator: corev1.ScopeSelectorOpIn,
+			Values: []string{"system-node-critical", "system-cluster-critical"},
+		}}}},
+	})
+	if err != nil {
+		return "", err
+	}
+	return u.pki.CAFile, writeJSONAtomic(filepath.Join(pkiDir, "admission.json"), apiserverv1.AdmissionConfiguration{
+		TypeMeta: metav1.TypeMeta{APIVersion: "apiserver.config.k8s.io/v1", Kind: "AdmissionConfiguration"},
+		Plugins: []apiserverv1.AdmissionPluginConfiguration{
+			{Name: "ValidatingAdmissionWebhook", Configuration: &runtime.Unknown{Raw: webhook}},
+			{Name: "MutatingAdmissionWebhook", Configuration: &runtime.Unknown{Raw: webhook}},
+			{Name: "ResourceQuota", Configuration: &runtime.Unknown{Raw: quota}},
+		},
+	})
 }
 
 // writeAuditPolicy records every write to Jobs and Leases with the request
 // and response bodies: who the API server authenticated, and at which
 // resourceVersion each write committed (tests judge the gates from it).
 func (u *upper) writeAuditPolicy() error {
-	policy := `apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: ["RequestReceived"]
-rules:
-- level: RequestResponse
-  verbs: ["create", "update", "patch", "delete"]
-  resources:
-  - group: "batch"
-    resources: ["jobs"]
-  - group: "coordination.k8s.io"
-    resources: ["leases"]
-- level: None
-`
-	return os.WriteFile(filepath.Join(u.dir, "pki", "audit-policy.yaml"), []byte(policy), 0o600)
+	return writeJSONAtomic(filepath.Join(u.dir, "pki", "audit-policy.json"), auditv1.Policy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "audit.k8s.io/v1", Kind: "Policy"},
+		OmitStages: []auditv1.Stage{auditv1.StageRequestReceived},
+		Rules: []auditv1.PolicyRule{{
+			Level: auditv1.LevelRequestResponse, Verbs: []string{"create", "update", "patch", "delete"},
+			Resources: []auditv1.GroupResources{
+				{Group: "batch", Resources: []string{"jobs"}},
+				{Group: "coordination.k8s.io", Resources: []string{"leases"}},
+			},
+		}, {Level: auditv1.LevelNone}},
+	})
 }
 
 func (u *upper) apiserverArgs(etcdURL, auditLog string) ([]string, error) {
@@ -433,8 +408,8 @@ func (u *upper) apiserverArgs(etcdURL, auditLog string) ([]string, error) {
 		"--authorization-mode=RBAC",
 		"--service-cluster-ip-range=" + serviceCIDR,
 		"--allow-privileged=true",
-		"--admission-control-config-file=" + filepath.Join(pkiDir, "admission.yaml"),
-		"--audit-policy-file=" + filepath.Join(pkiDir, "audit-policy.yaml"),
+		"--admission-control-config-file=" + filepath.Join(pkiDir, "admission.json"),
+		"--audit-policy-file=" + filepath.Join(pkiDir, "audit-policy.json"),
 		"--audit-log-path=" + auditLog,
 		"--audit-log-format=json",
 		"--audit-log-maxsize=0",
@@ -645,7 +620,7 @@ func (u *upper) waitSettled(ctx context.Context, client kubernetes.Interface) er
 			return false, nil
 		}
 		for i := range nodes.Items {
-			if c := readyCondition(&nodes.Items[i]); c == nil || c.Status != corev1.ConditionTrue {
+			if _, c := nodeutil.GetNodeCondition(&nodes.Items[i].Status, corev1.NodeReady); c == nil || c.Status != corev1.ConditionTrue {
 				continue
 			}
 			if nodes.Items[i].Labels[managedLabel] == "true" {
@@ -692,14 +667,6 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func randomToken() string {
-	b := make([]byte, 24)
-	if _, err := rand.Read(b); err != nil {
-		panic(err)
-	}
-	return hex.EncodeToString(b)
 }
 
 func mustAbs(p string) string {
