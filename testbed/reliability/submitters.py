@@ -61,6 +61,7 @@ from elbgate.kube.api import ApiError, ApiUnavailable
 from elbgate.kube.config import KubeConfig
 from elbgate.settings import Settings
 from testbed.clients import ClientError, DashboardLeaseClient, LeaseClient, lease_name, parse_time
+from testbed.component import host_env
 from testbed.controlplane import REPO, ControlPlane, PodIdentity, kubectl_path
 from testbed.holders import NODE_LABEL, crash, node_not_ready, past_the_second_of
 from testbed.reliability.jobs import JobPlan, create_job, job_body
@@ -442,17 +443,13 @@ class Submitter:
             directory = self.workdir / f"{self.tag}-cli-{attempt}"
             directory.mkdir(parents=True)
             script = self._cli_script(directory)
-            env = {k: v for k, v in os.environ.items() if not k.startswith(("BLAST_", "ELB_GATE_"))}
-            env.pop("KUBERNETES_SERVICE_HOST", None)
-            # give up (exit code, not a hang) when the schedule's time is up
-            env.update(self._env(max(1, int(self._deadline - time.monotonic()))))
-            env.update(
-                {
-                    "KUBECONFIG": self.kubeconfig,
-                    "KUBECACHEDIR": str(self.cp.state_dir / "kubectl-cache"),
-                    "D": str(directory),
-                }
-            )
+            env = {
+                **host_env(self.kubeconfig),
+                # give up (exit code, not a hang) when the schedule's time is up
+                **self._env(max(1, int(self._deadline - time.monotonic()))),
+                "KUBECACHEDIR": str(self.cp.state_dir / "kubectl-cache"),
+                "D": str(directory),
+            }
             command = [
                 sys.executable, "-m", "client", "submit", "-n", self.namespace,
                 "--source", "cli", "--poll-interval", str(POLL_SECONDS),
