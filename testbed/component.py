@@ -30,16 +30,25 @@ from testbed.controlplane import REPO, PodIdentity
 from testbed.waiting import wait_until
 
 
+def host_env(kubeconfig: str | None = None) -> dict[str, str]:
+    """The environment of a process the test bed starts on the host (a component, a
+    submitter, the CLI): the host's without this repo's settings keys (``ELB_GATE_*``,
+    ``BLAST_*``) or an in-cluster configuration, reaching the API server through
+    ``kubeconfig`` when one is given."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ELB_GATE_", "BLAST_"))}
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    if kubeconfig is not None:
+        env["KUBECONFIG"] = kubeconfig
+    return env
+
+
 def component_env(
     identity: PodIdentity, kubeconfig: str, settings: Mapping[str, str]
 ) -> dict[str, str]:
-    """The environment of a component process on the host: the host's without this
-    repo's settings keys or in-cluster config, reaching the API server through
-    ``kubeconfig`` as ``identity``'s Pod, logging JSON, with ``settings`` on top."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ELB_GATE_", "BLAST_"))}
-    env.pop("KUBERNETES_SERVICE_HOST", None)
+    """The environment of a component process on the host (:func:`host_env`), as
+    ``identity``'s Pod, logging JSON, with ``settings`` on top."""
+    env = host_env(kubeconfig)
     env.update(
-        KUBECONFIG=kubeconfig,
         ELB_GATE_BIND_ADDRESS="127.0.0.1",
         ELB_GATE_POD_NAME=identity.pod,
         ELB_GATE_POD_NAMESPACE=identity.namespace,

@@ -34,6 +34,7 @@ from elbgate.kube.config import KubeConfig
 from elbgate.lease import new_holder_identity
 from elbgate.names import SEARCH_JOB_SELECTOR, UNFINISHED_JOB_FIELD_SELECTOR
 from testbed.clients import DashboardLeaseClient
+from testbed.component import host_env
 from testbed.controlplane import REPO, kubectl_path
 from testbed.demo.searches import search_manifests
 from testbed.demo.system import (
@@ -117,12 +118,9 @@ class DashboardSubmitter(SubmitTask):
 def child_env(system: System, kubeconfig: str) -> dict[str, str]:
     """The environment of a submitter process: the demo's settings, the identity's
     kubeconfig, the pinned kubectl; never an in-cluster configuration."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ELB_GATE_", "BLAST_"))}
-    env.pop("KUBERNETES_SERVICE_HOST", None)
     return {
-        **env,
+        **host_env(kubeconfig),
         **system.env,
-        "KUBECONFIG": kubeconfig,
         "KUBECTL": str(kubectl_path()),
         "KUBECACHEDIR": str(system.root / "kubectl-cache"),
         "PYTHONUNBUFFERED": "1",

@@ -49,6 +49,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -61,6 +62,7 @@ from elbgate.kube.api import ApiError, ApiUnavailable
 from elbgate.kube.config import KubeConfig
 from elbgate.settings import Settings
 from testbed.clients import ClientError, DashboardLeaseClient, LeaseClient, lease_name, parse_time
+from testbed.component import host_env
 from testbed.controlplane import REPO, ControlPlane, PodIdentity, kubectl_path
 from testbed.holders import NODE_LABEL, crash, node_not_ready, past_the_second_of
 from testbed.reliability.jobs import JobPlan, create_job, job_body
@@ -174,18 +176,14 @@ class Submitter:
         users: Callable[[], str],
     ) -> None:
         self.cp = cp
-        self._users = users
         self.board = board
         self.namespace = namespace
         self.plan = plan
         self.tag = tag
         self.workdir = workdir
-        self._own_node = own_node
-        """A Node of its own, for a Pod whose node will stop being Ready (turning a shared
-        node NotReady would take the webhook's and the controller's Pods along)."""
         self.pod: PodIdentity | None
         """Whose ServiceAccount token it submits with (``None``: a plain user's)."""
-        self.username, self.kubeconfig, self.token, self.pod = self._identity()
+        self.username, self.kubeconfig, self.token, self.pod = self._identity(users, own_node)
         self.ttl = plan.ttl
         self._poll = POLL_SECONDS
         self._jitter = random.Random(tag)
@@ -218,14 +216,18 @@ class Submitter:
         """That Job's name."""
         self._resuming = False
 
-    def _identity(self) -> tuple[str, str, str, PodIdentity | None]:
+    def _identity(
+        self, users: Callable[[], str], own_node: Callable[[], str]
+    ) -> tuple[str, str, str, PodIdentity | None]:
         """A plain user, or a Pod's ServiceAccount: (username, kubeconfig, token, pod)."""
         if not self.plan.pod_identity:
-            name = self._users()
+            name = users()
             return name, self.cp.kubeconfig(name), self.cp.token(name), None
         selector = None
         if self.plan.death == "node_not_ready":
-            selector = {NODE_LABEL: self._own_node()}
+            # A Node of its own: turning a shared node NotReady would take the webhook's
+            # and the controller's Pods along.
+            selector = {NODE_LABEL: own_node()}
         restart = "Never" if self.plan.death == "pod_failed" else "Always"
         sa = f"{self.plan.protocol}-submit"
         pod = self.cp.pod_identity(
@@ -281,7 +283,12 @@ class Submitter:
         death = self.plan.death
         pod = self.pod
         if death in ("pod_failed", "container_restarted"):
-            self._after_last_renewal_second()
+            # This death is meant to be provable: wait until the clock's second is past
+            # the Lease's last renewal (testbed.holders.past_the_second_of).
+            lease = self.cp.admin.find("leases", self.namespace, lease_name(self.namespace))
+            renewed = parse_time(((lease or {}).get("spec") or {}).get("renewTime"))
+            if renewed is not None:
+                past_the_second_of(renewed)
         self.crashed = True
         self.died_at = datetime.now(UTC)
         self.note(f"dies: {death}")
@@ -292,14 +299,6 @@ class Submitter:
         elif pod is not None and death == "node_not_ready":
             node_not_ready(self.cp, pod.node)
         raise Crash()
-
-    def _after_last_renewal_second(self) -> None:
-        """Wait until the clock's second is past the Lease's last renewal: this death is
-        meant to be provable (:func:`testbed.holders.past_the_second_of`)."""
-        lease = self.cp.admin.find("leases", self.namespace, lease_name(self.namespace))
-        renewed = parse_time(((lease or {}).get("spec") or {}).get("renewTime"))
-        if renewed is not None:
-            past_the_second_of(renewed)
 
     # -- creating the search ----------------------------------------------------------------
 
@@ -442,17 +441,13 @@ class Submitter:
             directory = self.workdir / f"{self.tag}-cli-{attempt}"
             directory.mkdir(parents=True)
             script = self._cli_script(directory)
-            env = {k: v for k, v in os.environ.items() if not k.startswith(("BLAST_", "ELB_GATE_"))}
-            env.pop("KUBERNETES_SERVICE_HOST", None)
-            # give up (exit code, not a hang) when the schedule's time is up
-            env.update(self._env(max(1, int(self._deadline - time.monotonic()))))
-            env.update(
-                {
-                    "KUBECONFIG": self.kubeconfig,
-                    "KUBECACHEDIR": str(self.cp.state_dir / "kubectl-cache"),
-                    "D": str(directory),
-                }
-            )
+            env = {
+                **host_env(self.kubeconfig),
+                # give up (exit code, not a hang) when the schedule's time is up
+                **self._env(max(1, int(self._deadline - time.monotonic()))),
+                "KUBECACHEDIR": str(self.cp.state_dir / "kubectl-cache"),
+                "D": str(directory),
+            }
             command = [
                 sys.executable, "-m", "client", "submit", "-n", self.namespace,
                 "--source", "cli", "--poll-interval", str(POLL_SECONDS),
@@ -474,10 +469,8 @@ class Submitter:
             time.sleep(POLL_SECONDS)
 
     def _collect_cli(self, directory: Path) -> None:
-        try:
+        with suppress(OSError):
             self.holders.update(CLI_HOLDER.findall((directory / "cli.err").read_text()))
-        except OSError:
-            pass
         for i, plan in enumerate(self.plan.jobs):
             if (directory / f"created{i}").exists():
                 self.created.add(plan.name)
@@ -492,12 +485,8 @@ class Submitter:
             if self.plan.crash is not None and (directory / "crash_point").exists():
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(10)
-                pid_file = directory / "pid"
-                if pid_file.exists():
-                    try:
-                        os.killpg(int(pid_file.read_text().strip()), signal.SIGKILL)
-                    except (ProcessLookupError, ValueError):
-                        pass
+                with suppress(OSError, ValueError):  # no pid file yet, or the group is gone
+                    os.killpg(int((directory / "pid").read_text().strip()), signal.SIGKILL)
                 self._collect_cli(directory)
                 self._die()
             if time.monotonic() > self._deadline + 30:
@@ -516,7 +505,40 @@ class Submitter:
         self.holders.add(path.lease.holder)
         if self.plan.takes_over:
             self._await_stall(path)
-        self._submit_with(path)
+        if self.plan.intrude:
+            # Open the search without the Lease: Gate A must refuse (403).
+            self.intrusions += 1
+            code = path.create_job(self._bodies()[0])
+            self.note(f"intrusion: {code}")
+            if code in (200, 201):
+                self.created.add(self.plan.jobs[0].name)
+                self.intrusions_admitted.append(self.plan.jobs[0].name)
+            elif code == 403:
+                self.intrusions_refused += 1
+        while self._time_left():
+            try:
+                outcome: str = path.lease.acquire()
+            except ClientError as exc:
+                outcome = f"acquire failed: {exc}"
+            if outcome not in ("acquired", "renewed"):
+                self.note(outcome)
+                self._pause()
+                continue
+            self.note("acquired")
+            self._poll = POLL_SECONDS
+            if self.plan.crash == "after_acquire":
+                self._die()
+            if not self.created and not self.plan.skip_count and path.count() >= CEILING:
+                self._release(path.lease)
+                self.note("full")
+                self._pause()
+                continue
+            result = self._create_jobs(path.create_job)
+            self._release(path.lease)
+            self.note(f"released after {result}")
+            if result == "done":
+                return
+            self._pause()
 
     def _await_stall(self, path: SubmitPath) -> None:
         """Wait for the schedule's staller to stall, then until its hold expires on this
@@ -537,44 +559,6 @@ class Submitter:
         while self._time_left() and not client.sees_expired(stored):
             time.sleep(0.02)
         self.note("polls as the stalled hold expires")
-
-    def _submit_with(self, path: SubmitPath) -> None:
-        if self.plan.intrude:
-            # Open the search without the Lease: Gate A must refuse (403).
-            self.intrusions += 1
-            code = path.create_job(self._bodies()[0])
-            self.note(f"intrusion: {code}")
-            if code in (200, 201):
-                self.created.add(self.plan.jobs[0].name)
-                self.intrusions_admitted.append(self.plan.jobs[0].name)
-            elif code == 403:
-                self.intrusions_refused += 1
-        while self._time_left():
-            try:
-                outcome = path.lease.acquire()
-            except ClientError as exc:
-                self.note(f"acquire failed: {exc}")
-                self._pause()
-                continue
-            if outcome not in ("acquired", "renewed"):
-                self.note(outcome)
-                self._pause()
-                continue
-            self.note("acquired")
-            self._poll = POLL_SECONDS
-            if self.plan.crash == "after_acquire":
-                self._die()
-            if not self.created and not self.plan.skip_count and path.count() >= CEILING:
-                self._release(path.lease)
-                self.note("full")
-                self._pause()
-                continue
-            result = self._create_jobs(path.create_job)
-            self._release(path.lease)
-            self.note(f"released after {result}")
-            if result == "done":
-                return
-            self._pause()
 
     def _release(self, lease: LeaseClient) -> None:
         try:

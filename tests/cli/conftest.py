@@ -4,7 +4,6 @@ namespace of the kubeconfig context the CLI runs with)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.component import host_env
 from testbed.controlplane import ControlPlane
 from testbed.waiting import wait_until
 from testbed.webhook_process import SHORT_LEASES, WebhookProcess
@@ -93,9 +93,7 @@ class Cli:
         return str(path)
 
     def env(self, user: str = "alice", **extra: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("BLAST_", "ELB_GATE_"))}
-        env.pop("KUBERNETES_SERVICE_HOST", None)
-        return {**env, **SMALL, "KUBECONFIG": self.kubeconfig(user), **extra}
+        return {**host_env(self.kubeconfig(user)), **SMALL, **extra}
 
     def start(self, *args: str, user: str = "alice", **env: str) -> CliRun:
         n = len(self.runs)

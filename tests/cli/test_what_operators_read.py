@@ -7,7 +7,6 @@ is not a namespace that does not exist)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from aiohttp import web
 
 from client.cli import exit_codes
 from client.cli.connection import KUBECONFIG_ORDER
+from testbed.component import host_env
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "cli.md"
@@ -36,9 +36,8 @@ COMMANDS = {
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("BLAST_", "ELB_GATE_"))}
-    for name in ("KUBERNETES_SERVICE_HOST", "KUBECONFIG"):
-        env.pop(name, None)
+    env = host_env()
+    env.pop("KUBECONFIG", None)
     return {**env, **extra}
 
 

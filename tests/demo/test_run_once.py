@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.component import host_env
 from testbed.controlplane import ControlPlane
 from testbed.waiting import wait_until
 
@@ -40,10 +41,8 @@ class Run:
 def demo_env(tmp: Path, cp: ControlPlane) -> dict[str, str]:
     """The caller's environment with temporary files under ``tmp`` (to check cleanup),
     attached to the session's control plane."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ELB_GATE_", "BLAST_"))}
-    env.pop("KUBERNETES_SERVICE_HOST", None)
     return {
-        **env,
+        **host_env(),
         "TMPDIR": str(tmp),
         "PYTHONUNBUFFERED": "1",
         "ELB_GATE_CONTROL_PLANE": str(cp.state_dir),

@@ -11,7 +11,6 @@ and every request goes through the API server to the webhook over TLS.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -22,6 +21,7 @@ import pytest
 from testbed import elastic_blast
 from testbed.api import JsonObj
 from testbed.clients import DashboardLeaseClient, ShardOutcome, new_holder, split_fan_out
+from testbed.component import host_env
 from testbed.controlplane import ControlPlane
 from testbed.webhook_process import WebhookProcess
 from tests.webhook.conftest import API_TIMEOUT_SECONDS, decisions
@@ -92,14 +92,11 @@ def census(cp: ControlPlane, namespace: str, tmp: Path, user: str = "operator") 
     """``elb-gate census -o json`` as ``user``, in ``namespace``."""
     kubeconfig = tmp / f"{user}.kubeconfig"
     cp.write_kubeconfig(kubeconfig, user, cp.token(user), namespace)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("BLAST_", "ELB_GATE_"))}
-    env.pop("KUBERNETES_SERVICE_HOST", None)
-    env["KUBECONFIG"] = str(kubeconfig)
     result = subprocess.run(
         [sys.executable, "-m", "client", "census", "-o", "json"],
         capture_output=True,
         text=True,
-        env=env,
+        env=host_env(str(kubeconfig)),
         timeout=120,
         check=False,
     )
