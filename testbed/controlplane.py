@@ -13,6 +13,7 @@ namespace. ``ELB_GATE_CONTROL_PLANE=<dir>`` attaches to one already running
 
 from __future__ import annotations
 
+import glob
 import itertools
 import json
 import os
@@ -24,6 +25,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -364,19 +366,15 @@ class ControlPlane:
         meta = pod["metadata"]
         bound = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}
         account = (pod.get("spec") or {}).get("serviceAccountName") or "default"
-        return self._token(meta["namespace"], account, expiration_seconds, bound)
+        spec = {"expirationSeconds": expiration_seconds, "boundObjectRef": bound}
+        return self._token(meta["namespace"], account, spec)
 
     def service_account_token(self, namespace: str, service_account: str) -> str:
         """A token for a ServiceAccount not bound to any Pod (valid a day)."""
         self.ensure_service_account(namespace, service_account)
-        return self._token(namespace, service_account, 86400)
+        return self._token(namespace, service_account, {"expirationSeconds": 86400})
 
-    def _token(
-        self, namespace: str, account: str, expiration: int, bound: JsonObj | None = None
-    ) -> str:
-        spec: JsonObj = {"expirationSeconds": expiration}
-        if bound is not None:
-            spec["boundObjectRef"] = bound
+    def _token(self, namespace: str, account: str, spec: JsonObj) -> str:
         request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
         path = self.admin.resource("serviceaccounts").path(namespace, account, "token")
         return str(self.admin.request("POST", path, request)["status"]["token"])
@@ -435,16 +433,9 @@ class ControlPlane:
         return name
 
     def ensure_namespace(self, name: str, labels: Mapping[str, str] | None = None) -> None:
-        existing = self.admin.find("namespaces", None, name)
-        if existing is None:
-            self.admin.create(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Namespace",
-                    "metadata": {"name": name, "labels": dict(labels or {})},
-                }
-            )
-        elif labels:
+        meta = {"name": name, "labels": dict(labels or {})}
+        self.create_once({"apiVersion": "v1", "kind": "Namespace", "metadata": meta})
+        if labels:  # on one that was there already, too
             self.admin.patch("namespaces", None, name, {"metadata": {"labels": dict(labels)}})
         # Pods need the namespace's default ServiceAccount (the controller creates it).
         wait_until(
@@ -490,15 +481,9 @@ change: long enough for a localkube that is starting to open it."""
 def held_open() -> set[str]:
     """Every path some process on the machine holds open (that this user may see)."""
     held = set()
-    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
-        try:
-            for fd in fd_dir.iterdir():
-                try:
-                    held.add(os.readlink(fd))
-                except OSError:
-                    continue
-        except OSError:
-            continue  # the process ended, or is not ours to read
+    for fd in glob.glob("/proc/[0-9]*/fd/*"):  # glob skips the directories it may not read
+        with suppress(OSError):  # the process ended, or closed the file
+            held.add(os.readlink(fd))
     return held
 
 
