@@ -244,12 +244,6 @@ class ControlPlane:
         if self.etcd_dir is not None:  # localkube removes it too, unless it was killed
             shutil.rmtree(self.etcd_dir, ignore_errors=True)
 
-    def __enter__(self) -> ControlPlane:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     # -- identities ---------------------------------------------------------------------
 
     def kubeconfig(self, user: str) -> str:
