@@ -318,10 +318,21 @@ class ControlPlane:
                 ],
             },
         }
-        created = wait_until(
-            lambda: self._create_pod(body), 120, f"pod {namespace}/{name} created", 0.05
-        )
-        uid = created["metadata"]["uid"]
+
+        def create() -> JsonObj | None:
+            """Create the Pod, or take the one of that name and ServiceAccount an earlier
+            test session left on an attached control plane (``ELB_GATE_CONTROL_PLANE``);
+            ``None`` while a Pod of that name is still being removed (a StatefulSet
+            recreating a Pod waits the same way)."""
+            existing = self.admin.find("pods", namespace, name)
+            if existing is not None:
+                if existing["metadata"].get("deletionTimestamp"):
+                    return None
+                if existing["spec"].get("serviceAccountName") == service_account:
+                    return existing
+            return self.admin.create(body)
+
+        uid = wait_until(create, 120, f"pod {namespace}/{name} created", 0.05)["metadata"]["uid"]
 
         def running() -> JsonObj | None:
             found = self.admin.find("pods", namespace, name)
@@ -339,20 +350,6 @@ class ControlPlane:
         self.write_kubeconfig(path, f"{namespace}-{name}", token, namespace)
         node = pod_now["spec"].get("nodeName", "")
         return PodIdentity(namespace, service_account, name, uid, node, token, str(path))
-
-    def _create_pod(self, body: JsonObj) -> JsonObj | None:
-        """Create the Pod, or take the one of that name and ServiceAccount an earlier
-        test session left on an attached control plane (``ELB_GATE_CONTROL_PLANE``);
-        ``None`` while a Pod of that name is still being removed (a StatefulSet
-        recreating a Pod waits the same way)."""
-        meta, spec = body["metadata"], body["spec"]
-        existing = self.admin.find("pods", meta["namespace"], meta["name"])
-        if existing is not None:
-            if existing["metadata"].get("deletionTimestamp"):
-                return None
-            if existing["spec"].get("serviceAccountName") == spec.get("serviceAccountName"):
-                return existing
-        return self.admin.create(body)
 
     def pod_token(self, pod: JsonObj, expiration_seconds: int = 3600) -> str:
         """A token of the Pod's ServiceAccount bound to the Pod (TokenRequest with a
