@@ -13,6 +13,7 @@ namespace. ``ELB_GATE_CONTROL_PLANE=<dir>`` attaches to one already running
 
 from __future__ import annotations
 
+import glob
 import itertools
 import json
 import os
@@ -24,6 +25,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -242,12 +244,6 @@ class ControlPlane:
         if self.etcd_dir is not None:  # localkube removes it too, unless it was killed
             shutil.rmtree(self.etcd_dir, ignore_errors=True)
 
-    def __enter__(self) -> ControlPlane:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     # -- identities ---------------------------------------------------------------------
 
     def kubeconfig(self, user: str) -> str:
@@ -322,10 +318,21 @@ class ControlPlane:
                 ],
             },
         }
-        created = wait_until(
-            lambda: self._create_pod(body), 120, f"pod {namespace}/{name} created", 0.05
-        )
-        uid = created["metadata"]["uid"]
+
+        def create() -> JsonObj | None:
+            """Create the Pod, or take the one of that name and ServiceAccount an earlier
+            test session left on an attached control plane (``ELB_GATE_CONTROL_PLANE``);
+            ``None`` while a Pod of that name is still being removed (a StatefulSet
+            recreating a Pod waits the same way)."""
+            existing = self.admin.find("pods", namespace, name)
+            if existing is not None:
+                if existing["metadata"].get("deletionTimestamp"):
+                    return None
+                if existing["spec"].get("serviceAccountName") == service_account:
+                    return existing
+            return self.admin.create(body)
+
+        uid = wait_until(create, 120, f"pod {namespace}/{name} created", 0.05)["metadata"]["uid"]
 
         def running() -> JsonObj | None:
             found = self.admin.find("pods", namespace, name)
@@ -344,39 +351,21 @@ class ControlPlane:
         node = pod_now["spec"].get("nodeName", "")
         return PodIdentity(namespace, service_account, name, uid, node, token, str(path))
 
-    def _create_pod(self, body: JsonObj) -> JsonObj | None:
-        """Create the Pod, or take the one of that name and ServiceAccount an earlier
-        test session left on an attached control plane (``ELB_GATE_CONTROL_PLANE``);
-        ``None`` while a Pod of that name is still being removed (a StatefulSet
-        recreating a Pod waits the same way)."""
-        meta, spec = body["metadata"], body["spec"]
-        existing = self.admin.find("pods", meta["namespace"], meta["name"])
-        if existing is not None:
-            if existing["metadata"].get("deletionTimestamp"):
-                return None
-            if existing["spec"].get("serviceAccountName") == spec.get("serviceAccountName"):
-                return existing
-        return self.admin.create(body)
-
     def pod_token(self, pod: JsonObj, expiration_seconds: int = 3600) -> str:
         """A token of the Pod's ServiceAccount bound to the Pod (TokenRequest with a
         ``boundObjectRef``), as the kubelet projects it into the Pod."""
         meta = pod["metadata"]
         bound = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}
         account = (pod.get("spec") or {}).get("serviceAccountName") or "default"
-        return self._token(meta["namespace"], account, expiration_seconds, bound)
+        spec = {"expirationSeconds": expiration_seconds, "boundObjectRef": bound}
+        return self._token(meta["namespace"], account, spec)
 
     def service_account_token(self, namespace: str, service_account: str) -> str:
         """A token for a ServiceAccount not bound to any Pod (valid a day)."""
         self.ensure_service_account(namespace, service_account)
-        return self._token(namespace, service_account, 86400)
+        return self._token(namespace, service_account, {"expirationSeconds": 86400})
 
-    def _token(
-        self, namespace: str, account: str, expiration: int, bound: JsonObj | None = None
-    ) -> str:
-        spec: JsonObj = {"expirationSeconds": expiration}
-        if bound is not None:
-            spec["boundObjectRef"] = bound
+    def _token(self, namespace: str, account: str, spec: JsonObj) -> str:
         request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
         path = self.admin.resource("serviceaccounts").path(namespace, account, "token")
         return str(self.admin.request("POST", path, request)["status"]["token"])
@@ -435,16 +424,9 @@ class ControlPlane:
         return name
 
     def ensure_namespace(self, name: str, labels: Mapping[str, str] | None = None) -> None:
-        existing = self.admin.find("namespaces", None, name)
-        if existing is None:
-            self.admin.create(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Namespace",
-                    "metadata": {"name": name, "labels": dict(labels or {})},
-                }
-            )
-        elif labels:
+        meta = {"name": name, "labels": dict(labels or {})}
+        self.create_once({"apiVersion": "v1", "kind": "Namespace", "metadata": meta})
+        if labels:  # on one that was there already, too
             self.admin.patch("namespaces", None, name, {"metadata": {"labels": dict(labels)}})
         # Pods need the namespace's default ServiceAccount (the controller creates it).
         wait_until(
@@ -490,15 +472,9 @@ change: long enough for a localkube that is starting to open it."""
 def held_open() -> set[str]:
     """Every path some process on the machine holds open (that this user may see)."""
     held = set()
-    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
-        try:
-            for fd in fd_dir.iterdir():
-                try:
-                    held.add(os.readlink(fd))
-                except OSError:
-                    continue
-        except OSError:
-            continue  # the process ended, or is not ours to read
+    for fd in glob.glob("/proc/[0-9]*/fd/*"):  # glob skips the directories it may not read
+        with suppress(OSError):  # the process ended, or closed the file
+            held.add(os.readlink(fd))
     return held
 
 

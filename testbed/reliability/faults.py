@@ -165,37 +165,34 @@ def webhook_trial(
 
 
 CONTROLLER_TARGETS: tuple[dict[str, Any], ...] = (
-    {"method": "GET", "resource": "jobs", "watch": False},
-    {"method": "GET", "resource": "jobs", "watch": True},
-    {"method": "GET", "resource": "leases", "watch": False},
-    {"method": "GET", "resource": "leases", "watch": True},
-    {"method": "GET", "resource": "pods"},
-    {"method": "GET", "resource": "nodes"},
-    {"method": "GET", "resource": "configmaps"},
-    {"method": "PUT", "resource": "leases"},
-    {"method": "PATCH", "resource": "leases"},
-    {"method": "PATCH", "resource": "jobs"},
-    {"method": "PUT", "resource": "jobs"},
+    *(
+        {"method": "GET", "resource": r, "watch": w}
+        for r in ("jobs", "leases")
+        for w in (False, True)
+    ),
+    *({"method": "GET", "resource": r} for r in ("pods", "nodes", "configmaps")),
+    *(
+        {"method": m, "resource": r}
+        for m in ("PUT", "PATCH")
+        for r in ("leases", "jobs", "configmaps")
+    ),
     {"method": "DELETE", "resource": "jobs"},
-    {"method": "POST", "resource": "events"},
-    {"method": "PUT", "resource": "configmaps"},
-    {"method": "POST", "resource": "configmaps"},
-    {"method": "PATCH", "resource": "configmaps"},
+    *({"method": "POST", "resource": r} for r in ("events", "configmaps")),
 )
 CLUSTER_SCOPED = ("nodes",)
 STORM_SECONDS = 4.0
 
 
 class LiveWatch:
-    """Flags any write that treats live objects as dead, as the watches deliver it."""
+    """Flags any write in ``ns`` that treats live objects as dead, as the watches deliver it."""
 
     def __init__(self, cp: ControlPlane, ns: str, holder: str, live_jobs: set[str]) -> None:
         self.ns, self.holder, self.live_jobs = ns, holder, live_jobs
         self.wrong: list[str] = []
         self.orphan_deleted = threading.Event()
         self._watches = [
-            Watch(cp.admin, "leases", self._on_lease, self._on_gap),
-            Watch(cp.admin, "jobs", self._on_job, self._on_gap),
+            Watch(cp.admin, "leases", self._on_lease, self._on_gap, namespace=ns),
+            Watch(cp.admin, "jobs", self._on_job, self._on_gap, namespace=ns),
         ]
         for watch in self._watches:
             watch.start()
@@ -208,16 +205,13 @@ class LiveWatch:
         self.wrong.append(f"the trial's own watch lost continuity: {why}")
 
     def _on_lease(self, kind: str, obj: JsonObj) -> None:
-        meta = obj.get("metadata") or {}
-        if kind == "LISTED" or meta.get("namespace") != self.ns:
-            return
-        if meta.get("name") == lease_name(self.ns):
+        if kind != "LISTED" and (obj.get("metadata") or {}).get("name") == lease_name(self.ns):
             if (obj.get("spec") or {}).get("holderIdentity") != self.holder:
                 self.wrong.append(f"live holder {self.holder} cleared ({kind})")
 
     def _on_job(self, kind: str, obj: JsonObj) -> None:
         meta = obj.get("metadata") or {}
-        if kind == "LISTED" or meta.get("namespace") != self.ns:
+        if kind == "LISTED":
             return
         name = str(meta.get("name"))
         if name in self.live_jobs:

@@ -120,13 +120,13 @@ class Observer:
         """Each Lease's last revision seen, per namespace (a write's previous one)."""
         self._lock = threading.Lock()
         self._sentinel_lock = threading.Lock()
-        self._sentinels = False
         self._watches = [
             Watch(admin, "jobs", self._on_job, self._on_gap),
             Watch(admin, "leases", self._on_lease, self._on_gap),
         ]
 
     def start(self) -> Observer:
+        self._make_sentinels()
         for watch in self._watches:
             watch.start()
         return self
@@ -148,8 +148,6 @@ class Observer:
         Returns the first sentinel's revision."""
         stamp = {"metadata": {"annotations": {"reliability.elb-gate.io/sync": uuid.uuid4().hex}}}
         with self._sentinel_lock:
-            if not self._sentinels:
-                self._make_sentinels()
             lease = self.admin.patch("leases", SENTINEL_NAMESPACE, SENTINEL, stamp)
             job = self.admin.patch("jobs", SENTINEL_NAMESPACE, SENTINEL, stamp)
         marks = [_rv(lease), _rv(job)]
@@ -183,7 +181,6 @@ class Observer:
             except ApiError as exc:
                 if exc.status != 409:  # made by an earlier observer on this control plane
                     raise
-        self._sentinels = True
 
     def watch(self, namespace: str) -> NamespaceRecord:
         """Check ``namespace`` against the rig's ceiling and finalizer grace from now on."""

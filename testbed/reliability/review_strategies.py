@@ -120,28 +120,27 @@ any_request = st.fixed_dictionaries(
         "dryRun": json_values,
     },
 )
-any_review = st.one_of(
-    st.fixed_dictionaries(
-        {
-            "apiVersion": st.sampled_from(["admission.k8s.io/v1"]) | hostile_text,
-            "kind": st.sampled_from(["AdmissionReview"]) | hostile_text,
-            "request": any_request,
-        },
-        optional={"response": json_values},
-    ),
-    json_values,
-)
+NEVER: st.SearchStrategy[Any] = st.nothing()
 
 
-def _well_formed(request: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
-    """An AdmissionReview of ``request`` with the right apiVersion and kind."""
+def _review(
+    request: st.SearchStrategy[Any],
+    odd: st.SearchStrategy[Any] = NEVER,
+    response: st.SearchStrategy[Any] = NEVER,
+) -> st.SearchStrategy[dict[str, Any]]:
+    """An AdmissionReview of ``request``: its apiVersion and kind right, or ``odd``; with a
+    ``response`` at times (:data:`NEVER`: never)."""
     return st.fixed_dictionaries(
         {
-            "apiVersion": st.just("admission.k8s.io/v1"),
-            "kind": st.just("AdmissionReview"),
+            "apiVersion": st.just("admission.k8s.io/v1") | odd,
+            "kind": st.just("AdmissionReview") | odd,
             "request": request,
-        }
+        },
+        optional={"response": response},
     )
+
+
+any_review = _review(any_request, hostile_text, json_values) | json_values
 
 
 def gated_job_review() -> st.SearchStrategy[dict[str, Any]]:
@@ -160,7 +159,7 @@ def gated_job_review() -> st.SearchStrategy[dict[str, Any]]:
         },
         optional={"oldObject": st.one_of(st.none(), job_object()), "name": hostile_text},
     )
-    return _well_formed(request)
+    return _review(request)
 
 
 def live_lease(now: datetime | None = None) -> dict[str, Any]:
@@ -196,8 +195,7 @@ def lease_attack_review() -> st.SearchStrategy[dict[str, Any]]:
         ),
     )
     times = st.one_of(
-        st.just(format_microtime(datetime.now(UTC) + timedelta(days=1))),
-        st.just(format_microtime(datetime.now(UTC) - timedelta(days=1))),
+        st.sampled_from([format_microtime(datetime.now(UTC) + timedelta(days=d)) for d in (1, -1)]),
         hostile_text,
         json_values,
     )
@@ -231,7 +229,7 @@ def lease_attack_review() -> st.SearchStrategy[dict[str, Any]]:
             ),
         }
     )
-    return _well_formed(request)
+    return _review(request)
 
 
 def _label(obj: Any, key: str) -> str | None:

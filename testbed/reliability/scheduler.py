@@ -259,12 +259,9 @@ class Runner:
             f"census disagrees with the oracle: {d}" for d in record.disagreements
         )
 
+        added = [a for a in record.added if start_rv < a.rv <= end_rv]
         seen = [s for s in record.leases if start_rv < s.rv <= end_rv]
-        seen += [
-            Seen(a.rv, "jobs", a.name, None, a.obj)
-            for a in record.added
-            if start_rv < a.rv <= end_rv
-        ]
+        seen += [Seen(a.rv, "jobs", a.name, None, a.obj) for a in added]
         deleted = {u: rv for u, rv in record.lease_deletes.items() if start_rv < rv <= end_rv}
 
         def complete() -> bool:
@@ -297,22 +294,18 @@ class Runner:
 
         by_rv = {w.rv: w for w in writes}
         verdicts: dict[str, str | None] = {}
-        for added in record.added:
-            if not start_rv < added.rv <= end_rv:
-                continue
+        for a in added:
             gated = (
-                added.app == "finalizer"
-                or (added.app == "setup" and added.key is None)
-                or not added.active_before
+                a.app == "finalizer" or (a.app == "setup" and a.key is None) or not a.active_before
             )
             if not gated:
                 continue
-            create = by_rv.get(added.rv)
+            create = by_rv.get(a.rv)
             if create is None or create.verb != "create":
                 continue  # reported as missing from the audit log above
             result.gate_a_checked += 1
             wrong = judge_gated_create(create, timeline, TERMS)
-            verdicts[added.name] = wrong
+            verdicts[a.name] = wrong
             if wrong is not None:
                 result.violations.append(f"Gate A: {wrong}")
 
