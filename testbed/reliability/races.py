@@ -251,37 +251,36 @@ class Races:
         }
 
     def _first_jobs(
-        self, ns: str, users: Sequence[str], apps: Sequence[str] = ("submit", "submit")
+        self,
+        ns: str,
+        user: str,
+        apps: Sequence[str] = ("submit", "submit"),
+        also: Sequence[Callable[[], object]] = (),
     ) -> None:
-        calls = []
-        for user, app in zip(users, apps, strict=True):
-            api, body = self.cp.api(user), job(ns, app, _id(), run=60)
-            calls.append(functools.partial(create, api, body))
-        at_once(calls)
-
-    def _seed(self, ns: str, user: str, rng: random.Random, live: int) -> None:
+        """``user``'s first Jobs of ``apps`` sent at once, with the calls ``also``."""
         api = self.cp.api(user)
-        for _ in range(live):
+        at_once([*(functools.partial(create, api, job(ns, a, _id(), run=60)) for a in apps), *also])
+
+    def _hold_and_seed(self, ns: str, user: str, rng: random.Random) -> DashboardLeaseClient:
+        """``user`` holds the Lease and runs one search short of the ceiling."""
+        holder = self.hold(ns, user)
+        api = self.cp.api(user)
+        for _ in range(CEILING - 1):
             create(api, job(ns, "blast", _id(), run=60))
         if rng.random() < 0.6:  # one more search, finishing about when the race starts
             create(api, job(ns, "blast", _id(), run=round(rng.uniform(0.5, 2.5), 1)))
             time.sleep(rng.uniform(0.5, 2.5))
+        return holder
 
     def _one_identity(self, ns: str, rng: random.Random) -> None:
-        self.hold(ns, "alice")
-        self._seed(ns, "alice", rng, CEILING - 1)
-        self._first_jobs(
-            ns,
-            ["alice", "alice"],
-            rng.choice([("submit", "submit"), ("submit", "setup"), ("blast", "finalizer")]),
-        )
+        self._hold_and_seed(ns, "alice", rng)
+        apps = rng.choice([("submit", "submit"), ("submit", "setup"), ("blast", "finalizer")])
+        self._first_jobs(ns, "alice", apps)
 
     def _siblings(self, ns: str, rng: random.Random) -> None:
-        holder = self.hold(ns, "dashboard-lease")
-        self._seed(ns, "dashboard-lease", rng, CEILING - 1)
-        api = self.cp.api("dashboard-lease")  # the one credential the workers share
-        b, c = job(ns, "submit", _id(), run=60), job(ns, "submit", _id(), run=60)
-        at_once([lambda: create(api, b), lambda: create(api, c), holder.acquire])
+        # dashboard-lease is the one credential the workers share.
+        holder = self._hold_and_seed(ns, "dashboard-lease", rng)
+        self._first_jobs(ns, "dashboard-lease", also=[holder.acquire])
 
     def _stagings(self, ns: str, rng: random.Random) -> None:
         self.hold(ns, "alice")
@@ -298,9 +297,7 @@ class Races:
         # carol stalls: no renewal; she wakes about when her hold has expired.
         time.sleep(ttl + SKEW_SECONDS + rng.uniform(-0.3, 0.6))
         taker = self.holder(ns, "bob")
-        carol, bob = self.cp.api("carol"), self.cp.api("bob")
-        mine, theirs = job(ns, "submit", _id(), run=60), job(ns, "submit", _id(), run=60)
-        at_once([lambda: create(carol, mine), taker.acquire])
+        self._first_jobs(ns, "carol", ["submit"], also=[taker.acquire])
         # bob waits for the hold (the webhook's clock may not call it expired yet),
         # and opens his search just as carol, still awake, tries once more under his
         # hold: the two first Jobs race (and may reach the two replicas).
@@ -310,8 +307,8 @@ class Races:
             f"bob to take the expired hold of {ns} over",
             interval=0.3,
         )
-        late = job(ns, "submit", _id(), run=60)
-        at_once([lambda: create(bob, theirs), lambda: create(carol, late)])
+        late = functools.partial(create, self.cp.api("carol"), job(ns, "submit", _id(), run=60))
+        self._first_jobs(ns, "bob", ["submit"], also=[late])
 
     def _finalizer_search(self, ns: str, user: str) -> None:
         """A search whose batch work finishes and is TTL-deleted at once while its
@@ -338,7 +335,7 @@ class Races:
         self.hold(ns, "alice")
         self._finalizer_search(ns, "alice")
         time.sleep(GRACE_SECONDS + rng.uniform(-2.0, 1.0))
-        self._first_jobs(ns, ["alice", "alice"])
+        self._first_jobs(ns, "alice")
 
     def _finalizer_grace(self, ns: str, rng: random.Random) -> None:
         self._controller_down_ttl(ns, rng)  # the same race, with the controller up
