@@ -93,7 +93,7 @@ class Request:
         return Write(rv=rv, verb=verb, obj=obj, **asked)
 
 
-def _request(event: Mapping[str, Any], name: object = None) -> dict[str, Any] | None:
+def request_fields(event: Mapping[str, Any], name: object = None) -> dict[str, Any] | None:
     """The :class:`Request` fields of an audit ``event`` (``name``: the object's, when the
     record's ``objectRef`` has none); ``None`` when a time is missing or unreadable."""
     ref = event.get("objectRef") or {}
@@ -160,7 +160,7 @@ def committed_writes(events: Iterable[Mapping[str, Any]]) -> list[Write]:
             continue
         meta = _mapping(obj.get("metadata"))
         rv = str(meta.get("resourceVersion") or "")
-        asked = _request(event, meta.get("name"))
+        asked = request_fields(event, meta.get("name"))
         if not rv.isdigit() or asked is None:
             continue
         out.append(Write(rv=int(rv), verb=str(event.get("verb") or ""), obj=obj, **asked))
@@ -190,7 +190,7 @@ def committed_deletes(events: Iterable[Mapping[str, Any]]) -> list[Delete]:
         if obj is None or event.get("verb") != "delete" or obj.get("kind") != "Status":
             continue
         uid = str(_mapping(obj.get("details")).get("uid") or "")
-        asked = _request(event)
+        asked = request_fields(event)
         if not uid or asked is None:
             continue
         out.append(Delete(uid=uid, **asked))
@@ -222,7 +222,7 @@ def lost_answers(events: Iterable[Mapping[str, Any]]) -> list[LostAnswer]:
         if verb not in ("create", "update", "patch"):
             continue
         meta = _mapping(_mapping(event.get("requestObject")).get("metadata"))
-        asked = _request(event, meta.get("name"))
+        asked = request_fields(event, meta.get("name"))
         if asked is None or not asked["name"]:
             continue
         precondition = str(meta.get("resourceVersion") or "")

@@ -32,7 +32,7 @@ from typing import Any
 
 from testbed.api import Api, JsonObj
 from testbed.controlplane import REPO
-from testbed.reliability.gate_a import LEASE_PREFIX, final_record, parse_time
+from testbed.reliability.gate_a import LEASE_PREFIX, final_record, parse_time, request_fields
 from testbed.watch import Watch
 
 LINCHECK = REPO / "lincheck"
@@ -178,16 +178,13 @@ def audit_operations(
     records at ``ResponseComplete``."""
     out: list[dict[str, Any]] = []
     for e in events:
-        ref = e.get("objectRef") or {}
-        if ref.get("namespace") != namespace or not final_record(e):
-            continue
-        call, ret = _ns(e.get("requestReceivedTimestamp")), _ns(e.get("stageTimestamp"))
-        if call is None or ret is None:
+        asked = request_fields(e) if final_record(e) else None
+        if asked is None or asked["namespace"] != namespace:
             continue
         code = int((e.get("responseStatus") or {}).get("code") or 0)
-        user = str((e.get("user") or {}).get("username") or "")
-        verb, resource = e.get("verb"), ref.get("resource")
-        base = {"call": call, "return": ret, "user": user}
+        verb, resource = e.get("verb"), asked["resource"]
+        call, ret = (int(asked[k].timestamp() * 1e9) for k in ("received", "answered"))
+        base = {"call": call, "return": ret, "user": asked["user"]}
         if resource == "jobs" and verb == "create":
             body = e.get("responseObject") if code == 201 else e.get("requestObject")
             if not isinstance(body, Mapping):
@@ -206,11 +203,11 @@ def audit_operations(
                 }
             )
         elif resource == "jobs" and verb == "delete" and code in (200, 202):
-            out.append({**base, "kind": "delete", "job": {"name": str(ref.get("name"))}})
+            out.append({**base, "kind": "delete", "job": {"name": asked["name"]}})
         elif (
             resource == "leases"
             and verb in ("create", "update", "patch")
-            and str(ref.get("name") or "").startswith(LEASE_PREFIX)
+            and asked["name"].startswith(LEASE_PREFIX)
             and code in (200, 201)
             and isinstance(e.get("responseObject"), Mapping)
         ):
