@@ -29,7 +29,7 @@ import tempfile
 import time
 import traceback
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -83,6 +83,11 @@ Beside it, the crude bound counts the distinct search keys of search Jobs that c
 `True` `Complete`/`Failed` condition, finalizers whatever their age. It is never below
 the oracle (checked after every write) and shows what the two finer counts discount.
 """
+FIGURES = """job_events_checked max_active_oracle max_active_crude census_disagreements
+gate_a_creates_checked lease_writes_checked takeovers stalls stalls_refused_on_waking
+stalls_admitted_by_a_siblings_hold max_live_holders searches_ran intrusions
+intrusions_refused intrusions_admitted_by_a_siblings_hold""".split()
+"""The schedules' totals RESULTS.md shows, in this order."""
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -340,25 +345,8 @@ class Soak:
     def _schedule_figures(self, totals: Mapping[str, Any]) -> list[str]:
         """What the randomized schedules observed: the oracle's figures, the failure
         modes, and where the oracle and the census disagreed."""
-        lines = ["## The oracle's figures", "", "| figure | value |", "|---|---:|"]
-        for key in (
-            "job_events_checked",
-            "max_active_oracle",
-            "max_active_crude",
-            "census_disagreements",
-            "gate_a_creates_checked",
-            "lease_writes_checked",
-            "takeovers",
-            "stalls",
-            "stalls_refused_on_waking",
-            "stalls_admitted_by_a_siblings_hold",
-            "max_live_holders",
-            "searches_ran",
-            "intrusions",
-            "intrusions_refused",
-            "intrusions_admitted_by_a_siblings_hold",
-        ):
-            lines.append(f"| {key.replace('_', ' ')} | {totals.get(key, 0)} |")
+        figures = [(key.replace("_", " "), totals.get(key, 0)) for key in FIGURES]
+        lines = ["## The oracle's figures", "", *_table("figure | value", "lr", figures)]
         lines += ["", "## Failure modes", "", *self._failure_modes(), "", ORACLE_VS_CENSUS]
         lines += ["## Disagreements between the oracle and the census", ""]
         lines += [f"- {d}" for d in self.disagreements] or ["None."]
@@ -369,6 +357,15 @@ class Soak:
         if not self.histories:
             return []
         verdicts = {v.name: v.result for v in self.verdicts}
+        per_kind = []
+        for kind in KINDS:
+            mine = [h for h in self.histories if h.kind == kind]
+            c = sum((Counter(h.counts()) for h in mine), Counter[str]())
+            results = Counter(verdicts.get(h.name, "unchecked") for h in mine)
+            row = [len(mine), sum(h.split for h in mine)]
+            row += [c[k] for k in ("creates", "admitted", "refused", "finishes")]
+            row += [c["deletes"], c["lease_writes"], results["Ok"], results["Illegal"]]
+            per_kind.append((kind.replace("_", " "), *row, results["Unknown"]))
         out = [
             "## Linearizability of admission",
             "",
@@ -377,70 +374,61 @@ class Soak:
             "written from docs/design.md. Every figure is what the API server's audit log "
             "and the Job watch recorded, not what a schedule intended.",
             "",
-            "| kind | histories | races split across the replicas | creates | admitted "
-            "| refused | Job finishes | Job deletes | Lease writes | linearizable "
-            "| not linearizable | undecided |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            *_table(
+                "kind | histories | races split across the replicas | creates | admitted "
+                "| refused | Job finishes | Job deletes | Lease writes | linearizable "
+                "| not linearizable | undecided",
+                "l" + "r" * 11,
+                per_kind,
+            ),
         ]
-        for kind in KINDS:
-            mine = [h for h in self.histories if h.kind == kind]
-            c = sum((Counter(h.counts()) for h in mine), Counter[str]())
-            results = Counter(verdicts.get(h.name, "unchecked") for h in mine)
-            out.append(
-                f"| {kind.replace('_', ' ')} | {len(mine)} | {sum(h.split for h in mine)} "
-                f"| {c['creates']} | {c['admitted']} | {c['refused']} | {c['finishes']} "
-                f"| {c['deletes']} | {c['lease_writes']} | {results['Ok']} "
-                f"| {results['Illegal']} | {results['Unknown']} |"
-            )
         hit = Counter(h.fault for h in self.histories if h.fault_fired)
         fired = Counter[str]()
         for h in self.histories:
             fired[h.fault] += h.fault_fired
-        out += [
-            "",
-            "| fault on the webhooks' API calls | histories it hit | requests it hit |",
-            "|---|---:|---:|",
-        ]
-        out += [
-            f"| {k.replace('_', ' ')} | {hit[k]} | {fired[k]} |"
-            for k in sorted(fired)
-            if k != "none"
-        ]
+        faults = [(k.replace("_", " "), hit[k], fired[k]) for k in sorted(fired) if k != "none"]
+        head = "fault on the webhooks' API calls | histories it hit | requests it hit"
+        out += ["", *_table(head, "lrr", faults)]
         if self.census_reads:
-            out += [
-                "",
-                '| census read by the webhooks (docs/design.md, "The census read at a fence") '
-                "| reads |",
-                "|---|---:|",
-            ]
-            out += [f"| {k} | {n} |" for k, n in sorted(self.census_reads.items())]
+            head = 'census read by the webhooks (docs/design.md, "The census read at a fence")'
+            out += ["", *_table(f"{head} | reads", "lr", sorted(self.census_reads.items()))]
         jobs = sum((h.outcomes for h in self.histories), Counter[str]())
-        out += ["", "| Job | last seen | count |", "|---|---|---:|"]
-        for key, n in sorted(jobs.items()):
-            app, how = key.split(":", 1)
-            out.append(f"| {app} | {how} | {n} |")
+        seen = [(*key.split(":", 1), n) for key, n in sorted(jobs.items())]
+        out += ["", *_table("Job | last seen | count", "llr", seen)]
         return [*out, ""]
 
     def _failure_modes(self) -> list[str]:
         deaths, ended = tally(self.done, "deaths"), tally(self.done, "reclaimed")
         stalls, timing = tally(self.done, "stalls"), reclaim_timing(self.done)
-        out = [
-            "| submitter died by | count | how its hold ended | seconds from death to release "
-            "(median / max) |",
-            "|---|---:|---|---:|",
-        ]
+        died = []
         for death in sorted(deaths):
             how = ", ".join(
                 f"{k.split(':', 1)[1]} {v}"
                 for k, v in sorted(ended.items())
                 if k.startswith(f"{death}:")
             )
-            out.append(f"| {death} | {deaths[death]} | {how} | {timing.get(death, '-')} |")
-        out += ["", "| a holder stalled, its hold | ended | count |", "|---|---|---:|"]
+            died.append((death, deaths[death], how, timing.get(death, "-")))
+        head = "submitter died by | count | how its hold ended | seconds from death to release"
+        stalled = []
         for key, n in sorted(stalls.items()):
             kind, how = key.split(":", 1)
-            out.append(f"| {kind.replace('_', ' ')} | {how} | {n} |")
-        return out
+            stalled.append((kind.replace("_", " "), how, n))
+        died_table = _table(f"{head} (median / max)", "lrlr", died)
+        return [
+            *died_table,
+            "",
+            *_table("a holder stalled, its hold | ended | count", "llr", stalled),
+        ]
+
+
+def _table(head: str, align: str, rows: Iterable[Sequence[object]]) -> list[str]:
+    """A Markdown table under ``head`` (its cells between ``|``); ``align`` has an ``l``
+    (left) or ``r`` (right) per column."""
+    return [
+        f"| {head} |",
+        "|" + "".join("---:|" if a == "r" else "---|" for a in align),
+        *(f"| {' | '.join(map(str, row))} |" for row in rows),
+    ]
 
 
 def _commit() -> str:
