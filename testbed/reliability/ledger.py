@@ -80,13 +80,12 @@ class Ledger:
             title = f"{row.promise}. {PROMISES.get(row.promise, '')}".strip()
             lines.append(f"| {title} | {row.runs} | {row.faults} | {row.violations} |")
             if row.notes:
-                shown = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(row.notes.items()))
+                shown = ", ".join(
+                    f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
+                    for k, v in sorted(row.notes.items())
+                )
                 details.append(f"- {row.promise}: {shown}")
         return "\n".join(lines + (["", *details] if details else []))
-
-
-def _fmt(value: int | float | str) -> str:
-    return f"{value:.2f}" if isinstance(value, float) else str(value)
 
 
 LEDGER = Ledger()

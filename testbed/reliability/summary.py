@@ -70,12 +70,7 @@ def summarize(
         violations=sum(len(r.violations) for r in results),
         **{k: v for k, v in totals.items() if k != "schedules" and not k.startswith("max_")},
     )
-    ledger.maximum(
-        "1",
-        max_active_oracle=int(totals["max_active_oracle"]),
-        max_active_crude=int(totals["max_active_crude"]),
-        max_live_holders=int(totals["max_live_holders"]),
-    )
+    ledger.maximum("1", **{k: int(v) for k, v in totals.items() if k.startswith("max_")})
     if served:
         ledger.record("1", replica_a_admissions=served[0], replica_b_admissions=served[1])
     return totals
