@@ -310,30 +310,21 @@ class Races:
         late = functools.partial(create, self.cp.api("carol"), job(ns, "submit", _id(), run=60))
         self._first_jobs(ns, "bob", ["submit"], also=[late])
 
-    def _finalizer_search(self, ns: str, user: str) -> None:
-        """A search whose batch work finishes and is TTL-deleted at once while its
-        finalizer runs on, and an orphan finalizer (no batch work ever)."""
-        api = self.cp.api(user)
-        work = _id()
+    def _controller_down_ttl(self, ns: str, rng: random.Random) -> None:
+        # The controller is stopped by the caller (one outage for every such history).
+        self.hold(ns, "alice")
+        # A search whose batch work finishes and is TTL-deleted at once while its
+        # finalizer runs on, and an orphan finalizer (no batch work ever).
+        api, work = self.cp.api("alice"), _id()
         create(api, job(ns, "submit", work, run=0.5, ttl=1))
         create(api, job(ns, "finalizer", work, run=120))
         create(api, job(ns, "finalizer", _id(), run=120))
         wait_until(
-            lambda: (
-                not any(
-                    j["metadata"]["name"].startswith("submit-jobs-")
-                    for j in self.cp.admin.list("jobs", ns)
-                )
-            ),
+            lambda: self.cp.admin.find("jobs", ns, job_name("submit", work)) is None,
             120,
             f"the TTL controller to delete the submit Job of {ns}",
             interval=0.5,
         )
-
-    def _controller_down_ttl(self, ns: str, rng: random.Random) -> None:
-        # The controller is stopped by the caller (one outage for every such history).
-        self.hold(ns, "alice")
-        self._finalizer_search(ns, "alice")
         time.sleep(GRACE_SECONDS + rng.uniform(-2.0, 1.0))
         self._first_jobs(ns, "alice")
 
