@@ -100,23 +100,21 @@ class Observer:
     def attach(self) -> None:
         """Start the watches and wait until each has listed what exists."""
         ns = self.namespace
+        watched = [
+            ("jobs", self._on_job, None),
+            ("leases", self._on_lease, lease_name(ns)),
+            ("events", self._on_event, None),
+            ("configmaps", self._on_liveness, LIVENESS_CONFIGMAP),
+        ]
         self._watches = [
-            Watch(self.api, "jobs", self._handler(self._on_job), namespace=ns),
             Watch(
                 self.api,
-                "leases",
-                self._handler(self._on_lease),
+                resource,
+                self._handler(on),
                 namespace=ns,
-                field_selector=f"metadata.name={lease_name(ns)}",
-            ),
-            Watch(self.api, "events", self._handler(self._on_event), namespace=ns),
-            Watch(
-                self.api,
-                "configmaps",
-                self._handler(self._on_liveness),
-                namespace=ns,
-                field_selector=f"metadata.name={LIVENESS_CONFIGMAP}",
-            ),
+                field_selector=f"metadata.name={name}" if name else None,
+            )
+            for resource, on, name in watched
         ]
         for watch in self._watches:
             watch.start()

@@ -43,7 +43,8 @@ class Report:
     seen: Observations
     burst: list[Outcome]
     """The ten searches of the burst."""
-    orphan: Outcome
+    orphan_name: str
+    """The finalizer whose batch work never appears."""
     rogue: Outcome
     rogue_jobs_left: int
     doomed_holder: str
@@ -159,7 +160,7 @@ class Scenario:
             if (
                 terminating_at_reclaim is None
                 and pod_deleted_at is not None
-                and any(holder == self.doomed.holder for _, holder in seen.lease_cleared)
+                and any(holder == self.doomed.lease.holder for _, holder in seen.lease_cleared)
             ):
                 pod = system.cp.admin.find("pods", ns, system.doomed.pod)
                 terminating_at_reclaim = bool(pod and pod["metadata"].get("deletionTimestamp"))
@@ -198,10 +199,10 @@ class Scenario:
         return Report(
             seen=self.observer.seen,
             burst=burst,
-            orphan=orphan.outcome,
+            orphan_name=orphan_name,
             rogue=bad.outcome,
             rogue_jobs_left=len(left),
-            doomed_holder=self.doomed.holder,
+            doomed_holder=self.doomed.lease.holder,
             pod_deleted_at=pod_deleted_at,
             pod_terminating_at_reclaim=terminating_at_reclaim,
             operator_deleted_at=operator_at,

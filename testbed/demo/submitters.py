@@ -224,10 +224,6 @@ class DoomedSubmitter(threading.Thread):
         self.acquired_at: float | None = None
         self.pod_gone = threading.Event()
 
-    @property
-    def holder(self) -> str:
-        return self.lease.holder
-
     def run(self) -> None:
         try:
             while not self.stop.is_set():
@@ -243,7 +239,7 @@ class DoomedSubmitter(threading.Thread):
             self.timeline.emit(
                 "lease",
                 f"OpenAPI replica 2 (pod {self.system.namespace}/{self.system.doomed.pod}) took "
-                f"the Lease as {brief(self.holder)}; the webhook stamped its pod on it",
+                f"the Lease as {brief(self.lease.holder)}; the webhook stamped its pod on it",
             )
             while not (self.pod_gone.is_set() or self.stop.is_set()):
                 self.stop.wait(0.05)

@@ -9,7 +9,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from elbgate.settings import Settings
 from testbed.demo.scenario import Report
-from testbed.demo.searches import short
 from testbed.holders import TARGET_SECONDS as RECLAIM_TARGET_SECONDS
 
 GATE_OF_REASON = {
@@ -111,7 +110,7 @@ def summarize(
     else:
         lines.append("dead-holder reclaim:  not seen")
 
-    orphan_name = f"elb-finalizer-{short(report.orphan.job_id)}"
+    orphan_name = report.orphan_name
     created = seen.created.get(orphan_name)
     flagged = seen.orphans_flagged.get(orphan_name)
     warned = orphan_name in seen.orphan_events
