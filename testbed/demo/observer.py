@@ -100,23 +100,21 @@ class Observer:
     def attach(self) -> None:
         """Start the watches and wait until each has listed what exists."""
         ns = self.namespace
+        watched = [
+            ("jobs", self._on_job, None),
+            ("leases", self._on_lease, lease_name(ns)),
+            ("events", self._on_event, None),
+            ("configmaps", self._on_liveness, LIVENESS_CONFIGMAP),
+        ]
         self._watches = [
-            Watch(self.api, "jobs", self._handler(self._on_job), namespace=ns),
             Watch(
                 self.api,
-                "leases",
-                self._handler(self._on_lease),
+                resource,
+                self._handler(on),
                 namespace=ns,
-                field_selector=f"metadata.name={lease_name(ns)}",
-            ),
-            Watch(self.api, "events", self._handler(self._on_event), namespace=ns),
-            Watch(
-                self.api,
-                "configmaps",
-                self._handler(self._on_liveness),
-                namespace=ns,
-                field_selector=f"metadata.name={LIVENESS_CONFIGMAP}",
-            ),
+                field_selector=f"metadata.name={name}" if name else None,
+            )
+            for resource, on, name in watched
         ]
         for watch in self._watches:
             watch.start()
@@ -176,7 +174,7 @@ class Observer:
                     self.timeline.emit(
                         "open",
                         f"search {self.name_of(opened)}: app={app} Job {name} admitted "
-                        f"(Lease holder {_brief(holder)}) -> {tally}",
+                        f"(Lease holder {brief(holder)}) -> {tally}",
                     )
         if kind == "MODIFIED" and is_terminal(job) and not (before and is_terminal(before)):
             if true_conditions(job) & FAILED_CONDITIONS:
@@ -229,19 +227,15 @@ class Observer:
         if self.seen.in_use is not None and self.seen.in_use == in_use:
             return
         self.seen.liveness.append((self.timeline.elapsed(), in_use))
-        if in_use:
-            why = (
-                f"activeSearches={data.get('activeSearches', '?')}, "
-                f"leaseHolder={_brief(data.get('leaseHolder') or '') or '-'}"
-            )
-            self.timeline.emit("liveness", f"{LIVENESS_CONFIGMAP}: inUse=true ({why})")
-        else:
-            self.timeline.emit(
-                "liveness",
-                f"{LIVENESS_CONFIGMAP}: inUse=false (idleSince {data.get('idleSince', '?')})",
-            )
+        why = (
+            f"activeSearches={data.get('activeSearches', '?')}, "
+            f"leaseHolder={brief(data.get('leaseHolder') or '') or '-'}"
+            if in_use
+            else f"idleSince {data.get('idleSince', '?')}"
+        )
+        self.timeline.emit("liveness", f"{LIVENESS_CONFIGMAP}: inUse={str(in_use).lower()} ({why})")
 
 
-def _brief(holder: str) -> str:
+def brief(holder: str) -> str:
     """``dashboard-3f2a…``: enough of a holder identity to tell them apart."""
     return holder if len(holder) <= 20 else holder[:18] + "…"

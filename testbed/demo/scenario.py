@@ -43,7 +43,8 @@ class Report:
     seen: Observations
     burst: list[Outcome]
     """The ten searches of the burst."""
-    orphan: Outcome
+    orphan_name: str
+    """The finalizer whose batch work never appears."""
     rogue: Outcome
     rogue_jobs_left: int
     doomed_holder: str
@@ -70,7 +71,7 @@ class Scenario:
         self.submit_pods = SubmitPods(system.cp, system.namespace)
         self.dashboards: list[DashboardSubmitter] = []
         self.processes: list[ProcessSubmitter] = []
-        self.doomed: DoomedSubmitter | None = None
+        self.doomed = DoomedSubmitter(system, timeline, self.stop)
 
     def _search(self, label: str) -> str:
         job_id = new_search_id()
@@ -102,7 +103,6 @@ class Scenario:
             )
             label = f"openapi-{n}"
             self.processes.append(ProcessSubmitter(system, label, self._search(label), timeline))
-        self.doomed = DoomedSubmitter(system, timeline, self.stop)
         timeline.emit(
             "burst",
             f"{2 * SEARCHES_PER_PATH} searches fired at once: {SEARCHES_PER_PATH} via the "
@@ -122,27 +122,24 @@ class Scenario:
         pod_deleted_at: float | None = None
         terminating_at_reclaim: bool | None = None
         operator_at: float | None = None
-        rogue_started = doomed_started = False
         deadline = begin + DEADLINE_SECONDS
         orphan_name = f"elb-finalizer-{short(orphan.outcome.job_id)}"
 
         def burst_done(seen: Observations) -> bool:
-            return all(o.done for o in [*burst, bad.outcome]) and set(seen.finished) >= {
-                o.job_id for o in burst if o.exit_code == 0
-            }
+            return all(o.exit_code is not None for o in [*burst, bad.outcome]) and set(
+                seen.finished
+            ) >= {o.job_id for o in burst if o.exit_code == 0}
 
         while timeline.elapsed() < deadline:
             now = timeline.elapsed() - begin
             seen = self.observer.seen
-            if not rogue_started and now >= ROGUE_AFTER_SECONDS:
-                rogue_started = True
+            if bad.proc is None and now >= ROGUE_AFTER_SECONDS:
                 timeline.emit(
                     "rogue",
                     f"a submitter without the Lease runs elastic-blast submit as user {ROGUE_USER}",
                 )
                 bad.start()
-            if not doomed_started and now >= DOOMED_AFTER_SECONDS:
-                doomed_started = True
+            if self.doomed.ident is None and now >= DOOMED_AFTER_SECONDS:
                 self.doomed.start()
             if (
                 pod_deleted_at is None
@@ -163,7 +160,7 @@ class Scenario:
             if (
                 terminating_at_reclaim is None
                 and pod_deleted_at is not None
-                and self._reclaimed(seen)
+                and any(holder == self.doomed.lease.holder for _, holder in seen.lease_cleared)
             ):
                 pod = system.cp.admin.find("pods", ns, system.doomed.pod)
                 terminating_at_reclaim = bool(pod and pod["metadata"].get("deletionTimestamp"))
@@ -202,10 +199,10 @@ class Scenario:
         return Report(
             seen=self.observer.seen,
             burst=burst,
-            orphan=orphan.outcome,
+            orphan_name=orphan_name,
             rogue=bad.outcome,
             rogue_jobs_left=len(left),
-            doomed_holder=self.doomed.holder,
+            doomed_holder=self.doomed.lease.holder,
             pod_deleted_at=pod_deleted_at,
             pod_terminating_at_reclaim=terminating_at_reclaim,
             operator_deleted_at=operator_at,
@@ -215,17 +212,13 @@ class Scenario:
             errors=errors,
         )
 
-    def _reclaimed(self, seen: Observations) -> bool:
-        assert self.doomed is not None
-        return any(holder == self.doomed.holder for _, holder in seen.lease_cleared)
-
     def shutdown(self) -> None:
         """Stop every submitter still running (also after Ctrl-C)."""
         self.stop.set()
         for proc in self.processes:
             proc.terminate()
         for thread in [*self.dashboards, self.doomed]:
-            if thread is not None and thread.is_alive():
+            if thread.is_alive():
                 thread.join(15)
         self.submit_pods.stop()
         self.observer.detach()

@@ -40,9 +40,8 @@ class SubmitPods:
             label_selector=f"{APP_LABEL}={SUBMIT_APP}",
         )
 
-    def start(self) -> SubmitPods:
+    def start(self) -> None:
         self._watch.start()
-        return self
 
     def stop(self) -> None:
         self._watch.stop()

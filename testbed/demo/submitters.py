@@ -36,6 +36,7 @@ from elbgate.names import SEARCH_JOB_SELECTOR, UNFINISHED_JOB_FIELD_SELECTOR
 from testbed.clients import DashboardLeaseClient
 from testbed.component import host_env
 from testbed.controlplane import REPO, kubectl_path
+from testbed.demo.observer import brief
 from testbed.demo.searches import search_manifests
 from testbed.demo.system import (
     DASHBOARD_APPLY_USER,
@@ -61,12 +62,6 @@ class Outcome(TaskOutcome):
     path: str = ""
     """``dashboard``, ``openapi`` or ``rogue``."""
     job_id: str = ""
-    denial: str = ""
-    """kubectl's error text when a Job was refused."""
-
-    @property
-    def done(self) -> bool:
-        return self.exit_code is not None
 
 
 class DashboardSubmitter(SubmitTask):
@@ -98,9 +93,9 @@ class DashboardSubmitter(SubmitTask):
                 DASHBOARD_APPLY_USER, "create", "-f", "-", input=json.dumps(manifest)
             )
             if made.returncode != 0:
-                outcome.denial = made.stderr.strip()
-                self.timeline.emit("DENIED", f"{outcome.label}: {outcome.denial}")
-                return False, outcome.denial
+                denial = made.stderr.strip()
+                self.timeline.emit("DENIED", f"{outcome.label}: {denial}")
+                return False, denial
         return True, ""
 
     def _census(self) -> int:
@@ -113,18 +108,6 @@ class DashboardSubmitter(SubmitTask):
         )
         grace = self.system.settings.gate.finalizer_grace_seconds
         return census(jobs, datetime.now(UTC), grace).count
-
-
-def child_env(system: System, kubeconfig: str) -> dict[str, str]:
-    """The environment of a submitter process: the demo's settings, the identity's
-    kubeconfig, the pinned kubectl; never an in-cluster configuration."""
-    return {
-        **host_env(kubeconfig),
-        **system.env,
-        "KUBECTL": str(kubectl_path()),
-        "KUBECACHEDIR": str(system.root / "kubectl-cache"),
-        "PYTHONUNBUFFERED": "1",
-    }
 
 
 class ProcessSubmitter:
@@ -164,14 +147,23 @@ class ProcessSubmitter:
         wrapper = [ELB_GATE, "-n", ns, "submit", "--source", "openapi", "--"]
         return command if self.rogue else [*wrapper, *command]
 
-    def start(self) -> ProcessSubmitter:
-        """Start the process; a thread reads what it prints."""
-        cp, openapi = self.system.cp, self.system.openapi
-        kubeconfig = cp.kubeconfig(ROGUE_USER) if self.rogue else openapi.kubeconfig
+    def start(self) -> None:
+        """Start the process; a thread reads what it prints. Its environment: the demo's
+        settings, the identity's kubeconfig, the pinned kubectl; never an in-cluster
+        configuration."""
+        system = self.system
+        kubeconfig = system.cp.kubeconfig(ROGUE_USER) if self.rogue else system.openapi.kubeconfig
+        env = {
+            **host_env(kubeconfig),
+            **system.env,
+            "KUBECTL": str(kubectl_path()),
+            "KUBECACHEDIR": str(system.root / "kubectl-cache"),
+            "PYTHONUNBUFFERED": "1",
+        }
         self.proc = subprocess.Popen(
             self.argv(),
             cwd=REPO,
-            env=child_env(self.system, kubeconfig),
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -181,7 +173,6 @@ class ProcessSubmitter:
             start_new_session=True,
         )
         threading.Thread(target=self._read, name=self.outcome.label, daemon=True).start()
-        return self
 
     def _read(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
@@ -192,11 +183,11 @@ class ProcessSubmitter:
                 phase = line.split()[1].rstrip(":")
                 self.outcome.waiting(WAITS.get(phase, phase))
             elif "Error from server" in line or "denied the request" in line:
-                self.outcome.denial = line
+                self.outcome.output = line  # kubectl's error text
         code = self.proc.wait()
         if code != 0:
-            if self.outcome.denial:
-                self.timeline.emit("DENIED", f"{self.outcome.label}: {self.outcome.denial}")
+            if self.outcome.output:
+                self.timeline.emit("DENIED", f"{self.outcome.label}: {self.outcome.output}")
             else:  # the last line it printed
                 self.timeline.emit("error", f"{self.outcome.label} exited {code}: {line}")
         self.outcome.exit_code = code
@@ -233,10 +224,6 @@ class DoomedSubmitter(threading.Thread):
         self.acquired_at: float | None = None
         self.pod_gone = threading.Event()
 
-    @property
-    def holder(self) -> str:
-        return self.lease.holder
-
     def run(self) -> None:
         try:
             while not self.stop.is_set():
@@ -252,7 +239,7 @@ class DoomedSubmitter(threading.Thread):
             self.timeline.emit(
                 "lease",
                 f"OpenAPI replica 2 (pod {self.system.namespace}/{self.system.doomed.pod}) took "
-                f"the Lease as {self.holder[:18]}…; the webhook stamped its pod on it",
+                f"the Lease as {brief(self.lease.holder)}; the webhook stamped its pod on it",
             )
             while not (self.pod_gone.is_set() or self.stop.is_set()):
                 self.stop.wait(0.05)

@@ -9,7 +9,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from elbgate.settings import Settings
 from testbed.demo.scenario import Report
-from testbed.demo.searches import short
 from testbed.holders import TARGET_SECONDS as RECLAIM_TARGET_SECONDS
 
 GATE_OF_REASON = {
@@ -41,17 +40,6 @@ def admission_counts(metrics_text: str) -> Counter[tuple[str, str, str]]:
                 key = (labels["webhook"], labels["decision"], labels["reason"])
                 counts[key] += int(sample.value)
     return counts
-
-
-def denials_by_reason(counts: Counter[tuple[str, str, str]]) -> Counter[str]:
-    """``reason (gate) -> denials`` over every webhook (the Lease guard's are its own)."""
-    out: Counter[str] = Counter()
-    for (webhook, decision, reason), n in counts.items():
-        if decision == "denied" and n:
-            search = webhook.startswith("search-admission")
-            gate = GATE_OF_REASON.get(reason, "Lease guard") if search else "Lease guard"
-            out[f"{reason} ({gate})"] += n
-    return out
 
 
 def _seconds(value: float | None) -> str:
@@ -86,10 +74,12 @@ def summarize(
     )
 
     per_replica = {name: admission_counts(text) for name, text in metrics.items()}
-    total: Counter[tuple[str, str, str]] = Counter()
-    for counts in per_replica.values():
-        total.update(counts)
-    denials = denials_by_reason(total)
+    denials: Counter[str] = Counter()  # the Lease guard's denials are its own
+    for (webhook, decision, reason), n in sum(per_replica.values(), Counter()).items():
+        if decision == "denied" and n:
+            search = webhook.startswith("search-admission")
+            gate = GATE_OF_REASON.get(reason, "Lease guard") if search else "Lease guard"
+            denials[f"{reason} ({gate})"] += n
     shown = ", ".join(f"{reason}={n}" for reason, n in sorted(denials.items())) or "none"
     lines.append(f"denials by reason:    {shown}")
     waits_lease = sum(o.lease_waits for o in report.burst)
@@ -120,7 +110,7 @@ def summarize(
     else:
         lines.append("dead-holder reclaim:  not seen")
 
-    orphan_name = f"elb-finalizer-{short(report.orphan.job_id)}"
+    orphan_name = report.orphan_name
     created = seen.created.get(orphan_name)
     flagged = seen.orphans_flagged.get(orphan_name)
     warned = orphan_name in seen.orphan_events
@@ -163,7 +153,7 @@ def summarize(
         Check(
             "the non-compliant submitter was denied and left nothing",
             rogue.exit_code not in (None, 0)
-            and "Gate A" in rogue.denial
+            and "Gate A" in rogue.output
             and report.rogue_jobs_left == 0
             and rogue.job_id not in seen.opened,
             f"exit {rogue.exit_code}, Jobs left {report.rogue_jobs_left}",

@@ -23,9 +23,7 @@ class Timeline:
 
     def emit(self, kind: str, text: str) -> None:
         """Print ``text`` as a ``kind`` event, stamped now."""
-        with self._lock:
-            sys.stdout.write(f"{self.elapsed():6.1f}s  {kind:<{KIND_WIDTH}} {text}\n")
-            sys.stdout.flush()
+        self.say(f"{self.elapsed():6.1f}s  {kind:<{KIND_WIDTH}} {text}")
 
     def say(self, text: str = "") -> None:
         """Print a line that is not an event (headings, the summary)."""
