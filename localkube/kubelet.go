@@ -25,6 +25,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,7 +39,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -59,6 +60,7 @@ const (
 	stopSecondsKey     = annotationPrefix + "stop-seconds"
 	restartKey         = annotationPrefix + "restart"
 	restartOnlyKey     = annotationPrefix + "restart-containers"
+	indexKey           = annotationPrefix + "index"
 	jobUIDLabel        = "batch.kubernetes.io/controller-uid"
 	heartbeatPeriod    = 10 * time.Second
 	nodeStatusPeriod   = 60 * time.Second
@@ -155,12 +157,10 @@ func (k *kubelet) createNodes(ctx context.Context, specs []nodeSpec) error {
 					"kubernetes.io/os":       "linux",
 					"kubernetes.io/arch":     "amd64",
 				},
-				Annotations: map[string]string{"localkube.elb-gate.io/index": strconv.Itoa(i)},
+				Annotations: map[string]string{indexKey: strconv.Itoa(i)},
 			},
 		}
-		for key, value := range spec.Labels {
-			node.Labels[key] = value
-		}
+		maps.Copy(node.Labels, spec.Labels)
 		capacity := corev1.ResourceList{
 			corev1.ResourceCPU:    resource.MustParse(spec.CPU),
 			corev1.ResourceMemory: resource.MustParse(spec.Memory),
@@ -206,15 +206,9 @@ func (k *kubelet) run(ctx context.Context) {
 	podFactory.WaitForCacheSync(ctx.Done())
 
 	go k.worker(ctx, k.nodeQ, k.syncNode)
-	for i := 0; i < 4; i++ {
+	for range 4 {
 		go k.worker(ctx, k.podQ, k.syncPod)
 	}
-	go wait.UntilWithContext(ctx, func(context.Context) {
-		nodes, _ := k.nodes.List(labels.Everything())
-		for _, n := range nodes {
-			k.nodeQ.Add(n.Name)
-		}
-	}, heartbeatPeriod)
 	<-ctx.Done()
 	k.podQ.ShutDown()
 	k.nodeQ.ShutDown()
@@ -250,9 +244,10 @@ func (k *kubelet) syncNode(ctx context.Context, name string) (time.Duration, err
 	} else if err != nil {
 		return 0, err
 	}
+	// Every Node is synced again after heartbeatPeriod: its heartbeat.
 	mode := node.Annotations[kubeletAnnotation]
 	if mode == "stopped" {
-		return 0, nil
+		return heartbeatPeriod, nil
 	}
 	now := metav1.Now()
 	if err := k.renewNodeLease(ctx, node, now); err != nil {
@@ -268,33 +263,24 @@ func (k *kubelet) syncNode(ctx context.Context, name string) (time.Duration, err
 	stale := ready == nil || now.Sub(ready.LastHeartbeatTime.Time) >= nodeStatusPeriod
 	if ready != nil && ready.Status == wantReady && ready.Reason == reason && !stale &&
 		len(node.Status.Addresses) > 0 {
-		return 0, nil
+		return heartbeatPeriod, nil
 	}
 	updated := node.DeepCopy()
-	transition := now
-	if ready != nil && ready.Status == wantReady {
-		transition = ready.LastTransitionTime
-	}
-	conditions := []corev1.NodeCondition{
+	updated.Status.Conditions = []corev1.NodeCondition{
 		{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientMemory"},
 		{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasNoDiskPressure"},
 		{Type: corev1.NodePIDPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientPID"},
+		{Type: corev1.NodeReady, Status: wantReady, Reason: reason, Message: message},
 	}
-	for i := range conditions {
-		conditions[i].LastHeartbeatTime = now
-		conditions[i].LastTransitionTime = now
-		if _, old := nodeutil.GetNodeCondition(&node.Status, conditions[i].Type); old != nil {
-			conditions[i].LastTransitionTime = old.LastTransitionTime
+	for i, c := range updated.Status.Conditions {
+		updated.Status.Conditions[i].LastHeartbeatTime = now
+		updated.Status.Conditions[i].LastTransitionTime = now
+		if _, old := nodeutil.GetNodeCondition(&node.Status, c.Type); old != nil && old.Status == c.Status {
+			updated.Status.Conditions[i].LastTransitionTime = old.LastTransitionTime
 		}
 	}
-	conditions = append(conditions, corev1.NodeCondition{
-		Type: corev1.NodeReady, Status: wantReady, Reason: reason, Message: message,
-		LastHeartbeatTime: now, LastTransitionTime: transition,
-	})
-	updated.Status.Conditions = conditions
-	index, _ := strconv.Atoi(node.Annotations["localkube.elb-gate.io/index"])
 	updated.Status.Addresses = []corev1.NodeAddress{
-		{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("10.240.0.%d", 4+index)},
+		{Type: corev1.NodeInternalIP, Address: nodeIP(node)},
 		{Type: corev1.NodeHostName, Address: node.Name},
 	}
 	updated.Status.NodeInfo = corev1.NodeSystemInfo{
@@ -313,7 +299,7 @@ func (k *kubelet) syncNode(ctx context.Context, name string) (time.Duration, err
 			}
 		}
 	}
-	return 0, err
+	return heartbeatPeriod, err
 }
 
 func (k *kubelet) renewNodeLease(ctx context.Context, node *corev1.Node, now metav1.Time) error {
@@ -377,7 +363,11 @@ func (k *kubelet) syncPod(ctx context.Context, key string) (time.Duration, error
 	}
 	if token := pod.Annotations[restartKey]; token != st.restartToken {
 		st.restartToken = token
-		return k.exit(ctx, pod, st, now, 137, "Error", restartOnly(pod), false)
+		var only sets.Set[string] // nil: every container
+		if raw, ok := pod.Annotations[restartOnlyKey]; ok {
+			only = sets.New(strings.Split(strings.ReplaceAll(raw, " ", ""), ",")...)
+		}
+		return k.exit(ctx, pod, st, now, 137, "Error", only, false)
 	}
 	run, ok := floatAnnotation(pod, runSecondsKey)
 	if !ok {
@@ -395,29 +385,17 @@ func (k *kubelet) syncPod(ctx context.Context, key string) (time.Duration, error
 	return k.exit(ctx, pod, st, now, code, reason, nil, false)
 }
 
-// restartOnly is the set of containers a restart crashes (nil: every container).
-func restartOnly(pod *corev1.Pod) map[string]bool {
-	raw, ok := pod.Annotations[restartOnlyKey]
-	if !ok {
-		return nil
-	}
-	only := map[string]bool{}
-	for _, name := range strings.Split(raw, ",") {
-		if name = strings.TrimSpace(name); name != "" {
-			only[name] = true
-		}
-	}
-	return only
-}
-
 func (k *kubelet) podState(pod *corev1.Pod, now time.Time) *podState {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	st, ok := k.state[pod.UID]
 	if !ok {
 		st = &podState{started: now, restartToken: pod.Annotations[restartKey]}
-		if running := runningSince(pod); !running.IsZero() {
-			st.started = running // adopted after a restart of localkube itself
+		for _, c := range pod.Status.ContainerStatuses {
+			if c.State.Running != nil { // adopted after a restart of localkube itself
+				st.started = c.State.Running.StartedAt.Time
+				break
+			}
 		}
 		if job := pod.Labels[jobUIDLabel]; job != "" {
 			seen := k.jobPods[job]
@@ -479,13 +457,13 @@ func (k *kubelet) start(ctx context.Context, pod *corev1.Pod, node *corev1.Node,
 // for a Pod being deleted); the Pod reaches a terminal phase once none of its
 // containers runs.
 func (k *kubelet) exit(ctx context.Context, pod *corev1.Pod, st *podState, now time.Time, code int32,
-	reason string, only map[string]bool, deleting bool) (time.Duration, error) {
+	reason string, only sets.Set[string], deleting bool) (time.Duration, error) {
 	updated := pod.DeepCopy()
 	t := metav1.NewTime(now)
 	restart := !deleting && (pod.Spec.RestartPolicy == corev1.RestartPolicyAlways ||
 		(pod.Spec.RestartPolicy == corev1.RestartPolicyOnFailure && code != 0))
 	for i, c := range updated.Status.ContainerStatuses {
-		if only != nil && !only[c.Name] {
+		if only != nil && !only.Has(c.Name) {
 			continue
 		}
 		started := metav1.NewTime(st.started)
@@ -579,19 +557,14 @@ func (k *kubelet) terminate(ctx context.Context, pod *corev1.Pod, st *podState,
 func (k *kubelet) podIP(node *corev1.Node) string {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	index, _ := strconv.Atoi(node.Annotations["localkube.elb-gate.io/index"])
+	index, _ := strconv.Atoi(node.Annotations[indexKey])
 	k.nextIP[node.Name]++
-	n := k.nextIP[node.Name]
-	return fmt.Sprintf("10.244.%d.%d", index, 2+n%250)
+	return fmt.Sprintf("10.244.%d.%d", index, 2+k.nextIP[node.Name]%250)
 }
 
 func nodeIP(node *corev1.Node) string {
-	for _, a := range node.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			return a.Address
-		}
-	}
-	return "10.240.0.4"
+	index, _ := strconv.Atoi(node.Annotations[indexKey])
+	return fmt.Sprintf("10.240.0.%d", 4+index)
 }
 
 func podConditions(pod *corev1.Pod, t metav1.Time, ready corev1.ConditionStatus) []corev1.PodCondition {
@@ -608,15 +581,6 @@ func containerID(pod *corev1.Pod, name string, restart int32) string {
 	return fmt.Sprintf("localkube://%s-%s-%d", pod.UID, name, restart)
 }
 
-func runningSince(pod *corev1.Pod) time.Time {
-	for _, c := range pod.Status.ContainerStatuses {
-		if c.State.Running != nil {
-			return c.State.Running.StartedAt.Time
-		}
-	}
-	return time.Time{}
-}
-
 func floatAnnotation(pod *corev1.Pod, key string) (float64, bool) {
 	raw, ok := pod.Annotations[key]
 	if !ok {
@@ -631,20 +595,13 @@ func floatAnnotation(pod *corev1.Pod, key string) (float64, bool) {
 
 func exitCodeFor(pod *corev1.Pod, attempt int) int32 {
 	if raw, ok := pod.Annotations[exitCodesKey]; ok {
-		codes := strings.Split(raw, ",")
-		if attempt >= len(codes) {
-			attempt = len(codes) - 1
-		}
-		if v, err := strconv.Atoi(strings.TrimSpace(codes[attempt])); err == nil {
+		codes := strings.Split(raw, ",") // the last one for every later attempt
+		if v, err := strconv.Atoi(strings.TrimSpace(codes[min(attempt, len(codes)-1)])); err == nil {
 			return int32(v)
 		}
 	}
-	if raw, ok := pod.Annotations[exitCodeKey]; ok {
-		if v, err := strconv.Atoi(strings.TrimSpace(raw)); err == nil {
-			return int32(v)
-		}
-	}
-	return 0
+	v, _ := strconv.Atoi(strings.TrimSpace(pod.Annotations[exitCodeKey])) // absent or invalid: 0
+	return int32(v)
 }
 
 func seconds(v float64) time.Duration { return time.Duration(v * float64(time.Second)) }
