@@ -51,20 +51,20 @@ import (
 )
 
 const (
-	annotationPrefix   = "localkube.elb-gate.io/"
-	managedLabel       = annotationPrefix + "managed"
-	kubeletAnnotation  = annotationPrefix + "kubelet"
-	runSecondsKey      = annotationPrefix + "run-seconds"
-	exitCodeKey        = annotationPrefix + "exit-code"
-	exitCodesKey       = annotationPrefix + "exit-codes"
-	stopSecondsKey     = annotationPrefix + "stop-seconds"
-	restartKey         = annotationPrefix + "restart"
-	restartOnlyKey     = annotationPrefix + "restart-containers"
-	indexKey           = annotationPrefix + "index"
-	jobUIDLabel        = "batch.kubernetes.io/controller-uid"
-	heartbeatPeriod    = 10 * time.Second
-	nodeStatusPeriod   = 60 * time.Second
-	defaultStopSeconds = 1.0
+	annotationPrefix  = "localkube.elb-gate.io/"
+	managedLabel      = annotationPrefix + "managed"
+	kubeletAnnotation = annotationPrefix + "kubelet"
+	runSecondsKey     = annotationPrefix + "run-seconds"
+	exitCodeKey       = annotationPrefix + "exit-code"
+	exitCodesKey      = annotationPrefix + "exit-codes"
+	stopSecondsKey    = annotationPrefix + "stop-seconds"
+	restartKey        = annotationPrefix + "restart"
+	restartOnlyKey    = annotationPrefix + "restart-containers"
+	indexKey          = annotationPrefix + "index"
+	jobUIDLabel       = "batch.kubernetes.io/controller-uid"
+	heartbeatPeriod   = 10 * time.Second
+	nodeStatusPeriod  = 60 * time.Second
+	defaultStop       = time.Second
 )
 
 // nodeSpec is a Node the control plane starts with (a real kubelet's: Name
@@ -369,11 +369,11 @@ func (k *kubelet) syncPod(ctx context.Context, key string) (time.Duration, error
 		}
 		return k.exit(ctx, pod, st, now, 137, "Error", only, false)
 	}
-	run, ok := floatAnnotation(pod, runSecondsKey)
+	run, ok := durationAnnotation(pod, runSecondsKey)
 	if !ok {
 		return 0, nil
 	}
-	due := st.started.Add(seconds(run))
+	due := st.started.Add(run)
 	if now.Before(due) {
 		return due.Sub(now), nil
 	}
@@ -398,11 +398,10 @@ func (k *kubelet) podState(pod *corev1.Pod, now time.Time) *podState {
 			}
 		}
 		if job := pod.Labels[jobUIDLabel]; job != "" {
-			seen := k.jobPods[job]
-			if seen == nil {
-				seen = map[types.UID]int{}
-				k.jobPods[job] = seen
+			if k.jobPods[job] == nil {
+				k.jobPods[job] = map[types.UID]int{}
 			}
+			seen := k.jobPods[job]
 			if _, ok := seen[pod.UID]; !ok {
 				seen[pod.UID] = len(seen)
 			}
@@ -446,10 +445,8 @@ func (k *kubelet) start(ctx context.Context, pod *corev1.Pod, node *corev1.Node,
 		return 0, err
 	}
 	st.started = now
-	if run, ok := floatAnnotation(pod, runSecondsKey); ok {
-		return seconds(run), nil
-	}
-	return 0, nil
+	run, _ := durationAnnotation(pod, runSecondsKey) // absent: 0, runs until deleted
+	return run, nil
 }
 
 // exit: the containers (those in only, when not nil) ended with code. restartPolicy
@@ -504,12 +501,11 @@ func (k *kubelet) exit(ctx context.Context, pod *corev1.Pod, st *podState, now t
 		return 0, err
 	}
 	st.started = now
-	if restart {
-		if run, ok := floatAnnotation(pod, runSecondsKey); ok {
-			return seconds(run), nil
-		}
+	if !restart {
+		return 0, nil
 	}
-	return 0, nil
+	run, _ := durationAnnotation(pod, runSecondsKey)
+	return run, nil
 }
 
 // terminate plays a graceful deletion: SIGTERM, the container exits after
@@ -522,14 +518,14 @@ func (k *kubelet) terminate(ctx context.Context, pod *corev1.Pod, st *podState,
 	}
 	terminal := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 	if !terminal && pod.Status.StartTime != nil {
-		stop := defaultStopSeconds
-		if v, ok := floatAnnotation(pod, stopSecondsKey); ok {
-			stop = v
+		stop, ok := durationAnnotation(pod, stopSecondsKey)
+		if !ok {
+			stop = defaultStop
 		}
-		if grace := pod.DeletionGracePeriodSeconds; grace != nil && float64(*grace) < stop {
-			stop = float64(*grace)
+		if grace := pod.DeletionGracePeriodSeconds; grace != nil {
+			stop = min(stop, time.Duration(*grace)*time.Second)
 		}
-		due := st.stopRequested.Add(seconds(stop))
+		due := st.stopRequested.Add(stop)
 		if now.Before(due) {
 			return due.Sub(now), nil
 		}
@@ -581,16 +577,13 @@ func containerID(pod *corev1.Pod, name string, restart int32) string {
 	return fmt.Sprintf("localkube://%s-%s-%d", pod.UID, name, restart)
 }
 
-func floatAnnotation(pod *corev1.Pod, key string) (float64, bool) {
-	raw, ok := pod.Annotations[key]
-	if !ok {
-		return 0, false
-	}
-	v, err := strconv.ParseFloat(strings.TrimSpace(raw), 64)
+// durationAnnotation reads an annotation in seconds (false: absent or invalid).
+func durationAnnotation(pod *corev1.Pod, key string) (time.Duration, bool) {
+	v, err := strconv.ParseFloat(strings.TrimSpace(pod.Annotations[key]), 64)
 	if err != nil || v < 0 {
 		return 0, false
 	}
-	return v, true
+	return time.Duration(v * float64(time.Second)), true
 }
 
 func exitCodeFor(pod *corev1.Pod, attempt int) int32 {
@@ -603,5 +596,3 @@ func exitCodeFor(pod *corev1.Pod, attempt int) int32 {
 	v, _ := strconv.Atoi(strings.TrimSpace(pod.Annotations[exitCodeKey])) // absent or invalid: 0
 	return int32(v)
 }
-
-func seconds(v float64) time.Duration { return time.Duration(v * float64(time.Second)) }
