@@ -45,8 +45,10 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/component-helpers/apimachinery/lease"
 	nodeutil "k8s.io/component-helpers/node/util"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 )
 
@@ -132,16 +134,19 @@ type kubelet struct {
 	state   map[types.UID]*podState
 	jobPods map[string]map[types.UID]int // Job uid -> its Pods in start order
 	nextIP  map[string]int
+	// heartbeats stops the lease controller of each Node whose kubelet runs.
+	heartbeats map[string]context.CancelFunc
 }
 
 func newKubelet(client kubernetes.Interface) *kubelet {
 	return &kubelet{
-		client:  client,
-		podQ:    workqueue.NewTypedDelayingQueue[string](),
-		nodeQ:   workqueue.NewTypedDelayingQueue[string](),
-		state:   map[types.UID]*podState{},
-		jobPods: map[string]map[types.UID]int{},
-		nextIP:  map[string]int{},
+		client:     client,
+		podQ:       workqueue.NewTypedDelayingQueue[string](),
+		nodeQ:      workqueue.NewTypedDelayingQueue[string](),
+		state:      map[types.UID]*podState{},
+		jobPods:    map[string]map[types.UID]int{},
+		nextIP:     map[string]int{},
+		heartbeats: map[string]context.CancelFunc{},
 	}
 }
 
@@ -237,22 +242,35 @@ func (k *kubelet) worker(ctx context.Context, q workqueue.TypedDelayingInterface
 
 // -- Nodes -------------------------------------------------------------------------
 
+// syncNode runs on a single worker, so it alone touches k.heartbeats.
 func (k *kubelet) syncNode(ctx context.Context, name string) (time.Duration, error) {
 	node, err := k.nodes.Get(name)
-	if apierrors.IsNotFound(err) {
+	if err != nil && !apierrors.IsNotFound(err) {
+		return 0, err
+	}
+	// The heartbeat Lease is renewed by upstream's node lease controller (the
+	// kubelet's) for as long as the Node exists and its kubelet is not stopped.
+	stopped := node == nil || node.Annotations[kubeletAnnotation] == "stopped"
+	if cancel, beating := k.heartbeats[name]; beating && stopped {
+		cancel()
+		delete(k.heartbeats, name)
+	} else if !beating && !stopped {
+		beat, cancel := context.WithCancel(ctx)
+		k.heartbeats[name] = cancel
+		owner := metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: name, UID: node.UID}
+		go lease.NewController(clock.RealClock{}, k.client, name, 40, nil, heartbeatPeriod, name,
+			corev1.NamespaceNodeLease, func(l *coordinationv1.Lease) error {
+				l.OwnerReferences = []metav1.OwnerReference{owner}
+				return nil
+			}).Run(beat)
+	}
+	if node == nil {
 		return 0, nil
-	} else if err != nil {
-		return 0, err
+	} else if stopped {
+		return heartbeatPeriod, nil // Every Node is synced again after heartbeatPeriod.
 	}
-	// Every Node is synced again after heartbeatPeriod: its heartbeat.
 	mode := node.Annotations[kubeletAnnotation]
-	if mode == "stopped" {
-		return heartbeatPeriod, nil
-	}
 	now := metav1.Now()
-	if err := k.renewNodeLease(ctx, node, now); err != nil {
-		return 0, err
-	}
 	_, ready := nodeutil.GetNodeCondition(&node.Status, corev1.NodeReady)
 	wantReady := corev1.ConditionTrue
 	reason, message := "KubeletReady", "kubelet is posting ready status"
@@ -300,33 +318,6 @@ func (k *kubelet) syncNode(ctx context.Context, name string) (time.Duration, err
 		}
 	}
 	return heartbeatPeriod, err
-}
-
-func (k *kubelet) renewNodeLease(ctx context.Context, node *corev1.Node, now metav1.Time) error {
-	leases := k.client.CoordinationV1().Leases("kube-node-lease")
-	micro := metav1.NewMicroTime(now.Time)
-	lease, err := leases.Get(ctx, node.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		lease = &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{
-				Name: node.Name, Namespace: "kube-node-lease",
-				OwnerReferences: []metav1.OwnerReference{{
-					APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID,
-				}},
-			},
-			Spec: coordinationv1.LeaseSpec{
-				HolderIdentity: ptr.To(node.Name), LeaseDurationSeconds: ptr.To[int32](40),
-				RenewTime: &micro,
-			},
-		}
-		_, err = leases.Create(ctx, lease, metav1.CreateOptions{})
-		return err
-	} else if err != nil {
-		return err
-	}
-	lease.Spec.RenewTime = &micro
-	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
-	return err
 }
 
 // -- Pods --------------------------------------------------------------------------
