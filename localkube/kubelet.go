@@ -25,6 +25,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,31 +39,34 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/component-helpers/apimachinery/lease"
 	nodeutil "k8s.io/component-helpers/node/util"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 )
 
 const (
-	annotationPrefix   = "localkube.elb-gate.io/"
-	managedLabel       = annotationPrefix + "managed"
-	kubeletAnnotation  = annotationPrefix + "kubelet"
-	runSecondsKey      = annotationPrefix + "run-seconds"
-	exitCodeKey        = annotationPrefix + "exit-code"
-	exitCodesKey       = annotationPrefix + "exit-codes"
-	stopSecondsKey     = annotationPrefix + "stop-seconds"
-	restartKey         = annotationPrefix + "restart"
-	restartOnlyKey     = annotationPrefix + "restart-containers"
-	jobUIDLabel        = "batch.kubernetes.io/controller-uid"
-	heartbeatPeriod    = 10 * time.Second
-	nodeStatusPeriod   = 60 * time.Second
-	defaultStopSeconds = 1.0
+	annotationPrefix  = "localkube.elb-gate.io/"
+	managedLabel      = annotationPrefix + "managed"
+	kubeletAnnotation = annotationPrefix + "kubelet"
+	runSecondsKey     = annotationPrefix + "run-seconds"
+	exitCodeKey       = annotationPrefix + "exit-code"
+	exitCodesKey      = annotationPrefix + "exit-codes"
+	stopSecondsKey    = annotationPrefix + "stop-seconds"
+	restartKey        = annotationPrefix + "restart"
+	restartOnlyKey    = annotationPrefix + "restart-containers"
+	indexKey          = annotationPrefix + "index"
+	jobUIDLabel       = "batch.kubernetes.io/controller-uid"
+	heartbeatPeriod   = 10 * time.Second
+	nodeStatusPeriod  = 60 * time.Second
+	defaultStop       = time.Second
 )
 
 // nodeSpec is a Node the control plane starts with (a real kubelet's: Name
@@ -130,16 +134,19 @@ type kubelet struct {
 	state   map[types.UID]*podState
 	jobPods map[string]map[types.UID]int // Job uid -> its Pods in start order
 	nextIP  map[string]int
+	// heartbeats stops the lease controller of each Node whose kubelet runs.
+	heartbeats map[string]context.CancelFunc
 }
 
 func newKubelet(client kubernetes.Interface) *kubelet {
 	return &kubelet{
-		client:  client,
-		podQ:    workqueue.NewTypedDelayingQueue[string](),
-		nodeQ:   workqueue.NewTypedDelayingQueue[string](),
-		state:   map[types.UID]*podState{},
-		jobPods: map[string]map[types.UID]int{},
-		nextIP:  map[string]int{},
+		client:     client,
+		podQ:       workqueue.NewTypedDelayingQueue[string](),
+		nodeQ:      workqueue.NewTypedDelayingQueue[string](),
+		state:      map[types.UID]*podState{},
+		jobPods:    map[string]map[types.UID]int{},
+		nextIP:     map[string]int{},
+		heartbeats: map[string]context.CancelFunc{},
 	}
 }
 
@@ -155,12 +162,10 @@ func (k *kubelet) createNodes(ctx context.Context, specs []nodeSpec) error {
 					"kubernetes.io/os":       "linux",
 					"kubernetes.io/arch":     "amd64",
 				},
-				Annotations: map[string]string{"localkube.elb-gate.io/index": strconv.Itoa(i)},
+				Annotations: map[string]string{indexKey: strconv.Itoa(i)},
 			},
 		}
-		for key, value := range spec.Labels {
-			node.Labels[key] = value
-		}
+		maps.Copy(node.Labels, spec.Labels)
 		capacity := corev1.ResourceList{
 			corev1.ResourceCPU:    resource.MustParse(spec.CPU),
 			corev1.ResourceMemory: resource.MustParse(spec.Memory),
@@ -206,15 +211,9 @@ func (k *kubelet) run(ctx context.Context) {
 	podFactory.WaitForCacheSync(ctx.Done())
 
 	go k.worker(ctx, k.nodeQ, k.syncNode)
-	for i := 0; i < 4; i++ {
+	for range 4 {
 		go k.worker(ctx, k.podQ, k.syncPod)
 	}
-	go wait.UntilWithContext(ctx, func(context.Context) {
-		nodes, _ := k.nodes.List(labels.Everything())
-		for _, n := range nodes {
-			k.nodeQ.Add(n.Name)
-		}
-	}, heartbeatPeriod)
 	<-ctx.Done()
 	k.podQ.ShutDown()
 	k.nodeQ.ShutDown()
@@ -243,21 +242,35 @@ func (k *kubelet) worker(ctx context.Context, q workqueue.TypedDelayingInterface
 
 // -- Nodes -------------------------------------------------------------------------
 
+// syncNode runs on a single worker, so it alone touches k.heartbeats.
 func (k *kubelet) syncNode(ctx context.Context, name string) (time.Duration, error) {
 	node, err := k.nodes.Get(name)
-	if apierrors.IsNotFound(err) {
-		return 0, nil
-	} else if err != nil {
+	if err != nil && !apierrors.IsNotFound(err) {
 		return 0, err
+	}
+	// The heartbeat Lease is renewed by upstream's node lease controller (the
+	// kubelet's) for as long as the Node exists and its kubelet is not stopped.
+	stopped := node == nil || node.Annotations[kubeletAnnotation] == "stopped"
+	if cancel, beating := k.heartbeats[name]; beating && stopped {
+		cancel()
+		delete(k.heartbeats, name)
+	} else if !beating && !stopped {
+		beat, cancel := context.WithCancel(ctx)
+		k.heartbeats[name] = cancel
+		owner := metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: name, UID: node.UID}
+		go lease.NewController(clock.RealClock{}, k.client, name, 40, nil, heartbeatPeriod, name,
+			corev1.NamespaceNodeLease, func(l *coordinationv1.Lease) error {
+				l.OwnerReferences = []metav1.OwnerReference{owner}
+				return nil
+			}).Run(beat)
+	}
+	if node == nil {
+		return 0, nil
+	} else if stopped {
+		return heartbeatPeriod, nil // Every Node is synced again after heartbeatPeriod.
 	}
 	mode := node.Annotations[kubeletAnnotation]
-	if mode == "stopped" {
-		return 0, nil
-	}
 	now := metav1.Now()
-	if err := k.renewNodeLease(ctx, node, now); err != nil {
-		return 0, err
-	}
 	_, ready := nodeutil.GetNodeCondition(&node.Status, corev1.NodeReady)
 	wantReady := corev1.ConditionTrue
 	reason, message := "KubeletReady", "kubelet is posting ready status"
@@ -268,33 +281,24 @@ func (k *kubelet) syncNode(ctx context.Context, name string) (time.Duration, err
 	stale := ready == nil || now.Sub(ready.LastHeartbeatTime.Time) >= nodeStatusPeriod
 	if ready != nil && ready.Status == wantReady && ready.Reason == reason && !stale &&
 		len(node.Status.Addresses) > 0 {
-		return 0, nil
+		return heartbeatPeriod, nil
 	}
 	updated := node.DeepCopy()
-	transition := now
-	if ready != nil && ready.Status == wantReady {
-		transition = ready.LastTransitionTime
-	}
-	conditions := []corev1.NodeCondition{
+	updated.Status.Conditions = []corev1.NodeCondition{
 		{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientMemory"},
 		{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasNoDiskPressure"},
 		{Type: corev1.NodePIDPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientPID"},
+		{Type: corev1.NodeReady, Status: wantReady, Reason: reason, Message: message},
 	}
-	for i := range conditions {
-		conditions[i].LastHeartbeatTime = now
-		conditions[i].LastTransitionTime = now
-		if _, old := nodeutil.GetNodeCondition(&node.Status, conditions[i].Type); old != nil {
-			conditions[i].LastTransitionTime = old.LastTransitionTime
+	for i, c := range updated.Status.Conditions {
+		updated.Status.Conditions[i].LastHeartbeatTime = now
+		updated.Status.Conditions[i].LastTransitionTime = now
+		if _, old := nodeutil.GetNodeCondition(&node.Status, c.Type); old != nil && old.Status == c.Status {
+			updated.Status.Conditions[i].LastTransitionTime = old.LastTransitionTime
 		}
 	}
-	conditions = append(conditions, corev1.NodeCondition{
-		Type: corev1.NodeReady, Status: wantReady, Reason: reason, Message: message,
-		LastHeartbeatTime: now, LastTransitionTime: transition,
-	})
-	updated.Status.Conditions = conditions
-	index, _ := strconv.Atoi(node.Annotations["localkube.elb-gate.io/index"])
 	updated.Status.Addresses = []corev1.NodeAddress{
-		{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("10.240.0.%d", 4+index)},
+		{Type: corev1.NodeInternalIP, Address: nodeIP(node)},
 		{Type: corev1.NodeHostName, Address: node.Name},
 	}
 	updated.Status.NodeInfo = corev1.NodeSystemInfo{
@@ -313,34 +317,7 @@ func (k *kubelet) syncNode(ctx context.Context, name string) (time.Duration, err
 			}
 		}
 	}
-	return 0, err
-}
-
-func (k *kubelet) renewNodeLease(ctx context.Context, node *corev1.Node, now metav1.Time) error {
-	leases := k.client.CoordinationV1().Leases("kube-node-lease")
-	micro := metav1.NewMicroTime(now.Time)
-	lease, err := leases.Get(ctx, node.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		lease = &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{
-				Name: node.Name, Namespace: "kube-node-lease",
-				OwnerReferences: []metav1.OwnerReference{{
-					APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID,
-				}},
-			},
-			Spec: coordinationv1.LeaseSpec{
-				HolderIdentity: ptr.To(node.Name), LeaseDurationSeconds: ptr.To[int32](40),
-				RenewTime: &micro,
-			},
-		}
-		_, err = leases.Create(ctx, lease, metav1.CreateOptions{})
-		return err
-	} else if err != nil {
-		return err
-	}
-	lease.Spec.RenewTime = &micro
-	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
-	return err
+	return heartbeatPeriod, err
 }
 
 // -- Pods --------------------------------------------------------------------------
@@ -377,13 +354,17 @@ func (k *kubelet) syncPod(ctx context.Context, key string) (time.Duration, error
 	}
 	if token := pod.Annotations[restartKey]; token != st.restartToken {
 		st.restartToken = token
-		return k.exit(ctx, pod, st, now, 137, "Error", restartOnly(pod), false)
+		var only sets.Set[string] // nil: every container
+		if raw, ok := pod.Annotations[restartOnlyKey]; ok {
+			only = sets.New(strings.Split(strings.ReplaceAll(raw, " ", ""), ",")...)
+		}
+		return k.exit(ctx, pod, st, now, 137, "Error", only, false)
 	}
-	run, ok := floatAnnotation(pod, runSecondsKey)
+	run, ok := durationAnnotation(pod, runSecondsKey)
 	if !ok {
 		return 0, nil
 	}
-	due := st.started.Add(seconds(run))
+	due := st.started.Add(run)
 	if now.Before(due) {
 		return due.Sub(now), nil
 	}
@@ -395,36 +376,23 @@ func (k *kubelet) syncPod(ctx context.Context, key string) (time.Duration, error
 	return k.exit(ctx, pod, st, now, code, reason, nil, false)
 }
 
-// restartOnly is the set of containers a restart crashes (nil: every container).
-func restartOnly(pod *corev1.Pod) map[string]bool {
-	raw, ok := pod.Annotations[restartOnlyKey]
-	if !ok {
-		return nil
-	}
-	only := map[string]bool{}
-	for _, name := range strings.Split(raw, ",") {
-		if name = strings.TrimSpace(name); name != "" {
-			only[name] = true
-		}
-	}
-	return only
-}
-
 func (k *kubelet) podState(pod *corev1.Pod, now time.Time) *podState {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	st, ok := k.state[pod.UID]
 	if !ok {
 		st = &podState{started: now, restartToken: pod.Annotations[restartKey]}
-		if running := runningSince(pod); !running.IsZero() {
-			st.started = running // adopted after a restart of localkube itself
+		for _, c := range pod.Status.ContainerStatuses {
+			if c.State.Running != nil { // adopted after a restart of localkube itself
+				st.started = c.State.Running.StartedAt.Time
+				break
+			}
 		}
 		if job := pod.Labels[jobUIDLabel]; job != "" {
-			seen := k.jobPods[job]
-			if seen == nil {
-				seen = map[types.UID]int{}
-				k.jobPods[job] = seen
+			if k.jobPods[job] == nil {
+				k.jobPods[job] = map[types.UID]int{}
 			}
+			seen := k.jobPods[job]
 			if _, ok := seen[pod.UID]; !ok {
 				seen[pod.UID] = len(seen)
 			}
@@ -468,10 +436,8 @@ func (k *kubelet) start(ctx context.Context, pod *corev1.Pod, node *corev1.Node,
 		return 0, err
 	}
 	st.started = now
-	if run, ok := floatAnnotation(pod, runSecondsKey); ok {
-		return seconds(run), nil
-	}
-	return 0, nil
+	run, _ := durationAnnotation(pod, runSecondsKey) // absent: 0, runs until deleted
+	return run, nil
 }
 
 // exit: the containers (those in only, when not nil) ended with code. restartPolicy
@@ -479,13 +445,13 @@ func (k *kubelet) start(ctx context.Context, pod *corev1.Pod, node *corev1.Node,
 // for a Pod being deleted); the Pod reaches a terminal phase once none of its
 // containers runs.
 func (k *kubelet) exit(ctx context.Context, pod *corev1.Pod, st *podState, now time.Time, code int32,
-	reason string, only map[string]bool, deleting bool) (time.Duration, error) {
+	reason string, only sets.Set[string], deleting bool) (time.Duration, error) {
 	updated := pod.DeepCopy()
 	t := metav1.NewTime(now)
 	restart := !deleting && (pod.Spec.RestartPolicy == corev1.RestartPolicyAlways ||
 		(pod.Spec.RestartPolicy == corev1.RestartPolicyOnFailure && code != 0))
 	for i, c := range updated.Status.ContainerStatuses {
-		if only != nil && !only[c.Name] {
+		if only != nil && !only.Has(c.Name) {
 			continue
 		}
 		started := metav1.NewTime(st.started)
@@ -526,12 +492,11 @@ func (k *kubelet) exit(ctx context.Context, pod *corev1.Pod, st *podState, now t
 		return 0, err
 	}
 	st.started = now
-	if restart {
-		if run, ok := floatAnnotation(pod, runSecondsKey); ok {
-			return seconds(run), nil
-		}
+	if !restart {
+		return 0, nil
 	}
-	return 0, nil
+	run, _ := durationAnnotation(pod, runSecondsKey)
+	return run, nil
 }
 
 // terminate plays a graceful deletion: SIGTERM, the container exits after
@@ -544,14 +509,14 @@ func (k *kubelet) terminate(ctx context.Context, pod *corev1.Pod, st *podState,
 	}
 	terminal := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 	if !terminal && pod.Status.StartTime != nil {
-		stop := defaultStopSeconds
-		if v, ok := floatAnnotation(pod, stopSecondsKey); ok {
-			stop = v
+		stop, ok := durationAnnotation(pod, stopSecondsKey)
+		if !ok {
+			stop = defaultStop
 		}
-		if grace := pod.DeletionGracePeriodSeconds; grace != nil && float64(*grace) < stop {
-			stop = float64(*grace)
+		if grace := pod.DeletionGracePeriodSeconds; grace != nil {
+			stop = min(stop, time.Duration(*grace)*time.Second)
 		}
-		due := st.stopRequested.Add(seconds(stop))
+		due := st.stopRequested.Add(stop)
 		if now.Before(due) {
 			return due.Sub(now), nil
 		}
@@ -579,19 +544,14 @@ func (k *kubelet) terminate(ctx context.Context, pod *corev1.Pod, st *podState,
 func (k *kubelet) podIP(node *corev1.Node) string {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	index, _ := strconv.Atoi(node.Annotations["localkube.elb-gate.io/index"])
+	index, _ := strconv.Atoi(node.Annotations[indexKey])
 	k.nextIP[node.Name]++
-	n := k.nextIP[node.Name]
-	return fmt.Sprintf("10.244.%d.%d", index, 2+n%250)
+	return fmt.Sprintf("10.244.%d.%d", index, 2+k.nextIP[node.Name]%250)
 }
 
 func nodeIP(node *corev1.Node) string {
-	for _, a := range node.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			return a.Address
-		}
-	}
-	return "10.240.0.4"
+	index, _ := strconv.Atoi(node.Annotations[indexKey])
+	return fmt.Sprintf("10.240.0.%d", 4+index)
 }
 
 func podConditions(pod *corev1.Pod, t metav1.Time, ready corev1.ConditionStatus) []corev1.PodCondition {
@@ -608,43 +568,22 @@ func containerID(pod *corev1.Pod, name string, restart int32) string {
 	return fmt.Sprintf("localkube://%s-%s-%d", pod.UID, name, restart)
 }
 
-func runningSince(pod *corev1.Pod) time.Time {
-	for _, c := range pod.Status.ContainerStatuses {
-		if c.State.Running != nil {
-			return c.State.Running.StartedAt.Time
-		}
-	}
-	return time.Time{}
-}
-
-func floatAnnotation(pod *corev1.Pod, key string) (float64, bool) {
-	raw, ok := pod.Annotations[key]
-	if !ok {
-		return 0, false
-	}
-	v, err := strconv.ParseFloat(strings.TrimSpace(raw), 64)
+// durationAnnotation reads an annotation in seconds (false: absent or invalid).
+func durationAnnotation(pod *corev1.Pod, key string) (time.Duration, bool) {
+	v, err := strconv.ParseFloat(strings.TrimSpace(pod.Annotations[key]), 64)
 	if err != nil || v < 0 {
 		return 0, false
 	}
-	return v, true
+	return time.Duration(v * float64(time.Second)), true
 }
 
 func exitCodeFor(pod *corev1.Pod, attempt int) int32 {
 	if raw, ok := pod.Annotations[exitCodesKey]; ok {
-		codes := strings.Split(raw, ",")
-		if attempt >= len(codes) {
-			attempt = len(codes) - 1
-		}
-		if v, err := strconv.Atoi(strings.TrimSpace(codes[attempt])); err == nil {
+		codes := strings.Split(raw, ",") // the last one for every later attempt
+		if v, err := strconv.Atoi(strings.TrimSpace(codes[min(attempt, len(codes)-1)])); err == nil {
 			return int32(v)
 		}
 	}
-	if raw, ok := pod.Annotations[exitCodeKey]; ok {
-		if v, err := strconv.Atoi(strings.TrimSpace(raw)); err == nil {
-			return int32(v)
-		}
-	}
-	return 0
+	v, _ := strconv.Atoi(strings.TrimSpace(pod.Annotations[exitCodeKey])) // absent or invalid: 0
+	return int32(v)
 }
-
-func seconds(v float64) time.Duration { return time.Duration(v * float64(time.Second)) }
