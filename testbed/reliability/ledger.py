@@ -8,6 +8,7 @@ writes it to ``RESULTS.md``. A promise holds when its violations are 0.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 PROMISES: dict[str, str] = {
@@ -69,23 +70,33 @@ class Ledger:
 
     def table(self) -> str:
         """A Markdown table, one line per promise, then each promise's counters."""
-        lines = [
-            "| promise | runs | faults injected | violations |",
-            "|---|---:|---:|---:|",
-        ]
-        details: list[str] = []
         with self._lock:
             rows = [self.rows[k] for k in sorted(self.rows)]
-        for row in rows:
-            title = f"{row.promise}. {PROMISES.get(row.promise, '')}".strip()
-            lines.append(f"| {title} | {row.runs} | {row.faults} | {row.violations} |")
-            if row.notes:
-                shown = ", ".join(
-                    f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
-                    for k, v in sorted(row.notes.items())
-                )
-                details.append(f"- {row.promise}: {shown}")
+        cells = [
+            (f"{r.promise}. {PROMISES.get(r.promise, '')}".strip(), r.runs, r.faults, r.violations)
+            for r in rows
+        ]
+        lines = markdown_table("promise | runs | faults injected | violations", "lrrr", cells)
+        details = [
+            f"- {row.promise}: "
+            + ", ".join(
+                f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
+                for k, v in sorted(row.notes.items())
+            )
+            for row in rows
+            if row.notes
+        ]
         return "\n".join(lines + (["", *details] if details else []))
+
+
+def markdown_table(head: str, align: str, rows: Iterable[Sequence[object]]) -> list[str]:
+    """A Markdown table under ``head`` (its cells between ``|``); ``align`` has an ``l``
+    (left) or ``r`` (right) per column."""
+    return [
+        f"| {head} |",
+        "|" + "".join("---:|" if a == "r" else "---|" for a in align),
+        *(f"| {' | '.join(map(str, row))} |" for row in rows),
+    ]
 
 
 LEDGER = Ledger()

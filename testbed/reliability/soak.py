@@ -29,7 +29,7 @@ import tempfile
 import time
 import traceback
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -45,7 +45,7 @@ from testbed.reliability.faults import (
     webhook_trial,
 )
 from testbed.reliability.histories import History, Verdict, check
-from testbed.reliability.ledger import Ledger
+from testbed.reliability.ledger import Ledger, markdown_table
 from testbed.reliability.races import KINDS, races_on, run_all
 from testbed.reliability.rig import CEILING, CONTROLLER_ENV, Rig
 from testbed.reliability.scheduler import Runner, ScheduleResult
@@ -346,7 +346,7 @@ class Soak:
         """What the randomized schedules observed: the oracle's figures, the failure
         modes, and where the oracle and the census disagreed."""
         figures = [(key.replace("_", " "), totals.get(key, 0)) for key in FIGURES]
-        lines = ["## The oracle's figures", "", *_table("figure | value", "lr", figures)]
+        lines = ["## The oracle's figures", "", *markdown_table("figure | value", "lr", figures)]
         lines += ["", "## Failure modes", "", *self._failure_modes(), "", ORACLE_VS_CENSUS]
         lines += ["## Disagreements between the oracle and the census", ""]
         lines += [f"- {d}" for d in self.disagreements] or ["None."]
@@ -374,7 +374,7 @@ class Soak:
             "written from docs/design.md. Every figure is what the API server's audit log "
             "and the Job watch recorded, not what a schedule intended.",
             "",
-            *_table(
+            *markdown_table(
                 "kind | histories | races split across the replicas | creates | admitted "
                 "| refused | Job finishes | Job deletes | Lease writes | linearizable "
                 "| not linearizable | undecided",
@@ -388,13 +388,13 @@ class Soak:
             fired[h.fault] += h.fault_fired
         faults = [(k.replace("_", " "), hit[k], fired[k]) for k in sorted(fired) if k != "none"]
         head = "fault on the webhooks' API calls | histories it hit | requests it hit"
-        out += ["", *_table(head, "lrr", faults)]
+        out += ["", *markdown_table(head, "lrr", faults)]
         if self.census_reads:
             head = 'census read by the webhooks (docs/design.md, "The census read at a fence")'
-            out += ["", *_table(f"{head} | reads", "lr", sorted(self.census_reads.items()))]
+            out += ["", *markdown_table(f"{head} | reads", "lr", sorted(self.census_reads.items()))]
         jobs = sum((h.outcomes for h in self.histories), Counter[str]())
         seen = [(*key.split(":", 1), n) for key, n in sorted(jobs.items())]
-        out += ["", *_table("Job | last seen | count", "llr", seen)]
+        out += ["", *markdown_table("Job | last seen | count", "llr", seen)]
         return [*out, ""]
 
     def _failure_modes(self) -> list[str]:
@@ -413,22 +413,12 @@ class Soak:
         for key, n in sorted(stalls.items()):
             kind, how = key.split(":", 1)
             stalled.append((kind.replace("_", " "), how, n))
-        died_table = _table(f"{head} (median / max)", "lrlr", died)
+        died_table = markdown_table(f"{head} (median / max)", "lrlr", died)
         return [
             *died_table,
             "",
-            *_table("a holder stalled, its hold | ended | count", "llr", stalled),
+            *markdown_table("a holder stalled, its hold | ended | count", "llr", stalled),
         ]
-
-
-def _table(head: str, align: str, rows: Iterable[Sequence[object]]) -> list[str]:
-    """A Markdown table under ``head`` (its cells between ``|``); ``align`` has an ``l``
-    (left) or ``r`` (right) per column."""
-    return [
-        f"| {head} |",
-        "|" + "".join("---:|" if a == "r" else "---|" for a in align),
-        *(f"| {' | '.join(map(str, row))} |" for row in rows),
-    ]
 
 
 def _commit() -> str:
