@@ -29,9 +29,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
+from queue import Empty, SimpleQueue
 
-from testbed.clients import lease_name
+from testbed.clients import is_expired, lease_name
 from testbed.controller_process import CONTROLLER_USER
 from testbed.holders import own_node
 from testbed.reliability.audit import AuditTail, Seen
@@ -43,7 +45,6 @@ from testbed.reliability.gate_a import (
     judge_gated_create,
     judge_lease,
     lease_timeline,
-    parse_time,
     state_before,
 )
 from testbed.reliability.observer import NamespaceRecord, Observer
@@ -120,18 +121,17 @@ class UserPool:
 
     def __init__(self, fresh: Callable[[], str]) -> None:
         self._fresh = fresh
-        self._free: list[str] = []
-        self._lock = threading.Lock()
+        self._free: SimpleQueue[str] = SimpleQueue()
 
     def take(self) -> str:
-        with self._lock:
-            if self._free:
-                return self._free.pop(0)
-        return self._fresh()
+        try:
+            return self._free.get_nowait()
+        except Empty:
+            return self._fresh()
 
     def give_back(self, names: Iterable[str]) -> None:
-        with self._lock:
-            self._free.extend(names)
+        for name in names:
+            self._free.put(name)
 
 
 class Runner:
@@ -218,22 +218,17 @@ class Runner:
         if not dead:
             return
         name = lease_name(ns)
-        until = time.monotonic() + RECLAIM_SECONDS
+        bound = time.monotonic() + RECLAIM_SECONDS
+        margin = CONTROLLER_SKEW_SECONDS + RECLAIM_GRACE_SECONDS
 
         def freed() -> bool:
-            nonlocal until
             lease = self.rig.cp.admin.find("leases", ns, name) or {}
             spec = lease.get("spec") or {}
             notes = (lease.get("metadata") or {}).get("annotations") or {}
-            user = notes.get(HOLDER_USER_ANNOTATION)
-            if not (spec.get("holderIdentity") and user in dead):
+            if not (spec.get("holderIdentity") and notes.get(HOLDER_USER_ANNOTATION) in dead):
                 return True
-            renewed = parse_time(spec.get("renewTime"))
-            duration = spec.get("leaseDurationSeconds")
-            if renewed is not None and isinstance(duration, int):
-                left = renewed.timestamp() + duration + CONTROLLER_SKEW_SECONDS - time.time()
-                until = max(until, time.monotonic() + left + RECLAIM_GRACE_SECONDS)
-            return time.monotonic() >= until
+            past = is_expired(spec, datetime.now(UTC), margin, TTL_SECONDS)
+            return past and time.monotonic() >= bound
 
         wait_until(freed, 3600, "dead holders' Leases freed, or their bound", interval=0.1)
         # a hold that never ended is judged below as a violation
