@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
 
 from testbed.clients import ClientError, DashboardLeaseClient, OpenApiLeaseClient
 from testbed.controlplane import ControlPlane
@@ -32,7 +32,7 @@ from testbed.reliability.calls import jobs_path, kubectl_code, request
 from testbed.reliability.rig import SKEW_SECONDS
 
 
-def client_count(finalizers: list[Mapping[str, Any]]) -> int:
+def client_count(finalizers: Iterable[Mapping[str, Any]]) -> int:
     """Active searches as both paths count them (from a LIST of ``app=finalizer`` Jobs)."""
     ids = {
         ((j.get("metadata") or {}).get("labels") or {}).get("elb-job-id")
@@ -42,20 +42,19 @@ def client_count(finalizers: list[Mapping[str, Any]]) -> int:
     return len(ids - {None, ""})
 
 
-class SubmitPath:
+class SubmitPath(Protocol):
     """A Lease client and what its path does while holding the Lease."""
 
-    lease: DashboardLeaseClient | OpenApiLeaseClient
+    @property
+    def lease(self) -> DashboardLeaseClient | OpenApiLeaseClient: ...
 
-    def count(self) -> int:
-        raise NotImplementedError
+    def count(self) -> int: ...
 
     def create_job(self, body: Mapping[str, Any]) -> int:
         """Create one Job: the HTTP status (200/201 created, 0 when nothing answered)."""
-        raise NotImplementedError
 
 
-class DashboardPath(SubmitPath):
+class DashboardPath:
     """The dashboard: raw HTTPS with one bearer token for the Lease and the Jobs."""
 
     def __init__(self, cp: ControlPlane, token: str, namespace: str, *, ttl: int) -> None:
@@ -66,17 +65,15 @@ class DashboardPath(SubmitPath):
         self.api = cp.api_for_token(token)
 
     def count(self) -> int:
-        finalizers = jobs_path(self.namespace) + "?labelSelector=app%3Dfinalizer"
-        status, body = request(self.api, "GET", finalizers)
-        if status != 200:
-            raise ClientError(f"LIST jobs: {status} {body.get('message')}")
-        return client_count(list(body.get("items") or []))
+        query = {"labelSelector": "app=finalizer"}
+        jobs = self.api.request("GET", jobs_path(self.namespace), query=query)
+        return client_count(jobs["items"])
 
     def create_job(self, body: Mapping[str, Any]) -> int:
         return request(self.api, "POST", jobs_path(self.namespace), body)[0]
 
 
-class OpenApiPath(SubmitPath):
+class OpenApiPath:
     """The OpenAPI service: kubectl with its Pod's ServiceAccount kubeconfig."""
 
     def __init__(self, cp: ControlPlane, kubeconfig: str, namespace: str, *, ttl: int) -> None:
