@@ -88,9 +88,9 @@ PLAIN_TTL_SECONDS: dict[str, int] = {"client": 3, "dashboard": 3, "openapi": 5, 
 expiry within seconds. The library and the CLI renew (heartbeat); the dashboard's raw
 HTTP submit takes well under a second."""
 POLL_SECONDS = 0.25
-MAX_POLL_SECONDS: dict[str, float] = {"client": 0.25, "dashboard": 0.5, "openapi": 3.0, "cli": 0.25}
-"""Busy/full retry interval grows to this (with jitter). The OpenAPI service's dispatcher
-re-checks every 5 s; each of its polls is a kubectl process."""
+MAX_POLL_SECONDS: dict[str, float] = {"dashboard": 0.5, "openapi": 3.0}
+"""The existing paths' busy/full retry interval grows to this (with jitter). The OpenAPI
+service's dispatcher re-checks every 5 s; each of its polls is a kubectl process."""
 
 
 CLI_HOLDER = re.compile(r" as (cli-[0-9a-f]{32}) ")
@@ -184,7 +184,6 @@ class Submitter:
         self.pod: PodIdentity | None
         """Whose ServiceAccount token it submits with (``None``: a plain user's)."""
         self.username, self.kubeconfig, self.token, self.pod = self._identity(users, own_node)
-        self.ttl = plan.ttl
         self._poll = POLL_SECONDS
         self._jitter = random.Random(tag)
         self.job_id = f"{tag}-{uuid.uuid4().hex[:8]}"
@@ -272,8 +271,9 @@ class Submitter:
         time.sleep(self._poll * self._jitter.uniform(0.7, 1.3))
         self._poll = min(self._poll * 1.5, MAX_POLL_SECONDS[self.plan.protocol])
 
-    def _time_left(self) -> bool:
-        return time.monotonic() < self._deadline
+    def _left(self) -> float:
+        """Seconds until the schedule's deadline (0 once past it)."""
+        return max(0.0, self._deadline - time.monotonic())
 
     # -- dying ----------------------------------------------------------------------------
 
@@ -340,7 +340,7 @@ class Submitter:
         slot and for capacity."""
         return {
             **SHARED_ENV,
-            "BLAST_SUBMIT_LEASE_TTL_SECONDS": str(self.ttl),
+            "BLAST_SUBMIT_LEASE_TTL_SECONDS": str(self.plan.ttl),
             "BLAST_SUBMIT_SLOT_WAIT_MAX_SECONDS": str(wait),
             "BLAST_CAPACITY_WAIT_MAX_SECONDS": str(wait),
         }
@@ -358,13 +358,13 @@ class Submitter:
 
         self._before_crash = die
         if self.plan.stall == "left_alone":
-            self.board.others_done.wait(max(0.0, self._deadline - time.monotonic()))
+            self.board.others_done.wait(self._left())
             self.note("the others are done")
         try:
-            while self._time_left():
+            while self._left():
                 result = "retry"
                 cancel = threading.Event()
-                stopper = threading.Timer(max(0.0, self._deadline - time.monotonic()), cancel.set)
+                stopper = threading.Timer(self._left(), cancel.set)
                 stopper.start()
                 try:
                     with run_slot(lease, settings.client, poll_seconds=POLL_SECONDS, cancel=cancel):
@@ -395,7 +395,7 @@ class Submitter:
         self.stalled_rv = int(view.resource_version) if view is not None else -1
         self.board.post(lease.holder)
         self.note(f"stalls at Lease rv {self.stalled_rv}")
-        time.sleep(self.ttl + CONTROLLER_SKEW_SECONDS + 8.0)
+        time.sleep(self.plan.ttl + CONTROLLER_SKEW_SECONDS + 8.0)
         self.note("wakes")
         self._resuming = True
 
@@ -436,7 +436,7 @@ class Submitter:
 
     def _run_cli(self) -> None:
         attempt = 0
-        while self._time_left():
+        while self._left():
             attempt += 1
             directory = self.workdir / f"{self.tag}-cli-{attempt}"
             directory.mkdir(parents=True)
@@ -444,14 +444,14 @@ class Submitter:
             env = {
                 **host_env(self.kubeconfig),
                 # give up (exit code, not a hang) when the schedule's time is up
-                **self._env(max(1, int(self._deadline - time.monotonic()))),
+                **self._env(max(1, int(self._left()))),
                 "KUBECACHEDIR": str(self.cp.state_dir / "kubectl-cache"),
                 "D": str(directory),
             }
             command = [
                 sys.executable, "-m", "client", "submit", "-n", self.namespace,
                 "--source", "cli", "--poll-interval", str(POLL_SECONDS),
-                "--exec-timeout", str(self.ttl - 1), "--", "sh", str(script),
+                "--exec-timeout", str(self.plan.ttl - 1), "--", "sh", str(script),
             ]  # fmt: skip
             with open(directory / "cli.err", "wb") as err:
                 proc = subprocess.Popen(
@@ -498,9 +498,9 @@ class Submitter:
 
     def _run_path(self) -> None:
         path: SubmitPath = (
-            DashboardPath(self.cp, self.token, self.namespace, ttl=self.ttl)
+            DashboardPath(self.cp, self.token, self.namespace, ttl=self.plan.ttl)
             if self.plan.protocol == "dashboard"
-            else OpenApiPath(self.cp, self.kubeconfig, self.namespace, ttl=self.ttl)
+            else OpenApiPath(self.cp, self.kubeconfig, self.namespace, ttl=self.plan.ttl)
         )
         self.holders.add(path.lease.holder)
         if self.plan.takes_over:
@@ -515,7 +515,7 @@ class Submitter:
                 self.intrusions_admitted.append(self.plan.jobs[0].name)
             elif code == 403:
                 self.intrusions_refused += 1
-        while self._time_left():
+        while self._left():
             try:
                 outcome: str = path.lease.acquire()
             except ClientError as exc:
@@ -544,7 +544,7 @@ class Submitter:
         """Wait for the schedule's staller to stall, then until its hold expires on this
         client's own clock (its poll would find it then): the next acquire takes it over."""
         board = self.board
-        while not board.posted.is_set() and not board.finished.is_set() and self._time_left():
+        while not board.posted.is_set() and not board.finished.is_set() and self._left():
             board.posted.wait(0.1)
         if not board.posted.is_set():
             self.note("no stall to take over")
@@ -556,7 +556,7 @@ class Submitter:
             self.note("the stalled hold ended before this taker's poll")
             return
         # The staller renews no more: what was read stands until its hold expires.
-        while self._time_left() and not client.sees_expired(stored):
+        while self._left() and not client.sees_expired(stored):
             time.sleep(0.02)
         self.note("polls as the stalled hold expires")
 
