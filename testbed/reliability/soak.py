@@ -30,6 +30,7 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Mapping
+from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -207,8 +208,7 @@ class Soak:
             tempfile.TemporaryDirectory(prefix="elb-soak-") as tmp,
         ):
             rig.wait_until_ready()
-            runner = Runner(rig, Path(tmp), report=True)
-            try:
+            with closing(Runner(rig, Path(tmp), report=True)) as runner:
                 results = runner.run_each(
                     seeds,
                     args.parallel,
@@ -219,8 +219,6 @@ class Soak:
                     if i % 25 == 0 or i == len(seeds):
                         self.served = rig.admissions_served()
                         self.write()
-            finally:
-                runner.close()
 
     def _take(self, r: ScheduleResult, quiet: bool) -> None:
         self.done.append(r)
