@@ -186,8 +186,9 @@ class Submitter:
         self.username, self.kubeconfig, self.token, self.pod = self._identity(users, own_node)
         self._poll = POLL_SECONDS
         self._jitter = random.Random(tag)
-        self.job_id = f"{tag}-{uuid.uuid4().hex[:8]}"
-        self.db = f"db-{self.job_id}"
+        job_id = f"{tag}-{uuid.uuid4().hex[:8]}"
+        self.bodies = [job_body(namespace, job, job_id, f"db-{job_id}") for job in plan.jobs]
+        """The search's Jobs in creation order."""
         self.created: set[str] = set()
         self.crashed = False
         self.died_at: datetime | None = None
@@ -302,13 +303,10 @@ class Submitter:
 
     # -- creating the search ----------------------------------------------------------------
 
-    def _bodies(self) -> list[dict[str, Any]]:
-        return [job_body(self.namespace, plan, self.job_id, self.db) for plan in self.plan.jobs]
-
     def _create_jobs(self, create: Callable[[Mapping[str, Any]], int]) -> str:
         """Create the search's missing Jobs in order: ``done``, ``full`` (Gate B or the
         database rule refused), ``lost`` (Gate A refused: the hold is gone) or ``retry``."""
-        for body in self._bodies():
+        for body in self.bodies:
             name = body["metadata"]["name"]
             if name in self.created:
                 continue
@@ -416,7 +414,7 @@ class Submitter:
         wait = ': > "$D/crash_point"; sleep 60; exit 9'
         if self.plan.crash == "after_acquire":
             lines.append(wait)
-        for i, body in enumerate(self._bodies()):
+        for i, body in enumerate(self.bodies):
             if body["metadata"]["name"] in self.created:
                 continue
             job_file = directory / f"job{i}.json"
@@ -508,7 +506,7 @@ class Submitter:
         if self.plan.intrude:
             # Open the search without the Lease: Gate A must refuse (403).
             self.intrusions += 1
-            code = path.create_job(self._bodies()[0])
+            code = path.create_job(self.bodies[0])
             self.note(f"intrusion: {code}")
             if code in (200, 201):
                 self.created.add(self.plan.jobs[0].name)
