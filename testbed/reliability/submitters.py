@@ -214,7 +214,6 @@ class Submitter:
         """The answer to the stalled holder's first Job CREATE after it woke."""
         self.resumed_job = ""
         """That Job's name."""
-        self._resuming = False
 
     def _identity(
         self, users: Callable[[], str], own_node: Callable[[], str]
@@ -228,14 +227,12 @@ class Submitter:
             # A Node of its own: turning a shared node NotReady would take the webhook's
             # and the controller's Pods along.
             selector = {NODE_LABEL: own_node()}
-        restart = "Never" if self.plan.death == "pod_failed" else "Always"
-        sa = f"{self.plan.protocol}-submit"
         pod = self.cp.pod_identity(
             self.namespace,
-            sa,
+            f"{self.plan.protocol}-submit",
             pod=f"{self.plan.protocol}-{self.tag}-{uuid.uuid4().hex[:4]}",
             node_selector=selector,
-            restart_policy=restart,
+            restart_policy="Never" if self.plan.death == "pod_failed" else "Always",
         )
         return pod.username, pod.kubeconfig, pod.token, pod
 
@@ -315,18 +312,13 @@ class Submitter:
             time.sleep(self.plan.step_delay)
             code = create(body)
             self.note(f"create {name}: {code}")
-            if self._resuming:
-                self._resuming = False
+            if self.stalled_rv and self.resumed_code is None:  # the first since it woke
                 self.resumed_code, self.resumed_job = code, name
             if code in (200, 201, 409):  # 409: AlreadyExists, ours from an earlier try
                 self.created.add(name)
                 continue
             self.denials[code] += 1
-            if code == 429:
-                return "full"
-            if code == 403:
-                return "lost"
-            return "retry"
+            return {429: "full", 403: "lost"}.get(code, "retry")
         if self.plan.crash == "after_jobs":
             self._die()
         return "done"
@@ -358,12 +350,12 @@ class Submitter:
         if self.plan.stall == "left_alone":
             self.board.others_done.wait(self._left())
             self.note("the others are done")
+        cancel = threading.Event()  # ends a wait for the slot at the schedule's deadline
+        stopper = threading.Timer(self._left(), cancel.set)
+        stopper.start()
         try:
             while self._left():
                 result = "retry"
-                cancel = threading.Event()
-                stopper = threading.Timer(self._left(), cancel.set)
-                stopper.start()
                 try:
                     with run_slot(lease, settings.client, poll_seconds=POLL_SECONDS, cancel=cancel):
                         self.note("slot")
@@ -375,14 +367,12 @@ class Submitter:
                 except SlotUnavailable:
                     return
                 except CoordinationError:
-                    time.sleep(POLL_SECONDS)
-                    continue
-                finally:
-                    stopper.cancel()
+                    pass  # tried again below
                 if result == "done":
                     return
                 time.sleep(POLL_SECONDS)
         finally:
+            stopper.cancel()
             lease.close()
 
     def _stall(self, lease: SubmitLease) -> None:
@@ -395,7 +385,6 @@ class Submitter:
         self.note(f"stalls at Lease rv {self.stalled_rv}")
         time.sleep(self.plan.ttl + CONTROLLER_SKEW_SECONDS + 8.0)
         self.note("wakes")
-        self._resuming = True
 
     def _client_create(self, lease: SubmitLease, body: Mapping[str, Any]) -> int:
         try:
@@ -476,21 +465,18 @@ class Submitter:
     def _watch_cli(self, proc: subprocess.Popen[bytes], directory: Path) -> int:
         """Wait for the CLI; at the crash point, SIGKILL it (and its COMMAND) while it
         holds the Lease, then let the cluster see the death."""
-        while True:
-            code = proc.poll()
-            if code is not None:
-                return code
+        while (code := proc.poll()) is None:
             if self.plan.crash is not None and (directory / "crash_point").exists():
-                proc.send_signal(signal.SIGKILL)
+                proc.kill()
                 proc.wait(10)
                 with suppress(OSError, ValueError):  # no pid file yet, or the group is gone
                     os.killpg(int((directory / "pid").read_text().strip()), signal.SIGKILL)
                 self._collect_cli(directory)
                 self._die()
-            if time.monotonic() > self._deadline + 30:
-                proc.kill()
+            if time.monotonic() > self._deadline + 30:  # killed by the caller
                 raise TimeoutError("elb-gate submit did not finish")
             time.sleep(0.02)
+        return code
 
     # -- the existing submit paths (dashboard: raw HTTP, OpenAPI: kubectl) --------------------
 
@@ -526,12 +512,8 @@ class Submitter:
             self._poll = POLL_SECONDS
             if self.plan.crash == "after_acquire":
                 self._die()
-            if not self.created and not self.plan.skip_count and path.count() >= CEILING:
-                self._release(path.lease)
-                self.note("full")
-                self._pause()
-                continue
-            result = self._create_jobs(path.create_job)
+            full = not self.created and not self.plan.skip_count and path.count() >= CEILING
+            result = "full" if full else self._create_jobs(path.create_job)
             self._release(path.lease)
             self.note(f"released after {result}")
             if result == "done":
