@@ -93,29 +93,21 @@ intrusions_refused intrusions_admitted_by_a_siblings_hold""".split()
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m testbed.reliability.soak", description=__doc__.splitlines()[0]
+        prog="python -m testbed.reliability.soak",
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--schedules", type=int, default=1000, help="schedules (default 1000)")
+    parser.add_argument("--schedules", type=int, default=1000, help="schedules")
     parser.add_argument("--first-seed", type=int, default=1, help="seed of the first schedule")
     parser.add_argument(
         "--parallel",
         type=int,
         default=PARALLEL,
-        help="schedules at once, each in a namespace of its own (default: one per core, "
-        f"at most 16; here {PARALLEL})",
+        help="schedules at once, each in a namespace of its own (one per core, at most 16)",
     )
-    parser.add_argument(
-        "--fault-trials", type=int, default=300, help="webhook fault trials (default 300)"
-    )
-    parser.add_argument(
-        "--storms", type=int, default=20, help="controller fault storms (default 20)"
-    )
-    parser.add_argument(
-        "--histories",
-        type=int,
-        default=1000,
-        help="race histories checked for linearizability (default 1000)",
-    )
+    parser.add_argument("--fault-trials", type=int, default=300, help="webhook fault trials")
+    parser.add_argument("--storms", type=int, default=20, help="controller fault storms")
+    parser.add_argument("--histories", type=int, default=1000, help="race histories to check")
     parser.add_argument("--results", type=Path, default=RESULTS, help="where to write them")
     return parser.parse_args(argv)
 
