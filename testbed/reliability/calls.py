@@ -11,17 +11,11 @@ from typing import Any
 
 import urllib3
 
-from testbed.api import Api, ApiError
+from testbed.api import Api, ApiError, Resource
 from testbed.controlplane import ControlPlane
 
-
-def lease_path(namespace: str, name: str = "") -> str:
-    base = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
-    return f"{base}/{name}" if name else base
-
-
-def jobs_path(namespace: str) -> str:
-    return f"/apis/batch/v1/namespaces/{namespace}/jobs"
+lease_path = Resource("/apis/coordination.k8s.io/v1", "leases", "Lease", namespaced=True).path
+jobs_path = Resource("/apis/batch/v1", "jobs", "Job", namespaced=True).path
 
 
 def request(api: Api, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
