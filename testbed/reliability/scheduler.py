@@ -183,8 +183,7 @@ class Runner:
             for i, plan in enumerate(plans)
         ]
         result = ScheduleResult(seed, ns, len(submitters), Counter(p.protocol for p in plans))
-        for plan in plans:
-            result.job_fates.update(f"{j.app}:{j.fate}" for j in plan.jobs)
+        result.job_fates.update(f"{j.app}:{j.fate}" for plan in plans for j in plan.jobs)
         start_rv = self.observer.current_rv(ns)
         record = self.observer.watch(ns)
         try:
