@@ -11,6 +11,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from contextlib import closing
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -38,9 +39,8 @@ class SteadyStream:
     """A background submitter (a plain user, elb-gate's library)."""
 
     def __init__(self, cp: ControlPlane, namespace: str) -> None:
-        self.cp = cp
         self.namespace = namespace
-        self.username = cp.plain_user()
+        self.config = KubeConfig.load(cp.kubeconfig(cp.plain_user()))
         self.stats = StreamStats()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="steady-stream", daemon=True)
@@ -63,13 +63,10 @@ class SteadyStream:
             self.stats.unexpected.append(f"{what}: {text[:300]}")
 
     def _run(self) -> None:
-        kube = SyncKube(KubeConfig.load(self.cp.kubeconfig(self.username)), timeout=10)
-        try:
+        with closing(SyncKube(self.config, timeout=10)) as kube:
             while not self._stop.is_set():
                 self._cycle(kube)
                 self._stop.wait(0.05)
-        finally:
-            kube.close()
 
     def _cycle(self, kube: SyncKube) -> None:
         lease = SubmitLease(self.namespace, gate=self.settings.gate, kube=kube, source="steady")
