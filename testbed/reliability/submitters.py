@@ -61,7 +61,7 @@ from client.errors import SlotUnavailable
 from elbgate.kube.api import ApiError, ApiUnavailable
 from elbgate.kube.config import KubeConfig
 from elbgate.settings import Settings
-from testbed.clients import ClientError, DashboardLeaseClient, LeaseClient, lease_name, parse_time
+from testbed.clients import ClientError, DashboardLeaseClient, lease_name, parse_time
 from testbed.component import host_env
 from testbed.controlplane import REPO, ControlPlane, PodIdentity, kubectl_path
 from testbed.holders import NODE_LABEL, crash, node_not_ready, past_the_second_of
@@ -514,7 +514,10 @@ class Submitter:
                 self._die()
             full = not self.created and not self.plan.skip_count and path.count() >= CEILING
             result = "full" if full else self._create_jobs(path.create_job)
-            self._release(path.lease)
+            try:
+                path.lease.release()
+            except ClientError as exc:  # the Lease expires on its own
+                self.note(f"release failed: {exc}")
             self.note(f"released after {result}")
             if result == "done":
                 return
@@ -539,9 +542,3 @@ class Submitter:
         while self._left() and not client.sees_expired(stored):
             time.sleep(0.02)
         self.note("polls as the stalled hold expires")
-
-    def _release(self, lease: LeaseClient) -> None:
-        try:
-            lease.release()
-        except ClientError as exc:  # the Lease expires on its own
-            self.note(f"release failed: {exc}")
