@@ -77,15 +77,13 @@ class Ledger:
             for r in rows
         ]
         lines = markdown_table("promise | runs | faults injected | violations", "lrrr", cells)
-        details = [
-            f"- {row.promise}: "
-            + ", ".join(
-                f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
-                for k, v in sorted(row.notes.items())
+        details = []
+        for row in (r for r in rows if r.notes):
+            notes = sorted(row.notes.items())
+            shown = ", ".join(
+                f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in notes
             )
-            for row in rows
-            if row.notes
-        ]
+            details.append(f"- {row.promise}: {shown}")
         return "\n".join(lines + (["", *details] if details else []))
 
 
