@@ -404,11 +404,8 @@ class Soak:
             kind, how = key.split(":", 1)
             stalled.append((kind.replace("_", " "), how, n))
         died_table = markdown_table(f"{head} (median / max)", "lrlr", died)
-        return [
-            *died_table,
-            "",
-            *markdown_table("a holder stalled, its hold | ended | count", "llr", stalled),
-        ]
+        stalled_table = markdown_table("a holder stalled, its hold | ended | count", "llr", stalled)
+        return [*died_table, "", *stalled_table]
 
 
 def _commit() -> str:
