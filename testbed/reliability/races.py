@@ -162,10 +162,6 @@ class Races:
             self.proxy.end_watches()  # the webhooks resume their Job watches through it
         return added
 
-    def _clear(self, ns: str) -> None:
-        with self.proxy._lock:
-            self.proxy.faults[:] = [f for f in self.proxy.faults if f.namespace != ns]
-
     # -- holds ---------------------------------------------------------------------------
 
     def hold(self, ns: str, user: str, ttl: int = HOLD_SECONDS) -> DashboardLeaseClient:
@@ -221,7 +217,7 @@ class Races:
         try:
             getattr(self, f"_{p.kind}")(ns, rng)
         finally:
-            self._clear(ns)
+            self.proxy.clear(ns)
             self.release(ns)
         fired = fault.fired if fault is not None else 0
         h = History(f"{p.kind}-{p.seed}", p.kind, settings(), ns, offset, p.fault, fired)
