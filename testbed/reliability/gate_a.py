@@ -254,14 +254,13 @@ def lease_timeline(writes: Sequence[Write], namespace: str) -> list[LeaseState]:
         spec = _mapping(write.obj.get("spec"))
         notes = _mapping(meta.get("annotations"))
         holder = str(spec.get("holderIdentity") or "")
-        before = out[-1] if out else None
-        same = before is not None and before.holder == holder and holder != ""
+        user = out[-1].holder_user if out and out[-1].holder == holder else write.user
         duration = spec.get("leaseDurationSeconds")
         out.append(
             LeaseState(
                 write,
                 holder,
-                (before.holder_user if same and before else write.user) if holder else "",
+                user if holder else "",
                 str(notes.get(HOLDER_USER_ANNOTATION) or ""),
                 parse_time(spec.get("renewTime")),
                 duration if isinstance(duration, int) and not isinstance(duration, bool) else None,
@@ -272,12 +271,7 @@ def lease_timeline(writes: Sequence[Write], namespace: str) -> list[LeaseState]:
 
 def state_before(timeline: Sequence[LeaseState], rv: int) -> LeaseState | None:
     """The Lease as it stood just before revision ``rv`` (``None``: never written)."""
-    found = None
-    for state in timeline:
-        if state.write.rv >= rv:
-            break
-        found = state
-    return found
+    return next((state for state in reversed(timeline) if state.write.rv < rv), None)
 
 
 @dataclass
