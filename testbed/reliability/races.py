@@ -30,7 +30,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -200,10 +200,8 @@ class Races:
         with self._lock:
             clients = self._holders.pop(ns, [])
         for client in clients:
-            try:
+            with suppress(OSError, ClientError):
                 client.release()
-            except (OSError, ClientError):
-                pass
 
     # -- one history ---------------------------------------------------------------------
 
