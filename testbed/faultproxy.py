@@ -49,7 +49,6 @@ _HOP_HEADERS = {
     "proxy-connection",
     "te",
     "trailer",
-    "content-encoding",
 }
 
 
@@ -106,7 +105,7 @@ class FaultProxy:
         self.answered: list[tuple[str, str, int]] = []
         """Every forwarded answer, once sent whole: (method, path with its query, bytes of
         its body as the API server sent them)."""
-        self._ending: asyncio.Event | None = None
+        self._ending = asyncio.Event()
         self._lock = threading.Lock()
         self._dir = Path(tempfile.mkdtemp(prefix="elb-gate-proxy-"))
         ca = trustme.CA()
@@ -130,9 +129,10 @@ class FaultProxy:
             self.faults.append(fault)
         return fault
 
-    def clear(self) -> None:
+    def clear(self, namespace: str | None = None) -> None:
+        """Drop every fault, or only those scoped to ``namespace``."""
         with self._lock:
-            self.faults.clear()
+            self.faults[:] = [f for f in self.faults if namespace not in (None, f.namespace)]
 
     def _take(self, method: str, info: Mapping[str, Any]) -> Fault | None:
         with self._lock:
@@ -154,35 +154,28 @@ class FaultProxy:
         return self.cp.write_kubeconfig(path, name, token, server=self.url, ca_file=self.ca_file)
 
     def start(self) -> FaultProxy:
-        started = threading.Event()
-        errors: list[BaseException] = []
+        loop = self._loop = asyncio.new_event_loop()
 
         def serve() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            try:
-                loop.run_until_complete(self._start())
-            except BaseException as exc:  # reported to start()
-                errors.append(exc)
-                started.set()
-                return
-            started.set()
-            loop.run_forever()
-            loop.run_until_complete(self._stop())
+            loop.run_forever()  # until _stop() is done
             loop.close()
 
         self._thread = threading.Thread(target=serve, name="fault-proxy", daemon=True)
         self._thread.start()
-        started.wait(30)
-        if errors:
-            raise errors[0]
+        try:
+            asyncio.run_coroutine_threadsafe(self._start(), loop).result(30)
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def stop(self) -> None:
-        if self._loop is not None and self._thread is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
+        loop, self._loop = self._loop, None
+        if loop is not None and self._thread is not None:
+            # The runner's cleanup may wait on streams in flight: stop() waits 30 s at most.
+            stopped = asyncio.run_coroutine_threadsafe(self._stop(), loop)
+            stopped.add_done_callback(lambda _: loop.call_soon_threadsafe(loop.stop))
             self._thread.join(30)
-        self._loop = None
 
     def __enter__(self) -> FaultProxy:
         return self.start()
@@ -191,7 +184,6 @@ class FaultProxy:
         self.stop()
 
     async def _start(self) -> None:
-        self._ending = asyncio.Event()
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(ssl=self._upstream_ctx, limit=0),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
@@ -203,9 +195,7 @@ class FaultProxy:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self._server_ctx)
         await site.start()
-        server = site._server
-        assert isinstance(server, asyncio.Server)  # port 0: ask the socket which one
-        self.port = int(server.sockets[0].getsockname()[1])
+        self.port = int(self._runner.addresses[0][1])  # port 0: the one the socket got
 
     async def _stop(self) -> None:
         if self._runner is not None:
@@ -232,9 +222,12 @@ class FaultProxy:
             if fault.status is not None and fault.body is not None:
                 return web.Response(status=fault.status, text=fault.body, content_type="text/html")
             if fault.status is not None:
-                return _status(fault.status)
+                failure = _failure(fault.status, f"injected fault: {fault.status}")
+                return web.json_response(failure, status=fault.status)
             if fault.watch_gone and info["watch"]:
-                return _gone_watch(request)
+                why = "too old resource version: injected"
+                event = {"type": "ERROR", "object": _failure(410, why)}
+                return web.Response(text=json.dumps(event) + "\n", content_type="application/json")
             if fault.lose_answer:
                 await self._forward(request, info, deliver=False)
             if fault.lag and info["watch"]:
@@ -252,7 +245,10 @@ class FaultProxy:
         assert self._session is not None
         with self._lock:
             self.forwarded[(request.method, str(info.get("resource") or request.path))] += 1
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
+        # aiohttp hands the body over decoded: its encoding is not passed on (an answer's is,
+        # as the API server sent it).
+        skip = {*_HOP_HEADERS, "content-encoding"}
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in skip}
         body = await request.read()
         url = self.cp.server + request.path_qs
         async with self._session.request(
@@ -267,8 +263,6 @@ class FaultProxy:
             for key, value in upstream.headers.items():
                 if key.lower() not in _HOP_HEADERS:
                     response.headers[key] = value
-            if upstream.headers.get("Content-Encoding"):
-                response.headers["Content-Encoding"] = upstream.headers["Content-Encoding"]
             await response.prepare(request)
             sent = 0
             ending = self._ending
@@ -277,7 +271,7 @@ class FaultProxy:
                 step = asyncio.ensure_future(chunks.__anext__())
                 # Retrieved even when the handler is cancelled before awaiting it.
                 step.add_done_callback(lambda t: t.cancelled() or t.exception())
-                if info.get("watch") and ending is not None:
+                if info.get("watch"):
                     stop = asyncio.ensure_future(ending.wait())
                     try:
                         await asyncio.wait((step, stop), return_when=asyncio.FIRST_COMPLETED)
@@ -307,8 +301,7 @@ class FaultProxy:
 
         def swap() -> None:
             old, self._ending = self._ending, asyncio.Event()
-            if old is not None:
-                old.set()
+            old.set()
 
         loop.call_soon_threadsafe(swap)
 
@@ -335,15 +328,6 @@ def _failure(code: int, message: str) -> dict[str, Any]:
         "reason": _REASONS.get(code, "InternalError"),
         "code": code,
     }
-
-
-def _status(code: int) -> web.Response:
-    return web.json_response(_failure(code, f"injected fault: {code}"), status=code)
-
-
-def _gone_watch(request: web.Request) -> web.Response:
-    event = {"type": "ERROR", "object": _failure(410, "too old resource version: injected")}
-    return web.Response(text=json.dumps(event) + "\n", content_type="application/json")
 
 
 async def _late(upstream: aiohttp.ClientResponse, lag: float) -> AsyncIterator[bytes]:

@@ -18,14 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.audit_log import read_audit
-from testbed.reliability.gate_a import (
-    Delete,
-    LostAnswer,
-    Write,
-    committed_deletes,
-    committed_writes,
-    lost_answers,
-)
+from testbed.reliability.gate_a import Delete, LostAnswer, Write, recorded
 
 
 @dataclass(frozen=True)
@@ -64,17 +57,15 @@ class AuditTail:
         """Read what was appended, and keep what it committed in the namespaces."""
         with self._lock:
             appended, self._offset = read_audit(self.path, self._offset)
-            events = [
-                e
-                for e in appended
-                if (e.get("objectRef") or {}).get("namespace") in self.namespaces
-            ]
-            for write in committed_writes(events):
-                self.writes[write.namespace].append(write)
-            for delete in committed_deletes(events):
-                self.deletes[delete.namespace][delete.uid] = delete
-            for lost in lost_answers(events):
-                self.lost[lost.namespace].append(lost)
+            for found in map(recorded, appended):
+                if found is None or found.namespace not in self.namespaces:
+                    continue
+                if isinstance(found, Delete):
+                    self.deletes[found.namespace][found.uid] = found
+                elif isinstance(found, LostAnswer):
+                    self.lost[found.namespace].append(found)
+                else:
+                    self.writes[found.namespace].append(found)
 
     def account(
         self, namespace: str, seen: Sequence[Seen], deleted: Mapping[str, int]

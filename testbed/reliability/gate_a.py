@@ -18,14 +18,14 @@ Deletes. The API server answers a DELETE of an object without finalizers (a Leas
 with a ``Status``, not the object: its audit record names the object's ``uid``
 (``details.uid``) but no ``resourceVersion``. The revision a delete committed at is the
 ``resourceVersion`` of the watch's ``DELETED`` event of that ``uid`` (a ``uid`` is
-deleted once), so :func:`committed_deletes` keeps such records by ``uid`` and
+deleted once), so :func:`recorded` keeps such a record's ``uid``, and
 :meth:`Delete.at` places one at the revision the watch saw. Who deleted, and when the
 request arrived, still come from the audit log alone.
 
 Lost answers. A write whose client went away before the answer (its own deadline, a
 dropped connection) is logged with ``504`` ("request did not complete within requested
 timeout - context canceled") and no object, though it may have committed: the watch
-then shows a revision no committed record names. :func:`lost_answers` keeps such
+then shows a revision no committed record names. :func:`recorded` keeps such
 records, and :meth:`LostAnswer.at` places one at the revision of the watch event it
 accounts for: the same object, and, for a compare-and-swap update, the revision its
 precondition named was the object's previous one. The user and the times still come
@@ -139,35 +139,6 @@ def final_record(event: Mapping[str, Any]) -> bool:
     )
 
 
-def _committed(event: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The ``responseObject`` of a write that committed (``None``: not one)."""
-    code = (event.get("responseStatus") or {}).get("code")
-    if not final_record(event) or not isinstance(code, int) or not 200 <= code < 300:
-        return None
-    obj = event.get("responseObject")
-    return obj if isinstance(obj, Mapping) else None
-
-
-def committed_writes(events: Iterable[Mapping[str, Any]]) -> list[Write]:
-    """The successful Job and Lease writes among audit ``events`` whose answer carries the
-    committed object, in resourceVersion order. Dry runs (no resourceVersion is
-    committed), refused requests and deletes answered with a ``Status`` (see
-    :func:`committed_deletes`) are left out."""
-    out: list[Write] = []
-    for event in events:
-        obj = _committed(event)
-        if obj is None:
-            continue
-        meta = _mapping(obj.get("metadata"))
-        rv = str(meta.get("resourceVersion") or "")
-        asked = request_fields(event, meta.get("name"))
-        if not rv.isdigit() or asked is None:
-            continue
-        out.append(Write(rv=int(rv), verb=str(event.get("verb") or ""), obj=obj, **asked))
-    out.sort(key=lambda w: w.rv)
-    return out
-
-
 @dataclass(frozen=True)
 class Delete(Request):
     """A committed DELETE the API server answered with a ``Status``: the object's
@@ -179,22 +150,6 @@ class Delete(Request):
         """This delete as a write at revision ``rv`` (the watch's ``DELETED`` event)."""
         meta = {"name": self.name, "namespace": self.namespace, "uid": self.uid}
         return self._written(rv, "delete", {"kind": "Status", "metadata": meta})
-
-
-def committed_deletes(events: Iterable[Mapping[str, Any]]) -> list[Delete]:
-    """The successful DELETEs among audit ``events`` answered with a ``Status`` (the
-    object is gone; its ``uid`` is in ``details``), in log order."""
-    out: list[Delete] = []
-    for event in events:
-        obj = _committed(event)
-        if obj is None or event.get("verb") != "delete" or obj.get("kind") != "Status":
-            continue
-        uid = str(_mapping(obj.get("details")).get("uid") or "")
-        asked = request_fields(event)
-        if not uid or asked is None:
-            continue
-        out.append(Delete(uid=uid, **asked))
-    return out
 
 
 @dataclass(frozen=True)
@@ -211,23 +166,46 @@ class LostAnswer(Request):
         return self._written(rv, self.verb, obj)
 
 
-def lost_answers(events: Iterable[Mapping[str, Any]]) -> list[LostAnswer]:
-    """The create/update/patch requests among audit ``events`` answered ``504``, in log
-    order (dry runs and subresources left out)."""
-    out: list[LostAnswer] = []
-    for event in events:
-        if not final_record(event) or (event.get("responseStatus") or {}).get("code") != 504:
-            continue
-        verb = str(event.get("verb") or "")
-        if verb not in ("create", "update", "patch"):
-            continue
+def recorded(event: Mapping[str, Any]) -> Write | Delete | LostAnswer | None:
+    """What a request's last audit ``event`` (:func:`final_record`) records: a successful
+    write whose answer carries the committed object; a successful DELETE answered with a
+    ``Status`` (the object is gone; its ``uid`` is in ``details``); a create, update or
+    patch answered ``504``. ``None`` for anything else: a refused request, a dry run (no
+    resourceVersion is committed), a subresource."""
+    if not final_record(event):
+        return None
+    code = (event.get("responseStatus") or {}).get("code")
+    verb = str(event.get("verb") or "")
+    if code == 504 and verb in ("create", "update", "patch"):
         meta = _mapping(_mapping(event.get("requestObject")).get("metadata"))
         asked = request_fields(event, meta.get("name"))
         if asked is None or not asked["name"]:
-            continue
-        precondition = str(meta.get("resourceVersion") or "")
-        out.append(LostAnswer(verb=verb, precondition=precondition, **asked))
-    return out
+            return None
+        return LostAnswer(verb=verb, precondition=str(meta.get("resourceVersion") or ""), **asked)
+    obj = event.get("responseObject")
+    if not isinstance(code, int) or not 200 <= code < 300 or not isinstance(obj, Mapping):
+        return None
+    if verb == "delete" and obj.get("kind") == "Status":
+        uid = str(_mapping(obj.get("details")).get("uid") or "")
+        asked = request_fields(event)
+        return Delete(uid=uid, **asked) if uid and asked is not None else None
+    meta = _mapping(obj.get("metadata"))
+    rv = str(meta.get("resourceVersion") or "")
+    asked = request_fields(event, meta.get("name"))
+    if not rv.isdigit() or asked is None:
+        return None
+    return Write(rv=int(rv), verb=verb, obj=obj, **asked)
+
+
+def committed_writes(events: Iterable[Mapping[str, Any]]) -> list[Write]:
+    """The committed Job and Lease writes among audit ``events`` (see :func:`recorded`),
+    in resourceVersion order."""
+    return sorted((r for r in map(recorded, events) if isinstance(r, Write)), key=lambda w: w.rv)
+
+
+def committed_deletes(events: Iterable[Mapping[str, Any]]) -> list[Delete]:
+    """The DELETEs among audit ``events`` answered with a ``Status``, in log order."""
+    return [r for r in map(recorded, events) if isinstance(r, Delete)]
 
 
 @dataclass(frozen=True)
@@ -276,14 +254,13 @@ def lease_timeline(writes: Sequence[Write], namespace: str) -> list[LeaseState]:
         spec = _mapping(write.obj.get("spec"))
         notes = _mapping(meta.get("annotations"))
         holder = str(spec.get("holderIdentity") or "")
-        before = out[-1] if out else None
-        same = before is not None and before.holder == holder and holder != ""
+        user = out[-1].holder_user if out and out[-1].holder == holder else write.user
         duration = spec.get("leaseDurationSeconds")
         out.append(
             LeaseState(
                 write,
                 holder,
-                (before.holder_user if same and before else write.user) if holder else "",
+                user if holder else "",
                 str(notes.get(HOLDER_USER_ANNOTATION) or ""),
                 parse_time(spec.get("renewTime")),
                 duration if isinstance(duration, int) and not isinstance(duration, bool) else None,
@@ -294,12 +271,7 @@ def lease_timeline(writes: Sequence[Write], namespace: str) -> list[LeaseState]:
 
 def state_before(timeline: Sequence[LeaseState], rv: int) -> LeaseState | None:
     """The Lease as it stood just before revision ``rv`` (``None``: never written)."""
-    found = None
-    for state in timeline:
-        if state.write.rv >= rv:
-            break
-        found = state
-    return found
+    return next((state for state in reversed(timeline) if state.write.rv < rv), None)
 
 
 @dataclass

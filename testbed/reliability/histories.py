@@ -33,6 +33,7 @@ from typing import Any
 from testbed.api import Api, JsonObj
 from testbed.controlplane import REPO
 from testbed.reliability.gate_a import LEASE_PREFIX, final_record, parse_time, request_fields
+from testbed.reliability.oracle import DECIDED_CONDITIONS, FINAL_CONDITIONS
 from testbed.watch import Watch
 
 LINCHECK = REPO / "lincheck"
@@ -40,16 +41,15 @@ NEVER = 2**62
 """A return that never came (a finish whose final condition was not seen): the
 operation may have taken effect at any time after its call (within an int64, as the
 checker reads times)."""
-FINAL = frozenset({"Complete", "Failed"})
-DECIDED = frozenset({"SuccessCriteriaMet", "FailureTarget"})
 MARGIN_NS = 1_000_000_000
 """Condition times are written in whole seconds on the Job controller's clock: a
 finish may have begun up to a second before the time it names."""
 
 
-def _ns(value: object) -> int | None:
+def _ns(value: object) -> int:
+    """An RFC 3339 time in ns since the epoch (0 when absent or unreadable)."""
     moment = parse_time(value)
-    return None if moment is None else int(moment.timestamp() * 1e9)
+    return 0 if moment is None else int(moment.timestamp() * 1e9)
 
 
 def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -73,7 +73,7 @@ def job_facts(obj: Mapping[str, Any]) -> dict[str, Any]:
         "app": app,
         "id": str(labels.get("elb-job-id") or ""),
         "stages": sorted(set(stages)),
-        "created_ns": _ns((obj.get("metadata") or {}).get("creationTimestamp")) or 0,
+        "created_ns": _ns((obj.get("metadata") or {}).get("creationTimestamp")),
     }
 
 
@@ -82,7 +82,7 @@ def _true(obj: Mapping[str, Any]) -> dict[str, int]:
     out = {}
     for c in (obj.get("status") or {}).get("conditions") or []:
         if isinstance(c, Mapping) and c.get("status") == "True":
-            out[str(c.get("type"))] = _ns(c.get("lastTransitionTime")) or 0
+            out[str(c.get("type"))] = _ns(c.get("lastTransitionTime"))
     return out
 
 
@@ -133,16 +133,13 @@ class JobWatch:
         for seen, _kind, obj in self._events(namespace):
             name = str((obj.get("metadata") or {}).get("name") or "")
             true = _true(obj)
-            decided = {k: v for k, v in true.items() if k in FINAL | DECIDED}
+            decided = [v for k, v in true.items() if k in FINAL_CONDITIONS | DECIDED_CONDITIONS]
             status = obj.get("status") or {}
-            if status.get("completionTime"):
-                decided.setdefault("completionTime", seen)
             needed = (obj.get("spec") or {}).get("completions") or 1
-            if (status.get("succeeded") or 0) >= needed and not status.get("terminating"):
-                decided.setdefault("succeeded", seen)
-            if decided and name not in begun:
-                begun[name] = min([seen, *(v for v in decided.values() if v)]) - MARGIN_NS
-            if true.keys() & FINAL and name not in ended:
+            done = (status.get("succeeded") or 0) >= needed and not status.get("terminating")
+            if (decided or status.get("completionTime") or done) and name not in begun:
+                begun[name] = min([seen, *(v for v in decided if v)]) - MARGIN_NS
+            if true.keys() & FINAL_CONDITIONS and name not in ended:
                 ended[name] = seen
         return [
             {"kind": "finish", "job": {"name": n}, "call": c, "return": ended.get(n, NEVER)}
@@ -157,7 +154,7 @@ class JobWatch:
         for _seen, kind, obj in self._events(namespace):
             name = str((obj.get("metadata") or {}).get("name"))
             last[name] = (kind, obj)
-            for condition in _true(obj).keys() & FINAL:
+            for condition in _true(obj).keys() & FINAL_CONDITIONS:
                 final.setdefault(name, f"{_labels(obj).get('app') or '-'}:{condition}")
         out = Counter(final.values())
         for name, (kind, obj) in last.items():
@@ -183,7 +180,7 @@ def audit_operations(
             continue
         code = int((e.get("responseStatus") or {}).get("code") or 0)
         verb, resource = e.get("verb"), asked["resource"]
-        call, ret = (int(asked[k].timestamp() * 1e9) for k in ("received", "answered"))
+        call, ret = _ns(e.get("requestReceivedTimestamp")), _ns(e.get("stageTimestamp"))
         base = {"call": call, "return": ret, "user": asked["user"]}
         if resource == "jobs" and verb == "create":
             body = e.get("responseObject") if code == 201 else e.get("requestObject")
@@ -191,8 +188,7 @@ def audit_operations(
                 continue
             facts = job_facts(body)
             admitted = code == 201 or (code == 504 and facts["name"] in stored)
-            if not facts["created_ns"]:
-                facts["created_ns"] = ret
+            facts["created_ns"] = facts["created_ns"] or ret
             message = str((e.get("responseStatus") or {}).get("message") or "")
             out.append(
                 {

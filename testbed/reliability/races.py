@@ -30,7 +30,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -162,10 +162,6 @@ class Races:
             self.proxy.end_watches()  # the webhooks resume their Job watches through it
         return added
 
-    def _clear(self, ns: str) -> None:
-        with self.proxy._lock:
-            self.proxy.faults[:] = [f for f in self.proxy.faults if f.namespace != ns]
-
     # -- holds ---------------------------------------------------------------------------
 
     def hold(self, ns: str, user: str, ttl: int = HOLD_SECONDS) -> DashboardLeaseClient:
@@ -204,10 +200,8 @@ class Races:
         with self._lock:
             clients = self._holders.pop(ns, [])
         for client in clients:
-            try:
+            with suppress(OSError, ClientError):
                 client.release()
-            except (OSError, ClientError):
-                pass
 
     # -- one history ---------------------------------------------------------------------
 
@@ -221,7 +215,7 @@ class Races:
         try:
             getattr(self, f"_{p.kind}")(ns, rng)
         finally:
-            self._clear(ns)
+            self.proxy.clear(ns)
             self.release(ns)
         fired = fault.fired if fault is not None else 0
         h = History(f"{p.kind}-{p.seed}", p.kind, settings(), ns, offset, p.fault, fired)
