@@ -96,14 +96,13 @@ def job_body(namespace: str, plan: JobPlan, job_id: str, db: str) -> dict[str, A
         labels["elb-job-id"] = job_id
     if plan.app == "blast":
         labels["db"] = db
-    # blast: OnFailure (its container restarts in place); the others: Never, a new pod.
+    # blast: OnFailure (its container restarts in place); the others: Never, a new pod,
+    # so only they, with a retry allowed (not the finalizer), fail in a second pod too.
     restart = "OnFailure" if plan.app == "blast" else "Never"
-    if plan.app == "finalizer":
-        backoff, codes = 0, {"ok": "0", "retried": "0", "failed": "1"}[plan.fate]
-    elif restart == "OnFailure":
-        backoff, codes = 1, {"ok": "0", "retried": "0", "failed": "1"}[plan.fate]
-    else:
-        backoff, codes = 1, {"ok": "0", "retried": "1,0", "failed": "1,1"}[plan.fate]
+    backoff = 0 if plan.app == "finalizer" else 1
+    codes = {"ok": "0", "retried": "0", "failed": "1"}[plan.fate]
+    if restart == "Never" and backoff and plan.fate != "ok":
+        codes = {"retried": "1,0", "failed": "1,1"}[plan.fate]
     env = [{"name": "ELB_DB", "value": db}] if plan.app in ("setup", "blast") else []
     annotations = {EXIT_CODES: codes}
     if plan.run_seconds is not None:
