@@ -116,8 +116,8 @@ class Observer:
         self._jobs: dict[str, dict[str, JsonObj]] = {ns: {} for ns in self.namespaces}
         self._active: dict[str, set[str]] = {ns: set() for ns in self.namespaces}
         self._records: dict[str, NamespaceRecord] = {}
-        self._lease_rvs: dict[str, dict[str, int]] = {}
-        """Each Lease's last revision seen, per namespace (a write's previous one)."""
+        self._lease_rvs: dict[tuple[str, str], int] = {}
+        """Each Lease's last revision seen (a write's previous one)."""
         self._lock = threading.Lock()
         self._sentinel_lock = threading.Lock()
         self._watches = [
@@ -199,22 +199,21 @@ class Observer:
         with self._lock:
             for record in self._records.values():
                 record.gaps.append(why)
-            for ns in self.namespaces:
-                self._jobs[ns].clear()
+            for jobs in self._jobs.values():
+                jobs.clear()
 
     def _on_lease(self, kind: str, obj: JsonObj) -> None:
         meta = obj.get("metadata") or {}
         ns, name, rv = str(meta.get("namespace") or ""), str(meta.get("name") or ""), _rv(obj)
         with self._lock:
             record = self._records.get(ns)
-            last = self._lease_rvs.setdefault(ns, {})
             if record is not None and kind in ("ADDED", "MODIFIED"):
-                previous = last.get(name) if kind == "MODIFIED" else None
+                previous = self._lease_rvs.get((ns, name)) if kind == "MODIFIED" else None
                 record.leases.append(Seen(rv, "leases", name, previous, obj))
             if kind != "DELETED":
-                last[name] = rv
+                self._lease_rvs[ns, name] = rv
             elif record is not None:
-                last.pop(name, None)
+                self._lease_rvs.pop((ns, name), None)
                 record.lease_deletes[str(meta.get("uid") or "")] = rv
 
     def _on_job(self, kind: str, obj: JsonObj) -> None:
