@@ -218,7 +218,7 @@ class Observer:
 
     def _on_job(self, kind: str, obj: JsonObj) -> None:
         meta = obj.get("metadata") or {}
-        ns = str(meta.get("namespace") or "")
+        ns, name = str(meta.get("namespace") or ""), meta.get("name")
         if ns not in self.namespaces:
             return
         uid = str(meta.get("uid") or "")
@@ -231,58 +231,43 @@ class Observer:
             record = self._records.get(ns)
             now = datetime.now(UTC)
             found = oracle.active_searches(jobs.values(), now, FINALIZER_GRACE_SECONDS)
-            keys = {a.key for a in found}
-            before, self._active[ns] = self._active[ns], keys
+            keys = [a.key for a in found]
+            before, self._active[ns] = self._active[ns], set(keys)
             if record is None or kind == "LISTED":
                 return
-            try:
-                self._check(record, kind, obj, list(jobs.values()), found, before, now)
-            except Exception as exc:  # a bug here must show as a finding, not vanish
-                record.oracle_bugs.append(f"observer failed on {kind} {meta.get('name')}: {exc!r}")
-
-    def _check(
-        self,
-        record: NamespaceRecord,
-        kind: str,
-        obj: JsonObj,
-        jobs: list[JsonObj],
-        found: list[oracle.Active],
-        before: set[str],
-        now: datetime,
-    ) -> None:
-        record.job_events += 1
-        rv = _rv(obj)
-        meta = obj.get("metadata") or {}
-        name = meta.get("name")
-        if kind == "ADDED":
-            key = oracle.search_key(obj)
-            app = str((meta.get("labels") or {}).get("app") or "")
-            record.added.append(Added(rv, str(name), app, key, key in before, obj))
-        keys = [a.key for a in found]
-        crude = oracle.crude_bound(jobs)
-        record.max_active = max(record.max_active, len(keys))
-        record.max_crude = max(record.max_crude, len(crude))
-        where = f"after {kind} Job {name} (rv {rv})"
-        if len(keys) > CEILING:
-            why = "; ".join(f"{a.key}: {a.why}" for a in found)
-            record.over_ceiling.append(
-                f"{len(keys)} active searches > ceiling {CEILING} {where}: {why}"
-            )
-        if not set(keys) <= crude:
-            record.oracle_bugs.append(
-                f"oracle {keys} above the crude bound {sorted(crude)} {where}"
-            )
-        counted = list(census(jobs, now, FINALIZER_GRACE_SECONDS).active_ids)
-        if counted != keys:
-            record.disagreement_count += 1
-            differ = set(counted) ^ set(keys)
-            involved = [_brief(j) for j in jobs if (oracle.search_key(j) or "") in differ] or [
-                _brief(j) for j in jobs
-            ]
-            text = (
-                f"{record.namespace} {where}: census {counted}, oracle {keys}; Jobs: "
-                f"{json.dumps(involved, sort_keys=True)}"
-            )
-            self.report(f"DISAGREEMENT {text}")
-            if len(record.disagreements) < self.MAX_PRINTED:
-                record.disagreements.append(text)
+            try:  # a bug here must show as a finding, not vanish
+                record.job_events += 1
+                rv = _rv(obj)
+                if kind == "ADDED":
+                    key = oracle.search_key(obj)
+                    app = str((meta.get("labels") or {}).get("app") or "")
+                    record.added.append(Added(rv, str(name), app, key, key in before, obj))
+                crude = oracle.crude_bound(jobs.values())
+                record.max_active = max(record.max_active, len(keys))
+                record.max_crude = max(record.max_crude, len(crude))
+                where = f"after {kind} Job {name} (rv {rv})"
+                if len(keys) > CEILING:
+                    why = "; ".join(f"{a.key}: {a.why}" for a in found)
+                    record.over_ceiling.append(
+                        f"{len(keys)} active searches > ceiling {CEILING} {where}: {why}"
+                    )
+                if not set(keys) <= crude:
+                    record.oracle_bugs.append(
+                        f"oracle {keys} above the crude bound {sorted(crude)} {where}"
+                    )
+                counted = list(census(jobs.values(), now, FINALIZER_GRACE_SECONDS).active_ids)
+                if counted != keys:
+                    record.disagreement_count += 1
+                    differ = set(counted) ^ set(keys)
+                    involved = [
+                        _brief(j) for j in jobs.values() if (oracle.search_key(j) or "") in differ
+                    ]
+                    text = (
+                        f"{ns} {where}: census {counted}, oracle {keys}; Jobs: "
+                        f"{json.dumps(involved or [*map(_brief, jobs.values())], sort_keys=True)}"
+                    )
+                    self.report(f"DISAGREEMENT {text}")
+                    if len(record.disagreements) < self.MAX_PRINTED:
+                        record.disagreements.append(text)
+            except Exception as exc:
+                record.oracle_bugs.append(f"observer failed on {kind} {name}: {exc!r}")
