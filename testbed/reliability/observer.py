@@ -62,10 +62,9 @@ class NamespaceRecord:
     job_events: int = 0
     max_active: int = 0
     max_crude: int = 0
-    over_ceiling: list[str] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+    """Over-admissions, oracle bugs and lost watch continuity, as they happened."""
     disagreements: list[str] = field(default_factory=list)
-    oracle_bugs: list[str] = field(default_factory=list)
-    gaps: list[str] = field(default_factory=list)
     added: list[Added] = field(default_factory=list)
     leases: list[Seen] = field(default_factory=list)
     """The Lease writes it saw (``ADDED``/``MODIFIED``)."""
@@ -73,10 +72,6 @@ class NamespaceRecord:
     """Leases it saw deleted: ``uid`` → the revision of the ``DELETED`` event (the audit
     log's record of a delete names the ``uid``, not the revision)."""
     disagreement_count: int = 0
-
-    @property
-    def violations(self) -> list[str]:
-        return self.over_ceiling + self.oracle_bugs + [f"observer: {g}" for g in self.gaps]
 
 
 def _rv(obj: Mapping[str, Any]) -> int:
@@ -198,7 +193,7 @@ class Observer:
     def _on_gap(self, why: str) -> None:
         with self._lock:
             for record in self._records.values():
-                record.gaps.append(why)
+                record.violations.append(f"observer: {why}")
             for jobs in self._jobs.values():
                 jobs.clear()
 
@@ -248,11 +243,11 @@ class Observer:
                 where = f"after {kind} Job {name} (rv {rv})"
                 if len(keys) > CEILING:
                     why = "; ".join(f"{a.key}: {a.why}" for a in found)
-                    record.over_ceiling.append(
+                    record.violations.append(
                         f"{len(keys)} active searches > ceiling {CEILING} {where}: {why}"
                     )
                 if not set(keys) <= crude:
-                    record.oracle_bugs.append(
+                    record.violations.append(
                         f"oracle {keys} above the crude bound {sorted(crude)} {where}"
                     )
                 counted = list(census(jobs.values(), now, FINALIZER_GRACE_SECONDS).active_ids)
@@ -270,4 +265,4 @@ class Observer:
                     if len(record.disagreements) < self.MAX_PRINTED:
                         record.disagreements.append(text)
             except Exception as exc:
-                record.oracle_bugs.append(f"observer failed on {kind} {name}: {exc!r}")
+                record.violations.append(f"observer failed on {kind} {name}: {exc!r}")
