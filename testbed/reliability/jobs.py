@@ -59,10 +59,6 @@ class JobPlan:
     fate: Fate
     ttl_seconds: int | None
 
-    @property
-    def label_app(self) -> str:
-        return "setup" if self.app == "import" else self.app
-
 
 def plan_search(rng: random.Random, shape: str, short_id: str) -> tuple[JobPlan, ...]:
     """The Jobs of one search, drawn from ``rng``."""
@@ -91,7 +87,8 @@ def job_name(app: str, short_id: str, i: int = 0) -> str:
 
 def job_body(namespace: str, plan: JobPlan, job_id: str, db: str) -> dict[str, Any]:
     """The batch/v1 Job, as elastic-blast would apply it."""
-    labels: dict[str, str] = {"app": plan.label_app}
+    app = "setup" if plan.app == "import" else plan.app  # the warm-reuse setup Job
+    labels: dict[str, str] = {"app": app}
     if plan.app != "import":
         labels["elb-job-id"] = job_id
     if plan.app == "blast":
@@ -117,7 +114,7 @@ def job_body(namespace: str, plan: JobPlan, job_id: str, db: str) -> dict[str, A
                 "terminationGracePeriodSeconds": 5,
                 "containers": [
                     {
-                        "name": plan.label_app,
+                        "name": app,
                         "image": "elbacr.azurecr.io/ncbi/elb:1.3.0",
                         "env": env,
                         "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
