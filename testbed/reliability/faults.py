@@ -27,11 +27,12 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
+from elbgate.names import ORPHANED_SINCE_ANNOTATION, lease_name
 from testbed.api import JsonObj
-from testbed.clients import lease_name
 from testbed.controlplane import ControlPlane
 from testbed.faultproxy import Fault, FaultProxy
 from testbed.reliability.calls import jobs_path, request
@@ -49,18 +50,15 @@ FAULTY_ENV = {
 }
 """A finalizer is past its grace after 1 s, and an orphan is deleted 1 s after being
 flagged: the controller has live-looking and dead objects to tell apart at once."""
-API_TIMEOUT_SECONDS = float(SHARED_ENV["ELB_GATE_API_TIMEOUT_SECONDS"])
-HANG_SECONDS = API_TIMEOUT_SECONDS + 1.0
-"""Past the webhook's per-call deadline, inside the configurations' 5 s timeout."""
 FAULT_KINDS: dict[str, dict[str, Any]] = {
     "500": {"status": 500},
     "503": {"status": 503},
     "429": {"status": 429},
     "504": {"status": 504},
-    "hang": {"delay": HANG_SECONDS},
+    # Past the webhook's per-call deadline, inside the configurations' 5 s timeout.
+    "hang": {"delay": float(SHARED_ENV["ELB_GATE_API_TIMEOUT_SECONDS"]) + 1.0},
     "drop": {"drop": True},
 }
-ORPHAN_ANNOTATION = "elb-gate.io/orphaned-since"
 REFUSALS = ("failed calling webhook", "could not verify")
 """What ``failurePolicy: Fail`` lets a fault cost: the apiserver could not call the
 webhook (refused), or the webhook could not read what it needed (503, fail-closed)."""
@@ -105,10 +103,8 @@ class Holder(DashboardPath):
 
     def _renew(self) -> None:
         while not self._stop.wait(1.5):
-            try:
+            with suppress(Exception):  # a renewal that failed is retried at the next beat
                 self.lease.acquire()
-            except Exception:  # a renewal that failed is retried at the next beat
-                pass
 
     def stop(self) -> None:
         self._stop.set()
@@ -179,7 +175,6 @@ CONTROLLER_TARGETS: tuple[dict[str, Any], ...] = (
     {"method": "DELETE", "resource": "jobs"},
     *({"method": "POST", "resource": r} for r in ("events", "configmaps")),
 )
-CLUSTER_SCOPED = ("nodes",)
 STORM_SECONDS = 4.0
 
 
@@ -217,7 +212,7 @@ class LiveWatch:
         if name in self.live_jobs:
             if kind == "DELETED":
                 self.wrong.append(f"live Job {name} deleted")
-            elif ORPHAN_ANNOTATION in (meta.get("annotations") or {}):
+            elif ORPHANED_SINCE_ANNOTATION in (meta.get("annotations") or {}):
                 self.wrong.append(f"live Job {name} marked orphaned")
         elif kind == "DELETED" and name.startswith("orphan-"):
             self.orphan_deleted.set()
@@ -234,15 +229,15 @@ def controller_trial(
     rig.reset_namespace(ns)
     holder = Holder(cp, ns, cp.pod_identity(ns, "openapi-submit").token)
     job_id = uuid.uuid4().hex
-    live = {f"live-submit-{job_id[:6]}", f"live-finalizer-{job_id[:6]}"}
-    for name, app in zip(sorted(live, reverse=True), ("submit", "finalizer"), strict=True):
+    live = {app: f"live-{app}-{job_id[:6]}" for app in ("submit", "finalizer")}
+    for app, name in live.items():
         code = holder.create_job(running_job(ns, name, app, job_id))
         if code not in (200, 201):
             raise AssertionError(f"could not create the live {app} Job: {code}")
     orphan = running_job(ns, f"orphan-{uuid.uuid4().hex[:6]}", "finalizer", uuid.uuid4().hex)
     if holder.create_job(orphan) not in (200, 201):
         raise AssertionError("could not create the orphan")
-    watch = LiveWatch(cp, ns, holder.lease.holder, live)
+    watch = LiveWatch(cp, ns, holder.lease.holder, set(live.values()))
     # The holder is alive: it renews every 1.5 s, so the controller keeps judging its
     # pod — and must never take a failed lookup for "gone".
     holder.keep_renewing()
@@ -253,12 +248,13 @@ def controller_trial(
         while time.monotonic() < end:
             target: dict[str, Any] = dict(rng.choice(CONTROLLER_TARGETS))
             kind = rng.choice(list(FAULT_KINDS))
-            scoped = target["resource"] not in CLUSTER_SCOPED and not (
+            # Nodes are cluster-scoped; Leases are at times faulted everywhere (the leader's too).
+            if target["resource"] != "nodes" and not (
                 target["resource"] == "leases" and rng.random() < 0.3
-            )
-            scope: dict[str, Any] = {"namespace": ns} if scoped else {}
+            ):
+                target["namespace"] = ns
             count = rng.choice((1, 2, 5, None))
-            faults.append(proxy.add(**target, **scope, count=count, **FAULT_KINDS[kind]))
+            faults.append(proxy.add(**target, count=count, **FAULT_KINDS[kind]))
             if rng.random() < 0.25:
                 resource = rng.choice(("jobs", "leases", "pods"))
                 faults.append(proxy.add(resource=resource, watch=True, watch_gone=True, count=1))
@@ -277,8 +273,6 @@ def controller_trial(
     result.wrong.extend(watch.wrong)
     if not result.recovered:
         result.wrong.append("the orphan was not deleted within 90 s of the faults ending")
-    try:
+    with suppress(Exception):  # the next trial takes over after expiry at worst
         holder.lease.release()
-    except Exception:  # the next trial takes over after expiry at worst
-        pass
     return result

@@ -193,12 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m testbed.reliability.fuzz", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--seconds", type=int, default=60, help="how long to fuzz (default 60)")
-    parser.add_argument(
-        "--runs", type=int, default=0, help="stop after this many inputs (0: no limit)"
-    )
-    parser.add_argument(
-        "--corpus", type=Path, default=None, help="corpus directory (kept between runs)"
-    )
+    parser.add_argument("--runs", type=int, default=0, help="stop after RUNS inputs (0: no limit)")
+    parser.add_argument("--corpus", type=Path, help="corpus directory (kept between runs)")
     args = parser.parse_args(argv)
     try:
         import atheris

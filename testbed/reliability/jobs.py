@@ -59,10 +59,6 @@ class JobPlan:
     fate: Fate
     ttl_seconds: int | None
 
-    @property
-    def label_app(self) -> str:
-        return "setup" if self.app == "import" else self.app
-
 
 def plan_search(rng: random.Random, shape: str, short_id: str) -> tuple[JobPlan, ...]:
     """The Jobs of one search, drawn from ``rng``."""
@@ -91,19 +87,19 @@ def job_name(app: str, short_id: str, i: int = 0) -> str:
 
 def job_body(namespace: str, plan: JobPlan, job_id: str, db: str) -> dict[str, Any]:
     """The batch/v1 Job, as elastic-blast would apply it."""
-    labels: dict[str, str] = {"app": plan.label_app}
+    app = "setup" if plan.app == "import" else plan.app  # the warm-reuse setup Job
+    labels: dict[str, str] = {"app": app}
     if plan.app != "import":
         labels["elb-job-id"] = job_id
     if plan.app == "blast":
         labels["db"] = db
-    # blast: OnFailure (its container restarts in place); the others: Never, a new pod.
+    # blast: OnFailure (its container restarts in place); the others: Never, a new pod,
+    # so only they, with a retry allowed (not the finalizer), fail in a second pod too.
     restart = "OnFailure" if plan.app == "blast" else "Never"
-    if plan.app == "finalizer":
-        backoff, codes = 0, {"ok": "0", "retried": "0", "failed": "1"}[plan.fate]
-    elif restart == "OnFailure":
-        backoff, codes = 1, {"ok": "0", "retried": "0", "failed": "1"}[plan.fate]
-    else:
-        backoff, codes = 1, {"ok": "0", "retried": "1,0", "failed": "1,1"}[plan.fate]
+    backoff = 0 if plan.app == "finalizer" else 1
+    codes = {"ok": "0", "retried": "0", "failed": "1"}[plan.fate]
+    if restart == "Never" and backoff and plan.fate != "ok":
+        codes = {"retried": "1,0", "failed": "1,1"}[plan.fate]
     env = [{"name": "ELB_DB", "value": db}] if plan.app in ("setup", "blast") else []
     annotations = {EXIT_CODES: codes}
     if plan.run_seconds is not None:
@@ -118,7 +114,7 @@ def job_body(namespace: str, plan: JobPlan, job_id: str, db: str) -> dict[str, A
                 "terminationGracePeriodSeconds": 5,
                 "containers": [
                     {
-                        "name": plan.label_app,
+                        "name": app,
                         "image": "elbacr.azurecr.io/ncbi/elb:1.3.0",
                         "env": env,
                         "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},

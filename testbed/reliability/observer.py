@@ -62,10 +62,9 @@ class NamespaceRecord:
     job_events: int = 0
     max_active: int = 0
     max_crude: int = 0
-    over_ceiling: list[str] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+    """Over-admissions, oracle bugs and lost watch continuity, as they happened."""
     disagreements: list[str] = field(default_factory=list)
-    oracle_bugs: list[str] = field(default_factory=list)
-    gaps: list[str] = field(default_factory=list)
     added: list[Added] = field(default_factory=list)
     leases: list[Seen] = field(default_factory=list)
     """The Lease writes it saw (``ADDED``/``MODIFIED``)."""
@@ -73,10 +72,6 @@ class NamespaceRecord:
     """Leases it saw deleted: ``uid`` → the revision of the ``DELETED`` event (the audit
     log's record of a delete names the ``uid``, not the revision)."""
     disagreement_count: int = 0
-
-    @property
-    def violations(self) -> list[str]:
-        return self.over_ceiling + self.oracle_bugs + [f"observer: {g}" for g in self.gaps]
 
 
 def _rv(obj: Mapping[str, Any]) -> int:
@@ -116,8 +111,8 @@ class Observer:
         self._jobs: dict[str, dict[str, JsonObj]] = {ns: {} for ns in self.namespaces}
         self._active: dict[str, set[str]] = {ns: set() for ns in self.namespaces}
         self._records: dict[str, NamespaceRecord] = {}
-        self._lease_rvs: dict[str, dict[str, int]] = {}
-        """Each Lease's last revision seen, per namespace (a write's previous one)."""
+        self._lease_rvs: dict[tuple[str, str], int] = {}
+        """Each Lease's last revision seen (a write's previous one)."""
         self._lock = threading.Lock()
         self._sentinel_lock = threading.Lock()
         self._watches = [
@@ -198,28 +193,27 @@ class Observer:
     def _on_gap(self, why: str) -> None:
         with self._lock:
             for record in self._records.values():
-                record.gaps.append(why)
-            for ns in self.namespaces:
-                self._jobs[ns].clear()
+                record.violations.append(f"observer: {why}")
+            for jobs in self._jobs.values():
+                jobs.clear()
 
     def _on_lease(self, kind: str, obj: JsonObj) -> None:
         meta = obj.get("metadata") or {}
         ns, name, rv = str(meta.get("namespace") or ""), str(meta.get("name") or ""), _rv(obj)
         with self._lock:
             record = self._records.get(ns)
-            last = self._lease_rvs.setdefault(ns, {})
             if record is not None and kind in ("ADDED", "MODIFIED"):
-                previous = last.get(name) if kind == "MODIFIED" else None
+                previous = self._lease_rvs.get((ns, name)) if kind == "MODIFIED" else None
                 record.leases.append(Seen(rv, "leases", name, previous, obj))
             if kind != "DELETED":
-                last[name] = rv
+                self._lease_rvs[ns, name] = rv
             elif record is not None:
-                last.pop(name, None)
+                self._lease_rvs.pop((ns, name), None)
                 record.lease_deletes[str(meta.get("uid") or "")] = rv
 
     def _on_job(self, kind: str, obj: JsonObj) -> None:
         meta = obj.get("metadata") or {}
-        ns = str(meta.get("namespace") or "")
+        ns, name = str(meta.get("namespace") or ""), meta.get("name")
         if ns not in self.namespaces:
             return
         uid = str(meta.get("uid") or "")
@@ -232,58 +226,43 @@ class Observer:
             record = self._records.get(ns)
             now = datetime.now(UTC)
             found = oracle.active_searches(jobs.values(), now, FINALIZER_GRACE_SECONDS)
-            keys = {a.key for a in found}
-            before, self._active[ns] = self._active[ns], keys
+            keys = [a.key for a in found]
+            before, self._active[ns] = self._active[ns], set(keys)
             if record is None or kind == "LISTED":
                 return
-            try:
-                self._check(record, kind, obj, list(jobs.values()), found, before, now)
-            except Exception as exc:  # a bug here must show as a finding, not vanish
-                record.oracle_bugs.append(f"observer failed on {kind} {meta.get('name')}: {exc!r}")
-
-    def _check(
-        self,
-        record: NamespaceRecord,
-        kind: str,
-        obj: JsonObj,
-        jobs: list[JsonObj],
-        found: list[oracle.Active],
-        before: set[str],
-        now: datetime,
-    ) -> None:
-        record.job_events += 1
-        rv = _rv(obj)
-        meta = obj.get("metadata") or {}
-        name = meta.get("name")
-        if kind == "ADDED":
-            key = oracle.search_key(obj)
-            app = str((meta.get("labels") or {}).get("app") or "")
-            record.added.append(Added(rv, str(name), app, key, key in before, obj))
-        keys = [a.key for a in found]
-        crude = oracle.crude_bound(jobs)
-        record.max_active = max(record.max_active, len(keys))
-        record.max_crude = max(record.max_crude, len(crude))
-        where = f"after {kind} Job {name} (rv {rv})"
-        if len(keys) > CEILING:
-            why = "; ".join(f"{a.key}: {a.why}" for a in found)
-            record.over_ceiling.append(
-                f"{len(keys)} active searches > ceiling {CEILING} {where}: {why}"
-            )
-        if not set(keys) <= crude:
-            record.oracle_bugs.append(
-                f"oracle {keys} above the crude bound {sorted(crude)} {where}"
-            )
-        counted = list(census(jobs, now, FINALIZER_GRACE_SECONDS).active_ids)
-        if counted != keys:
-            record.disagreement_count += 1
-            differ = set(counted) ^ set(keys)
-            involved = [_brief(j) for j in jobs if (oracle.search_key(j) or "") in differ] or [
-                _brief(j) for j in jobs
-            ]
-            text = (
-                f"{record.namespace} {where}: census {counted}, oracle {keys}; Jobs: "
-                f"{json.dumps(involved, sort_keys=True)}"
-            )
-            self.report(f"DISAGREEMENT {text}")
-            if len(record.disagreements) < self.MAX_PRINTED:
-                record.disagreements.append(text)
+            try:  # a bug here must show as a finding, not vanish
+                record.job_events += 1
+                rv = _rv(obj)
+                if kind == "ADDED":
+                    key = oracle.search_key(obj)
+                    app = str((meta.get("labels") or {}).get("app") or "")
+                    record.added.append(Added(rv, str(name), app, key, key in before, obj))
+                crude = oracle.crude_bound(jobs.values())
+                record.max_active = max(record.max_active, len(keys))
+                record.max_crude = max(record.max_crude, len(crude))
+                where = f"after {kind} Job {name} (rv {rv})"
+                if len(keys) > CEILING:
+                    why = "; ".join(f"{a.key}: {a.why}" for a in found)
+                    record.violations.append(
+                        f"{len(keys)} active searches > ceiling {CEILING} {where}: {why}"
+                    )
+                if not set(keys) <= crude:
+                    record.violations.append(
+                        f"oracle {keys} above the crude bound {sorted(crude)} {where}"
+                    )
+                counted = list(census(jobs.values(), now, FINALIZER_GRACE_SECONDS).active_ids)
+                if counted != keys:
+                    record.disagreement_count += 1
+                    differ = set(counted) ^ set(keys)
+                    involved = [
+                        _brief(j) for j in jobs.values() if (oracle.search_key(j) or "") in differ
+                    ]
+                    text = (
+                        f"{ns} {where}: census {counted}, oracle {keys}; Jobs: "
+                        f"{json.dumps(involved or [*map(_brief, jobs.values())], sort_keys=True)}"
+                    )
+                    self.report(f"DISAGREEMENT {text}")
+                    if len(record.disagreements) < self.MAX_PRINTED:
+                        record.disagreements.append(text)
+            except Exception as exc:
+                record.violations.append(f"observer failed on {kind} {name}: {exc!r}")

@@ -29,11 +29,8 @@ FREE_NS = "bad-input-free"
 HOLDER_USER = "alice"
 HOLDER = "openapi-0f1e2d3c4b5a69788796a5b4c3d2e1f0"
 
-json_scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=20)
-)
 json_values = st.recursive(
-    json_scalars,
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
     lambda inner: (
         st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
     ),
@@ -249,13 +246,12 @@ def opens_or_finalizes_search(request: Mapping[str, Any]) -> bool:
     op, obj, old = request.get("operation"), request.get("object"), request.get("oldObject")
     if op not in ("CREATE", "UPDATE") or not isinstance(obj, Mapping):
         return False
-    if _label(obj, APP_LABEL) not in SEARCH_APPS or _label(obj, JOB_ID_LABEL) is None:
+    search = (_label(obj, APP_LABEL), _label(obj, JOB_ID_LABEL))
+    if search[0] not in SEARCH_APPS or search[1] is None:
         return False
     if op == "UPDATE" and isinstance(old, Mapping):
         before = (_label(old, APP_LABEL), _label(old, JOB_ID_LABEL))
-        if None in before:
-            return False
-        return (_label(obj, APP_LABEL), _label(obj, JOB_ID_LABEL)) != before
+        return None not in before and search != before
     return True
 
 

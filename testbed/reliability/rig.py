@@ -111,6 +111,7 @@ def each_on_a_slot(
             free.put(slot)
 
     errors: list[Exception] = []
+    failed = on_error or (lambda _item, exc: errors.append(exc))
     pool = ThreadPoolExecutor(max_workers=len(slots))
     try:
         futures = {pool.submit(on_slot, item): item for item in items}
@@ -118,10 +119,7 @@ def each_on_a_slot(
             try:
                 result = done.result()
             except Exception as exc:
-                if on_error is None:
-                    errors.append(exc)
-                else:
-                    on_error(futures[done], exc)
+                failed(futures[done], exc)
                 continue
             yield result
     finally:  # interrupted: finish the runs under way, start no other
