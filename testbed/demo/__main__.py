@@ -54,8 +54,7 @@ def poke_instructions(system: System) -> list[str]:
     manifest = root / "a-search-job.json"
     first = search_manifests(ns, new_search_id(), batch_work=True)[0]
     manifest.write_text(json.dumps(first))
-    hook = next(iter(system.webhook_metrics_urls().values()))
-    controller = system.controller_url()
+    hook = next(iter(system.webhook_urls.values()))
     return [
         RULE,
         "It stays up. In another terminal:",
@@ -67,8 +66,8 @@ def poke_instructions(system: System) -> list[str]:
         f"  kubectl --kubeconfig {cp.kubeconfig(ROGUE_USER)} create -f {manifest}"
         "   # Gate A says no",
         f"  curl -s {hook}/metrics | grep elb_gate_admission_requests_total",
-        f"  curl -s {controller}/liveness",
-        f"  curl -s {controller}/metrics | grep -E 'elb_gate_(in_use|leases_re)'",
+        f"  curl -s {system.controller_url}/liveness",
+        f"  curl -s {system.controller_url}/metrics | grep -E 'elb_gate_(in_use|leases_re)'",
         "Kubeconfigs (token-file users and the OpenAPI pod's bound token; RBAC as shipped):",
         *(f"  {user:<18} {cp.kubeconfig(user)}" for user in ("admin", DASHBOARD_APPLY_USER)),
         f"  {system.openapi.pod:<18} {system.openapi.kubeconfig}",
