@@ -36,6 +36,7 @@ from testbed.demo.system import DASHBOARD_APPLY_USER, ROGUE_USER, System, start_
 from testbed.demo.timeline import Timeline
 from testbed.prometheus import CONTROLLER_JOB, WEBHOOK_JOB, PrometheusServer, Target
 from testbed.rig import Rig
+from testbed.system_tier import unavailable
 
 RULE = "─" * 78
 
@@ -131,12 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--dashboard needs the prometheus binary (make tools installs it)")
     if args.dashboard is not None and args.system_tier:
         parser.error("--dashboard scrapes the fast tier's processes: not with --system-tier")
-    if args.system_tier:
-        from testbed.system_tier import unavailable
-
-        why = unavailable()
-        if why is not None:
-            parser.error(f"--system-tier cannot run here: {why}")
+    if args.system_tier and (why := unavailable()) is not None:
+        parser.error(f"--system-tier cannot run here: {why}")
 
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)

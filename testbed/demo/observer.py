@@ -160,8 +160,7 @@ class Observer:
         counted = census(
             list(self.jobs.values()), datetime.now(UTC), self.settings.gate.finalizer_grace_seconds
         )
-        if counted.count > seen.peak:
-            seen.peak = counted.count
+        seen.peak = max(seen.peak, counted.count)
         tally = f"{counted.count}/{self.settings.gate.max_run_concurrency} active"
         if kind == "ADDED" and before is None:
             seen.created.setdefault(name, now)
@@ -186,8 +185,7 @@ class Observer:
                 )
 
     def _on_lease(self, kind: str, lease: dict[str, Any]) -> None:
-        view = LeaseView.from_dict(lease)
-        holder = "" if kind == "DELETED" else view.holder
+        holder = "" if kind == "DELETED" else LeaseView.from_dict(lease).holder
         if holder != self.seen.lease_holder:
             if holder:
                 self.seen.lease_handovers += 1
@@ -217,7 +215,7 @@ class Observer:
             return
         data = configmap.get("data") or {}
         in_use = data.get("inUse") == "true"
-        if self.seen.in_use is not None and self.seen.in_use == in_use:
+        if self.seen.in_use == in_use:
             return
         self.seen.liveness.append((self.timeline.elapsed(), in_use))
         why = (

@@ -98,29 +98,29 @@ class Scenario:
             f"{system.settings.gate.finalizer_grace_seconds} s finalizer grace, then none)",
         )
         orphan.start()
+        openapi: list[ProcessSubmitter] = []
         for n in range(1, SEARCHES_PER_PATH + 1):
             label = f"dashboard-{n}"
             self.dashboards.append(
                 DashboardSubmitter(system, label, self._search(label), timeline, self.stop)
             )
             label = f"openapi-{n}"
-            self.processes.append(ProcessSubmitter(system, label, self._search(label), timeline))
+            openapi.append(ProcessSubmitter(system, label, self._search(label), timeline))
         timeline.emit(
             "burst",
             f"{2 * SEARCHES_PER_PATH} searches fired at once: {SEARCHES_PER_PATH} via the "
             f"dashboard (Celery task: raw-HTTPS Lease client + kubectl, re-queued after 30 s "
             f"when busy or full), {SEARCHES_PER_PATH} via the OpenAPI service (elb-gate submit)",
         )
-        for dash in self.dashboards:
-            dash.start()
-        for proc in self.processes[1:]:
-            proc.start()
-        burst = [s.outcome for s in self.dashboards] + [p.outcome for p in self.processes[1:]]
+        fired: list[DashboardSubmitter | ProcessSubmitter] = [*self.dashboards, *openapi]
+        for submitter in fired:
+            submitter.start()
+        burst = [s.outcome for s in fired]
 
         bad = ProcessSubmitter(
             system, f"{ROGUE_USER} (no Lease)", self._search("rogue"), timeline, rogue=True
         )
-        self.processes.append(bad)
+        self.processes += [*openapi, bad]
         orphan_name = f"elb-finalizer-{short(orphan.outcome.job_id)}"
         report = Report(
             self.observer.seen, burst, orphan_name, bad.outcome, self.doomed.lease.holder, begin
