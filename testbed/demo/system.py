@@ -19,11 +19,11 @@ submitters' Pods, whose images do not exist here, run on stand-in nodes.
 from __future__ import annotations
 
 import os
-import urllib.request
 from contextlib import ExitStack, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+import urllib3
 import yaml
 
 from elbgate.settings import Settings
@@ -62,10 +62,6 @@ IDENTITIES = {
 """The dashboard takes the Lease as one user and creates Jobs as another."""
 
 
-NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-"""Straight to a Pod on the run's bridge: a proxy from the environment must never see it."""
-
-
 @dataclass
 class System:
     """Everything that runs, and where to reach it."""
@@ -92,13 +88,15 @@ class System:
     nodes."""
 
     def replica_metrics(self) -> dict[str, str]:
-        """Each webhook replica's /metrics text, by pod name."""
+        """Each webhook replica's /metrics text, by pod name ("" when it does not answer).
+        urllib3 uses no proxy from the environment, which must never see a Pod on the
+        run's bridge."""
         out = {}
         for pod, url in self.webhook_urls.items():
             try:
-                with NO_PROXY.open(f"{url}/metrics", timeout=30) as resp:
-                    out[pod] = resp.read().decode()
-            except OSError:
+                resp = urllib3.request("GET", f"{url}/metrics", timeout=30, retries=False)
+                out[pod] = resp.data.decode() if resp.status == 200 else ""
+            except (OSError, urllib3.exceptions.HTTPError):
                 out[pod] = ""
         return out
 
