@@ -44,6 +44,8 @@ class Reclaim:
     """``dead_holder`` or ``expired``."""
     message: str
     """The controller's Event message, which names the holder it cleared."""
+    at: float
+    """When the Event came (the controller posts it once the Lease is cleared)."""
 
 
 @dataclass
@@ -60,8 +62,6 @@ class Observations:
     lease_holder: str = ""
     lease_handovers: int = 0
     """Times the Lease went to a new holder."""
-    lease_cleared: list[tuple[float, str]] = field(default_factory=list)
-    """(when, previous holder) each time the holder was cleared."""
     reclaims: list[Reclaim] = field(default_factory=list)
     orphans_flagged: dict[str, float] = field(default_factory=dict)
     """finalizer name -> when the controller's OrphanedFinalizer Event came (it marks
@@ -186,12 +186,9 @@ class Observer:
 
     def _on_lease(self, kind: str, lease: dict[str, Any]) -> None:
         holder = "" if kind == "DELETED" else LeaseView.from_dict(lease).holder
-        if holder != self.seen.lease_holder:
-            if holder:
-                self.seen.lease_handovers += 1
-            else:
-                self.seen.lease_cleared.append((self.timeline.elapsed(), self.seen.lease_holder))
-            self.seen.lease_holder = holder
+        if holder and holder != self.seen.lease_holder:
+            self.seen.lease_handovers += 1
+        self.seen.lease_holder = holder
 
     def _on_event(self, kind: str, event: dict[str, Any]) -> None:
         if kind != "ADDED":
@@ -201,7 +198,7 @@ class Observer:
         now = self.timeline.elapsed()
         involved = str((event.get("involvedObject") or {}).get("name") or "")
         if reason in RECLAIM_REASONS:
-            self.seen.reclaims.append(Reclaim(RECLAIM_REASONS[reason], message))
+            self.seen.reclaims.append(Reclaim(RECLAIM_REASONS[reason], message, now))
             self.timeline.emit("reclaim", f"controller ({reason}): {message}")
         elif reason == ORPHAN_FLAGGED:
             self.seen.orphans_flagged.setdefault(involved, now)

@@ -169,7 +169,7 @@ class Scenario:
             "holds the Lease: Terminating, its submitter stops; nothing renews or releases",
         )
         holder = report.doomed_holder
-        if not self._seen(lambda seen: any(h == holder for _, h in seen.lease_cleared), deadline):
+        if not self._seen(lambda seen: any(holder in r.message for r in seen.reclaims), deadline):
             return
         pod = system.cp.admin.find("pods", ns, system.doomed.pod)
         report.pod_terminating_at_reclaim = bool(pod and pod["metadata"].get("deletionTimestamp"))

@@ -96,14 +96,13 @@ def summarize(
     )
 
     reclaim = next((r for r in seen.reclaims if report.doomed_holder in r.message), None)
-    cleared = next((t for t, h in seen.lease_cleared if h == report.doomed_holder), None)
     latency = None
-    if cleared is not None and report.pod_deleted_at is not None:
-        latency = cleared - report.pod_deleted_at
+    if reclaim is not None and report.pod_deleted_at is not None:
+        latency = reclaim.at - report.pod_deleted_at
         still = "still Terminating" if report.pod_terminating_at_reclaim else "already gone"
         lines.append(
             f"dead-holder reclaim:  {latency:.1f} s after its pod was deleted (its pod "
-            f"{still}; {reclaim.reason if reclaim else '?'}, default settings: target "
+            f"{still}; {reclaim.reason}, default settings: target "
             f"<= {RECLAIM_TARGET_SECONDS:g} s; waiting for expiry would have taken "
             f"{settings.gate.lease_ttl_seconds + settings.gate.clock_skew_seconds} s)"
         )
