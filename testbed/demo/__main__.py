@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from types import FrameType
 
@@ -138,24 +139,27 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
     root = Path(tempfile.mkdtemp(prefix="elb-gate-demo-"))
+    cleanup = ExitStack()  # undone last first, every step even after one failed
+    cleanup.callback(shutil.rmtree, root, ignore_errors=True)
     timeline = Timeline()
-    system: System | None = None
-    scenario: Scenario | None = None
     prom: PrometheusServer | None = None
     verdict: int | None = None
     try:
         timeline.say("elb-gate demo: the whole system on a real Kubernetes control plane")
         timeline.say(RULE)
         system = start_system(root, timeline, system_tier=args.system_tier)
+        cleanup.callback(system.stop)
         if args.dashboard is not None:
             assert system.rig is not None
             prom = PrometheusServer(scrape_targets(system.rig), root / "prometheus").start()
+            cleanup.callback(prom.stop)
             prom.wait_for_scrapes(2)
             timeline.emit(
                 "setup", f"Prometheus at {prom.url} scrapes every elb-gate process every 2s"
             )
         setup_seconds = timeline.elapsed()
         scenario = Scenario(system, timeline)
+        cleanup.callback(scenario.shutdown)
         report = scenario.play()
         scenario.shutdown()
         lines, checks = summarize(report, system.replica_metrics(), system.settings, setup_seconds)
@@ -182,13 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         # A second Ctrl-C must not cut the cleanup short.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        if scenario is not None:
-            scenario.shutdown()
-        if prom is not None:
-            prom.stop()
-        if system is not None:
-            system.stop()
-        shutil.rmtree(root, ignore_errors=True)
+        cleanup.close()
 
 
 if __name__ == "__main__":
