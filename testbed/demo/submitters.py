@@ -31,7 +31,6 @@ from pathlib import Path
 from client import SubmitLease
 from elbgate.census import census
 from elbgate.kube.config import KubeConfig
-from elbgate.lease import new_holder_identity
 from elbgate.names import SEARCH_JOB_SELECTOR, UNFINISHED_JOB_FIELD_SELECTOR
 from testbed.clients import DashboardLeaseClient
 from testbed.component import host_env
@@ -73,12 +72,7 @@ class DashboardSubmitter(SubmitTask):
     def __init__(
         self, system: System, label: str, job_id: str, timeline: Timeline, stop: threading.Event
     ) -> None:
-        lease = DashboardLeaseClient.on(
-            system.cp,
-            DASHBOARD_LEASE_USER,
-            system.namespace,
-            holder=new_holder_identity("dashboard"),
-        )
+        lease = DashboardLeaseClient.on(system.cp, DASHBOARD_LEASE_USER, system.namespace)
         ceiling = system.settings.gate.max_run_concurrency
         super().__init__(label, lease, self._census, self._submit, ceiling=ceiling, stop=stop)
         self.system, self.timeline = system, timeline
