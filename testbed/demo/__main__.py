@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from types import FrameType
 
@@ -36,6 +37,7 @@ from testbed.demo.system import DASHBOARD_APPLY_USER, ROGUE_USER, System, start_
 from testbed.demo.timeline import Timeline
 from testbed.prometheus import CONTROLLER_JOB, WEBHOOK_JOB, PrometheusServer, Target
 from testbed.rig import Rig
+from testbed.system_tier import unavailable
 
 RULE = "─" * 78
 
@@ -54,8 +56,7 @@ def poke_instructions(system: System) -> list[str]:
     manifest = root / "a-search-job.json"
     first = search_manifests(ns, new_search_id(), batch_work=True)[0]
     manifest.write_text(json.dumps(first))
-    hook = next(iter(system.webhook_metrics_urls().values()))
-    controller = system.controller_url()
+    hook = next(iter(system.webhook_urls.values()))
     return [
         RULE,
         "It stays up. In another terminal:",
@@ -67,8 +68,8 @@ def poke_instructions(system: System) -> list[str]:
         f"  kubectl --kubeconfig {cp.kubeconfig(ROGUE_USER)} create -f {manifest}"
         "   # Gate A says no",
         f"  curl -s {hook}/metrics | grep elb_gate_admission_requests_total",
-        f"  curl -s {controller}/liveness",
-        f"  curl -s {controller}/metrics | grep -E 'elb_gate_(in_use|leases_re)'",
+        f"  curl -s {system.controller_url}/liveness",
+        f"  curl -s {system.controller_url}/metrics | grep -E 'elb_gate_(in_use|leases_re)'",
         "Kubeconfigs (token-file users and the OpenAPI pod's bound token; RBAC as shipped):",
         *(f"  {user:<18} {cp.kubeconfig(user)}" for user in ("admin", DASHBOARD_APPLY_USER)),
         f"  {system.openapi.pod:<18} {system.openapi.kubeconfig}",
@@ -132,34 +133,33 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--dashboard needs the prometheus binary (make tools installs it)")
     if args.dashboard is not None and args.system_tier:
         parser.error("--dashboard scrapes the fast tier's processes: not with --system-tier")
-    if args.system_tier:
-        from testbed.system_tier import unavailable
-
-        why = unavailable()
-        if why is not None:
-            parser.error(f"--system-tier cannot run here: {why}")
+    if args.system_tier and (why := unavailable()) is not None:
+        parser.error(f"--system-tier cannot run here: {why}")
 
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
     root = Path(tempfile.mkdtemp(prefix="elb-gate-demo-"))
+    cleanup = ExitStack()  # undone last first, every step even after one failed
+    cleanup.callback(shutil.rmtree, root, ignore_errors=True)
     timeline = Timeline()
-    system: System | None = None
-    scenario: Scenario | None = None
     prom: PrometheusServer | None = None
     verdict: int | None = None
     try:
         timeline.say("elb-gate demo: the whole system on a real Kubernetes control plane")
         timeline.say(RULE)
         system = start_system(root, timeline, system_tier=args.system_tier)
+        cleanup.callback(system.stop)
         if args.dashboard is not None:
             assert system.rig is not None
             prom = PrometheusServer(scrape_targets(system.rig), root / "prometheus").start()
+            cleanup.callback(prom.stop)
             prom.wait_for_scrapes(2)
             timeline.emit(
                 "setup", f"Prometheus at {prom.url} scrapes every elb-gate process every 2s"
             )
         setup_seconds = timeline.elapsed()
         scenario = Scenario(system, timeline)
+        cleanup.callback(scenario.shutdown)
         report = scenario.play()
         scenario.shutdown()
         lines, checks = summarize(report, system.replica_metrics(), system.settings, setup_seconds)
@@ -186,13 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         # A second Ctrl-C must not cut the cleanup short.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        if scenario is not None:
-            scenario.shutdown()
-        if prom is not None:
-            prom.stop()
-        if system is not None:
-            system.stop()
-        shutil.rmtree(root, ignore_errors=True)
+        cleanup.close()
 
 
 if __name__ == "__main__":

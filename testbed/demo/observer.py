@@ -24,7 +24,6 @@ from elbgate.names import (
     FINALIZER_APP,
     JOB_ID_LABEL,
     LIVENESS_CONFIGMAP,
-    ORPHANED_SINCE_ANNOTATION,
     lease_name,
 )
 from elbgate.settings import Settings
@@ -43,8 +42,10 @@ ORPHAN_DELETED = "OrphanedFinalizerDeleted"
 class Reclaim:
     reason: str
     """``dead_holder`` or ``expired``."""
-    holder: str
     message: str
+    """The controller's Event message, which names the holder it cleared."""
+    at: float
+    """When the Event came (the controller posts it once the Lease is cleared)."""
 
 
 @dataclass
@@ -61,13 +62,10 @@ class Observations:
     lease_holder: str = ""
     lease_handovers: int = 0
     """Times the Lease went to a new holder."""
-    lease_cleared: list[tuple[float, str]] = field(default_factory=list)
-    """(when, previous holder) each time the holder was cleared."""
     reclaims: list[Reclaim] = field(default_factory=list)
     orphans_flagged: dict[str, float] = field(default_factory=dict)
-    """finalizer name -> when the controller marked it."""
-    orphan_events: dict[str, str] = field(default_factory=dict)
-    """finalizer name -> the controller's OrphanedFinalizer Event message."""
+    """finalizer name -> when the controller's OrphanedFinalizer Event came (it marks
+    the Job and warns in one step)."""
     controller_deleted: dict[str, float] = field(default_factory=dict)
     """finalizer name -> when the controller reported deleting it."""
     liveness: list[tuple[float, bool]] = field(default_factory=list)
@@ -162,8 +160,7 @@ class Observer:
         counted = census(
             list(self.jobs.values()), datetime.now(UTC), self.settings.gate.finalizer_grace_seconds
         )
-        if counted.count > seen.peak:
-            seen.peak = counted.count
+        seen.peak = max(seen.peak, counted.count)
         tally = f"{counted.count}/{self.settings.gate.max_run_concurrency} active"
         if kind == "ADDED" and before is None:
             seen.created.setdefault(name, now)
@@ -186,19 +183,12 @@ class Observer:
                 self.timeline.emit(
                     "done", f"search {self.name_of(job_id)}: finalizer {name} succeeded -> {tally}"
                 )
-        marked = ORPHANED_SINCE_ANNOTATION in (meta.get("annotations") or {})
-        if kind != "DELETED" and marked and name not in seen.orphans_flagged:
-            seen.orphans_flagged[name] = now
 
     def _on_lease(self, kind: str, lease: dict[str, Any]) -> None:
-        view = LeaseView.from_dict(lease)
-        holder = "" if kind == "DELETED" else view.holder
-        if holder != self.seen.lease_holder:
-            if holder:
-                self.seen.lease_handovers += 1
-            else:
-                self.seen.lease_cleared.append((self.timeline.elapsed(), self.seen.lease_holder))
-            self.seen.lease_holder = holder
+        holder = "" if kind == "DELETED" else LeaseView.from_dict(lease).holder
+        if holder and holder != self.seen.lease_holder:
+            self.seen.lease_handovers += 1
+        self.seen.lease_holder = holder
 
     def _on_event(self, kind: str, event: dict[str, Any]) -> None:
         if kind != "ADDED":
@@ -208,12 +198,10 @@ class Observer:
         now = self.timeline.elapsed()
         involved = str((event.get("involvedObject") or {}).get("name") or "")
         if reason in RECLAIM_REASONS:
-            holder = message.split("'")[1] if message.count("'") >= 2 else ""
-            self.seen.reclaims.append(Reclaim(RECLAIM_REASONS[reason], holder, message))
+            self.seen.reclaims.append(Reclaim(RECLAIM_REASONS[reason], message, now))
             self.timeline.emit("reclaim", f"controller ({reason}): {message}")
         elif reason == ORPHAN_FLAGGED:
             self.seen.orphans_flagged.setdefault(involved, now)
-            self.seen.orphan_events[involved] = message
             self.timeline.emit("orphan", f"controller ({reason}): {message}")
         elif reason == ORPHAN_DELETED:
             self.seen.controller_deleted.setdefault(involved, now)
@@ -224,7 +212,7 @@ class Observer:
             return
         data = configmap.get("data") or {}
         in_use = data.get("inUse") == "true"
-        if self.seen.in_use is not None and self.seen.in_use == in_use:
+        if self.seen.in_use == in_use:
             return
         self.seen.liveness.append((self.timeline.elapsed(), in_use))
         why = (

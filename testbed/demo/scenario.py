@@ -10,6 +10,8 @@ what happens is seen by the observer (the API server's watches) and by the submi
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from elbgate.names import JOB_ID_LABEL
@@ -38,7 +40,7 @@ DEADLINE_SECONDS = 900.0
 
 @dataclass
 class Report:
-    """Everything the summary is made from."""
+    """Everything the summary is made from, filled in as the story goes."""
 
     seen: Observations
     burst: list[Outcome]
@@ -46,14 +48,14 @@ class Report:
     orphan_name: str
     """The finalizer whose batch work never appears."""
     rogue: Outcome
-    rogue_jobs_left: int
     doomed_holder: str
-    pod_deleted_at: float | None
-    pod_terminating_at_reclaim: bool | None
-    operator_deleted_at: float | None
-    batch_jobs_created: int
     started_at: float
-    finished_at: float
+    rogue_jobs_left: int = 0
+    pod_deleted_at: float | None = None
+    pod_terminating_at_reclaim: bool | None = None
+    operator_deleted_at: float | None = None
+    batch_jobs_created: int = 0
+    finished_at: float = 0.0
     errors: list[str] = field(default_factory=list)
 
 
@@ -96,96 +98,38 @@ class Scenario:
             f"{system.settings.gate.finalizer_grace_seconds} s finalizer grace, then none)",
         )
         orphan.start()
+        openapi: list[ProcessSubmitter] = []
         for n in range(1, SEARCHES_PER_PATH + 1):
             label = f"dashboard-{n}"
             self.dashboards.append(
                 DashboardSubmitter(system, label, self._search(label), timeline, self.stop)
             )
             label = f"openapi-{n}"
-            self.processes.append(ProcessSubmitter(system, label, self._search(label), timeline))
+            openapi.append(ProcessSubmitter(system, label, self._search(label), timeline))
         timeline.emit(
             "burst",
             f"{2 * SEARCHES_PER_PATH} searches fired at once: {SEARCHES_PER_PATH} via the "
             f"dashboard (Celery task: raw-HTTPS Lease client + kubectl, re-queued after 30 s "
             f"when busy or full), {SEARCHES_PER_PATH} via the OpenAPI service (elb-gate submit)",
         )
-        for dash in self.dashboards:
-            dash.start()
-        for proc in self.processes[1:]:
-            proc.start()
-        burst = [s.outcome for s in self.dashboards] + [p.outcome for p in self.processes[1:]]
+        fired: list[DashboardSubmitter | ProcessSubmitter] = [*self.dashboards, *openapi]
+        for submitter in fired:
+            submitter.start()
+        burst = [s.outcome for s in fired]
 
         bad = ProcessSubmitter(
             system, f"{ROGUE_USER} (no Lease)", self._search("rogue"), timeline, rogue=True
         )
-        self.processes.append(bad)
-        pod_deleted_at: float | None = None
-        terminating_at_reclaim: bool | None = None
-        operator_at: float | None = None
-        deadline = begin + DEADLINE_SECONDS
+        self.processes += [*openapi, bad]
         orphan_name = f"elb-finalizer-{short(orphan.outcome.job_id)}"
-
-        def burst_done(seen: Observations) -> bool:
-            return all(o.exit_code is not None for o in [*burst, bad.outcome]) and set(
-                seen.finished
-            ) >= {o.job_id for o in burst if o.exit_code == 0}
-
-        while timeline.elapsed() < deadline:
-            now = timeline.elapsed() - begin
-            seen = self.observer.seen
-            if bad.proc is None and now >= ROGUE_AFTER_SECONDS:
-                timeline.emit(
-                    "rogue",
-                    f"a submitter without the Lease runs elastic-blast submit as user {ROGUE_USER}",
-                )
-                bad.start()
-            if self.doomed.ident is None and now >= DOOMED_AFTER_SECONDS:
-                self.doomed.start()
-            if (
-                pod_deleted_at is None
-                and self.doomed.acquired_at is not None
-                and timeline.elapsed() >= self.doomed.acquired_at + POD_DIES_AFTER_SECONDS
-            ):
-                system.cp.admin.delete(
-                    "pods", ns, system.doomed.pod, grace_seconds=POD_GRACE_SECONDS
-                )
-                self.doomed.pod_gone.set()
-                pod_deleted_at = timeline.elapsed()
-                timeline.emit(
-                    "pod",
-                    f"pod {ns}/{system.doomed.pod} deleted (grace {POD_GRACE_SECONDS} s) while it "
-                    "holds the Lease: Terminating, its submitter stops; nothing renews or "
-                    "releases",
-                )
-            if (
-                terminating_at_reclaim is None
-                and pod_deleted_at is not None
-                and any(holder == self.doomed.lease.holder for _, holder in seen.lease_cleared)
-            ):
-                pod = system.cp.admin.find("pods", ns, system.doomed.pod)
-                terminating_at_reclaim = bool(pod and pod["metadata"].get("deletionTimestamp"))
-            if (
-                operator_at is None
-                and orphan_name in seen.orphan_events
-                and burst_done(seen)
-                and terminating_at_reclaim is not None
-            ):
-                done = system.cp.kubectl(
-                    OPERATOR_USER, "-n", ns, "delete", "job", orphan_name, "--wait=false"
-                )
-                operator_at = timeline.elapsed()
-                timeline.emit(
-                    "operator",
-                    f"an operator reads the OrphanedFinalizer warning, checks (docs/runbook.md) "
-                    f"and deletes it: kubectl delete job {orphan_name} -> "
-                    f"{(done.stdout or done.stderr).strip()}",
-                )
-            if operator_at is not None:
-                break
-            self.observer.wait_for(lambda _seen: False, 0.2)
+        report = Report(
+            self.observer.seen, burst, orphan_name, bad.outcome, self.doomed.lease.holder, begin
+        )
+        deadline = begin + DEADLINE_SECONDS
+        self._direct(report, bad, deadline)
 
         # The last word is the controller's: the namespace must go idle on its own.
-        since = operator_at or 0.0
+        since = report.operator_deleted_at or 0.0
         self.observer.wait_for(
             lambda seen: seen.in_use is False and seen.liveness[-1][0] >= since,
             max(1.0, deadline - timeline.elapsed()),
@@ -195,22 +139,70 @@ class Scenario:
         left = system.cp.admin.list(
             "jobs", ns, label_selector=f"{JOB_ID_LABEL}={bad.outcome.job_id}"
         )
-        errors = [*self.submit_pods.errors, *(str(e) for e in self.observer.errors)]
-        return Report(
-            seen=self.observer.seen,
-            burst=burst,
-            orphan_name=orphan_name,
-            rogue=bad.outcome,
-            rogue_jobs_left=len(left),
-            doomed_holder=self.doomed.lease.holder,
-            pod_deleted_at=pod_deleted_at,
-            pod_terminating_at_reclaim=terminating_at_reclaim,
-            operator_deleted_at=operator_at,
-            batch_jobs_created=self.submit_pods.created,
-            started_at=begin,
-            finished_at=timeline.elapsed(),
-            errors=errors,
+        report.rogue_jobs_left = len(left)
+        report.batch_jobs_created = self.submit_pods.created
+        report.errors = [*self.submit_pods.errors, *(str(e) for e in self.observer.errors)]
+        report.finished_at = timeline.elapsed()
+        return report
+
+    def _direct(self, report: Report, bad: ProcessSubmitter, deadline: float) -> None:
+        """The moves after the burst, each once what it follows was seen; what has not
+        happened by ``deadline`` stays unset in ``report``."""
+        system, timeline, ns = self.system, self.timeline, self.system.namespace
+        self._sleep_until(report.started_at + ROGUE_AFTER_SECONDS)
+        timeline.emit(
+            "rogue",
+            f"a submitter without the Lease runs elastic-blast submit as user {ROGUE_USER}",
         )
+        bad.start()
+        self._sleep_until(report.started_at + DOOMED_AFTER_SECONDS)
+        self.doomed.start()
+        if not self._seen(lambda _seen: self.doomed.acquired_at is not None, deadline):
+            return
+        assert self.doomed.acquired_at is not None
+        self._sleep_until(self.doomed.acquired_at + POD_DIES_AFTER_SECONDS)
+        system.cp.admin.delete("pods", ns, system.doomed.pod, grace_seconds=POD_GRACE_SECONDS)
+        report.pod_deleted_at = timeline.elapsed()
+        timeline.emit(
+            "pod",
+            f"pod {ns}/{system.doomed.pod} deleted (grace {POD_GRACE_SECONDS} s) while it "
+            "holds the Lease: Terminating, its submitter stops; nothing renews or releases",
+        )
+        holder = report.doomed_holder
+        if not self._seen(lambda seen: any(holder in r.message for r in seen.reclaims), deadline):
+            return
+        pod = system.cp.admin.find("pods", ns, system.doomed.pod)
+        report.pod_terminating_at_reclaim = bool(pod and pod["metadata"].get("deletionTimestamp"))
+
+        def burst_done(seen: Observations) -> bool:
+            return all(o.exit_code is not None for o in [*report.burst, report.rogue]) and set(
+                seen.finished
+            ) >= {o.job_id for o in report.burst if o.exit_code == 0}
+
+        orphan = report.orphan_name
+        if not self._seen(
+            lambda seen: orphan in seen.orphans_flagged and burst_done(seen), deadline
+        ):
+            return
+        done = system.cp.kubectl(OPERATOR_USER, "-n", ns, "delete", "job", orphan, "--wait=false")
+        report.operator_deleted_at = timeline.elapsed()
+        timeline.emit(
+            "operator",
+            f"an operator reads the OrphanedFinalizer warning, checks (docs/runbook.md) "
+            f"and deletes it: kubectl delete job {orphan} -> "
+            f"{(done.stdout or done.stderr).strip()}",
+        )
+
+    def _seen(self, condition: Callable[[Observations], bool], deadline: float) -> bool:
+        """Wait until ``condition(seen)`` holds (False at ``deadline``): checked again at
+        each change the observer sees, and every 0.2 s for the submitters' own."""
+        while self.timeline.elapsed() < deadline:
+            if self.observer.wait_for(condition, 0.2):
+                return True
+        return False
+
+    def _sleep_until(self, moment: float) -> None:
+        time.sleep(max(0.0, moment - self.timeline.elapsed()))
 
     def shutdown(self) -> None:
         """Stop every submitter still running (also after Ctrl-C)."""

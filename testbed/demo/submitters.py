@@ -31,7 +31,6 @@ from pathlib import Path
 from client import SubmitLease
 from elbgate.census import census
 from elbgate.kube.config import KubeConfig
-from elbgate.lease import new_holder_identity
 from elbgate.names import SEARCH_JOB_SELECTOR, UNFINISHED_JOB_FIELD_SELECTOR
 from testbed.clients import DashboardLeaseClient
 from testbed.component import host_env
@@ -73,12 +72,7 @@ class DashboardSubmitter(SubmitTask):
     def __init__(
         self, system: System, label: str, job_id: str, timeline: Timeline, stop: threading.Event
     ) -> None:
-        lease = DashboardLeaseClient.on(
-            system.cp,
-            DASHBOARD_LEASE_USER,
-            system.namespace,
-            holder=new_holder_identity("dashboard"),
-        )
+        lease = DashboardLeaseClient.on(system.cp, DASHBOARD_LEASE_USER, system.namespace)
         ceiling = system.settings.gate.max_run_concurrency
         super().__init__(label, lease, self._census, self._submit, ceiling=ceiling, stop=stop)
         self.system, self.timeline = system, timeline
@@ -210,9 +204,9 @@ class DoomedSubmitter(threading.Thread):
     """The OpenAPI service's second replica: takes the Lease, then dies with its pod.
 
     It uses the shared client library (``client.SubmitLease``) with a token bound
-    to its own pod, which the webhook stamps on the Lease. When the scenario deletes that
-    pod, the submitter simply stops: no renewal, no release, as a process killed with its
-    pod leaves it."""
+    to its own pod, which the webhook stamps on the Lease. Once it holds the Lease it does
+    nothing more: no renewal, no release, as a process killed with its pod (which the
+    scenario then deletes) leaves it."""
 
     def __init__(self, system: System, timeline: Timeline, stop: threading.Event) -> None:
         super().__init__(name="doomed-submitter", daemon=True)
@@ -222,7 +216,6 @@ class DoomedSubmitter(threading.Thread):
             system.namespace, gate=system.settings.gate, config=config, source="openapi"
         )
         self.acquired_at: float | None = None
-        self.pod_gone = threading.Event()
 
     def run(self) -> None:
         try:
@@ -241,9 +234,7 @@ class DoomedSubmitter(threading.Thread):
                 f"OpenAPI replica 2 (pod {self.system.namespace}/{self.system.doomed.pod}) took "
                 f"the Lease as {brief(self.lease.holder)}; the webhook stamped its pod on it",
             )
-            while not (self.pod_gone.is_set() or self.stop.is_set()):
-                self.stop.wait(0.05)
         finally:
-            # Its pod is going and this process with it: close the transport only. No
-            # release, no renewal: that is what the controller has to repair.
+            # Close the transport only. No release, no renewal: once its pod is gone,
+            # that is what the controller has to repair.
             self.lease.close()

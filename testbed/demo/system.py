@@ -19,13 +19,11 @@ submitters' Pods, whose images do not exist here, run on stand-in nodes.
 from __future__ import annotations
 
 import os
-import urllib.request
-from collections.abc import Callable
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
-from typing import Any
 
+import urllib3
 import yaml
 
 from elbgate.settings import Settings
@@ -64,17 +62,12 @@ IDENTITIES = {
 """The dashboard takes the Lease as one user and creates Jobs as another."""
 
 
-NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-"""Straight to a Pod on the run's bridge: a proxy from the environment must never see it."""
-
-
 @dataclass
 class System:
     """Everything that runs, and where to reach it."""
 
     root: Path
     cp: ControlPlane
-    owns_control_plane: bool
     namespace: str
     settings: Settings
     env: dict[str, str]
@@ -83,32 +76,27 @@ class System:
     """The OpenAPI service's pod: `elb-gate submit` runs there with its bound token."""
     doomed: PodIdentity
     """The OpenAPI service's second replica, whose pod dies while it holds the Lease."""
+    webhook_urls: dict[str, str]
+    """Each webhook replica's metrics address, by pod name."""
+    controller_url: str
+    teardown: ExitStack
+    """What undoes the start, last started first (see :meth:`stop`)."""
     rig: Rig | None = None
     """The fast tier (:class:`testbed.rig.Rig`): ``python -m webhook`` twice behind a
-    Service proxy, and ``python -m controller``, as host processes with the shipped RBAC."""
-    tier: SystemTier | None = None
-    """``--system-tier``: the chart installed as shipped, its Pods on real kubelet nodes."""
-
-    def webhook_metrics_urls(self) -> dict[str, str]:
-        if self.tier is not None:
-            return self.tier.metrics_urls("webhook")
-        assert self.rig is not None
-        return {h.identity.pod: h.metrics_url for h in self.rig.hooks}
-
-    def controller_url(self) -> str:
-        if self.tier is not None:
-            return next(iter(self.tier.metrics_urls("controller").values()), "")
-        assert self.rig is not None
-        return self.rig.controllers[0].metrics_url
+    Service proxy, and ``python -m controller``, as host processes with the shipped RBAC.
+    ``None``: ``--system-tier``, the chart installed as shipped, its Pods on real kubelet
+    nodes."""
 
     def replica_metrics(self) -> dict[str, str]:
-        """Each webhook replica's /metrics text, by pod name."""
+        """Each webhook replica's /metrics text, by pod name ("" when it does not answer).
+        urllib3 uses no proxy from the environment, which must never see a Pod on the
+        run's bridge."""
         out = {}
-        for pod, url in self.webhook_metrics_urls().items():
+        for pod, url in self.webhook_urls.items():
             try:
-                with NO_PROXY.open(f"{url}/metrics", timeout=30) as resp:
-                    out[pod] = resp.read().decode()
-            except OSError:
+                resp = urllib3.request("GET", f"{url}/metrics", timeout=30, retries=False)
+                out[pod] = resp.data.decode() if resp.status == 200 else ""
+            except (OSError, urllib3.exceptions.HTTPError):
                 out[pod] = ""
         return out
 
@@ -117,23 +105,20 @@ class System:
         it when the demo started it (the system tier's with its nodes and what they
         changed on the host), else what the demo created there: its namespace and the
         Pod objects that stood for elb-gate's processes."""
-        if self.rig is not None:
-            _quietly(self.rig.stop)
-        if self.owns_control_plane:
-            _quietly(self.cp.stop)  # with the system tier's nodes: all SystemTier.stop does
-            return
-        assert self.rig is not None
-        pods = [h.identity.pod for h in self.rig.hooks] + [c.name for c in self.rig.controllers]
-        for pod in pods:
-            _quietly(partial(self.cp.admin.delete, "pods", SYSTEM_NAMESPACE, pod))
-        _quietly(lambda: self.cp.admin.delete("namespaces", None, self.namespace))
+        _undo(self.teardown)
 
 
-def _quietly(stop: Callable[[], Any]) -> None:
-    try:
-        stop()
-    except Exception:  # teardown goes on: every other part must still be stopped
-        pass
+def _undo(teardown: ExitStack) -> None:
+    """Every step, even after one failed (ExitStack runs them all), quietly."""
+    with suppress(Exception):
+        teardown.close()
+
+
+def _delete_pods(rig: Rig) -> None:
+    """The Pod objects that stood for the rig's processes, on a control plane it shares."""
+    for pod in [h.identity.pod for h in rig.hooks] + [c.name for c in rig.controllers]:
+        with suppress(Exception):
+            rig.cp.admin.delete("pods", SYSTEM_NAMESPACE, pod)
 
 
 def _settings_env(root: Path, namespace: str) -> dict[str, str]:
@@ -176,6 +161,7 @@ def start_system(root: Path, timeline: Timeline, *, system_tier: bool = False) -
     chart on real kubelet nodes, see the module's docstring)."""
     if system_tier:
         return _start_system_tier(root, timeline)
+    teardown = ExitStack()
     attached = os.environ.get(ATTACH_ENV)
     if attached:
         cp = ControlPlane.attach(Path(attached))
@@ -187,14 +173,17 @@ def start_system(root: Path, timeline: Timeline, *, system_tier: bool = False) -
             "controller-manager, scheduler, 5 nodes)…",
         )
         cp = ControlPlane.start(root / "control-plane")
+        teardown.callback(cp.stop)
         timeline.emit(
             "setup",
             f"Kubernetes {cp.kubernetes_version} at {cp.server}, ready in "
             f"{cp.startup_seconds:.1f}s",
         )
-    rig: Rig | None = None
     try:
-        namespace = cp.new_namespace(NAMESPACE) if attached else NAMESPACE
+        namespace = NAMESPACE
+        if attached:
+            namespace = cp.new_namespace(NAMESPACE)
+            teardown.callback(cp.admin.delete, "namespaces", None, namespace)
         env = _settings_env(root, namespace)
         settings = Settings.from_env(env)
         rig = Rig(
@@ -205,7 +194,10 @@ def start_system(root: Path, timeline: Timeline, *, system_tier: bool = False) -
             resync_seconds=settings.controller.resync_seconds,
             leader_lease_seconds=settings.controller.leader_lease_seconds,
             leader_renew_seconds=settings.controller.leader_renew_seconds,
-        ).start()
+        )
+        if attached:
+            teardown.callback(_delete_pods, rig)  # once the rig has stopped
+        teardown.enter_context(rig)
         assert rig.service is not None
         for hook in rig.hooks:
             timeline.emit(
@@ -227,12 +219,11 @@ def start_system(root: Path, timeline: Timeline, *, system_tier: bool = False) -
         )
         openapi, doomed = _submitter_pods(cp, timeline, namespace, dict(SYSTEM_POOL))
     except BaseException:
-        if rig is not None:
-            _quietly(rig.stop)
-        if not attached:
-            _quietly(cp.stop)
+        _undo(teardown)
         raise
-    return System(root, cp, not attached, namespace, settings, env, openapi, doomed, rig=rig)
+    hooks = {h.identity.pod: h.metrics_url for h in rig.hooks}
+    url = controller.metrics_url
+    return System(root, cp, namespace, settings, env, openapi, doomed, hooks, url, teardown, rig)
 
 
 STAND_INS = tuple(n for n in DEFAULT_NODES if n.labels == BLAST_POOL)
@@ -258,6 +249,8 @@ def _start_system_tier(root: Path, timeline: Timeline) -> System:
     # within a Unix socket path's 107 bytes. Removed when the tier stops.
     tier = SystemTier.start(stand_ins=STAND_INS)
     cp = tier.cp
+    teardown = ExitStack()
+    teardown.callback(tier.stop)
     try:
         timeline.emit(
             "setup",
@@ -299,7 +292,9 @@ def _start_system_tier(root: Path, timeline: Timeline) -> System:
             f"elb-gate-webhook -> EndpointSlice {endpoints}",
         )
         openapi, doomed = _submitter_pods(cp, timeline, NAMESPACE, dict(BLAST_POOL))
+        hooks = tier.metrics_urls("webhook")
+        url = next(iter(tier.metrics_urls("controller").values()), "")
     except BaseException:
-        _quietly(tier.stop)
+        _undo(teardown)
         raise
-    return System(root, cp, True, NAMESPACE, settings, env, openapi, doomed, tier=tier)
+    return System(root, cp, NAMESPACE, settings, env, openapi, doomed, hooks, url, teardown)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 
@@ -28,5 +27,4 @@ class Timeline:
     def say(self, text: str = "") -> None:
         """Print a line that is not an event (headings, the summary)."""
         with self._lock:
-            sys.stdout.write(text + "\n")
-            sys.stdout.flush()
+            print(text, flush=True)
