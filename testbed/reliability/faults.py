@@ -31,8 +31,8 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
-from elbgate.names import ORPHANED_SINCE_ANNOTATION, lease_name
 from testbed.api import JsonObj
+from testbed.clients import lease_name
 from testbed.controlplane import ControlPlane
 from testbed.faultproxy import Fault, FaultProxy
 from testbed.reliability.calls import jobs_path, request
@@ -59,6 +59,7 @@ FAULT_KINDS: dict[str, dict[str, Any]] = {
     "hang": {"delay": float(SHARED_ENV["ELB_GATE_API_TIMEOUT_SECONDS"]) + 1.0},
     "drop": {"drop": True},
 }
+ORPHAN_ANNOTATION = "elb-gate.io/orphaned-since"
 REFUSALS = ("failed calling webhook", "could not verify")
 """What ``failurePolicy: Fail`` lets a fault cost: the apiserver could not call the
 webhook (refused), or the webhook could not read what it needed (503, fail-closed)."""
@@ -212,7 +213,7 @@ class LiveWatch:
         if name in self.live_jobs:
             if kind == "DELETED":
                 self.wrong.append(f"live Job {name} deleted")
-            elif ORPHANED_SINCE_ANNOTATION in (meta.get("annotations") or {}):
+            elif ORPHAN_ANNOTATION in (meta.get("annotations") or {}):
                 self.wrong.append(f"live Job {name} marked orphaned")
         elif kind == "DELETED" and name.startswith("orphan-"):
             self.orphan_deleted.set()
