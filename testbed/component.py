@@ -26,7 +26,7 @@ from prometheus_client.samples import Sample
 
 from testbed.api import JsonObj
 from testbed.audit_log import read_audit
-from testbed.controlplane import REPO, PodIdentity
+from testbed.controlplane import REPO, PodIdentity, halt
 from testbed.waiting import wait_until
 
 
@@ -56,17 +56,6 @@ def component_env(
         PYTHONUNBUFFERED="1",
     )
     return {**env, **settings}
-
-
-def halt(process: subprocess.Popen[bytes], grace: float = 20.0) -> int:
-    """SIGTERM and wait ``grace`` seconds, then SIGKILL; the exit code."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            return process.wait(grace)
-        except subprocess.TimeoutExpired:
-            process.kill()
-    return process.wait(10)
 
 
 class ComponentProcess:
@@ -165,9 +154,10 @@ class ComponentProcess:
         return self.get("/metrics")[1]
 
     def samples(self, name: str) -> list[Sample]:
-        """The samples named ``name`` on ``/metrics`` now."""
+        """The samples named ``name``, or of the family ``name`` (a histogram's
+        ``_bucket``, ``_count`` and ``_sum``), on ``/metrics`` now."""
         families = text_string_to_metric_families(self.metrics())
-        return [s for family in families for s in family.samples if s.name == name]
+        return [s for f in families for s in f.samples if name in (s.name, f.name)]
 
     def metric(self, name: str, labels: Mapping[str, str] | None = None) -> float | None:
         """The value of one sample on ``/metrics`` (``None`` when absent)."""

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO
 
 from manifests.render_dashboard import Prometheus
-from testbed.component import halt
+from testbed.controlplane import halt
 from testbed.install import SYSTEM_NAMESPACE
 from testbed.waiting import wait_until
 
