@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import subprocess
 import threading
-from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
@@ -139,13 +138,11 @@ def base_objects() -> list[JsonObj]:
     ]
 
 
-def gated_namespace_bindings(
-    namespace: str, files: Sequence[str] = ("rolebindings.yaml", "census-fence.yaml")
-) -> list[JsonObj]:
-    """What ``manifests/gated-namespace-bindings`` gives one gated namespace (by default:
-    its RoleBindings and its census fence Job)."""
+def gated_namespace_bindings(namespace: str) -> list[JsonObj]:
+    """What ``manifests/gated-namespace-bindings`` gives one gated namespace: its
+    RoleBindings and its census fence Job."""
     docs: list[JsonObj] = []
-    for file in files:
+    for file in ("rolebindings.yaml", "census-fence.yaml"):
         text = (REPO / "manifests" / "gated-namespace-bindings" / file).read_text()
         docs += [d for d in yaml.safe_load_all(text) if d]
     for doc in docs:
@@ -153,7 +150,9 @@ def gated_namespace_bindings(
     return docs
 
 
-CENSUS_FENCE_JOB = str(gated_namespace_bindings("", ["census-fence.yaml"])[0]["metadata"]["name"])
+CENSUS_FENCE_JOB = next(
+    str(d["metadata"]["name"]) for d in gated_namespace_bindings("") if d["kind"] == "Job"
+)
 """The census fence Job's name as shipped (``ELB_GATE_CENSUS_FENCE_JOB``)."""
 NOT_THE_FENCE = f"app!={CENSUS_FENCE_APP}"
 """labelSelector of every Job of a gated namespace but its census fence: what a harness
