@@ -190,14 +190,6 @@ class Service:
     # -- one connection ------------------------------------------------------------------
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            await self._forward(reader, writer)
-        except asyncio.CancelledError:
-            # The Service is stopping with this connection open: it just ends here (a
-            # task that ended cancelled would make asyncio log a traceback).
-            writer.close()
-
-    async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         index = self._pick()
         if index is None:
             self.refused += 1
@@ -219,6 +211,10 @@ class Service:
             finally:
                 self._open.discard(writer)
                 up_writer.close()
+        except asyncio.CancelledError:
+            # The Service is stopping with this connection open: it just ends here (a
+            # task that ended cancelled would make asyncio log a traceback).
+            writer.close()
         finally:
             self.open[index] -= 1
 
