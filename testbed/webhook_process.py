@@ -154,15 +154,13 @@ class WebhookProcess(ComponentProcess):
 
     # -- cluster wiring ----------------------------------------------------------------
 
-    def configurations(self) -> list[JsonObj]:
-        """What this process registers: the shipped configurations pointed at it."""
-        return point_at(
+    def register(self) -> None:
+        """Store the shipped configurations pointed at this process (replacing any left by
+        another process)."""
+        docs = point_at(
             shipped_configurations(self.manifest), self.port, self.certificate.ca_bundle
         )
-
-    def register(self) -> None:
-        """Store both webhook configurations (replacing any left by another process)."""
-        register(self.install, self.configurations(), self._registered, [self], 60)
+        register(self.install, docs, self._registered, [self], 60)
 
     def unregister(self) -> None:
         """Remove the configurations this process registered, if still its own."""
