@@ -35,7 +35,7 @@ import yaml
 
 from testbed.api import ApiError, JsonObj
 from testbed.certs import MountedCertificate
-from testbed.component import ComponentProcess, component_env
+from testbed.component import ComponentProcess
 from testbed.controlplane import REPO, ControlPlane
 from testbed.install import CENSUS_FENCE_JOB, Installation
 from testbed.waiting import wait_until
@@ -102,32 +102,28 @@ class WebhookProcess(ComponentProcess):
         self.extra_env = dict(env or {})
         self._own_dir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="elb-gate-webhook-"))
-        super().__init__(pod, self.workdir / "webhook.log")
+        identity = self.install.identity("webhook", pod)
+        super().__init__(identity, self.workdir / "webhook.log", kubeconfig)
         self.certificate = MountedCertificate(self.workdir / "tls")
         self.port = 0
         self._register = register
         self._registered: list[tuple[str, str]] = []
-        self.identity = self.install.identity("webhook", pod)
-        self.kubeconfig = kubeconfig or self.identity.kubeconfig
         self.manifest = manifest
 
     # -- lifecycle ---------------------------------------------------------------------
 
-    def env(self) -> dict[str, str]:
-        """The process environment (:func:`~testbed.component.component_env`): both
-        ports 0, the ones chosen are read from its ``listening`` log line."""
+    def start(self, timeout: float = 60.0) -> WebhookProcess:
+        """Start, wait for ``/readyz``, then register the configurations. Both ports are
+        0: the ones chosen are read from its ``listening`` log line."""
         settings = {
             "ELB_GATE_WEBHOOK_PORT_NUMBER": "0",
             "ELB_GATE_METRICS_PORT_NUMBER": "0",
             "ELB_GATE_TLS_CERT_FILE": self.certificate.cert_file,
             "ELB_GATE_TLS_KEY_FILE": self.certificate.key_file,
             "ELB_GATE_CENSUS_FENCE_JOB": CENSUS_FENCE_JOB,
+            **self.extra_env,
         }
-        return component_env(self.identity, self.kubeconfig, {**settings, **self.extra_env})
-
-    def start(self, timeout: float = 60.0) -> WebhookProcess:
-        """Start, wait for ``/readyz``, then register the configurations."""
-        listening = self.spawn("webhook", self.env(), "listening", timeout)
+        listening = self.spawn("webhook", settings, "listening", timeout)
         self.port, self.metrics_port = listening["webhook"][0][1], listening["metrics"][0][1]
         try:
             self.wait_until(lambda: self.ready(5.0), timeout, "the webhook's /readyz")
