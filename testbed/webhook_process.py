@@ -1,7 +1,7 @@
 """Run the real ``python -m webhook`` against the control plane, wired as a cluster wires it.
 
     with WebhookProcess(cp) as hook:            # certs, env, ports, /readyz, configurations
-        ns = hook.gate_namespace("team-a")       # created, RoleBindings, elb-gate.io/gated=true
+        ns = hook.install.gate("team-a")         # created, RoleBindings, elb-gate.io/gated=true
         cp.kubectl("bob", "-n", ns, "create", "-f", "-", input=finalizer_yaml)
 
 The process authenticates with a token of its ServiceAccount
@@ -133,7 +133,7 @@ class WebhookProcess(ComponentProcess):
         if self._register:
             self.register()
             for namespace in self.namespaces:
-                self.gate_namespace(namespace)
+                self.install.gate(namespace)
         return self
 
     def stop(self) -> int | None:
@@ -161,11 +161,6 @@ class WebhookProcess(ComponentProcess):
     def unregister(self) -> None:
         """Remove the configurations this process registered, if still its own."""
         unregister(self.cp, self._registered, self.port)
-
-    def gate_namespace(self, namespace: str, *, label: bool = True) -> str:
-        """Create ``namespace`` if needed, with the RoleBindings a gated namespace
-        has, labelled gated; returns its name."""
-        return self.install.gate(namespace, label=label)
 
     # -- observation -------------------------------------------------------------------
 
