@@ -68,9 +68,6 @@ class PrometheusServer:
 
     def config(self) -> dict[str, object]:
         interval = f"{self.scrape_seconds:g}s"
-        jobs: dict[str, list[Target]] = {}
-        for target in self.targets:
-            jobs.setdefault(target.job, []).append(target)
         return {
             "global": {"scrape_interval": interval, "evaluation_interval": interval},
             "scrape_configs": [
@@ -79,10 +76,11 @@ class PrometheusServer:
                     "honor_labels": True,
                     "static_configs": [
                         {"targets": [t.address], "labels": {"namespace": t.namespace, "pod": t.pod}}
-                        for t in targets
+                        for t in self.targets
+                        if t.job == job
                     ],
                 }
-                for job, targets in jobs.items()
+                for job in dict.fromkeys(t.job for t in self.targets)
             ],
         }
 
