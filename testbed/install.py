@@ -26,7 +26,6 @@ from testbed.api import JsonObj
 from testbed.controlplane import (
     NAMED_USERS,
     REPO,
-    SYSTEM_POOL,
     ControlPlane,
     PodIdentity,
     kubectl_path,
@@ -223,15 +222,10 @@ class Installation:
     def identity(self, component: str, pod: str) -> PodIdentity:
         """A token of ``component``'s ServiceAccount bound to a Pod named ``pod``."""
         key = f"{component}/{pod}"
-        with _lock:
-            found = self._identities.get(key)
-        if found is not None:
-            return found
-        sa = {"webhook": WEBHOOK_SA, "controller": CONTROLLER_SA}[component]
-        identity = self.cp.pod_identity(SYSTEM_NAMESPACE, sa, pod=pod, node_selector=SYSTEM_POOL)
-        with _lock:
-            self._identities[key] = identity
-        return identity
+        if key not in self._identities:
+            sa = {"webhook": WEBHOOK_SA, "controller": CONTROLLER_SA}[component]
+            self._identities[key] = self.cp.pod_identity(SYSTEM_NAMESPACE, sa, pod=pod)
+        return self._identities[key]
 
 
 def authorizer_allows(
