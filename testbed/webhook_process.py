@@ -41,10 +41,6 @@ from testbed.install import CENSUS_FENCE_JOB, Installation
 from testbed.waiting import wait_until
 
 MANIFEST = REPO / "manifests" / "base" / "admission-webhooks.yaml"
-CONFIGURATION_KINDS = {
-    "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
-    "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
-}
 
 
 def shipped_configurations(manifest: Path = MANIFEST) -> list[JsonObj]:
@@ -219,7 +215,7 @@ def register(
     cp = install.cp
     for doc in docs:
         cp.admin.apply(doc)
-        key = (CONFIGURATION_KINDS[doc["kind"]], doc["metadata"]["name"])
+        key = (cp.admin.resource(doc["kind"]).plural, doc["metadata"]["name"])
         if key not in registered:
             registered.append(key)
     probe = install.gate("elb-gate-probe")
