@@ -21,7 +21,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -158,8 +157,7 @@ class ControlPlane:
         self.startup_seconds: float = float(state["startupSeconds"])
         self._apis: dict[str, Api] = {}
         self.admin = self.api("admin")
-        self._pool = (f"user-{i:03d}" for i in itertools.count())
-        self._pool_lock = threading.Lock()
+        self._pool = itertools.count()  # next() on it is atomic: no lock among threads
         self._namespaces = itertools.count(1)
         self._run_id = uuid.uuid4().hex[:6]
 
@@ -267,8 +265,7 @@ class ControlPlane:
 
     def plain_user(self) -> str:
         """A token-file user no one else in this process has used."""
-        with self._pool_lock:
-            name = next(self._pool)
+        name = f"user-{next(self._pool):03d}"
         if name not in self.state["tokens"]:
             raise RuntimeError(f"the token file has only {POOL_SIZE} pool users")
         return name
