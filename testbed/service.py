@@ -151,17 +151,14 @@ class Service:
         loop = self._loop
         if loop is None:
             return
-        closing: set[asyncio.StreamWriter] = set()
-        taken = threading.Event()
 
-        def close() -> None:
-            closing.update(self._open)
-            taken.set()
+        async def close() -> set[asyncio.StreamWriter]:
+            closing = set(self._open)
             for writer in closing:
                 writer.close()
+            return closing
 
-        loop.call_soon_threadsafe(close)
-        assert taken.wait(30), "the Service's loop did not run"
+        closing = asyncio.run_coroutine_threadsafe(close(), loop).result(30)
         # Only those: the API server may open a new one meanwhile, which stays.
         wait_until(
             lambda: not any(w in self._open for w in closing),
