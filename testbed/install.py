@@ -244,15 +244,12 @@ def authorizer_allows(
     SubjectAccessReview)."""
     if group is None:
         group = {"leases": "coordination.k8s.io", "jobs": "batch"}.get(resource, "")
-    attributes = {"verb": verb, "resource": resource, "group": group}
-    if namespace:
-        attributes["namespace"] = namespace
-    if name:
-        attributes["name"] = name
+    # An empty namespace or name is none (Go's zero value): cluster-wide, any name.
+    attributes = {"verb": verb, "resource": resource, "group": group, "name": name}
     spec = {
         "user": user,
         "groups": list(dict.fromkeys([*groups, "system:authenticated"])),
-        "resourceAttributes": attributes,
+        "resourceAttributes": {**attributes, "namespace": namespace or ""},
     }
     review = cp.admin.request(
         "POST",
