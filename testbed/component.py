@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import urllib.error
@@ -185,16 +184,14 @@ class ComponentProcess:
     def terminate(self, timeout: float = 15.0) -> int:
         """SIGTERM (graceful: what it holds released) and wait."""
         assert self.process is not None
-        if self.alive:
-            self.process.send_signal(signal.SIGTERM)
+        self.process.terminate()  # Popen signals only a process it has not seen exit
         return self.process.wait(timeout)
 
     def kill(self) -> int | None:
         """SIGKILL: the process dies holding whatever it held (the crash case)."""
         if self.process is None:
             return None
-        if self.alive:
-            self.process.kill()
+        self.process.kill()
         return self.process.wait(15)
 
     def halt(self) -> int | None:
