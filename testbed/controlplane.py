@@ -116,12 +116,11 @@ class PodIdentity:
 def halt(process: subprocess.Popen[bytes], grace: float = 20.0, *, group: bool = False) -> int:
     """SIGTERM and wait ``grace`` seconds, then SIGKILL (``group``: its whole process
     group, which it leads); the exit code."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            return process.wait(grace)
-        except subprocess.TimeoutExpired:
-            (os.killpg if group else os.kill)(process.pid, signal.SIGKILL)
+    process.terminate()  # a no-op once it has exited
+    try:
+        return process.wait(grace)
+    except subprocess.TimeoutExpired:
+        (os.killpg if group else os.kill)(process.pid, signal.SIGKILL)
     return process.wait(10)
 
 
