@@ -85,16 +85,13 @@ class Service:
     def start(self) -> Service:
         """Probe every replica, listen, and keep probing."""
         self.probe_now()
-        started = threading.Event()
+        loop = self._loop = asyncio.new_event_loop()  # listening here, served by a thread
+        server = loop.run_until_complete(
+            asyncio.start_server(self._serve, "127.0.0.1", 0, reuse_address=True)
+        )
+        self.port = int(server.sockets[0].getsockname()[1])
 
         def serve() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            server = loop.run_until_complete(
-                asyncio.start_server(self._serve, "127.0.0.1", 0, reuse_address=True)
-            )
-            self.port = int(server.sockets[0].getsockname()[1])
-            started.set()
             loop.run_forever()
             server.close()
             # Open connections end with the Service (their pipes closed in order).
@@ -108,7 +105,6 @@ class Service:
 
         self._thread = threading.Thread(target=serve, name="service", daemon=True)
         self._thread.start()
-        assert started.wait(30), "the Service did not start listening"
         self._prober = threading.Thread(target=self._probe_loop, name="service-probe", daemon=True)
         self._prober.start()
         return self
