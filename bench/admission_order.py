@@ -164,7 +164,7 @@ def run(
                 cp, register=False, pod=POD, kubeconfig=proxy.kubeconfig(token, POD)
             )
             with hook:
-                namespace = hook.gate_namespace(cp.new_namespace("bench-order"))
+                namespace = hook.install.gate(cp.new_namespace("bench-order"))
                 cp.admin.create(
                     elb.for_api(elb.blast_batch(RUNNING, 0, "16S_ribosomal_RNA"), namespace)
                 )

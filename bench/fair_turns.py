@@ -136,7 +136,7 @@ def burst(
     identities.write_text(IDENTITIES)
     env = {"ELB_GATE_SUBMITTER_IDENTITIES_FILE": str(identities), "ELB_GATE_FAIR_TURNS": mode}
     with WebhookProcess(cp, env, workdir=workdir / f"webhook-{mode}") as hook:
-        namespace = hook.gate_namespace(cp.new_namespace(f"fair-{mode}"))
+        namespace = hook.install.gate(cp.new_namespace(f"fair-{mode}"))
         openapi_pod = cp.pod_identity(namespace, OPENAPI_SERVICE_ACCOUNT)
         ids = [elb.search_id((tag << 16) + i) for i in range(2 * config.per_path)]
         path_of = {job_id: PATHS[n % 2] for n, job_id in enumerate(ids)}

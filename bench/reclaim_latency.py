@@ -44,7 +44,7 @@ def run(
     namespaces: dict[str, str] = {}
     try:
         with WebhookProcess(cp) as hook:
-            namespaces.update({c: hook.gate_namespace(cp.new_namespace(_dns(c))) for c in cases})
+            namespaces.update({c: hook.install.gate(cp.new_namespace(_dns(c))) for c in cases})
             with holders.controllers(cp, list(namespaces.values())) as stage:
                 measured: dict[str, list[holders.Reclaim]] = {c: [] for c in cases}
                 for i in range(runs):

@@ -22,6 +22,15 @@ from kubernetes.watch.watch import iter_resp_lines
 JsonObj = dict[str, Any]
 
 
+def _decoded(data: bytes) -> Any:
+    """A JSON answer decoded (its text when it is not JSON)."""
+    text = data.decode("utf-8", "replace")
+    try:
+        return json.loads(text) if text else {}
+    except ValueError:
+        return text
+
+
 class ApiError(Exception):
     """The API server answered with an error ``Status``."""
 
@@ -54,13 +63,9 @@ class Api:
     def __init__(self, server: str, ca_file: str, token: str, *, timeout: float = 60.0) -> None:
         self.server = server.rstrip("/")
         self.token = token
+        self._read_timeout = timeout
         ctx = ssl.create_default_context(cafile=ca_file)
-        self._http = urllib3.PoolManager(
-            maxsize=8,
-            ssl_context=ctx,
-            timeout=urllib3.Timeout(connect=10, read=timeout),
-            retries=False,
-        )
+        self._http = urllib3.PoolManager(maxsize=8, ssl_context=ctx, retries=False)
         self._resources: dict[str, Resource] | None = None
         self._lock = threading.Lock()
 
@@ -76,42 +81,48 @@ class Api:
         content_type: str = "application/json",
     ) -> Any:
         """One call; the decoded JSON answer, or :class:`ApiError`."""
-        url = self.server + path
-        if query:
-            url += "?" + urlencode({k: v for k, v in query.items() if v is not None})
-        headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
-        data = None
-        if body is not None:
-            data = body if isinstance(body, bytes) else json.dumps(body).encode()
-            headers["Content-Type"] = content_type
-        resp = self._http.request(method, url, body=data, headers=headers)
-        text = resp.data.decode("utf-8", "replace")
-        try:
-            decoded: Any = json.loads(text) if text else {}
-        except ValueError:
-            decoded = text
-        if resp.status >= 400:
-            raise ApiError(resp.status, decoded, method, path)
-        return decoded
+        data = body if body is None or isinstance(body, bytes) else json.dumps(body).encode()
+        return _decoded(self._send(method, path, query, data, content_type).data)
 
     def stream(self, path: str, query: Mapping[str, Any]) -> Iterator[JsonObj]:
         """Watch events (decoded lines) until the server ends the stream."""
-        url = self.server + path + "?" + urlencode({**query, "watch": "1"})
-        resp = self._http.request(
-            "GET",
-            url,
-            headers={"Authorization": f"Bearer {self.token}"},
-            preload_content=False,
-            timeout=urllib3.Timeout(connect=10, read=None),
-        )
+        resp = self._send("GET", path, {**query, "watch": "1"}, streaming=True)
         try:
-            if resp.status >= 400:
-                raise ApiError(resp.status, resp.read().decode(), "WATCH", path)
             for line in iter_resp_lines(resp):  # the official client's watch reader
                 if line.strip():
                     yield json.loads(line)
         finally:
             resp.release_conn()
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, Any] | None,
+        body: bytes | None = None,
+        content_type: str = "application/json",
+        *,
+        streaming: bool = False,
+    ) -> urllib3.BaseHTTPResponse:
+        """The answer of one call (its body unread when ``streaming``); an error answer
+        raises :class:`ApiError` with the server's ``Status``."""
+        url = self.server + path
+        if query:
+            url += "?" + urlencode({k: v for k, v in query.items() if v is not None})
+        headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        resp = self._http.request(
+            method,
+            url,
+            body=body,
+            headers=headers,
+            preload_content=not streaming,
+            timeout=urllib3.Timeout(connect=10, read=None if streaming else self._read_timeout),
+        )
+        if resp.status >= 400:  # read whole, which returns the connection to the pool
+            raise ApiError(resp.status, _decoded(resp.data), method, path)
+        return resp
 
     # -- discovery ----------------------------------------------------------------------
 

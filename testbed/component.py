@@ -1,10 +1,11 @@
 """One of elb-gate's components (``python -m webhook``, ``python -m controller``) as a
 child process on the host, run as the cluster runs it.
 
-Both take their settings from the environment (:func:`component_env`), log JSON lines,
-here to a file the test reads back (:meth:`ComponentProcess.logs`), bind 127.0.0.1:0 and
-log where they listen, serve ``/readyz`` and ``/metrics`` on their metrics port, and stop
-on SIGTERM (SIGKILL is the crash). :class:`~testbed.webhook_process.WebhookProcess` and
+Both take their settings from the environment (:meth:`ComponentProcess.spawn`), log
+JSON lines, here to a file the test reads back (:meth:`ComponentProcess.logs`), bind
+127.0.0.1:0 and log where they listen, serve ``/readyz`` and ``/metrics`` on their
+metrics port, and stop on SIGTERM (SIGKILL is the crash).
+:class:`~testbed.webhook_process.WebhookProcess` and
 :class:`~testbed.controller_process.ControllerProcess` add what each is wired to.
 """
 
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import urllib.error
@@ -26,7 +26,7 @@ from prometheus_client.samples import Sample
 
 from testbed.api import JsonObj
 from testbed.audit_log import read_audit
-from testbed.controlplane import REPO, PodIdentity
+from testbed.controlplane import REPO, PodIdentity, halt
 from testbed.waiting import wait_until
 
 
@@ -42,38 +42,17 @@ def host_env(kubeconfig: str | None = None) -> dict[str, str]:
     return env
 
 
-def component_env(
-    identity: PodIdentity, kubeconfig: str, settings: Mapping[str, str]
-) -> dict[str, str]:
-    """The environment of a component process on the host (:func:`host_env`), as
-    ``identity``'s Pod, logging JSON, with ``settings`` on top."""
-    env = host_env(kubeconfig)
-    env.update(
-        ELB_GATE_BIND_ADDRESS="127.0.0.1",
-        ELB_GATE_POD_NAME=identity.pod,
-        ELB_GATE_POD_NAMESPACE=identity.namespace,
-        ELB_GATE_LOG_FORMAT="json",
-        PYTHONUNBUFFERED="1",
-    )
-    return {**env, **settings}
-
-
-def halt(process: subprocess.Popen[bytes], grace: float = 20.0) -> int:
-    """SIGTERM and wait ``grace`` seconds, then SIGKILL; the exit code."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            return process.wait(grace)
-        except subprocess.TimeoutExpired:
-            process.kill()
-    return process.wait(10)
-
-
 class ComponentProcess:
     """The process, its log and its metrics port (restartable: :meth:`spawn` again)."""
 
-    def __init__(self, name: str, log_file: Path) -> None:
-        self.name = name
+    def __init__(
+        self, identity: PodIdentity, log_file: Path, kubeconfig: str | None = None
+    ) -> None:
+        self.identity = identity
+        """Its ServiceAccount's token bound to its Pod."""
+        self.name = identity.pod
+        self.kubeconfig = kubeconfig or identity.kubeconfig
+        """How it reaches the API server (``KUBECONFIG`` in the settings wins)."""
         self.log_file = log_file
         """Everything the process wrote, every run appended."""
         self.process: subprocess.Popen[bytes] | None = None
@@ -81,16 +60,28 @@ class ComponentProcess:
         self._records: list[JsonObj] = []
         self._offset = 0
 
-    def spawn(self, module: str, env: Mapping[str, str], listening: str, timeout: float) -> JsonObj:
-        """Start ``python -m module``; return its log record ``listening`` (stopped, and
+    def spawn(
+        self, module: str, settings: Mapping[str, str], listening: str, timeout: float
+    ) -> JsonObj:
+        """Start ``python -m module`` on the host (:func:`host_env`) as its Pod, logging
+        JSON, with ``settings`` on top; return its log record ``listening`` (stopped, and
         its log in the failure, if it exits or does not log that in ``timeout`` s)."""
+        env = host_env(self.kubeconfig)
+        env.update(
+            ELB_GATE_BIND_ADDRESS="127.0.0.1",
+            ELB_GATE_POD_NAME=self.name,
+            ELB_GATE_POD_NAMESPACE=self.identity.namespace,
+            ELB_GATE_LOG_FORMAT="json",
+            PYTHONUNBUFFERED="1",
+        )
+        env.update(settings)
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "ab") as log:
             self._records, self._offset = [], log.tell()  # this run's records only
             self.process = subprocess.Popen(
                 [sys.executable, "-m", module],
                 cwd=REPO,
-                env=dict(env),
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -165,9 +156,10 @@ class ComponentProcess:
         return self.get("/metrics")[1]
 
     def samples(self, name: str) -> list[Sample]:
-        """The samples named ``name`` on ``/metrics`` now."""
+        """The samples named ``name``, or of the family ``name`` (a histogram's
+        ``_bucket``, ``_count`` and ``_sum``), on ``/metrics`` now."""
         families = text_string_to_metric_families(self.metrics())
-        return [s for family in families for s in family.samples if s.name == name]
+        return [s for f in families for s in f.samples if name in (s.name, f.name)]
 
     def metric(self, name: str, labels: Mapping[str, str] | None = None) -> float | None:
         """The value of one sample on ``/metrics`` (``None`` when absent)."""
@@ -192,16 +184,14 @@ class ComponentProcess:
     def terminate(self, timeout: float = 15.0) -> int:
         """SIGTERM (graceful: what it holds released) and wait."""
         assert self.process is not None
-        if self.alive:
-            self.process.send_signal(signal.SIGTERM)
+        self.process.terminate()  # Popen signals only a process it has not seen exit
         return self.process.wait(timeout)
 
     def kill(self) -> int | None:
         """SIGKILL: the process dies holding whatever it held (the crash case)."""
         if self.process is None:
             return None
-        if self.alive:
-            self.process.kill()
+        self.process.kill()
         return self.process.wait(15)
 
     def halt(self) -> int | None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from elbgate.settings import ControllerSettings
-from testbed.component import ComponentProcess, component_env
+from testbed.component import ComponentProcess
 from testbed.controlplane import ControlPlane
 from testbed.install import CONTROLLER_SA, SYSTEM_NAMESPACE, Installation
 
@@ -49,7 +49,6 @@ class ControllerProcess(ComponentProcess):
         install = Installation.on(cp)
         for ns in namespaces:
             install.gate(ns)
-        identity = install.identity("controller", name)
         settings = {
             "ELB_GATE_NAMESPACES": ",".join(namespaces),
             "ELB_GATE_RESYNC_SECONDS": str(resync_seconds),
@@ -58,9 +57,8 @@ class ControllerProcess(ComponentProcess):
             "ELB_GATE_METRICS_PORT_NUMBER": "0",
             **(env or {}),
         }
-        ctl = cls(name, cp.state_dir / "logs" / f"{name}.log")
-        env = component_env(identity, identity.kubeconfig, settings)  # env's KUBECONFIG wins
-        listening = ctl.spawn("controller", env, "metrics server listening", ready_timeout)
+        ctl = cls(install.identity("controller", name), cp.state_dir / "logs" / f"{name}.log")
+        listening = ctl.spawn("controller", settings, "metrics server listening", ready_timeout)
         ctl.metrics_port = int(listening["port"])
         return ctl
 

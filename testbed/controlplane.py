@@ -21,7 +21,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -114,6 +113,17 @@ class PodIdentity:
         return f"{self.namespace}/{self.pod}/{self.pod_uid}"
 
 
+def halt(process: subprocess.Popen[bytes], grace: float = 20.0, *, group: bool = False) -> int:
+    """SIGTERM and wait ``grace`` seconds, then SIGKILL (``group``: its whole process
+    group, which it leads); the exit code."""
+    process.terminate()  # a no-op once it has exited
+    try:
+        return process.wait(grace)
+    except subprocess.TimeoutExpired:
+        (os.killpg if group else os.kill)(process.pid, signal.SIGKILL)
+    return process.wait(10)
+
+
 def binary_path() -> Path:
     """Where ``make localkube`` puts the binary for the Kubernetes release under test."""
     if os.environ.get(BINARY_ENV):
@@ -146,8 +156,7 @@ class ControlPlane:
         self.startup_seconds: float = float(state["startupSeconds"])
         self._apis: dict[str, Api] = {}
         self.admin = self.api("admin")
-        self._pool = (f"user-{i:03d}" for i in itertools.count())
-        self._pool_lock = threading.Lock()
+        self._pool = itertools.count()  # next() on it is atomic: no lock among threads
         self._namespaces = itertools.count(1)
         self._run_id = uuid.uuid4().hex[:6]
 
@@ -233,13 +242,7 @@ class ControlPlane:
         """Stop localkube (only one this object started) and remove its files."""
         if self.process is None:
             return
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(10)
+        halt(self.process, 60, group=True)  # what localkube started dies with it
         shutil.rmtree(self.state_dir, ignore_errors=True)
         if self.etcd_dir is not None:  # localkube removes it too, unless it was killed
             shutil.rmtree(self.etcd_dir, ignore_errors=True)
@@ -261,8 +264,7 @@ class ControlPlane:
 
     def plain_user(self) -> str:
         """A token-file user no one else in this process has used."""
-        with self._pool_lock:
-            name = next(self._pool)
+        name = f"user-{next(self._pool):03d}"
         if name not in self.state["tokens"]:
             raise RuntimeError(f"the token file has only {POOL_SIZE} pool users")
         return name
@@ -336,13 +338,9 @@ class ControlPlane:
 
         def running() -> JsonObj | None:
             found = self.admin.find("pods", namespace, name)
-            if (
-                found
-                and found["metadata"]["uid"] == uid
-                and found["status"].get("phase") == "Running"
-            ):
-                return found
-            return None
+            if found is None or found["metadata"]["uid"] != uid:
+                return None
+            return found if found["status"].get("phase") == "Running" else None
 
         pod_now = wait_until(running, 120, f"pod {namespace}/{name} Running", 0.05)
         token = self.pod_token(pod_now, 86400)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import subprocess
 import threading
-from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
@@ -27,7 +26,6 @@ from testbed.api import JsonObj
 from testbed.controlplane import (
     NAMED_USERS,
     REPO,
-    SYSTEM_POOL,
     ControlPlane,
     PodIdentity,
     kubectl_path,
@@ -139,13 +137,11 @@ def base_objects() -> list[JsonObj]:
     ]
 
 
-def gated_namespace_bindings(
-    namespace: str, files: Sequence[str] = ("rolebindings.yaml", "census-fence.yaml")
-) -> list[JsonObj]:
-    """What ``manifests/gated-namespace-bindings`` gives one gated namespace (by default:
-    its RoleBindings and its census fence Job)."""
+def gated_namespace_bindings(namespace: str) -> list[JsonObj]:
+    """What ``manifests/gated-namespace-bindings`` gives one gated namespace: its
+    RoleBindings and its census fence Job."""
     docs: list[JsonObj] = []
-    for file in files:
+    for file in ("rolebindings.yaml", "census-fence.yaml"):
         text = (REPO / "manifests" / "gated-namespace-bindings" / file).read_text()
         docs += [d for d in yaml.safe_load_all(text) if d]
     for doc in docs:
@@ -153,7 +149,9 @@ def gated_namespace_bindings(
     return docs
 
 
-CENSUS_FENCE_JOB = str(gated_namespace_bindings("", ["census-fence.yaml"])[0]["metadata"]["name"])
+CENSUS_FENCE_JOB = next(
+    str(d["metadata"]["name"]) for d in gated_namespace_bindings("") if d["kind"] == "Job"
+)
 """The census fence Job's name as shipped (``ELB_GATE_CENSUS_FENCE_JOB``)."""
 NOT_THE_FENCE = f"app!={CENSUS_FENCE_APP}"
 """labelSelector of every Job of a gated namespace but its census fence: what a harness
@@ -224,15 +222,10 @@ class Installation:
     def identity(self, component: str, pod: str) -> PodIdentity:
         """A token of ``component``'s ServiceAccount bound to a Pod named ``pod``."""
         key = f"{component}/{pod}"
-        with _lock:
-            found = self._identities.get(key)
-        if found is not None:
-            return found
-        sa = {"webhook": WEBHOOK_SA, "controller": CONTROLLER_SA}[component]
-        identity = self.cp.pod_identity(SYSTEM_NAMESPACE, sa, pod=pod, node_selector=SYSTEM_POOL)
-        with _lock:
-            self._identities[key] = identity
-        return identity
+        if key not in self._identities:
+            sa = {"webhook": WEBHOOK_SA, "controller": CONTROLLER_SA}[component]
+            self._identities[key] = self.cp.pod_identity(SYSTEM_NAMESPACE, sa, pod=pod)
+        return self._identities[key]
 
 
 def authorizer_allows(
@@ -251,15 +244,12 @@ def authorizer_allows(
     SubjectAccessReview)."""
     if group is None:
         group = {"leases": "coordination.k8s.io", "jobs": "batch"}.get(resource, "")
-    attributes = {"verb": verb, "resource": resource, "group": group}
-    if namespace:
-        attributes["namespace"] = namespace
-    if name:
-        attributes["name"] = name
+    # An empty namespace or name is none (Go's zero value): cluster-wide, any name.
+    attributes = {"verb": verb, "resource": resource, "group": group, "name": name}
     spec = {
         "user": user,
         "groups": list(dict.fromkeys([*groups, "system:authenticated"])),
-        "resourceAttributes": attributes,
+        "resourceAttributes": {**attributes, "namespace": namespace or ""},
     }
     review = cp.admin.request(
         "POST",

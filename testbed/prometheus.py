@@ -21,10 +21,9 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 from manifests.render_dashboard import Prometheus
-from testbed.component import halt
+from testbed.controlplane import halt
 from testbed.install import SYSTEM_NAMESPACE
 from testbed.waiting import wait_until
 
@@ -54,7 +53,6 @@ class PrometheusServer:
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0
-        self._log: IO[bytes] | None = None
 
     @staticmethod
     def available() -> bool:
@@ -70,9 +68,6 @@ class PrometheusServer:
 
     def config(self) -> dict[str, object]:
         interval = f"{self.scrape_seconds:g}s"
-        jobs: dict[str, list[Target]] = {}
-        for target in self.targets:
-            jobs.setdefault(target.job, []).append(target)
         return {
             "global": {"scrape_interval": interval, "evaluation_interval": interval},
             "scrape_configs": [
@@ -81,10 +76,11 @@ class PrometheusServer:
                     "honor_labels": True,
                     "static_configs": [
                         {"targets": [t.address], "labels": {"namespace": t.namespace, "pod": t.pod}}
-                        for t in targets
+                        for t in self.targets
+                        if t.job == job
                     ],
                 }
-                for job, targets in jobs.items()
+                for job in dict.fromkeys(t.job for t in self.targets)
             ],
         }
 
@@ -97,18 +93,18 @@ class PrometheusServer:
         with socket.socket() as sock:  # a port that is free a moment before prometheus binds it
             sock.bind(("127.0.0.1", 0))
             self.port = int(sock.getsockname()[1])
-        self._log = (self.workdir / "prometheus.log").open("wb")
-        self.process = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={self.workdir / 'prometheus.yml'}",
-                f"--storage.tsdb.path={self.workdir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-                "--log.level=warn",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=self._log,
-        )
+        with (self.workdir / "prometheus.log").open("wb") as log:  # the child keeps it open
+            self.process = subprocess.Popen(
+                [
+                    binary,
+                    f"--config.file={self.workdir / 'prometheus.yml'}",
+                    f"--storage.tsdb.path={self.workdir / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                    "--log.level=warn",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
         self.started_at = time.time()
         wait_until(lambda: self._running() and self._ready(), 90, "Prometheus ready", interval=0.5)
         return self
@@ -154,9 +150,6 @@ class PrometheusServer:
     def stop(self) -> None:
         if self.process is not None:
             halt(self.process, 30)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
 
     def __enter__(self) -> PrometheusServer:
         return self.start()

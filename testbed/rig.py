@@ -270,6 +270,5 @@ def in_parallel(starts: list[Callable[[], object]]) -> None:
     """Run the start functions side by side; raise the first one's failure (in order)
     after all ended."""
     with ThreadPoolExecutor(max(1, len(starts))) as pool:
-        futures = [pool.submit(start) for start in starts]
-    for future in futures:
-        future.result()
+        ended = pool.map(lambda start: start(), starts)
+    list(ended)

@@ -85,16 +85,13 @@ class Service:
     def start(self) -> Service:
         """Probe every replica, listen, and keep probing."""
         self.probe_now()
-        started = threading.Event()
+        loop = self._loop = asyncio.new_event_loop()  # listening here, served by a thread
+        server = loop.run_until_complete(
+            asyncio.start_server(self._serve, "127.0.0.1", 0, reuse_address=True)
+        )
+        self.port = int(server.sockets[0].getsockname()[1])
 
         def serve() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            server = loop.run_until_complete(
-                asyncio.start_server(self._serve, "127.0.0.1", 0, reuse_address=True)
-            )
-            self.port = int(server.sockets[0].getsockname()[1])
-            started.set()
             loop.run_forever()
             server.close()
             # Open connections end with the Service (their pipes closed in order).
@@ -108,7 +105,6 @@ class Service:
 
         self._thread = threading.Thread(target=serve, name="service", daemon=True)
         self._thread.start()
-        assert started.wait(30), "the Service did not start listening"
         self._prober = threading.Thread(target=self._probe_loop, name="service-probe", daemon=True)
         self._prober.start()
         return self
@@ -151,17 +147,14 @@ class Service:
         loop = self._loop
         if loop is None:
             return
-        closing: set[asyncio.StreamWriter] = set()
-        taken = threading.Event()
 
-        def close() -> None:
-            closing.update(self._open)
-            taken.set()
+        async def close() -> set[asyncio.StreamWriter]:
+            closing = set(self._open)
             for writer in closing:
                 writer.close()
+            return closing
 
-        loop.call_soon_threadsafe(close)
-        assert taken.wait(30), "the Service's loop did not run"
+        closing = asyncio.run_coroutine_threadsafe(close(), loop).result(30)
         # Only those: the API server may open a new one meanwhile, which stays.
         wait_until(
             lambda: not any(w in self._open for w in closing),
@@ -190,14 +183,6 @@ class Service:
     # -- one connection ------------------------------------------------------------------
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            await self._forward(reader, writer)
-        except asyncio.CancelledError:
-            # The Service is stopping with this connection open: it just ends here (a
-            # task that ended cancelled would make asyncio log a traceback).
-            writer.close()
-
-    async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         index = self._pick()
         if index is None:
             self.refused += 1
@@ -219,6 +204,10 @@ class Service:
             finally:
                 self._open.discard(writer)
                 up_writer.close()
+        except asyncio.CancelledError:
+            # The Service is stopping with this connection open: it just ends here (a
+            # task that ended cancelled would make asyncio log a traceback).
+            writer.close()
         finally:
             self.open[index] -= 1
 

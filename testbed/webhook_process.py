@@ -1,7 +1,7 @@
 """Run the real ``python -m webhook`` against the control plane, wired as a cluster wires it.
 
     with WebhookProcess(cp) as hook:            # certs, env, ports, /readyz, configurations
-        ns = hook.gate_namespace("team-a")       # created, RoleBindings, elb-gate.io/gated=true
+        ns = hook.install.gate("team-a")         # created, RoleBindings, elb-gate.io/gated=true
         cp.kubectl("bob", "-n", ns, "create", "-f", "-", input=finalizer_yaml)
 
 The process authenticates with a token of its ServiceAccount
@@ -27,24 +27,20 @@ import ssl
 import tempfile
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from testbed.api import ApiError, JsonObj
 from testbed.certs import MountedCertificate
-from testbed.component import ComponentProcess, component_env
+from testbed.component import ComponentProcess
 from testbed.controlplane import REPO, ControlPlane
 from testbed.install import CENSUS_FENCE_JOB, Installation
 from testbed.waiting import wait_until
 
 MANIFEST = REPO / "manifests" / "base" / "admission-webhooks.yaml"
-CONFIGURATION_KINDS = {
-    "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
-    "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
-}
 
 
 def shipped_configurations(manifest: Path = MANIFEST) -> list[JsonObj]:
@@ -102,32 +98,28 @@ class WebhookProcess(ComponentProcess):
         self.extra_env = dict(env or {})
         self._own_dir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="elb-gate-webhook-"))
-        super().__init__(pod, self.workdir / "webhook.log")
+        identity = self.install.identity("webhook", pod)
+        super().__init__(identity, self.workdir / "webhook.log", kubeconfig)
         self.certificate = MountedCertificate(self.workdir / "tls")
         self.port = 0
         self._register = register
         self._registered: list[tuple[str, str]] = []
-        self.identity = self.install.identity("webhook", pod)
-        self.kubeconfig = kubeconfig or self.identity.kubeconfig
         self.manifest = manifest
 
     # -- lifecycle ---------------------------------------------------------------------
 
-    def env(self) -> dict[str, str]:
-        """The process environment (:func:`~testbed.component.component_env`): both
-        ports 0, the ones chosen are read from its ``listening`` log line."""
+    def start(self, timeout: float = 60.0) -> WebhookProcess:
+        """Start, wait for ``/readyz``, then register the configurations. Both ports are
+        0: the ones chosen are read from its ``listening`` log line."""
         settings = {
             "ELB_GATE_WEBHOOK_PORT_NUMBER": "0",
             "ELB_GATE_METRICS_PORT_NUMBER": "0",
             "ELB_GATE_TLS_CERT_FILE": self.certificate.cert_file,
             "ELB_GATE_TLS_KEY_FILE": self.certificate.key_file,
             "ELB_GATE_CENSUS_FENCE_JOB": CENSUS_FENCE_JOB,
+            **self.extra_env,
         }
-        return component_env(self.identity, self.kubeconfig, {**settings, **self.extra_env})
-
-    def start(self, timeout: float = 60.0) -> WebhookProcess:
-        """Start, wait for ``/readyz``, then register the configurations."""
-        listening = self.spawn("webhook", self.env(), "listening", timeout)
+        listening = self.spawn("webhook", settings, "listening", timeout)
         self.port, self.metrics_port = listening["webhook"][0][1], listening["metrics"][0][1]
         try:
             self.wait_until(lambda: self.ready(5.0), timeout, "the webhook's /readyz")
@@ -137,7 +129,7 @@ class WebhookProcess(ComponentProcess):
         if self._register:
             self.register()
             for namespace in self.namespaces:
-                self.gate_namespace(namespace)
+                self.install.gate(namespace)
         return self
 
     def stop(self) -> int | None:
@@ -154,24 +146,17 @@ class WebhookProcess(ComponentProcess):
 
     # -- cluster wiring ----------------------------------------------------------------
 
-    def configurations(self) -> list[JsonObj]:
-        """What this process registers: the shipped configurations pointed at it."""
-        return point_at(
+    def register(self) -> None:
+        """Store the shipped configurations pointed at this process (replacing any left by
+        another process)."""
+        docs = point_at(
             shipped_configurations(self.manifest), self.port, self.certificate.ca_bundle
         )
-
-    def register(self) -> None:
-        """Store both webhook configurations (replacing any left by another process)."""
-        register(self.install, self.configurations(), self._registered, [self], 60)
+        register(self.install, docs, self._registered, [self], 60)
 
     def unregister(self) -> None:
         """Remove the configurations this process registered, if still its own."""
         unregister(self.cp, self._registered, self.port)
-
-    def gate_namespace(self, namespace: str, *, label: bool = True) -> str:
-        """Create ``namespace`` if needed, with the RoleBindings a gated namespace
-        has, labelled gated; returns its name."""
-        return self.install.gate(namespace, label=label)
 
     # -- observation -------------------------------------------------------------------
 
@@ -193,16 +178,15 @@ class WebhookProcess(ComponentProcess):
         took over 50, 100 and 250 ms (``wait over 0.1 s`` …)."""
         out: Counter[str] = Counter()
         bounds = ("0.05", "0.1", "0.25")
-        for family in text_string_to_metric_families(self.metrics()):
-            for sample in family.samples:
-                phase, n = sample.labels.get("phase", ""), int(sample.value)
-                metric = sample.name.removeprefix("elb_gate_census_fence_seconds")
-                if metric == "_count":
-                    out.update({phase: n, **{f"{phase} over {le} s": n for le in bounds}})
-                elif metric == "_sum":
-                    out[f"{phase} ms"] += round(sample.value * 1000)
-                elif metric == "_bucket" and sample.labels["le"] in bounds:
-                    out[f"{phase} over {sample.labels['le']} s"] -= n
+        for sample in self.samples("elb_gate_census_fence_seconds"):
+            phase, n = sample.labels["phase"], int(sample.value)
+            metric = sample.name.removeprefix("elb_gate_census_fence_seconds")
+            if metric == "_count":
+                out.update({phase: n, **{f"{phase} over {le} s": n for le in bounds}})
+            elif metric == "_sum":
+                out[f"{phase} ms"] += round(sample.value * 1000)
+            elif metric == "_bucket" and sample.labels["le"] in bounds:
+                out[f"{phase} over {sample.labels['le']} s"] -= n
         return out
 
     def client_context(self) -> ssl.SSLContext:
@@ -231,30 +215,20 @@ def register(
     cp = install.cp
     for doc in docs:
         cp.admin.apply(doc)
-        key = (CONFIGURATION_KINDS[doc["kind"]], doc["metadata"]["name"])
+        key = (cp.admin.resource(doc["kind"]).plural, doc["metadata"]["name"])
         if key not in registered:
             registered.append(key)
     probe = install.gate("elb-gate-probe")
+    meta = {"name": f"elb-blast-submit-{probe}", "namespace": probe}
+    lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": {}}
 
     def seen() -> int:
         return sum(p.log().count(probe) for p in processes)
 
     def reached() -> bool:
         before = seen()
-        try:
-            cp.admin.request(
-                "POST",
-                cp.admin.resource("leases").path(probe),
-                {
-                    "apiVersion": "coordination.k8s.io/v1",
-                    "kind": "Lease",
-                    "metadata": {"name": f"elb-blast-submit-{probe}", "namespace": probe},
-                    "spec": {},
-                },
-                query={"dryRun": "All"},
-            )
-        except ApiError:
-            pass  # refused is fine: the webhook was called (or will be)
+        with suppress(ApiError):  # refused is fine: the webhook was called (or will be)
+            cp.admin.create(lease, dryRun="All")
         return seen() > before
 
     wait_until(reached, timeout, "the API server to call the webhook registered", 0.2)

@@ -85,7 +85,7 @@ def _prefix(request: pytest.FixtureRequest) -> str:
 def ns(control_plane: ControlPlane, hook: WebhookProcess, request: pytest.FixtureRequest) -> str:
     """A fresh gated namespace for one test (its own Lease, its own census) under the
     module's ``hook``, named after the test's module."""
-    return hook.gate_namespace(control_plane.new_namespace(_prefix(request)))
+    return hook.install.gate(control_plane.new_namespace(_prefix(request)))
 
 
 @pytest.fixture

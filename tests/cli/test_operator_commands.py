@@ -81,7 +81,7 @@ def seeded(cp: ControlPlane, hook: WebhookProcess, ns: str, *jobs: dict) -> str:
     """Searches running before the namespace was gated."""
     for job in jobs:
         cp.admin.create(job)
-    return hook.gate_namespace(ns)
+    return hook.install.gate(ns)
 
 
 def test_census_json_shows_searches_ceiling_lease_and_verdict(

@@ -65,7 +65,7 @@ def test_at_the_ceiling_submit_waits_for_capacity_and_proceeds_when_a_search_com
 ) -> None:
     s1 = search_job(fresh_ns, "s1")
     control_plane.admin.create(s1)  # running before the namespace was gated
-    cli = Cli(control_plane, hook.gate_namespace(fresh_ns), tmp_path)
+    cli = Cli(control_plane, hook.install.gate(fresh_ns), tmp_path)
     run = cli.start("submit", *FAST, "--", *cli.recorder("x"), BLAST_MAX_RUN_CONCURRENCY="1")
     run.wait_for_stderr("waiting_for_capacity")
     assert "1/1 active: s1" in run.stderr
@@ -96,7 +96,7 @@ def test_a_full_namespace_past_the_capacity_deadline_exits_76(
     control_plane: ControlPlane, hook: WebhookProcess, fresh_ns: str, tmp_path: Path
 ) -> None:
     control_plane.admin.create(search_job(fresh_ns, "s1", app="submit"))
-    cli = Cli(control_plane, hook.gate_namespace(fresh_ns), tmp_path)
+    cli = Cli(control_plane, hook.install.gate(fresh_ns), tmp_path)
     run = cli.run(
         "submit",
         *FAST,

@@ -163,7 +163,7 @@ def hook(control_plane: ControlPlane) -> Iterator[WebhookProcess]:
 @pytest.fixture
 def ns(fresh_ns: str, hook: WebhookProcess) -> str:
     """A gated namespace of this test's own."""
-    return hook.gate_namespace(fresh_ns)
+    return hook.install.gate(fresh_ns)
 
 
 def sync_kube(kubeconfig: str, timeout: float = 10) -> SyncKube:

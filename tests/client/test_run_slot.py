@@ -82,7 +82,7 @@ def seed(cp: ControlPlane, hook: WebhookProcess, namespace: str, *jobs: dict) ->
     namespace gated. Returns the namespace."""
     for job in jobs:
         cp.admin.create(job)
-    return hook.gate_namespace(namespace)
+    return hook.install.gate(namespace)
 
 
 def test_a_free_namespace_gives_a_slot_holding_the_lease_then_releases(

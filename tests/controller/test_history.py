@@ -33,7 +33,7 @@ KEEP = 3600
 def ns(control_plane: ControlPlane, hook: WebhookProcess) -> str:
     """A namespace elb-gate may read, not labelled gated: what is created in it before
     the test labels nothing was admitted by the webhook (no admission record)."""
-    return hook.gate_namespace(control_plane.new_namespace("history"), label=False)
+    return hook.install.gate(control_plane.new_namespace("history"), label=False)
 
 
 def succeeded(cp: ControlPlane, ns: str, name: str) -> bool:

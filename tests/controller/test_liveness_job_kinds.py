@@ -46,7 +46,7 @@ def cluster(control_plane: ControlPlane) -> Iterator[Cluster]:
     cp = control_plane
     with WebhookProcess(cp) as hook:
         namespaces = {
-            (app, outcome): hook.gate_namespace(cp.new_namespace("kinds"))
+            (app, outcome): hook.install.gate(cp.new_namespace("kinds"))
             for app in KINDS
             for outcome in OUTCOMES
         }

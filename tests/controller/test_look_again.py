@@ -37,7 +37,7 @@ def test_a_lone_finalizers_grace_and_then_its_delete_grace_are_acted_on_when_due
     control_plane: ControlPlane, hook: WebhookProcess
 ) -> None:
     cp = control_plane
-    ns = hook.gate_namespace(cp.new_namespace("due"))
+    ns = hook.install.gate(cp.new_namespace("due"))
     env = {
         "ELB_GATE_ORPHAN_POLICY": "delete",
         "BLAST_FINALIZER_GRACE_SECONDS": str(GRACE_SECONDS),
@@ -72,7 +72,7 @@ def test_an_unrenewed_lease_is_cleared_at_its_expiry(
     control_plane: ControlPlane, hook: WebhookProcess
 ) -> None:
     cp = control_plane
-    ns = hook.gate_namespace(cp.new_namespace("expiry"))
+    ns = hook.install.gate(cp.new_namespace("expiry"))
     free_leader_lease(cp)
     with ControllerProcess.start(
         cp, name="ctl-expiry", namespaces=[ns], env=SHORT_LEASES, resync_seconds=AN_HOUR

@@ -16,7 +16,7 @@ def test_policy_warn_marks_and_warns_but_never_deletes(
     control_plane: ControlPlane, hook: WebhookProcess
 ) -> None:
     cp = control_plane
-    ns = hook.gate_namespace(cp.new_namespace("warned"))
+    ns = hook.install.gate(cp.new_namespace("warned"))
     env = {
         "ELB_GATE_ORPHAN_POLICY": "warn",
         "BLAST_FINALIZER_GRACE_SECONDS": "0",

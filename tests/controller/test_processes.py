@@ -38,7 +38,7 @@ Cluster = tuple[ControlPlane, dict[str, str], ControllerProcess, ControllerProce
 def cluster(control_plane: ControlPlane, hook: WebhookProcess) -> Iterator[Cluster]:
     """Two controller replicas (policy delete) gating a namespace per test."""
     cp = control_plane
-    namespaces = {k: hook.gate_namespace(cp.new_namespace(k)) for k in KEYS}
+    namespaces = {k: hook.install.gate(cp.new_namespace(k)) for k in KEYS}
     free_leader_lease(cp)
     a = b = None
     try:

@@ -22,7 +22,7 @@ from testbed.webhook_process import WebhookProcess
 def test_a_gated_namespace_with_a_held_lease_is_deleted(
     control_plane: ControlPlane, hook: WebhookProcess
 ) -> None:
-    ns = hook.gate_namespace(control_plane.new_namespace("doomed"))
+    ns = hook.install.gate(control_plane.new_namespace("doomed"))
     name = f"elb-blast-submit-{ns}"
     now = format_microtime(datetime.now(UTC))
     alice = control_plane.api("alice")
@@ -56,7 +56,7 @@ def test_a_delete_collection_of_leases_cannot_remove_a_held_submit_lease(
 ) -> None:
     # DELETECOLLECTION names each Lease only in its oldObject (request.name is
     # empty): the guard's match condition must still send it to elb-gate.
-    ns = hook.gate_namespace(control_plane.new_namespace("collection"))
+    ns = hook.install.gate(control_plane.new_namespace("collection"))
     name = f"elb-blast-submit-{ns}"
     now = format_microtime(datetime.now(UTC))
     control_plane.api("alice").create(

@@ -75,7 +75,7 @@ def test_an_unconditional_lease_update_is_refused_with_422(control_plane: Contro
 def test_a_put_to_a_missing_submit_lease_is_admitted_as_a_create(
     control_plane: ControlPlane, hook: WebhookProcess
 ) -> None:
-    ns = hook.gate_namespace(control_plane.new_namespace("put-create"))
+    ns = hook.install.gate(control_plane.new_namespace("put-create"))
     name = f"elb-blast-submit-{ns}"
     api = control_plane.api("alice")
     now = format_microtime(datetime.now(UTC))

@@ -164,3 +164,16 @@ def test_a_picture_consumer_is_handed_only_what_changed_during_a_410(
     finally:
         watch.stop()
     assert all(isinstance(e, ApiError) and e.status == 500 for e in watch.errors)
+
+
+def test_a_refused_watch_raises_the_servers_status_as_a_refused_request_does(
+    control_plane: ControlPlane,
+) -> None:
+    ns = control_plane.new_namespace("watch-refused")
+    bob = control_plane.api("bob")  # no RoleBinding in a namespace that is not gated
+    path = bob.resource("leases").path(ns)
+    with pytest.raises(ApiError) as refused:
+        next(bob.stream(path, {}))
+    assert (refused.value.status, refused.value.reason) == (403, "Forbidden")
+    assert refused.value.body["kind"] == "Status"
+    assert 'User "bob" cannot watch resource "leases"' in refused.value.message

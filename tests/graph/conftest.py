@@ -59,7 +59,7 @@ class Scene:
         self.cp = cp
         self.hook = hook
         self.workdir = workdir
-        self.namespace = hook.gate_namespace(cp.new_namespace(prefix))
+        self.namespace = hook.install.gate(cp.new_namespace(prefix))
         self.submitters: list[Submitter] = []
         self.wait_for_pods_gone = False
         """Wait at clean-up until the namespace's Pods are gone (they hold real CPU requests)."""

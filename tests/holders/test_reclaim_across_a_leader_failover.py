@@ -30,7 +30,7 @@ def proxy(control_plane: ControlPlane) -> Iterator[FaultProxy]:
 def stage(
     control_plane: ControlPlane, hook: WebhookProcess, proxy: FaultProxy
 ) -> Iterator[tuple[Stage, str]]:
-    ns = hook.gate_namespace(control_plane.new_namespace("failover"))
+    ns = hook.install.gate(control_plane.new_namespace("failover"))
     install = Installation.on(control_plane)
     holders.free_leader_lease(control_plane)
     # Both replicas at the default settings; the first reaches the API through the

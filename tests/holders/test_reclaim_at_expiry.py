@@ -28,7 +28,7 @@ def webhook_env() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def stage(control_plane: ControlPlane, hook: WebhookProcess) -> Iterator[tuple[Stage, str]]:
-    ns = hook.gate_namespace(control_plane.new_namespace("dead-thread"))
+    ns = hook.install.gate(control_plane.new_namespace("dead-thread"))
     with holders.controllers(control_plane, [ns]) as s:
         yield s, ns
 

@@ -28,7 +28,7 @@ BOUND = timedelta(seconds=10)
 def stage(
     control_plane: ControlPlane, hook: WebhookProcess
 ) -> Iterator[tuple[Stage, dict[str, str]]]:
-    namespaces = {k: hook.gate_namespace(control_plane.new_namespace(k)) for k in NAMESPACES}
+    namespaces = {k: hook.install.gate(control_plane.new_namespace(k)) for k in NAMESPACES}
     with holders.controllers(control_plane, list(namespaces.values())) as s:
         yield s, namespaces
 

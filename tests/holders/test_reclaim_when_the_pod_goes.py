@@ -34,7 +34,7 @@ def proxy(control_plane: ControlPlane) -> Iterator[FaultProxy]:
 def stage(
     control_plane: ControlPlane, hook: WebhookProcess, proxy: FaultProxy
 ) -> Iterator[tuple[Stage, dict[str, str]]]:
-    namespaces = {k: hook.gate_namespace(control_plane.new_namespace(k)) for k in NAMESPACES}
+    namespaces = {k: hook.install.gate(control_plane.new_namespace(k)) for k in NAMESPACES}
     token = Installation.on(control_plane).identity("controller", CONTROLLER).token
     env = {"KUBECONFIG": proxy.kubeconfig(token, CONTROLLER)}
     with holders.controllers(control_plane, list(namespaces.values()), [CONTROLLER], env) as s:

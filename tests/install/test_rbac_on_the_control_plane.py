@@ -34,7 +34,7 @@ def test_a_controller_without_patch_on_leases_logs_and_counts_the_403_and_recove
     control_plane: ControlPlane, hook: WebhookProcess
 ) -> None:
     cp = control_plane
-    ns = hook.gate_namespace(cp.new_namespace("rbac-controller"))
+    ns = hook.install.gate(cp.new_namespace("rbac-controller"))
     free_leader_lease(cp)
     with ControllerProcess.start(cp, name="ctl-rbac", namespaces=[ns], env=SHORT_LEASES) as ctl:
         ctl.wait_until(lambda: ctl.is_leader() and ctl.ready(), 60, "leading and synced")
@@ -71,7 +71,7 @@ def test_a_webhook_without_list_on_jobs_fails_closed_with_503_and_recovers(
     control_plane: ControlPlane, hook: WebhookProcess
 ) -> None:
     cp = control_plane
-    ns = hook.gate_namespace(cp.new_namespace("rbac-webhook"))
+    ns = hook.install.gate(cp.new_namespace("rbac-webhook"))
     submitter = Submitter(cp, "alice", ns)
     job_id = search_id()
     with submitter.holding():

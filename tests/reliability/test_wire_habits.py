@@ -102,7 +102,7 @@ class Run:
 
     def __init__(self, cp: ControlPlane, hook: WebhookProcess, make: Maker) -> None:
         self.cp = cp
-        self.ns = hook.gate_namespace(cp.new_namespace("habits"))
+        self.ns = hook.install.gate(cp.new_namespace("habits"))
         self.users = {"x": cp.plain_user(), "y": cp.plain_user()}
         self.make = make
         self.x = make(cp, self.users["x"], self.ns)

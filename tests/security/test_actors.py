@@ -82,7 +82,7 @@ def scene(
     request: pytest.FixtureRequest,
 ) -> Iterator[Scene]:
     prefix = request.node.originalname.removeprefix("test_").replace("_", "-")[:18].rstrip("-")
-    namespace = hook.gate_namespace(control_plane.new_namespace(prefix))
+    namespace = hook.install.gate(control_plane.new_namespace(prefix))
     yield Scene(control_plane, namespace, tmp_path)
     lease = control_plane.admin.find("leases", namespace, f"elb-blast-submit-{namespace}")
     if lease and lease["spec"].get("holderIdentity"):  # a live submit Lease is never deleted

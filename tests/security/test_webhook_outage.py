@@ -31,7 +31,7 @@ def test_an_outage_refuses_only_the_writes_the_gates_judge(
     namespace = control_plane.new_namespace("outage")
     try:
         with webhook(control_plane, tmp_path_factory.mktemp("outage"), namespace) as hook:
-            hook.gate_namespace(namespace)
+            hook.install.gate(namespace)
             ordinary = finalizer(namespace, elb.search_id(1), "before", "web")
             assert (
                 control_plane.kubectl(

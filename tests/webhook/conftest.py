@@ -44,7 +44,7 @@ def seeded(control_plane: ControlPlane, hook: WebhookProcess) -> Seeder:
         ids = sorted(new_job_id() for _ in range(count))
         for job_id in ids:
             control_plane.admin.create(blast_job(namespace, job_id))
-        return hook.gate_namespace(namespace), ids
+        return hook.install.gate(namespace), ids
 
     return make
 

@@ -73,7 +73,7 @@ def seeded(cp: ControlPlane, hook: WebhookProcess, running: int) -> tuple[str, l
         cp.admin.create(blast_job(namespace, new_job_id()))["metadata"]["name"]
         for _ in range(running)
     ]
-    hook.gate_namespace(namespace)
+    hook.install.gate(namespace)
     assert OpenApiLeaseClient.on(cp, "alice", namespace, holder=HOLDER).acquire() == "acquired"
 
     def read_from_the_watch() -> bool:

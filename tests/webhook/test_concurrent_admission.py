@@ -27,7 +27,7 @@ def test_two_first_jobs_at_two_of_three_admit_exactly_one(
 ) -> None:
     over: list[str] = []
     for _ in range(ROUNDS):
-        played = play_round(control_plane, hook.gate_namespace, two_first_jobs, seed=2)
+        played = play_round(control_plane, hook.install.gate, two_first_jobs, seed=2)
         if len(played.admitted) != 1 or len(played.active_ids) > 3:
             over.append(played.describe())
         else:
@@ -44,9 +44,7 @@ def test_two_stagings_of_one_database_admit_exactly_one(
 ) -> None:
     both: list[str] = []
     for _ in range(ROUNDS):
-        played = play_round(
-            control_plane, hook.gate_namespace, two_stagings_of_one_database, seed=0
-        )
+        played = play_round(control_plane, hook.install.gate, two_stagings_of_one_database, seed=0)
         if len(played.admitted) != 1 or len(played.unfinished_stagers) != 1:
             both.append(played.describe())
         else:

@@ -39,7 +39,7 @@ def test_a_search_deleted_before_any_other_admission_read_it_frees_its_slot(
     namespace = cp.new_namespace("reserved-ends")
     for _ in range(2):  # two searches running before the namespace is gated
         cp.admin.create(blast_job(namespace, new_job_id()))
-    hook.gate_namespace(namespace)
+    hook.install.gate(namespace)
     assert OpenApiLeaseClient.on(cp, "alice", namespace, holder=HOLDER).acquire() == "acquired"
 
     third = elb.for_api(elb.submit_jobs(f"job-{new_job_id()}"), namespace)

@@ -60,7 +60,7 @@ def busy_namespace(cp: ControlPlane, hook: WebhookProcess, active: int) -> str:
     namespace = cp.new_namespace("split")
     for _ in range(active):
         cp.admin.create(blast_job(namespace, new_job_id()))
-    return hook.gate_namespace(namespace)
+    return hook.install.gate(namespace)
 
 
 def elastic_blast_submit(

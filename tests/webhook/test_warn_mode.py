@@ -24,7 +24,7 @@ def warn_hook(control_plane: ControlPlane) -> Iterator[WebhookProcess]:
 def test_a_would_be_denial_is_admitted_with_short_warnings(
     control_plane: ControlPlane, warn_hook: WebhookProcess
 ) -> None:
-    ns = warn_hook.gate_namespace(control_plane.new_namespace("warn"))
+    ns = warn_hook.install.gate(control_plane.new_namespace("warn"))
     job = finalizer_job(ns, new_job_id())
     result = control_plane.kubectl("bob", "create", "-f", "-", input=json.dumps(job))
     assert result.returncode == 0, result.stderr
@@ -45,7 +45,7 @@ def test_a_would_be_denial_is_admitted_with_short_warnings(
 def test_the_lease_guard_enforces_in_warn_mode_too(
     control_plane: ControlPlane, warn_hook: WebhookProcess
 ) -> None:
-    ns = warn_hook.gate_namespace(control_plane.new_namespace("warn"))
+    ns = warn_hook.install.gate(control_plane.new_namespace("warn"))
     owner = DashboardLeaseClient.on(control_plane, "alice", ns)
     assert owner.acquire() == "acquired"
     ahead = OpenApiLeaseClient.on(control_plane, "bob", ns, clock_offset=3600)
