@@ -45,6 +45,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/component-base/version"
 	"k8s.io/component-helpers/apimachinery/lease"
 	nodeutil "k8s.io/component-helpers/node/util"
 	"k8s.io/klog/v2"
@@ -302,7 +303,7 @@ func (k *kubelet) syncNode(ctx context.Context, name string) (time.Duration, err
 		{Type: corev1.NodeHostName, Address: node.Name},
 	}
 	updated.Status.NodeInfo = corev1.NodeSystemInfo{
-		KubeletVersion: kubernetesVersion(), OperatingSystem: "linux", Architecture: "amd64",
+		KubeletVersion: version.Get().GitVersion, OperatingSystem: "linux", Architecture: "amd64",
 		OSImage: "localkube (no containers run here)", ContainerRuntimeVersion: "localkube://0",
 		KernelVersion: "0.0.0", MachineID: node.Name, SystemUUID: string(node.UID), BootID: string(node.UID),
 	}
