@@ -134,7 +134,7 @@ type upper struct {
 
 type child struct {
 	name string
-	cmd  *exec.Cmd
+	stop func() // returns once the process has exited
 	done chan struct{}
 	err  error
 }
@@ -507,15 +507,21 @@ func (u *upper) startExec(name, path string, args, env []string) (*child, error)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(path, args...)
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, path, args...)
+	// Stopping it (cancel) sends SIGTERM, and SIGKILL when it has not exited 10s later.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 10 * time.Second
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {
+		cancel()
 		log.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	c := &child{name: name, cmd: cmd, done: make(chan struct{})}
+	c := &child{name: name, done: make(chan struct{})}
+	c.stop = func() { cancel(); <-c.done }
 	go func() {
 		c.err = cmd.Wait()
 		log.Close()
@@ -540,17 +546,6 @@ func childEnv(extra ...string) []string {
 		env = append(env, kv)
 	}
 	return append(env, extra...)
-}
-
-// stop sends SIGTERM, and SIGKILL when the process has not exited 10s later.
-func (c *child) stop() {
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-c.done:
-	case <-time.After(10 * time.Second):
-		_ = c.cmd.Process.Kill()
-		<-c.done
-	}
 }
 
 // stopChildren stops the components in reverse order of start.
