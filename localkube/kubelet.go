@@ -26,6 +26,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -335,7 +336,8 @@ func (k *kubelet) syncPod(ctx context.Context, key string) (time.Duration, error
 	if err != nil {
 		return 0, nil // not one of ours (or gone): nobody runs it
 	}
-	if mode := node.Annotations[kubeletAnnotation]; mode == "stopped" {
+	mode := node.Annotations[kubeletAnnotation]
+	if mode == "stopped" {
 		return 0, nil
 	}
 	now := time.Now()
@@ -348,10 +350,10 @@ func (k *kubelet) syncPod(ctx context.Context, key string) (time.Duration, error
 		return 0, nil
 	}
 	if pod.Status.StartTime == nil {
-		if mode := node.Annotations[kubeletAnnotation]; mode == "not-ready" {
+		if mode == "not-ready" {
 			return 0, nil
 		}
-		return k.start(ctx, pod, node, st, now)
+		return 0, k.start(ctx, pod, node, st, now)
 	}
 	if token := pod.Annotations[restartKey]; token != st.restartToken {
 		st.restartToken = token
@@ -359,7 +361,7 @@ func (k *kubelet) syncPod(ctx context.Context, key string) (time.Duration, error
 		if raw, ok := pod.Annotations[restartOnlyKey]; ok {
 			only = sets.New(strings.Split(strings.ReplaceAll(raw, " ", ""), ",")...)
 		}
-		return k.exit(ctx, pod, st, now, 137, "Error", only, false)
+		return 0, k.exit(ctx, pod, st, now, 137, "Error", only, false)
 	}
 	run, ok := durationAnnotation(pod, runSecondsKey)
 	if !ok {
@@ -374,7 +376,7 @@ func (k *kubelet) syncPod(ctx context.Context, key string) (time.Duration, error
 	if code != 0 {
 		reason = "Error"
 	}
-	return k.exit(ctx, pod, st, now, code, reason, nil, false)
+	return 0, k.exit(ctx, pod, st, now, code, reason, nil, false)
 }
 
 func (k *kubelet) podState(pod *corev1.Pod, now time.Time) *podState {
@@ -383,12 +385,6 @@ func (k *kubelet) podState(pod *corev1.Pod, now time.Time) *podState {
 	st, ok := k.state[pod.UID]
 	if !ok {
 		st = &podState{started: now, restartToken: pod.Annotations[restartKey]}
-		for _, c := range pod.Status.ContainerStatuses {
-			if c.State.Running != nil { // adopted after a restart of localkube itself
-				st.started = c.State.Running.StartedAt.Time
-				break
-			}
-		}
 		if job := pod.Labels[jobUIDLabel]; job != "" {
 			if k.jobPods[job] == nil {
 				k.jobPods[job] = map[types.UID]int{}
@@ -404,9 +400,9 @@ func (k *kubelet) podState(pod *corev1.Pod, now time.Time) *podState {
 	return st
 }
 
-// start: the containers are pulled and running, the Pod Ready.
-func (k *kubelet) start(ctx context.Context, pod *corev1.Pod, node *corev1.Node, st *podState,
-	now time.Time) (time.Duration, error) {
+// start: the containers are pulled and running, the Pod Ready. The status update
+// comes back through the informer, and that sync schedules the container's exit.
+func (k *kubelet) start(ctx context.Context, pod *corev1.Pod, node *corev1.Node, st *podState, now time.Time) error {
 	updated := pod.DeepCopy()
 	t := metav1.NewTime(now)
 	updated.Status.Phase = corev1.PodRunning
@@ -434,19 +430,19 @@ func (k *kubelet) start(ctx context.Context, pod *corev1.Pod, node *corev1.Node,
 		})
 	}
 	if _, err := k.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil {
-		return 0, err
+		return err
 	}
 	st.started = now
-	run, _ := durationAnnotation(pod, runSecondsKey) // absent: 0, runs until deleted
-	return run, nil
+	return nil
 }
 
 // exit: the containers (those in only, when not nil) ended with code. restartPolicy
 // decides between a restart (restartCount+1, lastState) and a terminated state (always
 // for a Pod being deleted); the Pod reaches a terminal phase once none of its
-// containers runs.
+// containers runs. As for start, the sync that the update brings schedules a restarted
+// container's next exit.
 func (k *kubelet) exit(ctx context.Context, pod *corev1.Pod, st *podState, now time.Time, code int32,
-	reason string, only sets.Set[string], deleting bool) (time.Duration, error) {
+	reason string, only sets.Set[string], deleting bool) error {
 	updated := pod.DeepCopy()
 	t := metav1.NewTime(now)
 	restart := !deleting && (pod.Spec.RestartPolicy == corev1.RestartPolicyAlways ||
@@ -475,29 +471,19 @@ func (k *kubelet) exit(ctx context.Context, pod *corev1.Pod, st *podState, now t
 		}
 		updated.Status.ContainerStatuses[i] = c
 	}
-	running := false
-	for _, c := range updated.Status.ContainerStatuses {
-		running = running || c.State.Running != nil
-	}
-	if !restart && !running {
+	if !restart && !slices.ContainsFunc(updated.Status.ContainerStatuses,
+		func(c corev1.ContainerStatus) bool { return c.State.Running != nil }) {
 		updated.Status.Phase = corev1.PodSucceeded
-		if code != 0 {
-			updated.Status.Phase = corev1.PodFailed
-		}
 		updated.Status.Conditions = podConditions(pod, t, corev1.ConditionFalse)
-		if updated.Status.Phase == corev1.PodFailed {
-			updated.Status.Reason = ""
+		if code != 0 {
+			updated.Status.Phase, updated.Status.Reason = corev1.PodFailed, ""
 		}
 	}
 	if _, err := k.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil {
-		return 0, err
+		return err
 	}
 	st.started = now
-	if !restart {
-		return 0, nil
-	}
-	run, _ := durationAnnotation(pod, runSecondsKey)
-	return run, nil
+	return nil
 }
 
 // terminate plays a graceful deletion: SIGTERM, the container exits after
@@ -522,7 +508,7 @@ func (k *kubelet) terminate(ctx context.Context, pod *corev1.Pod, st *podState,
 			return due.Sub(now), nil
 		}
 		// SIGTERM's exit code: the Pod fails.
-		if _, err := k.exit(ctx, pod, st, now, 143, "Error", nil, true); err != nil {
+		if err := k.exit(ctx, pod, st, now, 143, "Error", nil, true); err != nil {
 			return 0, err
 		}
 	}
