@@ -74,11 +74,9 @@ const (
 // nodeSpec is a Node the control plane starts with (a real kubelet's: Name
 // and Labels only).
 type nodeSpec struct {
-	Name   string
-	CPU    string
-	Memory string
-	Pods   string
-	Labels map[string]string
+	Name     string
+	Capacity corev1.ResourceList // all of it allocatable
+	Labels   map[string]string
 }
 
 // parseNodeSpec reads NAME=CPU,MEMORY[,pods=N][,key=value...].
@@ -92,13 +90,16 @@ func parseNodeSpec(s string) (nodeSpec, error) {
 	if err != nil {
 		return nodeSpec{}, fmt.Errorf("node %q: %v", s, err)
 	}
-	spec := nodeSpec{Name: name, CPU: parts[0], Memory: parts[1], Pods: "110", Labels: set}
+	quantities := map[corev1.ResourceName]string{
+		corev1.ResourceCPU: parts[0], corev1.ResourceMemory: parts[1], corev1.ResourcePods: "110",
+	}
 	if pods, ok := set["pods"]; ok {
-		spec.Pods = pods
+		quantities[corev1.ResourcePods] = pods
 		delete(set, "pods")
 	}
-	for _, q := range []string{spec.CPU, spec.Memory, spec.Pods} {
-		if _, err := resource.ParseQuantity(q); err != nil {
+	spec := nodeSpec{Name: name, Capacity: corev1.ResourceList{}, Labels: set}
+	for res, q := range quantities {
+		if spec.Capacity[res], err = resource.ParseQuantity(q); err != nil {
 			return nodeSpec{}, fmt.Errorf("node %q: %v", s, err)
 		}
 	}
@@ -168,13 +169,7 @@ func (k *kubelet) createNodes(ctx context.Context, specs []nodeSpec) error {
 			},
 		}
 		maps.Copy(node.Labels, spec.Labels)
-		capacity := corev1.ResourceList{
-			corev1.ResourceCPU:    resource.MustParse(spec.CPU),
-			corev1.ResourceMemory: resource.MustParse(spec.Memory),
-			corev1.ResourcePods:   resource.MustParse(spec.Pods),
-		}
-		node.Status.Capacity = capacity
-		node.Status.Allocatable = capacity
+		node.Status.Capacity, node.Status.Allocatable = spec.Capacity, spec.Capacity
 		_, err := k.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating node %s: %w", spec.Name, err)
@@ -361,7 +356,7 @@ func (k *kubelet) syncPod(ctx context.Context, key string) (time.Duration, error
 		if raw, ok := pod.Annotations[restartOnlyKey]; ok {
 			only = sets.New(strings.Split(strings.ReplaceAll(raw, " ", ""), ",")...)
 		}
-		return 0, k.exit(ctx, pod, st, now, 137, "Error", only, false)
+		return 0, k.exit(ctx, pod, st, now, 137, only, false)
 	}
 	run, ok := durationAnnotation(pod, runSecondsKey)
 	if !ok {
@@ -371,12 +366,7 @@ func (k *kubelet) syncPod(ctx context.Context, key string) (time.Duration, error
 	if now.Before(due) {
 		return due.Sub(now), nil
 	}
-	code := exitCodeFor(pod, st.attempt)
-	reason := "Completed"
-	if code != 0 {
-		reason = "Error"
-	}
-	return 0, k.exit(ctx, pod, st, now, code, reason, nil, false)
+	return 0, k.exit(ctx, pod, st, now, exitCodeFor(pod, st.attempt), nil, false)
 }
 
 func (k *kubelet) podState(pod *corev1.Pod, now time.Time) *podState {
@@ -409,10 +399,9 @@ func (k *kubelet) start(ctx context.Context, pod *corev1.Pod, node *corev1.Node,
 	updated.Status.StartTime = &t
 	updated.Status.HostIP = nodeIP(node)
 	updated.Status.HostIPs = []corev1.HostIP{{IP: updated.Status.HostIP}}
-	ip := k.podIP(node)
-	updated.Status.PodIP = ip
-	updated.Status.PodIPs = []corev1.PodIP{{IP: ip}}
-	updated.Status.Conditions = podConditions(pod, t, corev1.ConditionTrue)
+	updated.Status.PodIP = k.podIP(node)
+	updated.Status.PodIPs = []corev1.PodIP{{IP: updated.Status.PodIP}}
+	updated.Status.Conditions = podConditions(t, corev1.ConditionTrue)
 	updated.Status.InitContainerStatuses = nil
 	for _, c := range pod.Spec.InitContainers {
 		updated.Status.InitContainerStatuses = append(updated.Status.InitContainerStatuses,
@@ -442,9 +431,13 @@ func (k *kubelet) start(ctx context.Context, pod *corev1.Pod, node *corev1.Node,
 // containers runs. As for start, the sync that the update brings schedules a restarted
 // container's next exit.
 func (k *kubelet) exit(ctx context.Context, pod *corev1.Pod, st *podState, now time.Time, code int32,
-	reason string, only sets.Set[string], deleting bool) error {
+	only sets.Set[string], deleting bool) error {
 	updated := pod.DeepCopy()
 	t := metav1.NewTime(now)
+	reason := "Completed"
+	if code != 0 {
+		reason = "Error"
+	}
 	restart := !deleting && (pod.Spec.RestartPolicy == corev1.RestartPolicyAlways ||
 		(pod.Spec.RestartPolicy == corev1.RestartPolicyOnFailure && code != 0))
 	for i, c := range updated.Status.ContainerStatuses {
@@ -474,7 +467,7 @@ func (k *kubelet) exit(ctx context.Context, pod *corev1.Pod, st *podState, now t
 	if !restart && !slices.ContainsFunc(updated.Status.ContainerStatuses,
 		func(c corev1.ContainerStatus) bool { return c.State.Running != nil }) {
 		updated.Status.Phase = corev1.PodSucceeded
-		updated.Status.Conditions = podConditions(pod, t, corev1.ConditionFalse)
+		updated.Status.Conditions = podConditions(t, corev1.ConditionFalse)
 		if code != 0 {
 			updated.Status.Phase, updated.Status.Reason = corev1.PodFailed, ""
 		}
@@ -508,7 +501,7 @@ func (k *kubelet) terminate(ctx context.Context, pod *corev1.Pod, st *podState,
 			return due.Sub(now), nil
 		}
 		// SIGTERM's exit code: the Pod fails.
-		if err := k.exit(ctx, pod, st, now, 143, "Error", nil, true); err != nil {
+		if err := k.exit(ctx, pod, st, now, 143, nil, true); err != nil {
 			return 0, err
 		}
 	}
@@ -541,7 +534,7 @@ func nodeIP(node *corev1.Node) string {
 	return fmt.Sprintf("10.240.0.%d", 4+index)
 }
 
-func podConditions(pod *corev1.Pod, t metav1.Time, ready corev1.ConditionStatus) []corev1.PodCondition {
+func podConditions(t metav1.Time, ready corev1.ConditionStatus) []corev1.PodCondition {
 	return []corev1.PodCondition{
 		{Type: corev1.PodReadyToStartContainers, Status: ready, LastTransitionTime: t},
 		{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: t},
