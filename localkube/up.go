@@ -553,8 +553,7 @@ func (u *upper) stopChildren() {
 	u.mu.Lock()
 	children := slices.Clone(u.children)
 	u.mu.Unlock()
-	slices.Reverse(children)
-	for _, c := range children {
+	for _, c := range slices.Backward(children) {
 		c.stop()
 	}
 }
