@@ -275,10 +275,9 @@ func (k *kubelet) syncNode(ctx context.Context, name string) (time.Duration, err
 		wantReady = corev1.ConditionFalse
 		reason, message = "KubeletNotReady", "container runtime is down"
 	}
-	stale := ready == nil || now.Sub(ready.LastHeartbeatTime.Time) >= nodeStatusPeriod
-	if ready != nil && ready.Status == wantReady && ready.Reason == reason && !stale &&
-		len(node.Status.Addresses) > 0 {
-		return heartbeatPeriod, nil
+	if ready != nil && ready.Status == wantReady && ready.Reason == reason && len(node.Status.Addresses) > 0 &&
+		now.Sub(ready.LastHeartbeatTime.Time) < nodeStatusPeriod {
+		return heartbeatPeriod, nil // up to date, and not yet due
 	}
 	updated := node.DeepCopy()
 	updated.Status.Conditions = []corev1.NodeCondition{
