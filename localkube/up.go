@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -128,8 +127,8 @@ type upper struct {
 	system       *systemTier
 	users        []user
 	pki          *pki
-	children     []*child
-	mu           sync.Mutex
+	// Started, watched and stopped from run's goroutine alone (the system tier's too): no lock.
+	children []*child
 }
 
 type child struct {
@@ -527,9 +526,7 @@ func (u *upper) startExec(name, path string, args, env []string) (*child, error)
 		log.Close()
 		close(c.done)
 	}()
-	u.mu.Lock()
 	u.children = append(u.children, c)
-	u.mu.Unlock()
 	return c, nil
 }
 
@@ -550,18 +547,13 @@ func childEnv(extra ...string) []string {
 
 // stopChildren stops the components in reverse order of start.
 func (u *upper) stopChildren() {
-	u.mu.Lock()
-	children := slices.Clone(u.children)
-	u.mu.Unlock()
-	for _, c := range slices.Backward(children) {
+	for _, c := range slices.Backward(u.children) {
 		c.stop()
 	}
 }
 
 // exited is the error of a component that has exited, if one has.
 func (u *upper) exited() error {
-	u.mu.Lock()
-	defer u.mu.Unlock()
 	for _, c := range u.children {
 		select {
 		case <-c.done:
