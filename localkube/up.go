@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	capi "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -318,7 +319,7 @@ func (u *upper) writeTokenFile(users []user) error {
 // The CA (u.pki.CAFile) verifies the webhook client certificate.
 func (u *upper) writeAdmissionConfig() error {
 	pkiDir := filepath.Join(u.dir, "pki")
-	certFile, keyFile, err := u.pki.clientCert("kube-apiserver-webhook-client")
+	certFile, keyFile, err := u.pki.issue("kube-apiserver-webhook-client", nil, nil, capi.UsageClientAuth)
 	if err != nil {
 		return err
 	}
@@ -378,7 +379,7 @@ func (u *upper) apiserverArgs(etcdURL, auditLog string) ([]string, error) {
 	pkiDir := filepath.Join(u.dir, "pki")
 	var system []string
 	if u.system != nil {
-		cert, key, err := u.pki.clientCert("kube-apiserver-kubelet-client")
+		cert, key, err := u.pki.issue("kube-apiserver-kubelet-client", nil, nil, capi.UsageClientAuth)
 		if err != nil {
 			return nil, err
 		}
