@@ -26,6 +26,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,6 +46,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/component-base/version"
 	"k8s.io/component-helpers/apimachinery/lease"
 	nodeutil "k8s.io/component-helpers/node/util"
 	"k8s.io/klog/v2"
@@ -72,11 +74,9 @@ const (
 // nodeSpec is a Node the control plane starts with (a real kubelet's: Name
 // and Labels only).
 type nodeSpec struct {
-	Name   string
-	CPU    string
-	Memory string
-	Pods   string
-	Labels map[string]string
+	Name     string
+	Capacity corev1.ResourceList // all of it allocatable
+	Labels   map[string]string
 }
 
 // parseNodeSpec reads NAME=CPU,MEMORY[,pods=N][,key=value...].
@@ -90,13 +90,16 @@ func parseNodeSpec(s string) (nodeSpec, error) {
 	if err != nil {
 		return nodeSpec{}, fmt.Errorf("node %q: %v", s, err)
 	}
-	spec := nodeSpec{Name: name, CPU: parts[0], Memory: parts[1], Pods: "110", Labels: set}
+	quantities := map[corev1.ResourceName]string{
+		corev1.ResourceCPU: parts[0], corev1.ResourceMemory: parts[1], corev1.ResourcePods: "110",
+	}
 	if pods, ok := set["pods"]; ok {
-		spec.Pods = pods
+		quantities[corev1.ResourcePods] = pods
 		delete(set, "pods")
 	}
-	for _, q := range []string{spec.CPU, spec.Memory, spec.Pods} {
-		if _, err := resource.ParseQuantity(q); err != nil {
+	spec := nodeSpec{Name: name, Capacity: corev1.ResourceList{}, Labels: set}
+	for res, q := range quantities {
+		if spec.Capacity[res], err = resource.ParseQuantity(q); err != nil {
 			return nodeSpec{}, fmt.Errorf("node %q: %v", s, err)
 		}
 	}
@@ -166,13 +169,7 @@ func (k *kubelet) createNodes(ctx context.Context, specs []nodeSpec) error {
 			},
 		}
 		maps.Copy(node.Labels, spec.Labels)
-		capacity := corev1.ResourceList{
-			corev1.ResourceCPU:    resource.MustParse(spec.CPU),
-			corev1.ResourceMemory: resource.MustParse(spec.Memory),
-			corev1.ResourcePods:   resource.MustParse(spec.Pods),
-		}
-		node.Status.Capacity = capacity
-		node.Status.Allocatable = capacity
+		node.Status.Capacity, node.Status.Allocatable = spec.Capacity, spec.Capacity
 		_, err := k.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating node %s: %w", spec.Name, err)
@@ -278,10 +275,9 @@ func (k *kubelet) syncNode(ctx context.Context, name string) (time.Duration, err
 		wantReady = corev1.ConditionFalse
 		reason, message = "KubeletNotReady", "container runtime is down"
 	}
-	stale := ready == nil || now.Sub(ready.LastHeartbeatTime.Time) >= nodeStatusPeriod
-	if ready != nil && ready.Status == wantReady && ready.Reason == reason && !stale &&
-		len(node.Status.Addresses) > 0 {
-		return heartbeatPeriod, nil
+	if ready != nil && ready.Status == wantReady && ready.Reason == reason && len(node.Status.Addresses) > 0 &&
+		now.Sub(ready.LastHeartbeatTime.Time) < nodeStatusPeriod {
+		return heartbeatPeriod, nil // up to date, and not yet due
 	}
 	updated := node.DeepCopy()
 	updated.Status.Conditions = []corev1.NodeCondition{
@@ -302,7 +298,7 @@ func (k *kubelet) syncNode(ctx context.Context, name string) (time.Duration, err
 		{Type: corev1.NodeHostName, Address: node.Name},
 	}
 	updated.Status.NodeInfo = corev1.NodeSystemInfo{
-		KubeletVersion: kubernetesVersion(), OperatingSystem: "linux", Architecture: "amd64",
+		KubeletVersion: version.Get().GitVersion, OperatingSystem: "linux", Architecture: "amd64",
 		OSImage: "localkube (no containers run here)", ContainerRuntimeVersion: "localkube://0",
 		KernelVersion: "0.0.0", MachineID: node.Name, SystemUUID: string(node.UID), BootID: string(node.UID),
 	}
@@ -334,7 +330,8 @@ func (k *kubelet) syncPod(ctx context.Context, key string) (time.Duration, error
 	if err != nil {
 		return 0, nil // not one of ours (or gone): nobody runs it
 	}
-	if mode := node.Annotations[kubeletAnnotation]; mode == "stopped" {
+	mode := node.Annotations[kubeletAnnotation]
+	if mode == "stopped" {
 		return 0, nil
 	}
 	now := time.Now()
@@ -347,10 +344,10 @@ func (k *kubelet) syncPod(ctx context.Context, key string) (time.Duration, error
 		return 0, nil
 	}
 	if pod.Status.StartTime == nil {
-		if mode := node.Annotations[kubeletAnnotation]; mode == "not-ready" {
+		if mode == "not-ready" {
 			return 0, nil
 		}
-		return k.start(ctx, pod, node, st, now)
+		return 0, k.start(ctx, pod, node, st, now)
 	}
 	if token := pod.Annotations[restartKey]; token != st.restartToken {
 		st.restartToken = token
@@ -358,7 +355,7 @@ func (k *kubelet) syncPod(ctx context.Context, key string) (time.Duration, error
 		if raw, ok := pod.Annotations[restartOnlyKey]; ok {
 			only = sets.New(strings.Split(strings.ReplaceAll(raw, " ", ""), ",")...)
 		}
-		return k.exit(ctx, pod, st, now, 137, "Error", only, false)
+		return 0, k.exit(ctx, pod, st, now, 137, only, false)
 	}
 	run, ok := durationAnnotation(pod, runSecondsKey)
 	if !ok {
@@ -368,12 +365,7 @@ func (k *kubelet) syncPod(ctx context.Context, key string) (time.Duration, error
 	if now.Before(due) {
 		return due.Sub(now), nil
 	}
-	code := exitCodeFor(pod, st.attempt)
-	reason := "Completed"
-	if code != 0 {
-		reason = "Error"
-	}
-	return k.exit(ctx, pod, st, now, code, reason, nil, false)
+	return 0, k.exit(ctx, pod, st, now, exitCodeFor(pod, st.attempt), nil, false)
 }
 
 func (k *kubelet) podState(pod *corev1.Pod, now time.Time) *podState {
@@ -382,12 +374,6 @@ func (k *kubelet) podState(pod *corev1.Pod, now time.Time) *podState {
 	st, ok := k.state[pod.UID]
 	if !ok {
 		st = &podState{started: now, restartToken: pod.Annotations[restartKey]}
-		for _, c := range pod.Status.ContainerStatuses {
-			if c.State.Running != nil { // adopted after a restart of localkube itself
-				st.started = c.State.Running.StartedAt.Time
-				break
-			}
-		}
 		if job := pod.Labels[jobUIDLabel]; job != "" {
 			if k.jobPods[job] == nil {
 				k.jobPods[job] = map[types.UID]int{}
@@ -403,19 +389,18 @@ func (k *kubelet) podState(pod *corev1.Pod, now time.Time) *podState {
 	return st
 }
 
-// start: the containers are pulled and running, the Pod Ready.
-func (k *kubelet) start(ctx context.Context, pod *corev1.Pod, node *corev1.Node, st *podState,
-	now time.Time) (time.Duration, error) {
+// start: the containers are pulled and running, the Pod Ready. The status update
+// comes back through the informer, and that sync schedules the container's exit.
+func (k *kubelet) start(ctx context.Context, pod *corev1.Pod, node *corev1.Node, st *podState, now time.Time) error {
 	updated := pod.DeepCopy()
 	t := metav1.NewTime(now)
 	updated.Status.Phase = corev1.PodRunning
 	updated.Status.StartTime = &t
 	updated.Status.HostIP = nodeIP(node)
 	updated.Status.HostIPs = []corev1.HostIP{{IP: updated.Status.HostIP}}
-	ip := k.podIP(node)
-	updated.Status.PodIP = ip
-	updated.Status.PodIPs = []corev1.PodIP{{IP: ip}}
-	updated.Status.Conditions = podConditions(pod, t, corev1.ConditionTrue)
+	updated.Status.PodIP = k.podIP(node)
+	updated.Status.PodIPs = []corev1.PodIP{{IP: updated.Status.PodIP}}
+	updated.Status.Conditions = podConditions(t, corev1.ConditionTrue)
 	updated.Status.InitContainerStatuses = nil
 	for _, c := range pod.Spec.InitContainers {
 		updated.Status.InitContainerStatuses = append(updated.Status.InitContainerStatuses,
@@ -433,21 +418,25 @@ func (k *kubelet) start(ctx context.Context, pod *corev1.Pod, node *corev1.Node,
 		})
 	}
 	if _, err := k.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil {
-		return 0, err
+		return err
 	}
 	st.started = now
-	run, _ := durationAnnotation(pod, runSecondsKey) // absent: 0, runs until deleted
-	return run, nil
+	return nil
 }
 
 // exit: the containers (those in only, when not nil) ended with code. restartPolicy
 // decides between a restart (restartCount+1, lastState) and a terminated state (always
 // for a Pod being deleted); the Pod reaches a terminal phase once none of its
-// containers runs.
+// containers runs. As for start, the sync that the update brings schedules a restarted
+// container's next exit.
 func (k *kubelet) exit(ctx context.Context, pod *corev1.Pod, st *podState, now time.Time, code int32,
-	reason string, only sets.Set[string], deleting bool) (time.Duration, error) {
+	only sets.Set[string], deleting bool) error {
 	updated := pod.DeepCopy()
 	t := metav1.NewTime(now)
+	reason := "Completed"
+	if code != 0 {
+		reason = "Error"
+	}
 	restart := !deleting && (pod.Spec.RestartPolicy == corev1.RestartPolicyAlways ||
 		(pod.Spec.RestartPolicy == corev1.RestartPolicyOnFailure && code != 0))
 	for i, c := range updated.Status.ContainerStatuses {
@@ -474,29 +463,19 @@ func (k *kubelet) exit(ctx context.Context, pod *corev1.Pod, st *podState, now t
 		}
 		updated.Status.ContainerStatuses[i] = c
 	}
-	running := false
-	for _, c := range updated.Status.ContainerStatuses {
-		running = running || c.State.Running != nil
-	}
-	if !restart && !running {
+	if !restart && !slices.ContainsFunc(updated.Status.ContainerStatuses,
+		func(c corev1.ContainerStatus) bool { return c.State.Running != nil }) {
 		updated.Status.Phase = corev1.PodSucceeded
+		updated.Status.Conditions = podConditions(t, corev1.ConditionFalse)
 		if code != 0 {
-			updated.Status.Phase = corev1.PodFailed
-		}
-		updated.Status.Conditions = podConditions(pod, t, corev1.ConditionFalse)
-		if updated.Status.Phase == corev1.PodFailed {
-			updated.Status.Reason = ""
+			updated.Status.Phase, updated.Status.Reason = corev1.PodFailed, ""
 		}
 	}
 	if _, err := k.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil {
-		return 0, err
+		return err
 	}
 	st.started = now
-	if !restart {
-		return 0, nil
-	}
-	run, _ := durationAnnotation(pod, runSecondsKey)
-	return run, nil
+	return nil
 }
 
 // terminate plays a graceful deletion: SIGTERM, the container exits after
@@ -521,7 +500,7 @@ func (k *kubelet) terminate(ctx context.Context, pod *corev1.Pod, st *podState,
 			return due.Sub(now), nil
 		}
 		// SIGTERM's exit code: the Pod fails.
-		if _, err := k.exit(ctx, pod, st, now, 143, "Error", nil, true); err != nil {
+		if err := k.exit(ctx, pod, st, now, 143, nil, true); err != nil {
 			return 0, err
 		}
 	}
@@ -554,7 +533,7 @@ func nodeIP(node *corev1.Node) string {
 	return fmt.Sprintf("10.240.0.%d", 4+index)
 }
 
-func podConditions(pod *corev1.Pod, t metav1.Time, ready corev1.ConditionStatus) []corev1.PodCondition {
+func podConditions(t metav1.Time, ready corev1.ConditionStatus) []corev1.PodCondition {
 	return []corev1.PodCondition{
 		{Type: corev1.PodReadyToStartContainers, Status: ready, LastTransitionTime: t},
 		{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: t},

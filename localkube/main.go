@@ -36,28 +36,27 @@ func main() {
 		os.Exit(2)
 	}
 	sub, args := os.Args[1], os.Args[2:]
+	// A component's cobra command runs the way its own main runs it.
+	var command *cobra.Command
 	switch sub {
 	case "up":
 		os.Exit(runUp(args))
 	case "kube-apiserver":
-		os.Exit(runComponent(apiserver.NewAPIServerCommand(), args))
+		command = apiserver.NewAPIServerCommand()
 	case "kube-controller-manager":
-		os.Exit(runComponent(controllermanager.NewControllerManagerCommand(), args))
+		command = controllermanager.NewControllerManagerCommand()
 	case "kube-scheduler":
-		os.Exit(runComponent(scheduler.NewSchedulerCommand(), args))
+		command = scheduler.NewSchedulerCommand()
 	case "-h", "--help", "help":
 		fmt.Println(usage)
+		return
 	default:
 		fmt.Fprintf(os.Stderr, "localkube: unknown command %q\n%s\n", sub, usage)
 		os.Exit(2)
 	}
+	command.SetArgs(args)
+	os.Exit(cli.Run(command))
 }
 
 const usage = `usage:
   localkube up --dir DIR [--users FILE] [--node NAME=CPU,MEMORY[,k=v...]]...`
-
-// runComponent runs a component's cobra command the way its own main does.
-func runComponent(command *cobra.Command, args []string) int {
-	command.SetArgs(args)
-	return cli.Run(command)
-}

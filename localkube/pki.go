@@ -65,11 +65,6 @@ func makePKI(dir string) (*pki, error) {
 	return p, writeKey(p.SAKeyFile, saKey)
 }
 
-// clientCert issues a client certificate for commonName: DIR/pki/NAME.crt and .key.
-func (p *pki) clientCert(commonName string) (string, string, error) {
-	return p.issue(commonName, nil, nil, capi.UsageClientAuth)
-}
-
 // issue writes NAME.crt and NAME.key: a fresh key, and a certificate for it
 // that the CA signs with the given usages (and digital signature), valid as
 // long as the CA.

@@ -15,11 +15,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	capi "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -59,44 +59,44 @@ type state struct {
 	Kubeconfigs     map[string]string `json:"kubeconfigs"`
 	Tokens          map[string]string `json:"tokens"`
 	AuditLog        string            `json:"auditLog"`
-	KubernetesVer   string            `json:"kubernetesVersion"`
+	KubernetesVer   string            `json:"kubernetesVersion"` // the release built in (build.sh sets it)
 	StartupSeconds  float64           `json:"startupSeconds"`
 	PID             int               `json:"pid"`
 	WebhookClientCA string            `json:"webhookClientCAFile"`
 	System          *systemState      `json:"system,omitempty"`
 }
 
-// nodeFlags collects a repeatable node flag, parsed as it is given.
-type nodeFlags struct {
-	specs []nodeSpec
-	parse func(string) (nodeSpec, error)
-}
-
-func (n *nodeFlags) String() string { return "" }
-func (n *nodeFlags) Set(v string) error {
-	spec, err := n.parse(v)
-	n.specs = append(n.specs, spec)
-	return err
-}
-
 func runUp(args []string) int {
+	u := &upper{}
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
-	dir := fs.String("dir", "", "state directory (created; kubeconfigs, certificates, logs, state.json)")
+	fs.StringVar(&u.dir, "dir", "", "state directory (created; kubeconfigs, certificates, logs, state.json)")
 	usersFile := fs.String("users", "", "JSON list of plain users [{\"name\":…,\"groups\":[…]}] for the token file")
-	etcdDir := fs.String("etcd-dir", "", "etcd data directory (default DIR/etcd)")
-	etcdQuota := fs.Int64("etcd-quota-bytes", 0, "etcd backend quota in bytes (0: etcd's default, 2 GiB)")
-	nodes, systemNodes := nodeFlags{parse: parseNodeSpec}, nodeFlags{parse: parseSystemNodeSpec}
-	fs.Var(&nodes, "node", "a Node to create: NAME=CPU,MEMORY[,pods=N][,label=value...] (repeatable)")
-	fs.Var(&systemNodes, "system-node", "a real kubelet node (containerd, runc, a CNI bridge; root): NAME[,label=value...] (repeatable)")
+	fs.StringVar(&u.etcdDir, "etcd-dir", "", "etcd data directory (default DIR/etcd)")
+	fs.Int64Var(&u.etcdQuota, "etcd-quota-bytes", 0, "etcd backend quota in bytes (0: etcd's default, 2 GiB)")
+	// nodeFlag appends each value of a repeatable node flag to specs, parsed as it is given.
+	nodeFlag := func(specs *[]nodeSpec, parse func(string) (nodeSpec, error)) func(string) error {
+		return func(v string) error {
+			spec, err := parse(v)
+			*specs = append(*specs, spec)
+			return err
+		}
+	}
+	fs.Func("node", "a Node to create: NAME=CPU,MEMORY[,pods=N][,label=value...] (repeatable)",
+		nodeFlag(&u.nodes, parseNodeSpec))
+	fs.Func("system-node", "a real kubelet node (containerd, runc, a CNI bridge; root): NAME[,label=value...] (repeatable)",
+		nodeFlag(&u.systemNodes, parseSystemNodeSpec))
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *dir == "" {
+	if u.dir == "" {
 		fmt.Fprintln(os.Stderr, "localkube up: --dir is required")
 		return 2
 	}
-	u := &upper{dir: mustAbs(*dir), nodes: nodes.specs, systemNodes: systemNodes.specs, etcdQuota: *etcdQuota,
-		etcdDir: *etcdDir}
+	var err error
+	if u.dir, err = filepath.Abs(u.dir); err != nil {
+		fmt.Fprintln(os.Stderr, "localkube up:", err)
+		return 2
+	}
 	if u.etcdDir == "" {
 		u.etcdDir = filepath.Join(u.dir, "etcd")
 	}
@@ -128,13 +128,13 @@ type upper struct {
 	system       *systemTier
 	users        []user
 	pki          *pki
-	children     []*child
-	mu           sync.Mutex
+	// Started, watched and stopped from run's goroutine alone (the system tier's too): no lock.
+	children []*child
 }
 
 type child struct {
 	name string
-	cmd  *exec.Cmd
+	stop func() // returns once the process has exited
 	done chan struct{}
 	err  error
 }
@@ -155,8 +155,7 @@ func (u *upper) run(ctx context.Context) error {
 	if err := u.writeTokenFile(users); err != nil {
 		return err
 	}
-	webhookClientCA, err := u.writeAdmissionConfig()
-	if err != nil {
+	if err := u.writeAdmissionConfig(); err != nil {
 		return err
 	}
 	if err := u.writeAuditPolicy(); err != nil {
@@ -247,9 +246,9 @@ func (u *upper) run(ctx context.Context) error {
 	}
 	st := state{
 		Server: server, CAFile: u.pki.CAFile, Kubeconfigs: kubeconfigs, Tokens: tokens,
-		AuditLog: auditLog, KubernetesVer: kubernetesVersion(),
+		AuditLog: auditLog, KubernetesVer: version.Get().GitVersion,
 		StartupSeconds: time.Since(began).Seconds(), PID: os.Getpid(),
-		WebhookClientCA: webhookClientCA,
+		WebhookClientCA: u.pki.CAFile,
 	}
 	if u.system != nil {
 		st.System = &u.system.state
@@ -317,25 +316,25 @@ func (u *upper) writeTokenFile(users []user) error {
 // every admission webhook (WebhookAdmission kubeConfigFile, user "*"), as a
 // self-managed control plane can: webhooks may then tell the API server from
 // other callers; and makes pods of a critical priority class need a quota.
-// Returns the CA file that verifies the webhook client certificate.
-func (u *upper) writeAdmissionConfig() (string, error) {
+// The CA (u.pki.CAFile) verifies the webhook client certificate.
+func (u *upper) writeAdmissionConfig() error {
 	pkiDir := filepath.Join(u.dir, "pki")
-	certFile, keyFile, err := u.pki.clientCert("kube-apiserver-webhook-client")
+	certFile, keyFile, err := u.pki.issue("kube-apiserver-webhook-client", nil, nil, capi.UsageClientAuth)
 	if err != nil {
-		return "", err
+		return err
 	}
 	kubeconfig := clientcmdapi.NewConfig()
 	kubeconfig.AuthInfos["*"] = &clientcmdapi.AuthInfo{ClientCertificate: certFile, ClientKey: keyFile}
 	kubeconfigPath := filepath.Join(pkiDir, "webhook-client.kubeconfig")
 	if err := clientcmd.WriteToFile(*kubeconfig, kubeconfigPath); err != nil {
-		return "", err
+		return err
 	}
 	webhook, err := json.Marshal(webhookv1.WebhookAdmission{
 		TypeMeta:       metav1.TypeMeta{APIVersion: "apiserver.config.k8s.io/v1", Kind: "WebhookAdmissionConfiguration"},
 		KubeConfigFile: kubeconfigPath,
 	})
 	if err != nil {
-		return "", err
+		return err
 	}
 	// Critical priority classes only where a ResourceQuota admits them, as managed
 	// clusters keep them for the platform's own pods.
@@ -347,9 +346,9 @@ func (u *upper) writeAdmissionConfig() (string, error) {
 		}}}},
 	})
 	if err != nil {
-		return "", err
+		return err
 	}
-	return u.pki.CAFile, writeJSONAtomic(filepath.Join(pkiDir, "admission.json"), apiserverv1.AdmissionConfiguration{
+	return writeJSONAtomic(filepath.Join(pkiDir, "admission.json"), apiserverv1.AdmissionConfiguration{
 		TypeMeta: metav1.TypeMeta{APIVersion: "apiserver.config.k8s.io/v1", Kind: "AdmissionConfiguration"},
 		Plugins: []apiserverv1.AdmissionPluginConfiguration{
 			{Name: "ValidatingAdmissionWebhook", Configuration: &runtime.Unknown{Raw: webhook}},
@@ -380,7 +379,7 @@ func (u *upper) apiserverArgs(etcdURL, auditLog string) ([]string, error) {
 	pkiDir := filepath.Join(u.dir, "pki")
 	var system []string
 	if u.system != nil {
-		cert, key, err := u.pki.clientCert("kube-apiserver-kubelet-client")
+		cert, key, err := u.pki.issue("kube-apiserver-kubelet-client", nil, nil, capi.UsageClientAuth)
 		if err != nil {
 			return nil, err
 		}
@@ -508,23 +507,27 @@ func (u *upper) startExec(name, path string, args, env []string) (*child, error)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(path, args...)
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, path, args...)
+	// Stopping it (cancel) sends SIGTERM, and SIGKILL when it has not exited 10s later.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 10 * time.Second
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {
+		cancel()
 		log.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	c := &child{name: name, cmd: cmd, done: make(chan struct{})}
+	c := &child{name: name, done: make(chan struct{})}
+	c.stop = func() { cancel(); <-c.done }
 	go func() {
 		c.err = cmd.Wait()
 		log.Close()
 		close(c.done)
 	}()
-	u.mu.Lock()
 	u.children = append(u.children, c)
-	u.mu.Unlock()
 	return c, nil
 }
 
@@ -543,32 +546,15 @@ func childEnv(extra ...string) []string {
 	return append(env, extra...)
 }
 
-// stop sends SIGTERM, and SIGKILL when the process has not exited 10s later.
-func (c *child) stop() {
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-c.done:
-	case <-time.After(10 * time.Second):
-		_ = c.cmd.Process.Kill()
-		<-c.done
-	}
-}
-
 // stopChildren stops the components in reverse order of start.
 func (u *upper) stopChildren() {
-	u.mu.Lock()
-	children := slices.Clone(u.children)
-	u.mu.Unlock()
-	slices.Reverse(children)
-	for _, c := range children {
+	for _, c := range slices.Backward(u.children) {
 		c.stop()
 	}
 }
 
 // exited is the error of a component that has exited, if one has.
 func (u *upper) exited() error {
-	u.mu.Lock()
-	defer u.mu.Unlock()
 	for _, c := range u.children {
 		select {
 		case <-c.done:
@@ -668,14 +654,3 @@ func freePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
-
-func mustAbs(p string) string {
-	abs, err := filepath.Abs(p)
-	if err != nil {
-		panic(err)
-	}
-	return abs
-}
-
-// kubernetesVersion is the Kubernetes release built in (build.sh sets it).
-func kubernetesVersion() string { return version.Get().GitVersion }

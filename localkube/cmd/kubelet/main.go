@@ -14,6 +14,5 @@ import (
 )
 
 func main() {
-	command := app.NewKubeletCommand(context.Background())
-	os.Exit(cli.Run(command))
+	os.Exit(cli.Run(app.NewKubeletCommand(context.Background())))
 }
