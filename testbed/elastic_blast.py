@@ -82,16 +82,14 @@ def _job(
     ttl: int | None = None,
     deadline: int | None = None,
 ) -> dict[str, Any]:
-    spec: dict[str, Any] = {
+    spec = {
         "backoffLimit": backoff_limit,
         "completions": 1,  # the API server's default when neither is set
         "parallelism": 1,
+        "ttlSecondsAfterFinished": ttl,
+        "activeDeadlineSeconds": deadline,
     }
-    if ttl is not None:
-        spec["ttlSecondsAfterFinished"] = ttl
-    if deadline is not None:
-        spec["activeDeadlineSeconds"] = deadline
-    return job_body(name, labels, pod, spec)
+    return job_body(name, labels, pod, {k: v for k, v in spec.items() if v is not None})
 
 
 def _get_blastdb(db: str, mounts: list[dict[str, Any]], **env: str) -> dict[str, Any]:
