@@ -216,9 +216,7 @@ class LeaseClient:
         if stored is None:
             return "acquired" if self.write(self.fresh_body(self.holder), create=True) else "busy"
         mine = (stored.get("spec") or {}).get("holderIdentity") == self.holder
-        if not mine and not self.sees_expired(stored):
-            return "busy"
-        if not self.write(self.taken(stored, mine)):
+        if not (mine or self.sees_expired(stored)) or not self.write(self.taken(stored, mine)):
             return "busy"
         return "renewed" if mine else "acquired"
 
@@ -394,10 +392,8 @@ class DashboardLeaseClient(LeaseClient):
 
     def write(self, body: JsonObj, *, create: bool = False) -> bool:
         """POST (create) or PUT with ``resourceVersion``; busy = 409."""
-        if create:
-            status, answer = self._call("POST", self.collection, body)
-        else:
-            status, answer = self._call("PUT", f"{self.collection}/{self.name}", body)
+        path = self.collection if create else f"{self.collection}/{self.name}"
+        status, answer = self._call("POST" if create else "PUT", path, body)
         if status == 409:
             return False
         if status not in (200, 201):
