@@ -68,7 +68,6 @@ Outcome = Literal["acquired", "renewed", "released", "busy", "not_holder", "skip
 """What one call came to, as the client itself sees it. ``skipped``: a release
 the OpenAPI client gave up on after an error (it logs and moves on)."""
 
-LEASE_PREFIX = "elb-blast-submit"
 TTL_SECONDS = 900
 """``BLAST_SUBMIT_LEASE_TTL_SECONDS`` default of both paths."""
 SKEW_SECONDS = 30
@@ -95,7 +94,7 @@ class ClientError(RuntimeError):
 
 def lease_name(namespace: str) -> str:
     """``elb-blast-submit-<namespace>``, the name both paths agree on."""
-    return f"{LEASE_PREFIX}-{namespace}"
+    return f"elb-blast-submit-{namespace}"
 
 
 def new_holder(source: str) -> str:
@@ -109,14 +108,11 @@ def micro_time(moment: datetime) -> str:
 
 
 def parse_time(raw: Any) -> datetime | None:
-    """RFC 3339 as Python reads it (``Z`` → ``+00:00``); ``None`` when it does not parse."""
+    """RFC 3339 as Python reads it (``Z`` = ``+00:00``); ``None`` when it does not parse."""
     if not isinstance(raw, str) or not raw.strip():
         return None
-    text = raw.strip()
-    if text.endswith("Z"):
-        text = text[:-1] + "+00:00"
     try:
-        parsed = datetime.fromisoformat(text)
+        parsed = datetime.fromisoformat(raw.strip())
     except ValueError:
         return None
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
@@ -158,6 +154,8 @@ class LeaseClient:
         self.ttl = ttl
         self.skew = skew
         self.clock_offset = clock_offset
+        self.sent: list[JsonObj] = []
+        """Every body written, in order (for tests that look at the wire)."""
 
     def now(self) -> datetime:
         """This client's wall clock: the host's, shifted by ``clock_offset`` seconds."""
@@ -218,9 +216,7 @@ class LeaseClient:
         if stored is None:
             return "acquired" if self.write(self.fresh_body(self.holder), create=True) else "busy"
         mine = (stored.get("spec") or {}).get("holderIdentity") == self.holder
-        if not mine and not self.sees_expired(stored):
-            return "busy"
-        if not self.write(self.taken(stored, mine)):
+        if not (mine or self.sees_expired(stored)) or not self.write(self.taken(stored, mine)):
             return "busy"
         return "renewed" if mine else "acquired"
 
@@ -257,8 +253,6 @@ class OpenApiLeaseClient(LeaseClient):
         self.kubectl = str(kubectl_path())
         self.cache_dir = cache_dir
         self.last_stderr = ""
-        self.sent: list[JsonObj] = []
-        """Every body written, in order (for tests that look at the wire)."""
 
     @classmethod
     def on(
@@ -321,7 +315,7 @@ class OpenApiLeaseClient(LeaseClient):
         busy: tuple[str, ...] = ("alreadyexists", "already exists") if create else CONFLICT
         if not create and body["spec"]["holderIdentity"]:
             busy += ("notfound", "not found")
-        if _says(result.stderr, *busy):
+        if any(phrase in result.stderr.lower() for phrase in busy):
             return False
         raise ClientError(f"lease {'CREATE' if create else 'PUT'} failed: {result.stderr.strip()}")
 
@@ -349,18 +343,15 @@ class DashboardLeaseClient(LeaseClient):
         ttl: int = TTL_SECONDS,
         skew: float = SKEW_SECONDS,
         clock_offset: float = 0.0,
-        timeout: float = 30.0,
     ) -> None:
         super().__init__(namespace, holder, ttl=ttl, skew=skew, clock_offset=clock_offset)
         self.server = server.rstrip("/")
         self.token = token
-        self.timeout = timeout
+        self.timeout = 30.0  # the dashboard's deadline per call
         self.context = ssl.create_default_context(cafile=ca_file)
         self.collection = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
         self.last_status = 0
         self.last_answer: JsonObj = {}
-        self.sent: list[JsonObj] = []
-        """Every body written, in order (for tests that look at the wire)."""
 
     @classmethod
     def on(cls, cp: ControlPlane, user: str, namespace: str, **kwargs: Any) -> Self:
@@ -369,14 +360,12 @@ class DashboardLeaseClient(LeaseClient):
 
     def _call(self, method: str, path: str, body: JsonObj | None = None) -> tuple[int, JsonObj]:
         data = None
+        headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
         if body is not None:
             self.sent.append(copy.deepcopy(body))
             data = json.dumps(body).encode()
-        request = urllib.request.Request(self.server + path, data=data, method=method)
-        request.add_header("Authorization", f"Bearer {self.token}")
-        request.add_header("Accept", "application/json")
-        if data is not None:
-            request.add_header("Content-Type", "application/json")
+            headers["Content-Type"] = "application/json"
+        request = urllib.request.Request(self.server + path, data, headers, method=method)
         try:
             with urllib.request.urlopen(request, context=self.context, timeout=self.timeout) as r:
                 status, raw = int(r.status), r.read()
@@ -403,10 +392,8 @@ class DashboardLeaseClient(LeaseClient):
 
     def write(self, body: JsonObj, *, create: bool = False) -> bool:
         """POST (create) or PUT with ``resourceVersion``; busy = 409."""
-        if create:
-            status, answer = self._call("POST", self.collection, body)
-        else:
-            status, answer = self._call("PUT", f"{self.collection}/{self.name}", body)
+        path = self.collection if create else f"{self.collection}/{self.name}"
+        status, answer = self._call("POST" if create else "PUT", path, body)
         if status == 409:
             return False
         if status not in (200, 201):
@@ -501,8 +488,3 @@ def _admit(
         if remaining <= 0:
             raise TimeoutError("split child gate wait exceeded deadline: submit_slot_busy")
         time.sleep(min(SPLIT_RETRY_SECONDS * random.uniform(0.8, 1.2), remaining))
-
-
-def _says(stderr: str, *phrases: str) -> bool:
-    """Whether kubectl's error text holds one of ``phrases`` (lower case), in any case."""
-    return any(phrase in stderr.lower() for phrase in phrases)

@@ -174,15 +174,11 @@ def probe_counts(jobs: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, 
     It lists Jobs ``app in PROBED_APPS`` with ``fieldSelector status.successful=0`` and
     counts those :func:`unfinished`; and lists their Pods not ``Succeeded`` or
     ``Failed``: live Pods with no counted Job still count as one."""
-    counted = [
-        j
-        for j in jobs
-        if (j.get("metadata") or {}).get("labels", {}).get("app") in PROBED_APPS and unfinished(j)
-    ]
-    live_pods = [
-        p
-        for p in pods
-        if (p.get("metadata") or {}).get("labels", {}).get("app") in PROBED_APPS
-        and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-    ]
-    return len(counted) or (1 if live_pods else 0)
+
+    def probed(obj: Mapping[str, Any]) -> bool:
+        return (obj.get("metadata") or {}).get("labels", {}).get("app") in PROBED_APPS
+
+    counted = sum(1 for j in jobs if probed(j) and unfinished(j))
+    ended = ("Succeeded", "Failed")
+    live_pods = any(probed(p) and (p.get("status") or {}).get("phase") not in ended for p in pods)
+    return counted or int(live_pods)

@@ -11,7 +11,7 @@ the live measurements saw. What each flow creates, in order:
 * cold, persistent volume: ``init-pv`` (``app=setup``, PVC ``blast-dbs-pvc-rwm``) → …;
 * partitioned: ``init-pv-partitioned`` (``ELB_PARTITION_PREFIX``, no ``ELB_DB``) →
   batch Jobs per partition → finalizer;
-* sharded: ``init-ssd-<n>`` per node, each one shard (``ELB_DB`` = shard name,
+* sharded: ``init-ssd-<id8>-<n>`` per node, each one shard (``ELB_DB`` = shard name,
   ``nodeSelector ordinal``) → shard batch Jobs pinned per node → finalizer;
 * warm reuse: ``import-queries`` (``app=setup``, no ``elb-job-id``) → …;
 * cloud job submission: ``submit-jobs-<id8>`` (``app=submit``), which later creates
@@ -82,16 +82,14 @@ def _job(
     ttl: int | None = None,
     deadline: int | None = None,
 ) -> dict[str, Any]:
-    spec: dict[str, Any] = {
+    spec = {
         "backoffLimit": backoff_limit,
         "completions": 1,  # the API server's default when neither is set
         "parallelism": 1,
+        "ttlSecondsAfterFinished": ttl,
+        "activeDeadlineSeconds": deadline,
     }
-    if ttl is not None:
-        spec["ttlSecondsAfterFinished"] = ttl
-    if deadline is not None:
-        spec["activeDeadlineSeconds"] = deadline
-    return job_body(name, labels, pod, spec)
+    return job_body(name, labels, pod, {k: v for k, v in spec.items() if v is not None})
 
 
 def _get_blastdb(db: str, mounts: list[dict[str, Any]], **env: str) -> dict[str, Any]:
@@ -349,43 +347,35 @@ def search_id(n: int) -> str:
     return f"job-{n:032x}"
 
 
+def flows(
+    job_id: str, db: str = "16S_ribosomal_RNA", nodes: int = 3
+) -> dict[str, list[dict[str, Any]]]:
+    """Each kind of ``elastic-blast submit`` (or ``prepare``) → the Jobs it creates, in order."""
+    batches = [blast_batch(job_id, n, db) for n in range(nodes)]
+    init_ssds = [init_ssd(job_id, n, db) for n in range(nodes)]
+    shards = [init_ssd_shard(job_id, n, f"{db}_shard_") for n in range(nodes)]
+    shards += [blast_batch(job_id, n, f"{db}_shard_{n:02d}", shard=n) for n in range(nodes)]
+    parts = [blast_batch(job_id, n, f"part{n:02d}") for n in range(nodes)]
+    last = finalizer(job_id)
+    return {
+        "cold-local-ssd": [*init_ssds, *batches, last],
+        "cold-pv": [init_pv(job_id, db), *batches, last],
+        "partitioned": [init_pv_partitioned(job_id, f"{db}_part_"), *parts, last],
+        "sharded": [*shards, last],
+        "warm-reuse": [import_queries(), *batches, last],
+        "cloud-job-submission": [submit_jobs(job_id, nodes), last],
+        "prepare-only": init_ssds,
+    }
+
+
 def flow(
     kind: str, job_id: str, db: str = "16S_ribosomal_RNA", nodes: int = 3
 ) -> list[dict[str, Any]]:
-    """The Jobs one ``elastic-blast submit`` (or ``prepare``) creates, in order."""
-    batches = [blast_batch(job_id, n, db) for n in range(nodes)]
-    if kind == "cold-local-ssd":
-        return [*(init_ssd(job_id, n, db) for n in range(nodes)), *batches, finalizer(job_id)]
-    if kind == "cold-pv":
-        return [init_pv(job_id, db), *batches, finalizer(job_id)]
-    if kind == "partitioned":
-        parts = [blast_batch(job_id, n, f"part{n:02d}") for n in range(nodes)]
-        return [init_pv_partitioned(job_id, f"{db}_part_"), *parts, finalizer(job_id)]
-    if kind == "sharded":
-        shards = [blast_batch(job_id, n, f"{db}_shard_{n:02d}", shard=n) for n in range(nodes)]
-        return [
-            *(init_ssd_shard(job_id, n, f"{db}_shard_") for n in range(nodes)),
-            *shards,
-            finalizer(job_id),
-        ]
-    if kind == "warm-reuse":
-        return [import_queries(), *batches, finalizer(job_id)]
-    if kind == "cloud-job-submission":
-        return [submit_jobs(job_id, nodes), finalizer(job_id)]
-    if kind == "prepare-only":
-        return [init_ssd(job_id, n, db) for n in range(nodes)]
-    raise ValueError(kind)
+    """The Jobs one ``elastic-blast submit`` (or ``prepare``) of ``kind`` creates, in order."""
+    return flows(job_id, db, nodes)[kind]
 
 
-FLOWS = (
-    "cold-local-ssd",
-    "cold-pv",
-    "partitioned",
-    "sharded",
-    "warm-reuse",
-    "cloud-job-submission",
-    "prepare-only",
-)
+FLOWS = tuple(flows(search_id(0)))
 
 
 SMALL_REQUESTS = {"cpu": "10m", "memory": "16Mi"}
@@ -397,7 +387,6 @@ def for_api(
     namespace: str,
     *,
     run_seconds: float | None = None,
-    annotations: dict[str, str] | None = None,
     requests: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """``job`` as ``elastic-blast submit`` sends it: in ``namespace``, without the
@@ -407,11 +396,8 @@ def for_api(
     resources requests instead, without limits, where capacity is not the point."""
     body = copy.deepcopy(job)
     body.pop("status", None)
-    meta = body["metadata"]
-    meta.pop("creationTimestamp", None)
-    meta["namespace"] = namespace
-    if annotations:
-        meta.setdefault("annotations", {}).update(annotations)
+    body["metadata"].pop("creationTimestamp", None)
+    body["metadata"]["namespace"] = namespace
     template = body["spec"]["template"]
     if run_seconds is not None:
         template.setdefault("metadata", {}).setdefault("annotations", {})[RUN_SECONDS] = (

@@ -21,7 +21,6 @@ Used by ``tests/holders`` (each case with its own assertions) and by
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 import uuid
@@ -125,10 +124,6 @@ class Holder:
         """Its ``holderIdentity``."""
         return self.lease.holder
 
-    @property
-    def namespace(self) -> str:
-        return self.identity.namespace
-
     def _wrote(self) -> None:
         known = self.lease._known
         if known is not None:
@@ -148,18 +143,14 @@ def acquire(
     cp: ControlPlane,
     identity: PodIdentity,
     *,
-    ttl_seconds: int | None = None,
+    ttl_seconds: int = GateSettings().lease_ttl_seconds,
     timeout: float = 60.0,
 ) -> Holder:
     """Acquire the submit Lease as ``identity``'s process, retrying while it is busy (a
-    submit path waits for its slot the same way). ``ttl_seconds``: the Lease's duration
-    (default: the settings' 900)."""
-    gate = GateSettings()
-    if ttl_seconds is not None:
-        gate = dataclasses.replace(gate, lease_ttl_seconds=ttl_seconds)
+    submit path waits for its slot the same way). ``ttl_seconds``: the Lease's duration."""
     lease = SubmitLease(
         identity.namespace,
-        gate=gate,
+        gate=GateSettings(lease_ttl_seconds=ttl_seconds),
         source="openapi",
         config=KubeConfig.load(identity.kubeconfig),
     )
@@ -200,7 +191,7 @@ class AuditLog:
     def clears_of(self, holder: Holder) -> list[JsonObj]:
         """The controller's successful writes that cleared ``holder`` from the submit
         Lease (conditioned on a version it wrote)."""
-        lease = ("leases", holder.namespace, lease_name(holder.namespace))
+        lease = ("leases", holder.identity.namespace, lease_name(holder.identity.namespace))
         return [
             e
             for e in self.events()
@@ -281,7 +272,7 @@ class Stage:
         liveness ConfigMap names the holder): from then on its pod is watched."""
 
         def named() -> bool:
-            cm = self.cp.admin.find("configmaps", holder.namespace, LIVENESS_CONFIGMAP)
+            cm = self.cp.admin.find("configmaps", holder.identity.namespace, LIVENESS_CONFIGMAP)
             return bool(cm and (cm.get("data") or {}).get("leaseHolder") == holder.name)
 
         wait_until(named, timeout, f"the controller sees {holder.name} hold the Lease", 0.05)
@@ -297,12 +288,16 @@ class Stage:
         event = wait_until(
             lambda: self.audit.clears_of(holder), timeout, f"{holder.name} reclaimed", 0.05
         )[0]
-        controller, line = wait_until(
-            lambda: self._log_of(holder), 60, f"the reclaim of {holder.name} logged", 0.05
-        )
+        ns = holder.identity.namespace
+
+        def logged() -> tuple[ControllerProcess, dict[str, Any]] | None:
+            ours = (r for r in self.reclaims_logged(ns) if r[1].get("holder") == holder.name)
+            return next(ours, None)
+
+        controller, line = wait_until(logged, 60, f"the reclaim of {holder.name} logged", 0.05)
         return Reclaim(
             case=case,
-            namespace=holder.namespace,
+            namespace=ns,
             pod=holder.identity.pod,
             holder=holder.name,
             evidence=str(line.get("evidence") or line.get("reason")),
@@ -311,17 +306,10 @@ class Stage:
             by=controller.name,
         )
 
-    def _log_of(self, holder: Holder) -> tuple[ControllerProcess, dict[str, Any]] | None:
-        for ctl in self.controllers:
-            for line in ctl.logs("submit Lease reclaimed"):
-                if line.get("holder") == holder.name and line.get("namespace") == holder.namespace:
-                    return ctl, line
-        return None
-
-    def reclaims_logged(self, namespace: str) -> list[dict[str, Any]]:
-        """Every reclaim any replica logged in ``namespace``."""
+    def reclaims_logged(self, namespace: str) -> list[tuple[ControllerProcess, dict[str, Any]]]:
+        """Every reclaim any replica logged in ``namespace``: the replica, its log line."""
         return [
-            line
+            (ctl, line)
             for ctl in self.controllers
             for line in ctl.logs("submit Lease reclaimed")
             if line.get("namespace") == namespace
@@ -422,10 +410,8 @@ def past_the_second_of(moment: datetime) -> None:
     """Sleep until the wall clock is in a later whole second than ``moment``: container
     times have whole-second resolution, and a restart in the very second of the last
     renewal is one the rule cannot tell from no restart (docs/holder-gone.md)."""
-    boundary = moment.replace(microsecond=0).timestamp() + 1.0
-    delay = boundary - time.time()
-    if delay > 0:
-        time.sleep(delay + 0.01)
+    next_second = moment.replace(microsecond=0).timestamp() + 1.0
+    time.sleep(max(0.0, next_second + 0.01 - time.time()))
 
 
 def crash(cp: ControlPlane, identity: PodIdentity, containers: Sequence[str] | None = None) -> None:
@@ -437,20 +423,19 @@ def crash(cp: ControlPlane, identity: PodIdentity, containers: Sequence[str] | N
     )
 
 
-def restarted(cp: ControlPlane, identity: PodIdentity, container: str, count: int = 1) -> JsonObj:
-    """Wait until ``container`` has restarted ``count`` times; the pod then."""
+def restarted(cp: ControlPlane, identity: PodIdentity, container: str) -> JsonObj:
+    """Wait until ``container`` has restarted; the pod then."""
 
     def done() -> JsonObj | None:
         obj = pod(cp, identity)
-        status = container_status(obj, container)
-        return obj if status.get("restartCount", 0) >= count else None
+        return obj if container_status(obj, container).get("restartCount", 0) else None
 
     return wait_until(done, 60, f"{identity.pod}/{container} restarted", 0.05)
 
 
 @contextmanager
 def held(
-    stage: Stage, namespace: str, ttl_seconds: int | None = None, **pod: Any
+    stage: Stage, namespace: str, ttl_seconds: int = GateSettings().lease_ttl_seconds, **pod: Any
 ) -> Iterator[Holder]:
     """A submitter Pod (:func:`submitter_pod` with ``pod``) holding the submit Lease,
     watched by the controller; its client closed afterwards."""
@@ -522,8 +507,7 @@ def _finished(stage: Stage, identity: PodIdentity, phase: str) -> datetime:
         return obj if obj["status"].get("phase") == phase else None
 
     obj = wait_until(done, 120, f"{identity.pod} {phase}", 0.05)
-    ended = container_status(obj, HOLDER_CONTAINER)["state"]["terminated"]["finishedAt"]
-    return utc(ended)
+    return utc(container_status(obj, HOLDER_CONTAINER)["state"]["terminated"]["finishedAt"])
 
 
 def lease_expired(

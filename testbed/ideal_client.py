@@ -33,7 +33,7 @@ imports elb-gate.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from testbed.clients import (
     SKEW_SECONDS,
@@ -54,10 +54,6 @@ class Habits:
     skew: bool = False
     fresh_release: bool = False
     keeps_duration: bool = False
-
-    @property
-    def name(self) -> str:
-        return "+".join(f.name for f in fields(self) if getattr(self, f.name)) or "ideal"
 
 
 OPENAPI_HABITS = Habits(fresh_body=True, reset_acquire=True, skew=True, fresh_release=True)
