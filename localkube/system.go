@@ -33,6 +33,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -243,35 +244,26 @@ func (t *systemTier) setUp() error {
 	return nil
 }
 
-// routeInUse: does any route of the host already cover or fall inside 10.250.N.0/24?
-func routeInUse(cidr *net.IPNet) bool {
-	out, err := exec.Command("ip", "-4", "route", "show", "table", "all").Output()
-	if err != nil {
+// routeInUse: does any route of the host already cover or fall inside cidr?
+func routeInUse(cidr netip.Prefix) bool {
+	out, err := exec.Command("ip", "-4", "-j", "route", "show", "table", "all").Output()
+	var routes []struct{ Dst string }
+	if err != nil || json.Unmarshal(out, &routes) != nil {
 		return true
 	}
-	for _, line := range strings.Split(string(out), "\n") {
-		fields := strings.Fields(line) // [TYPE] DST ...
-		if len(fields) > 1 && slices.Contains([]string{"broadcast", "local", "blackhole", "unreachable"}, fields[0]) {
-			fields = fields[1:]
+	return slices.ContainsFunc(routes, func(r struct{ Dst string }) bool {
+		if !strings.Contains(r.Dst, "/") {
+			r.Dst += "/32" // a host route
 		}
-		if len(fields) == 0 || fields[0] == "default" {
-			continue
-		}
-		dst := fields[0]
-		if !strings.Contains(dst, "/") {
-			dst += "/32"
-		}
-		if _, n, err := net.ParseCIDR(dst); err == nil && (n.Contains(cidr.IP) || cidr.Contains(n.IP)) {
-			return true
-		}
-	}
-	return false
+		p, err := netip.ParsePrefix(r.Dst) // not "default": it covers everything
+		return err == nil && p.Overlaps(cidr)
+	})
 }
 
 func (t *systemTier) network() error {
 	// A /24 of 10.250.0.0/16 that no route of the host touches.
 	for n := 0; n < 256 && t.state.Subnet == ""; n++ {
-		if _, cidr, _ := net.ParseCIDR(fmt.Sprintf("10.250.%d.0/24", n)); !routeInUse(cidr) {
+		if cidr := netip.MustParsePrefix(fmt.Sprintf("10.250.%d.0/24", n)); !routeInUse(cidr) {
 			t.index, t.state.Subnet, t.hostIP = n, cidr.String(), fmt.Sprintf("10.250.%d.1", n)
 		}
 	}
