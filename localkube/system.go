@@ -32,8 +32,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,6 +42,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"testing/fstest"
 	"time"
 
 	"github.com/moby/sys/mountinfo"
@@ -56,10 +57,8 @@ import (
 )
 
 const (
-	ledgerDir   = "/run/localkube-system"
-	pauseImage  = "localkube.local/pause:1"
-	egressChain = "LK-EGRESS-"
-	dnatChain   = "LK-APISERVER-"
+	ledgerDir  = "/run/localkube-system"
+	pauseImage = "localkube.local/pause:1"
 )
 
 // Ranges the stand-in uses for Pods and Nodes, and the Service range: no one
@@ -123,7 +122,6 @@ type systemTier struct {
 	id      string
 	led     *ledger
 	hostIP  string
-	subnet  string
 	index   int
 	nodes   []nodeSpec
 	state   systemState
@@ -165,25 +163,17 @@ func newSystemTier(u *upper, nodes []nodeSpec) (*systemTier, error) {
 
 // cleanLeftovers undoes the ledger of every earlier run whose localkube is gone.
 func cleanLeftovers() {
-	entries, _ := os.ReadDir(ledgerDir)
-	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".json") {
-			continue
-		}
-		path := filepath.Join(ledgerDir, e.Name())
+	paths, _ := filepath.Glob(filepath.Join(ledgerDir, "*.json"))
+	for _, path := range paths {
+		l := ledger{path: path}
 		data, err := os.ReadFile(path)
-		if err != nil {
-			continue
-		}
-		var l ledger
-		if json.Unmarshal(data, &l) != nil {
+		if err != nil || json.Unmarshal(data, &l) != nil {
 			continue
 		}
 		if l.PID > 0 && syscall.Kill(l.PID, 0) == nil && processMentions(l.PID, "localkube") {
 			continue // still running
 		}
 		fmt.Fprintf(os.Stderr, "localkube: undoing what an earlier run (pid %d, %s) left on the host\n", l.PID, l.Dir)
-		l.path = path
 		undo(&l)
 	}
 }
@@ -254,73 +244,40 @@ func (t *systemTier) setUp() error {
 	return nil
 }
 
-// routeInUse: does any route of the host already cover or fall inside 10.250.N.0/24?
-func routeInUse(cidr *net.IPNet) bool {
-	out, err := exec.Command("ip", "-4", "route", "show", "table", "all").Output()
-	if err != nil {
+// routeInUse: does any route of the host already cover or fall inside cidr?
+func routeInUse(cidr netip.Prefix) bool {
+	out, err := exec.Command("ip", "-4", "-j", "route", "show", "table", "all").Output()
+	var routes []struct{ Dst string }
+	if err != nil || json.Unmarshal(out, &routes) != nil {
 		return true
 	}
-	for _, line := range strings.Split(string(out), "\n") {
-		fields := strings.Fields(line) // [TYPE] DST ...
-		if len(fields) > 1 && slices.Contains([]string{"broadcast", "local", "blackhole", "unreachable"}, fields[0]) {
-			fields = fields[1:]
+	return slices.ContainsFunc(routes, func(r struct{ Dst string }) bool {
+		if !strings.Contains(r.Dst, "/") {
+			r.Dst += "/32" // a host route
 		}
-		if len(fields) == 0 || fields[0] == "default" {
-			continue
-		}
-		dst := fields[0]
-		if !strings.Contains(dst, "/") {
-			dst += "/32"
-		}
-		if _, n, err := net.ParseCIDR(dst); err == nil && (n.Contains(cidr.IP) || cidr.Contains(n.IP)) {
-			return true
-		}
-	}
-	return false
+		p, err := netip.ParsePrefix(r.Dst) // not "default": it covers everything
+		return err == nil && p.Overlaps(cidr)
+	})
 }
 
 func (t *systemTier) network() error {
-	t.led.Bridge = "lk" + t.id
-	_ = t.led.save()
 	// A /24 of 10.250.0.0/16 that no route of the host touches.
-	for n := 0; n < 256; n++ {
-		_, cidr, _ := net.ParseCIDR(fmt.Sprintf("10.250.%d.0/24", n))
-		if routeInUse(cidr) {
-			continue
+	for n := 0; n < 256 && t.state.Subnet == ""; n++ {
+		if cidr := netip.MustParsePrefix(fmt.Sprintf("10.250.%d.0/24", n)); !routeInUse(cidr) {
+			t.index, t.state.Subnet, t.hostIP = n, cidr.String(), fmt.Sprintf("10.250.%d.1", n)
 		}
-		t.index, t.subnet, t.hostIP = n, cidr.String(), fmt.Sprintf("10.250.%d.1", n)
-		break
 	}
-	if t.subnet == "" {
+	if t.state.Subnet == "" {
 		return errors.New("no free /24 in 10.250.0.0/16")
 	}
-	br := t.led.Bridge
-	_ = run("ip", "link", "del", br) // a leftover of this same directory
-	for _, args := range [][]string{
-		{"link", "add", br, "type", "bridge"},
-		{"addr", "add", t.hostIP + "/24", "dev", br},
-		{"link", "set", br, "up"},
-	} {
-		if err := run("ip", args...); err != nil {
-			return err
-		}
-	}
-	// No IPv6 on the bridge: the pods have none, and nothing is advertised.
-	_ = os.WriteFile(fmt.Sprintf("/proc/sys/net/ipv6/conf/%s/disable_ipv6", br), []byte("1"), 0o644)
+	br, egress, dnat := "lk"+t.id, "LK-EGRESS-"+t.id, "LK-APISERVER-"+t.id
+	// All of it goes to the ledger before any of it is made: undoing what was
+	// never made fails harmlessly.
+	t.led.Bridge = br
 	metric := strconv.Itoa(4000 + t.index)
 	for _, cidr := range blackholed {
-		route := []string{"blackhole", cidr, "metric", metric}
-		t.led.Routes = append(t.led.Routes, route)
-		_ = t.led.save()
-		if err := run("ip", append([]string{"route", "add"}, route...)...); err != nil {
-			return err
-		}
+		t.led.Routes = append(t.led.Routes, []string{"blackhole", cidr, "metric", metric})
 	}
-	t.state.Blackholed = blackholed
-	// Anything forwarded out of the bridge is counted and dropped (the
-	// counter a test reads); the bridge's own traffic is bridged, not forwarded.
-	egress := egressChain + t.id
-	dnat := dnatChain + t.id
 	t.led.Chains = append(t.led.Chains, [3]string{"iptables", "filter", egress}, [3]string{"iptables", "nat", dnat})
 	t.led.Rules = append(t.led.Rules,
 		[]string{"iptables", "filter", "FORWARD", "-i", br, "-j", egress},
@@ -328,22 +285,34 @@ func (t *systemTier) network() error {
 	if err := t.led.save(); err != nil {
 		return err
 	}
-	for _, args := range [][]string{
-		{"-t", "filter", "-N", egress},
-		{"-t", "filter", "-A", egress, "-o", br, "-j", "RETURN"},
-		{"-t", "filter", "-A", egress, "-j", "DROP"},
-		{"-t", "filter", "-I", "FORWARD", "1", "-i", br, "-j", egress},
-		{"-t", "nat", "-N", dnat},
-		{"-t", "nat", "-A", dnat, "-d", serviceIP + "/32", "-p", "tcp", "--dport", "443",
+	_ = run("ip", "link", "del", br) // a leftover of this same directory
+	cmds := [][]string{
+		{"ip", "link", "add", br, "type", "bridge"},
+		{"ip", "addr", "add", t.hostIP + "/24", "dev", br},
+		{"ip", "link", "set", br, "up"},
+	}
+	for _, route := range t.led.Routes {
+		cmds = append(cmds, append([]string{"ip", "route", "add"}, route...))
+	}
+	// Anything forwarded out of the bridge is counted and dropped (the
+	// counter a test reads); the bridge's own traffic is bridged, not forwarded.
+	cmds = append(cmds,
+		[]string{"iptables", "-t", "filter", "-N", egress},
+		[]string{"iptables", "-t", "filter", "-A", egress, "-o", br, "-j", "RETURN"},
+		[]string{"iptables", "-t", "filter", "-A", egress, "-j", "DROP"},
+		[]string{"iptables", "-t", "filter", "-I", "FORWARD", "1", "-i", br, "-j", egress},
+		[]string{"iptables", "-t", "nat", "-N", dnat},
+		[]string{"iptables", "-t", "nat", "-A", dnat, "-d", serviceIP + "/32", "-p", "tcp", "--dport", "443",
 			"-j", "DNAT", "--to-destination", fmt.Sprintf("%s:%d", t.hostIP, t.u.port)},
-		{"-t", "nat", "-I", "PREROUTING", "1", "-i", br, "-j", dnat},
-	} {
-		if err := run("iptables", args...); err != nil {
+		[]string{"iptables", "-t", "nat", "-I", "PREROUTING", "1", "-i", br, "-j", dnat})
+	for _, c := range cmds {
+		if err := run(c[0], c[1:]...); err != nil {
 			return err
 		}
 	}
-	t.state.Bridge, t.state.Subnet = br, t.subnet
-	t.state.EgressChain = egress
+	// No IPv6 on the bridge: the pods have none, and nothing is advertised.
+	_ = os.WriteFile(fmt.Sprintf("/proc/sys/net/ipv6/conf/%s/disable_ipv6", br), []byte("1"), 0o644)
+	t.state.Bridge, t.state.EgressChain, t.state.Blackholed = br, egress, blackholed
 	return nil
 }
 
@@ -377,8 +346,6 @@ func (t *systemTier) forward() error {
 	return nil
 }
 
-func (t *systemTier) nodeDir(name string) string { return filepath.Join(t.dir, "nodes", name) }
-
 // startNodes starts containerd and a kubelet per node.
 func (t *systemTier) startNodes(ctx context.Context, kubeconfigs map[string]string) error {
 	if err := t.forward(); err != nil {
@@ -402,7 +369,7 @@ func (t *systemTier) startNodes(ctx context.Context, kubeconfigs map[string]stri
 }
 
 func (t *systemTier) startNode(ctx context.Context, i int, n nodeSpec, kubeconfigs map[string]string, pauseTar, resolv string) error {
-	d := t.nodeDir(n.Name)
+	d := filepath.Join(t.dir, "nodes", n.Name)
 	for _, sub := range []string{"containerd", "cni", "ipam", "kubelet", "pod-logs", "runc"} {
 		if err := os.MkdirAll(filepath.Join(d, sub), 0o700); err != nil {
 			return err
@@ -418,7 +385,7 @@ func (t *systemTier) startNode(ctx context.Context, i int, n nodeSpec, kubeconfi
 				"ipam": map[string]any{
 					"type": "host-local", "dataDir": filepath.Join(d, "ipam"),
 					"ranges": []any{[]any{map[string]any{
-						"subnet":     t.subnet,
+						"subnet":     t.state.Subnet,
 						"rangeStart": fmt.Sprintf("10.250.%d.%d", t.index, low),
 						"rangeEnd":   fmt.Sprintf("10.250.%d.%d", t.index, high),
 						"gateway":    t.hostIP,
@@ -714,23 +681,20 @@ func writePauseImage(binary, out string) error {
 	if err != nil {
 		return err
 	}
+	epoch := time.Unix(0, 0)
 	var layer bytes.Buffer
 	tw := tar.NewWriter(&layer)
-	if err := tw.WriteHeader(&tar.Header{Name: "pause", Mode: 0o755, Size: int64(len(bin)),
-		ModTime: time.Unix(0, 0), Typeflag: tar.TypeReg}); err != nil {
-		return err
-	}
-	if _, err := tw.Write(bin); err != nil {
+	if err := tw.AddFS(fstest.MapFS{"pause": {Data: bin, Mode: 0o755, ModTime: epoch}}); err != nil {
 		return err
 	}
 	if err := tw.Close(); err != nil {
 		return err
 	}
-	blobs := map[string][]byte{"oci-layout": []byte(`{"imageLayoutVersion":"1.0.0"}`)}
+	files := fstest.MapFS{"oci-layout": {Data: []byte(`{"imageLayoutVersion":"1.0.0"}`), Mode: 0o644, ModTime: epoch}}
 	// blob stores b under blobs/sha256/ and describes it.
 	blob := func(mediaType string, b []byte) ocispec.Descriptor {
 		d := digest.FromBytes(b)
-		blobs["blobs/sha256/"+d.Encoded()] = b
+		files["blobs/sha256/"+d.Encoded()] = &fstest.MapFile{Data: b, Mode: 0o644, ModTime: epoch}
 		return ocispec.Descriptor{MediaType: mediaType, Digest: d, Size: int64(len(b))}
 	}
 	layerDesc := blob(ocispec.MediaTypeImageLayer, layer.Bytes())
@@ -747,26 +711,19 @@ func writePauseImage(binary, out string) error {
 	manifestDesc.Annotations = map[string]string{
 		"io.containerd.image.name": pauseImage, ocispec.AnnotationRefName: "1",
 	}
-	blobs["index.json"], _ = json.Marshal(ocispec.Index{
+	index, _ := json.Marshal(ocispec.Index{
 		Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageIndex,
 		Manifests: []ocispec.Descriptor{manifestDesc},
 	})
+	files["index.json"] = &fstest.MapFile{Data: index, Mode: 0o644, ModTime: epoch}
 	f, err := os.Create(out)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
 	ow := tar.NewWriter(f)
-	names := slices.Sorted(maps.Keys(blobs))
-	slices.Reverse(names) // oci-layout, index.json, then the blobs, as image layouts are laid out
-	for _, name := range names {
-		if err := ow.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(blobs[name])),
-			ModTime: time.Unix(0, 0), Typeflag: tar.TypeReg}); err != nil {
-			return err
-		}
-		if _, err := ow.Write(blobs[name]); err != nil {
-			return err
-		}
+	if err := ow.AddFS(files); err != nil {
+		return err
 	}
 	return ow.Close()
 }

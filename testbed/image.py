@@ -18,11 +18,8 @@ from image import build
 
 REF = build.ref()
 """``docker.io/library/elb-gate:<appVersion>``."""
-
-
-def sbom_path() -> Path:
-    """The CycloneDX SBOM written with the archive."""
-    return build.sbom_path()
+sbom_path = build.sbom_path
+"""The CycloneDX SBOM written with the archive."""
 
 
 class ImageUnavailable(RuntimeError):

@@ -47,6 +47,14 @@ nodes, and a third lets one be drained."""
 TOOLS = ("containerd", "containerd-shim-runc-v2", "runc", "ctr", "ip", "iptables")
 
 
+def _out(*argv: str, check: bool = True) -> str:
+    """``argv``'s standard output; when ``check``, a failure raises with its standard error."""
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=300)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: {proc.stderr.strip()}")
+    return proc.stdout
+
+
 def unavailable() -> str | None:
     """Why the system tier cannot run here, or None when it can."""
     if os.geteuid() != 0:
@@ -134,20 +142,11 @@ class SystemTier:
     def ctr(self, node: str, *args: str) -> str:
         """``ctr`` against one node's containerd (namespace k8s.io, the CRI's)."""
         [sock] = [n["containerdSocket"] for n in self.system["nodes"] if n["name"] == node]
-        proc = subprocess.run(
-            ["ctr", "--address", sock, "-n", "k8s.io", *args],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=300,
-        )
-        if proc.returncode != 0:
-            raise RuntimeError(f"ctr {' '.join(args)} on {node}: {proc.stderr.strip()}")
-        return proc.stdout
+        return _out("ctr", "--address", sock, "-n", "k8s.io", *args)
 
     # -- helm and kubectl ---------------------------------------------------------------
 
-    def helm(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    def helm(self, *args: str) -> subprocess.CompletedProcess[str]:
         """The pinned helm as the administrator (no proxy: everything is local)."""
         env = {k: v for k, v in os.environ.items() if not k.upper().endswith("_PROXY")} | {
             "KUBECONFIG": self.cp.kubeconfig("admin"),
@@ -160,7 +159,7 @@ class SystemTier:
             capture_output=True,
             text=True,
             env=env,
-            timeout=timeout,
+            timeout=600,
             check=False,
         )
 
@@ -194,20 +193,16 @@ class SystemTier:
         ):
             # The controller registers the webhook configurations once a webhook Pod
             # is Ready (docs/design.md, "Registration"): the install serves from then.
-            self.wait_registered()
+            wait_until(
+                lambda: all(
+                    self.cp.admin.find(kind, None, RELEASE) is not None
+                    for kind in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations")
+                ),
+                240,
+                "the controller to register both webhook configurations",
+            )
             self.timings["registered"] = time.monotonic() - began
         return result
-
-    def wait_registered(self, timeout: float = 240) -> None:
-        """Wait until both of elb-gate's webhook configurations exist."""
-
-        def registered() -> bool:
-            return all(
-                self.cp.admin.find(kind, None, RELEASE) is not None
-                for kind in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations")
-            )
-
-        wait_until(registered, timeout, "the controller to register both webhook configurations")
 
     def kubectl(self, user: str, *args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
         return self.cp.kubectl(user, *args, **kw)
@@ -258,7 +253,7 @@ class SystemTier:
                     out += ep.get("addresses") or []
         return sorted(out)
 
-    def wait_ready_or_crash(self, component: str, replicas: int, timeout: float = 240) -> None:
+    def wait_ready_or_crash(self, component: str, replicas: int) -> None:
         """Wait until ``replicas`` Pods of ``component`` are Ready; fail at once, with the
         container's last words, when one exits instead (a crash is not a slow start)."""
 
@@ -289,9 +284,9 @@ class SystemTier:
                     ready += bool(cs.get("ready"))
             return ready >= replicas
 
-        wait_until(check, timeout, f"{replicas} Ready Pods of {component}")
+        wait_until(check, 240, f"{replicas} Ready Pods of {component}")
 
-    def wait_rolled_out(self, deployment: str, timeout: float = 300) -> None:
+    def wait_rolled_out(self, deployment: str) -> None:
         result = self.kubectl(
             "admin",
             "-n",
@@ -299,8 +294,8 @@ class SystemTier:
             "rollout",
             "status",
             f"deployment/{deployment}",
-            f"--timeout={int(timeout)}s",
-            timeout=timeout + 30,
+            "--timeout=300s",
+            timeout=330,
         )
         if result.returncode != 0:
             raise AssertionError(
@@ -322,13 +317,7 @@ class SystemTier:
     def egress_dropped(self) -> int:
         """Packets forwarded from the pod bridge to anywhere but the bridge (the tier's
         counter: they are dropped, and nothing should try)."""
-        chain = self.system["egressChain"]
-        out = subprocess.run(
-            ["iptables", "-t", "filter", "-L", chain, "-v", "-x", "-n"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
+        out = _out("iptables", "-t", "filter", "-L", self.system["egressChain"], "-v", "-x", "-n")
         return sum(
             int(line.split()[0]) for line in out.splitlines()[2:] if "DROP" in line.split()[2:3]
         )
@@ -350,7 +339,7 @@ class SystemTier:
         host_end, inner_end = f"{bridge}c", f"{bridge}p"
 
         def ip(*argv: str) -> str:
-            return subprocess.run(["ip", *argv], check=True, capture_output=True, text=True).stdout
+            return _out("ip", *argv)
 
         routed = [r for r in ip("-4", "route", "show", "match", address).splitlines() if r]
         if any(not r.startswith("default ") for r in routed):
@@ -366,21 +355,16 @@ class SystemTier:
             ip("route", "add", f"{address}/32", "dev", host_end)
             yield address, netns
         finally:
-            subprocess.run(["ip", "link", "del", host_end], capture_output=True, check=False)
+            _out("ip", "link", "del", host_end, check=False)
             ip("netns", "del", netns)
             if made_dir and not any(netns_dir.iterdir()):
-                subprocess.run(["umount", str(netns_dir)], capture_output=True, check=False)
+                _out("umount", str(netns_dir), check=False)
                 netns_dir.rmdir()
 
     @staticmethod
     def ipv4_received(netns: str) -> int:
         """IPv4 packets the namespace's stack has received (``Ip: InReceives``)."""
-        out = subprocess.run(
-            ["ip", "netns", "exec", netns, "cat", "/proc/net/snmp"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
+        out = _out("ip", "netns", "exec", netns, "cat", "/proc/net/snmp")
         header, values = [line.split() for line in out.splitlines() if line.startswith("Ip:")][:2]
         return int(values[header.index("InReceives")])
 
@@ -393,7 +377,7 @@ def host_snapshot() -> dict[str, Any]:
     links, mounts, network namespaces, cgroups (compared before start and after stop)."""
 
     def run(*argv: str) -> str:
-        return subprocess.run(argv, capture_output=True, text=True, check=False).stdout
+        return _out(*argv, check=False)
 
     sysctls = {}
     for name in (
@@ -471,12 +455,7 @@ def _other_runs() -> dict[str, list[str]]:
         out["dirs"].append(str(Path(led.get("dir") or "/nonexistent").parent))
         bridge = led.get("bridge") or ""
         if bridge:
-            listed = subprocess.run(
-                ["ip", "-br", "link", "show", "master", bridge],
-                capture_output=True,
-                text=True,
-                check=False,
-            ).stdout
+            listed = _out("ip", "-br", "link", "show", "master", bridge, check=False)
             out["links"] += [
                 line.split()[0].split("@")[0] for line in listed.splitlines() if line.split()
             ]
