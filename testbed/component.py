@@ -162,8 +162,9 @@ class ComponentProcess:
         return [s for f in families for s in f.samples if name in (s.name, f.name)]
 
     def metric(self, name: str, labels: Mapping[str, str] | None = None) -> float | None:
-        """The value of one sample on ``/metrics`` (``None`` when absent)."""
-        found = [s.value for s in self.samples(name) if s.labels == dict(labels or {})]
+        """The value of the sample named ``name`` on ``/metrics`` (``None`` when absent)."""
+        want = (name, dict(labels or {}))
+        found = [s.value for s in self.samples(name) if (s.name, s.labels) == want]
         return float(found[0]) if found else None
 
     def ready(self, timeout: float = 2.0) -> bool:
