@@ -14,7 +14,9 @@ once, each connection to one of them) needs only connections spread as kube-prox
 Every component authenticates as its own ServiceAccount with exactly the shipped RBAC
 (:mod:`testbed.install`); with a :class:`~testbed.faultproxy.FaultProxy` both talk to
 the API server through it. Pod names are made as a ReplicaSet makes them, so rigs on
-one control plane never collide.
+one control plane never collide. The race histories point the configurations at a
+router that picks a replica per request instead (:mod:`testbed.router`): they need the
+two halves of a race judged by the two replicas by construction.
 
 The demo (:mod:`testbed.demo.system`) and the reliability runs
 (:mod:`testbed.reliability.rig`) are configurations of this rig; the system tier runs
@@ -35,6 +37,7 @@ from testbed.controller_process import LEADER_LEASE, ControllerProcess
 from testbed.controlplane import ControlPlane
 from testbed.faultproxy import FaultProxy
 from testbed.install import NOT_THE_FENCE, Installation
+from testbed.router import Router
 from testbed.service import Service
 from testbed.waiting import wait_until
 from testbed.webhook_process import (
@@ -72,12 +75,15 @@ class Rig:
         workdir: Path | None = None,
         shared_certificate: bool = True,
         effective_seconds: float = 60.0,
+        per_request: bool = False,
     ) -> None:
         """``env``: every component's settings environment; ``controller_env``: the
         controllers' on top of it. The leader Lease's default 6 s / 1 s are client-go's
         proportions (15/10/2) scaled down: a busy machine must not cost the leader its
         Lease every few seconds. ``shared_certificate``: the webhook replicas serve one
-        certificate (one Secret mounted twice), else each its own."""
+        certificate (one Secret mounted twice), else each its own. ``per_request``: the
+        configurations point at a :class:`~testbed.router.Router` in front of the
+        replicas, which picks one per request, not at the Service."""
         self.cp = cp
         self.namespaces = list(namespaces)
         self.env = dict(env or {})
@@ -108,6 +114,10 @@ class Rig:
         self.effective_seconds = effective_seconds
         self.service: Service | None = None
         """The webhooks' Service (once started)."""
+        self.router: Router | None = None
+        """The router the configurations point at (``per_request``, once started)."""
+        self._per_request = per_request
+        self._front = 0
         self._registered: list[tuple[str, str]] = []
         self.controllers: list[ControllerProcess] = []
 
@@ -134,9 +144,13 @@ class Rig:
         it, trusting every replica's CA."""
         in_parallel([hook.start for hook in self.hooks])
         self.service = Service(self.hooks).start()
+        self._front = self.service.port
         cas = dict.fromkeys(h.certificate.ca_pem for h in self.hooks)
+        if self._per_request:
+            self.router = Router(self.hooks).start()
+            self._front, cas = self.router.port, {self.router.ca_pem: None}
         ca_bundle = base64.b64encode(b"".join(cas)).decode()
-        docs = point_at(shipped_configurations(), self.service.port, ca_bundle)
+        docs = point_at(shipped_configurations(), self._front, ca_bundle)
         register(self.install, docs, self._registered, self.hooks, self.effective_seconds)
 
     def _start_controllers(self) -> None:
@@ -171,9 +185,11 @@ class Rig:
         for ctl in self.controllers:
             ctl.stop()
         try:
-            if self.service is not None:
-                unregister(self.cp, self._registered, self.service.port)
+            if self._front:
+                unregister(self.cp, self._registered, self._front)
         finally:
+            if self.router is not None:
+                self.router.stop()
             if self.service is not None:
                 self.service.stop()
             for hook in self.hooks:

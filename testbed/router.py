@@ -1,0 +1,146 @@
+"""An HTTP router in front of the webhook replicas: it picks a replica per admission
+review, where the Service (:mod:`testbed.service`) can only pick per connection.
+
+    router = Router(rig.hooks).start()   # https://127.0.0.1:<router.port>, CA router.ca_pem
+    router.pair("blast-1")               # its next two Job creates: together, one a replica
+    router.stop()
+
+The race histories (:mod:`testbed.reliability.races`) need the two halves of a race
+judged by the two replicas at once, by construction. Behind the Service they are judged
+by whichever replica the API server's pooled connections lead to: it sends each request
+on the idle connection it used last, so when its two most recent connections lead to one
+replica, every race of a run is judged by that replica alone. The router terminates TLS
+(the API server trusts its CA), reads each review and sends it on over TLS to a replica:
+
+* the next two Job creates of a namespace :meth:`pair` named are held until both have
+  come (or ``hold_seconds`` passed), then sent together, one to each replica;
+* any other request goes to a replica drawn at random, as a mesh balancing requests
+  would: two requests at once may reach one replica or both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import ssl
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import aiohttp
+import trustme
+from aiohttp import web
+
+from testbed.certs import MountedCertificate
+
+
+class Replica(Protocol):
+    """What the router sends to (a :class:`~testbed.webhook_process.WebhookProcess`)."""
+
+    @property
+    def port(self) -> int: ...
+
+    @property
+    def certificate(self) -> MountedCertificate: ...
+
+
+class Router:
+    """A TLS-terminating admission review router on 127.0.0.1, served from a thread."""
+
+    def __init__(
+        self, replicas: Sequence[Replica], seed: int = 0, hold_seconds: float = 2.0
+    ) -> None:
+        self.replicas = list(replicas)
+        self.hold_seconds = hold_seconds
+        self.port = 0
+        ca = trustme.CA(organization_name="elb-gate router")
+        self.ca_pem = ca.cert_pem.bytes()
+        self._server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ca.issue_cert("127.0.0.1").configure_cert(self._server_ctx)
+        cas = "".join(r.certificate.ca_pem.decode() for r in self.replicas)
+        self._upstream_ctx = ssl.create_default_context(cadata=cas)
+        self._rng = random.Random(seed)
+        self._pairs: dict[str, list[asyncio.Future[int]]] = {}
+        self._lock = threading.Lock()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="router", daemon=True)
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+
+    def start(self) -> Router:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(30)
+        return self
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(30)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(30)
+
+    def pair(self, namespace: str) -> None:
+        """Hold the next two Job creates of ``namespace`` until both have come, then
+        send them at once, one to each replica."""
+        with self._lock:
+            self._pairs[namespace] = []
+
+    async def _start(self) -> None:
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=self._upstream_ctx, limit=0)
+        )
+        app = web.Application()
+        app.router.add_post("/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self._server_ctx).start()
+        self.port = int(self._runner.addresses[0][1])
+
+    async def _stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._session is not None:
+            await self._session.close()
+
+    async def _replica(self, review: Mapping[str, Any]) -> int:
+        request = review.get("request") or {}
+        ns = str(request.get("namespace"))
+        job_create = (request.get("kind") or {}).get("kind") == "Job" and (
+            request.get("operation") == "CREATE"
+        )
+        with self._lock:
+            waiting = self._pairs.get(ns) if job_create else None
+            if waiting is None:
+                return self._rng.randrange(len(self.replicas))
+            mine: asyncio.Future[int] = self._loop.create_future()
+            waiting.append(mine)
+            if len(waiting) == 2:  # the pair is whole: one to each replica
+                del self._pairs[ns]
+                for turn, future in enumerate(waiting):
+                    future.set_result(turn)
+        try:
+            return await asyncio.wait_for(asyncio.shield(mine), self.hold_seconds)
+        except TimeoutError:  # no partner came: this one goes on alone
+            with self._lock:
+                if self._pairs.get(ns) == [mine]:
+                    del self._pairs[ns]
+            return 0
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        try:
+            review = json.loads(body)
+        except ValueError:
+            review = {}
+        replica = self.replicas[await self._replica(review if isinstance(review, dict) else {})]
+        assert self._session is not None
+        async with self._session.post(
+            f"https://127.0.0.1:{replica.port}{request.path_qs}",
+            data=body,
+            headers={"Content-Type": request.headers.get("Content-Type", "application/json")},
+        ) as answer:
+            return web.Response(
+                status=answer.status,
+                body=await answer.read(),
+                headers={"Content-Type": answer.headers.get("Content-Type", "application/json")},
+            )
