@@ -238,6 +238,8 @@ class History:
     """How its Jobs ended, as the watch saw them."""
     split: bool = False
     """Two Job creates that overlapped in time were judged by different replicas."""
+    paired: bool = False
+    """The router sent the race's first two Job creates to the two replicas together."""
 
     def counts(self) -> dict[str, int]:
         creates = [o for o in self.operations if o["kind"] == "create"]

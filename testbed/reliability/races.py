@@ -1,9 +1,12 @@
 """Race schedules whose histories the linearizability checker judges.
 
 Each history runs in a namespace of its own (a slot, emptied before), on the
-reliability rig: two webhook replicas behind one Service (every TCP connection to the
-next replica, so two requests sent at once are judged by both), their API calls
-through a fault proxy, and the controller. A kind says what races:
+reliability rig: two webhook replicas behind a router that picks one per request
+(:mod:`testbed.router`), their API calls through a fault proxy, and the controller. In
+every other round of the kinds (:attr:`Plan.paired`) the router holds the race's first
+two Job creates until both have come and sends one to each replica: those races are
+judged by the two replicas at once, by construction; in the others each request goes
+to a replica drawn at random. A kind says what races:
 
 * ``one_identity``: one holder's user sends two searches' first Jobs at once, with one
   search running and sometimes one finishing as they arrive;
@@ -126,13 +129,16 @@ class Plan:
     seed: int
     kind: str
     fault: str
+    paired: bool
+    """The race's first two Job creates go to the two replicas together."""
 
 
 def plan(seed: int) -> Plan:
-    """The seed's race: its kind round-robin, a fault on the webhooks' calls drawn."""
+    """The seed's race: its kind round-robin, a fault on the webhooks' calls drawn, and
+    every other round of the kinds paired."""
     kind = KINDS[seed % len(KINDS)]
     fault = "none" if kind in CONTROLLER_KINDS else random.Random(f"race-{seed}").choice(FAULTS)
-    return Plan(seed, kind, fault)
+    return Plan(seed, kind, fault, paired=(seed // len(KINDS)) % 2 == 0)
 
 
 class Races:
@@ -144,6 +150,8 @@ class Races:
         self.proxy = proxy
         self.watch = watch
         self._holders: dict[str, list[DashboardLeaseClient]] = {}
+        self._paired: set[str] = set()
+        """Namespaces whose history pairs its race (:attr:`Plan.paired`)."""
         self._lock = threading.Lock()
 
     # -- faults --------------------------------------------------------------------------
@@ -212,6 +220,8 @@ class Races:
         self.watch.forget(ns)
         offset = self.cp.audit_log.stat().st_size
         fault = self._inject(ns, p.fault, rng)
+        with self._lock:
+            (self._paired.add if p.paired else self._paired.discard)(ns)
         try:
             getattr(self, f"_{p.kind}")(ns, rng)
         finally:
@@ -219,6 +229,7 @@ class Races:
             self.release(ns)
         fired = fault.fired if fault is not None else 0
         h = History(f"{p.kind}-{p.seed}", p.kind, settings(), ns, offset, p.fault, fired)
+        h.paired = p.paired
         self.record(h)
         return h
 
@@ -244,16 +255,28 @@ class Races:
             if record.get("namespace") == ns
         }
 
+    def _race(self, ns: str, calls: Sequence[Callable[[], object]], pair: bool = True) -> None:
+        """``calls`` at once; ``pair``: their first two Job creates are the race the router
+        pairs, if this history pairs its race."""
+        router = self.rig.router
+        with self._lock:
+            paired = pair and ns in self._paired
+        if paired and router is not None:
+            router.pair(ns)
+        at_once(calls)
+
     def _first_jobs(
         self,
         ns: str,
         user: str,
         apps: Sequence[str] = ("submit", "submit"),
         also: Sequence[Callable[[], object]] = (),
+        pair: bool = True,
     ) -> None:
         """``user``'s first Jobs of ``apps`` sent at once, with the calls ``also``."""
         api = self.cp.api(user)
-        at_once([*(functools.partial(create, api, job(ns, a, _id(), run=60)) for a in apps), *also])
+        creates = [functools.partial(create, api, job(ns, a, _id(), run=60)) for a in apps]
+        self._race(ns, [*creates, *also], pair)
 
     def _hold_and_seed(self, ns: str, user: str, rng: random.Random) -> DashboardLeaseClient:
         """``user`` holds the Lease and runs one search short of the ceiling."""
@@ -283,7 +306,7 @@ class Races:
         if rng.random() < 0.4:
             bodies.append(job(ns, "setup", _id(), run=30, db="swissprot"))
         alice = self.cp.api("alice")
-        at_once([functools.partial(create, alice, b) for b in bodies])
+        self._race(ns, [functools.partial(create, alice, b) for b in bodies])
 
     def _stalled_wakes(self, ns: str, rng: random.Random) -> None:
         ttl = 2
@@ -291,10 +314,10 @@ class Races:
         # carol stalls: no renewal; she wakes about when her hold has expired.
         time.sleep(ttl + SKEW_SECONDS + rng.uniform(-0.3, 0.6))
         taker = self.holder(ns, "bob")
-        self._first_jobs(ns, "carol", ["submit"], also=[taker.acquire])
+        self._first_jobs(ns, "carol", ["submit"], also=[taker.acquire], pair=False)
         # bob waits for the hold (the webhook's clock may not call it expired yet),
         # and opens his search just as carol, still awake, tries once more under his
-        # hold: the two first Jobs race (and may reach the two replicas).
+        # hold: the two first Jobs race.
         wait_until(
             lambda: taker.acquire() in ("acquired", "renewed"),
             60,
@@ -334,13 +357,18 @@ class Races:
 
 @contextmanager
 def races_on(cp: ControlPlane, slots: Sequence[str]) -> Iterator[Races]:
-    """The race rig on ``slots``: both webhook replicas and the controller with
-    :data:`RACES_ENV`, their API calls through a fault proxy, and a watch of the slots'
-    Jobs."""
+    """The race rig on ``slots``: both webhook replicas behind the router and the
+    controller with :data:`RACES_ENV`, their API calls through a fault proxy, and a watch
+    of the slots' Jobs."""
     with (
         FaultProxy(cp) as proxy,
         Rig(
-            cp, slots, env=RACES_ENV, controller_env={**CONTROLLER_ENV, **RACES_ENV}, proxy=proxy
+            cp,
+            slots,
+            env=RACES_ENV,
+            controller_env={**CONTROLLER_ENV, **RACES_ENV},
+            proxy=proxy,
+            per_request=True,
         ) as rig,
     ):
         rig.wait_until_ready()
