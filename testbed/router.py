@@ -3,26 +3,27 @@ review, where the Service (:mod:`testbed.service`) can only pick per connection.
 
     router = Router(rig.hooks).start()   # https://127.0.0.1:<router.port>, CA router.ca_pem
     router.pair("blast-1")               # its next two Job creates: together, one a replica
+    router.pin("blast-2", 1)             # every request of blast-2 to replica 1
     router.stop()
 
-The race histories (:mod:`testbed.reliability.races`) need the two halves of a race
-judged by the two replicas at once, by construction. Behind the Service they are judged
-by whichever replica the API server's pooled connections lead to: it sends each request
-on the idle connection it used last, so when its two most recent connections lead to one
-replica, every race of a run is judged by that replica alone. The router terminates TLS
-(the API server trusts its CA), reads each review and sends it on over TLS to a replica:
+Races need the two halves of a race judged by the two replicas at once, or by one, by
+construction. Behind the Service they are judged by whichever replica the API server's
+pooled connections lead to: it sends each request on the idle connection it used last,
+so when its two most recent connections lead to one replica, every race of a run is
+judged by that replica alone. The router terminates TLS (the API server trusts its CA),
+reads each review and sends it on over TLS to a replica:
 
 * the next two Job creates of a namespace :meth:`pair` named are held until both have
   come (or ``hold_seconds`` passed), then sent together, one to each replica;
-* any other request goes to a replica drawn at random, as a mesh balancing requests
-  would: two requests at once may reach one replica or both.
+* any other request of a namespace :meth:`pin` named goes to its replica;
+* any other request goes to the replicas in turn, as a mesh balancing requests would.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
-import random
 import ssl
 import threading
 from collections.abc import Mapping, Sequence
@@ -48,9 +49,7 @@ class Replica(Protocol):
 class Router:
     """A TLS-terminating admission review router on 127.0.0.1, served from a thread."""
 
-    def __init__(
-        self, replicas: Sequence[Replica], seed: int = 0, hold_seconds: float = 2.0
-    ) -> None:
+    def __init__(self, replicas: Sequence[Replica], hold_seconds: float = 2.0) -> None:
         self.replicas = list(replicas)
         self.hold_seconds = hold_seconds
         self.port = 0
@@ -60,8 +59,9 @@ class Router:
         ca.issue_cert("127.0.0.1").configure_cert(self._server_ctx)
         cas = "".join(r.certificate.ca_pem.decode() for r in self.replicas)
         self._upstream_ctx = ssl.create_default_context(cadata=cas)
-        self._rng = random.Random(seed)
+        self._turn = itertools.count()
         self._pairs: dict[str, list[asyncio.Future[int]]] = {}
+        self._pins: dict[str, int] = {}
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="router", daemon=True)
@@ -84,6 +84,14 @@ class Router:
         send them at once, one to each replica."""
         with self._lock:
             self._pairs[namespace] = []
+
+    def pin(self, namespace: str, replica: int | None) -> None:
+        """Send every request of ``namespace`` but a pair to ``replica`` (None: in turn)."""
+        with self._lock:
+            if replica is None:
+                self._pins.pop(namespace, None)
+            else:
+                self._pins[namespace] = replica
 
     async def _start(self) -> None:
         self._session = aiohttp.ClientSession(
@@ -111,7 +119,8 @@ class Router:
         with self._lock:
             waiting = self._pairs.get(ns) if job_create else None
             if waiting is None:
-                return self._rng.randrange(len(self.replicas))
+                pinned = self._pins.get(ns)
+                return next(self._turn) % len(self.replicas) if pinned is None else pinned
             mine: asyncio.Future[int] = self._loop.create_future()
             waiting.append(mine)
             if len(waiting) == 2:  # the pair is whole: one to each replica
@@ -124,7 +133,7 @@ class Router:
             with self._lock:
                 if self._pairs.get(ns) == [mine]:
                     del self._pairs[ns]
-            return 0
+                return self._pins.get(ns, 0)
 
     async def _handle(self, request: web.Request) -> web.Response:
         body = await request.read()

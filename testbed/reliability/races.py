@@ -2,11 +2,11 @@
 
 Each history runs in a namespace of its own (a slot, emptied before), on the
 reliability rig: two webhook replicas behind a router that picks one per request
-(:mod:`testbed.router`), their API calls through a fault proxy, and the controller. In
-every other round of the kinds (:attr:`Plan.paired`) the router holds the race's first
-two Job creates until both have come and sends one to each replica: those races are
-judged by the two replicas at once, by construction; in the others each request goes
-to a replica drawn at random. A kind says what races:
+(:mod:`testbed.router`), their API calls through a fault proxy, and the controller. The
+router sends every request of a history to one replica (:attr:`Plan.replica`), but in
+every other round of the kinds (:attr:`Plan.paired`) it holds the race's first two Job
+creates until both have come and sends one to each replica: half the races are judged
+by the two replicas at once, half by one, by construction. A kind says what races:
 
 * ``one_identity``: one holder's user sends two searches' first Jobs at once, with one
   search running and sometimes one finishing as they arrive;
@@ -131,21 +131,26 @@ class Plan:
     fault: str
     paired: bool
     """The race's first two Job creates go to the two replicas together."""
+    replica: int
+    """Where every other request of the history goes."""
 
 
 def plan(seed: int) -> Plan:
-    """The seed's race: its kind round-robin, a fault on the webhooks' calls drawn, and
-    every other round of the kinds paired."""
+    """The seed's race: its kind round-robin, a fault on the webhooks' calls drawn, every
+    other round of the kinds paired, and its replica every other two rounds."""
     kind = KINDS[seed % len(KINDS)]
     fault = "none" if kind in CONTROLLER_KINDS else random.Random(f"race-{seed}").choice(FAULTS)
-    return Plan(seed, kind, fault, paired=(seed // len(KINDS)) % 2 == 0)
+    round_ = seed // len(KINDS)
+    return Plan(seed, kind, fault, paired=round_ % 2 == 0, replica=round_ // 2 % 2)
 
 
 class Races:
     """Runs race schedules on a rig and records their histories."""
 
     def __init__(self, rig: Rig, proxy: FaultProxy, watch: JobWatch) -> None:
+        assert rig.router is not None, "the race rig routes per request"
         self.rig = rig
+        self.router = rig.router
         self.cp = rig.cp
         self.proxy = proxy
         self.watch = watch
@@ -222,6 +227,7 @@ class Races:
         fault = self._inject(ns, p.fault, rng)
         with self._lock:
             (self._paired.add if p.paired else self._paired.discard)(ns)
+        self.router.pin(ns, p.replica)
         try:
             getattr(self, f"_{p.kind}")(ns, rng)
         finally:
@@ -258,11 +264,10 @@ class Races:
     def _race(self, ns: str, calls: Sequence[Callable[[], object]], pair: bool = True) -> None:
         """``calls`` at once; ``pair``: their first two Job creates are the race the router
         pairs, if this history pairs its race."""
-        router = self.rig.router
         with self._lock:
             paired = pair and ns in self._paired
-        if paired and router is not None:
-            router.pair(ns)
+        if paired:
+            self.router.pair(ns)
         at_once(calls)
 
     def _first_jobs(
