@@ -3,7 +3,6 @@
     service = Service(replicas).start()          # listens on 127.0.0.1:service.port
     ...                                            # point the webhook configurations there
     service.mark_unready(0)                        # a Pod being deleted leaves its Endpoints
-    service.close_connections()                    # the API server dials anew, in turn
     service.stop()
 
 The webhook configurations name one ``url``; this TCP forwarder listens there and hands
@@ -11,8 +10,10 @@ each new connection to the *ready* replica with the fewest connections open, in 
 among equals (kube-proxy's IPVS mode with ``lc``): per connection, TLS passed through
 untouched, so the API server verifies the certificate of whichever replica answers.
 Plain round robin could leave every connection of the API server's pool on one
-replica (an idle connection the replica closed, dialled again on its turn), and the
-two halves of a race would never reach two replicas.
+replica (an idle connection the replica closed, dialled again on its turn). Which
+replica judges a request is still the API server's pick of a pooled connection: a test
+that needs a race judged by both replicas, or by one, puts the router in front
+(:mod:`testbed.router`).
 
 A replica is anything with a ``port`` (read at each connection: a restarted replica
 may listen elsewhere) and a ``ready()`` probe;
@@ -34,11 +35,8 @@ import asyncio
 import contextlib
 import itertools
 import threading
-import time
 from collections.abc import Sequence
 from typing import Protocol
-
-from testbed.waiting import wait_until
 
 
 class Replica(Protocol):
@@ -74,7 +72,6 @@ class Service:
         self._leaving: set[int] = set()
         self._lock = threading.Lock()
         self._turn = itertools.count()
-        self._open: set[asyncio.StreamWriter] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -141,31 +138,6 @@ class Service:
     def all_ready(self) -> bool:
         return all(self.ready)
 
-    def close_connections(self) -> None:
-        """Close every open connection (as an endpoint restart would): the API server's
-        next calls dial new ones, spread over the replicas."""
-        loop = self._loop
-        if loop is None:
-            return
-
-        async def close() -> set[asyncio.StreamWriter]:
-            closing = set(self._open)
-            for writer in closing:
-                writer.close()
-            return closing
-
-        closing = asyncio.run_coroutine_threadsafe(close(), loop).result(30)
-        # Only those: the API server may open a new one meanwhile, which stays.
-        wait_until(
-            lambda: not any(w in self._open for w in closing),
-            30,
-            "the Service's connections to close",
-            0.01,
-        )
-        # A moment for the API server's HTTP client to read the close on its idle
-        # connections; a request it still writes on one fails (counted by the caller).
-        time.sleep(0.5)
-
     def _probe_loop(self) -> None:
         while not self._stop.wait(self.probe_seconds):
             self.probe_now()
@@ -198,11 +170,9 @@ class Service:
                 writer.close()
                 return
             self.connections[index] += 1
-            self._open.add(writer)
             try:
                 await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
             finally:
-                self._open.discard(writer)
                 up_writer.close()
         except asyncio.CancelledError:
             # The Service is stopping with this connection open: it just ends here (a

@@ -92,16 +92,16 @@ def play_round(
     bodies: Callable[[str], list[JsonObj]],
     *,
     seed: int,
-    before_race: Callable[[], None] = lambda: None,
+    before_race: Callable[[str], None] = lambda _namespace: None,
 ) -> Round:
     """One round in a fresh namespace: ``seed`` running searches, alice holds the Lease,
-    ``bodies(namespace)`` created at once as alice (after ``before_race``)."""
+    ``bodies(namespace)`` created at once as alice (after ``before_race(namespace)``)."""
     namespace = cp.new_namespace("race")
     for _ in range(seed):
         cp.admin.create(blast_job(namespace, new_job_id()))
     gate(namespace)
     assert OpenApiLeaseClient.on(cp, "alice", namespace, holder=HOLDER).acquire() == "acquired"
-    before_race()
+    before_race(namespace)
     sent = send_at_once(lambda: cp.api("alice"), bodies(namespace))
     jobs = unfinished_search_jobs(cp, namespace)
     ids = frozenset(

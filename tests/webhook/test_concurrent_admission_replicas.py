@@ -1,13 +1,13 @@
 """Two first Jobs at the same moment, the two webhook replicas each judging one of them.
 
-As :mod:`tests.webhook.test_concurrent_admission`, with two replicas behind one Service
-(each TCP connection to the next replica, as kube-proxy spreads them): no in-process
-lock can order the two decisions, only the API server can. Before each race the
-Service closes its connections, so the API server dials one for each request, and the
-two go to the two replicas; their logs say which one judged each request.
+As :mod:`tests.webhook.test_concurrent_admission`, with two replicas: no in-process
+lock can order the two decisions, only the API server can. The configurations point at
+the test bed's router (:mod:`testbed.router`), which holds each race's two Jobs until
+both have come and sends one to each replica, at once; their logs say which one judged
+each request.
 
 The fast tier is enough: the race is between two processes' decisions, which only the
-API server orders; the forwarder only makes each race reach both replicas.
+API server orders; the router only makes each race reach both replicas.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.timeout(900)]
 @pytest.fixture(scope="module")
 def rig(control_plane: ControlPlane) -> Iterator[Rig]:
     env = {"ELB_GATE_API_TIMEOUT_SECONDS": str(API_TIMEOUT_SECONDS)}
-    with Rig(control_plane, [], controllers=0, env=env) as started:
+    with Rig(control_plane, [], controllers=0, env=env, per_request=True) as started:
         yield started
 
 
@@ -67,34 +67,18 @@ def test_two_replicas_judging_one_half_each_admit_exactly_one(
     seed: int,
 ) -> None:
     wrong: list[str] = []
-    split = 0
+    assert rig.router is not None
     for _ in range(ROUNDS):
-        assert rig.service is not None
         played = play_round(
-            control_plane,
-            rig.install.gate,
-            bodies,
-            seed=seed,
-            before_race=rig.service.close_connections,
+            control_plane, rig.install.gate, bodies, seed=seed, before_race=rig.router.pair
         )
         control_plane.admin.delete("namespaces", None, played.namespace)
         stagings = len(played.unfinished_stagers) if seed == 0 else 1
         if len(played.admitted) > 1 or len(played.active_ids) > 3 or stagings > 1:
             wrong.append(f"{stagings} unfinished stagings; {played.describe()}")
         judged = judged_by(rig, played)
-        if len(judged) < 2:
-            # The API server wrote a request on a connection the Service had just closed:
-            # refused (failurePolicy Fail) without a decision, so no race was judged.
-            assert all(
-                s.code == 500 and "failed calling webhook" in s.message
-                for s in played.sent
-                if s.name not in judged
-            ), played.describe()
-            continue
+        if sorted(judged.values()) != [0, 1]:
+            wrong.append(f"judged by {judged}; {played.describe()}")
         if len(played.admitted) != 1 or stagings != 1:
             wrong.append(f"{stagings} unfinished stagings; {played.describe()}")
-        split += len(set(judged.values())) == 2
     assert not wrong, f"{len(wrong)} of {ROUNDS} rounds went wrong:\n" + "\n".join(wrong)
-    # The API server may still reuse a connection it had opened in between (a probe):
-    # most rounds, not every one, split across the replicas.
-    assert split >= ROUNDS // 2, f"only {split} of {ROUNDS} rounds split across the replicas"

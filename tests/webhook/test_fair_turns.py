@@ -1,11 +1,12 @@
 """Fair turns (``ELB_GATE_FAIR_TURNS=on``) through the real admission chain.
 
-Two webhook replicas behind one Service, the two real clients' Lease protocols
-(:mod:`testbed.clients`) with real identities: the dashboard's token-file user over raw
-HTTPS, the OpenAPI service's ServiceAccount token bound to a running Pod through
-``kubectl``. Every Lease write goes through the API server to a replica over TLS; the
-Service's connections are closed between writes, so consecutive writes are judged by
-alternate replicas and only the record in the API server carries the waiting line.
+Two webhook replicas, the two real clients' Lease protocols (:mod:`testbed.clients`) with
+real identities: the dashboard's token-file user over raw HTTPS, the OpenAPI service's
+ServiceAccount token bound to a running Pod through ``kubectl``. Every Lease write goes
+through the API server to a replica over TLS; the test bed's router in front of them
+(:mod:`testbed.router`) sends the requests to the replicas in turn, so consecutive writes
+are judged by alternate replicas and only the record in the API server carries the
+waiting line.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def rig(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -
         "ELB_GATE_FAIR_TURNS": "on",
         "ELB_GATE_FAIR_TURN_HOLD_SECONDS": str(HOLD_SECONDS),
     }
-    with Rig(control_plane, [], controllers=0, env=env) as started:
+    with Rig(control_plane, [], controllers=0, env=env, per_request=True) as started:
         yield started
 
 
@@ -70,17 +71,11 @@ class Paths:
         assert first.acquire() == "acquired"  # the CREATE (not judged)
         assert first.release() == "released"
 
-    def next_replica(self) -> None:
-        assert self.rig.service is not None
-        self.rig.service.close_connections()
-
     def dashboard(self) -> DashboardLeaseClient:
         """The dashboard mints a fresh holder for every attempt."""
-        self.next_replica()
         return DashboardLeaseClient.on(self.cp, DASHBOARD, self.ns)
 
     def openapi(self, holder: str | None = None) -> OpenApiLeaseClient:
-        self.next_replica()
         return OpenApiLeaseClient.on(self.cp, self.openapi_pod, self.ns, holder=holder)
 
     def capacity_poll(self) -> None:
@@ -175,12 +170,10 @@ def test_a_takeover_of_a_live_lease_is_still_refused_for_the_path_whose_turn_it_
     # A submitter of no configured path (outside the rule) takes the free Lease and
     # keeps it: a live Lease. Then a slot frees: the next turn is the dashboard's.
     bob = DashboardLeaseClient.on(paths.cp, "bob", paths.ns, holder=new_holder("bob"))
-    paths.next_replica()
     assert bob.acquire() == "acquired"
     paths.free_a_slot()
     # The dashboard comes back with a clock 2000 s ahead: it judges the live Lease
     # expired and writes a takeover. The guard refuses it; the rule is never asked.
-    paths.next_replica()
     skewed = DashboardLeaseClient.on(paths.cp, DASHBOARD, paths.ns, clock_offset=2000.0)
     assert skewed.acquire() == "busy"
     assert skewed.last_status == 409
