@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import trustme
 from aiohttp import web
 
 from testbed.controlplane import ControlPlane
+from testbed.tls_server import TlsServer
 
 _PATH = re.compile(
     r"^/(?:api/v1|apis/[^/]+/[^/]+)"
@@ -93,10 +93,11 @@ class Fault:
         return all(want is None or want == got for want, got in checks)
 
 
-class FaultProxy:
+class FaultProxy(TlsServer):
     """The proxy, served from a thread of its own (usable from sync tests)."""
 
     def __init__(self, control_plane: ControlPlane) -> None:
+        super().__init__(ssl.create_default_context(cafile=control_plane.ca_file), "fault-proxy")
         self.cp = control_plane
         self.faults: list[Fault] = []
         self.forwarded: Counter[tuple[str, str]] = Counter()
@@ -108,18 +109,8 @@ class FaultProxy:
         self._ending = asyncio.Event()
         self._lock = threading.Lock()
         self._dir = Path(tempfile.mkdtemp(prefix="elb-gate-proxy-"))
-        ca = trustme.CA()
-        cert = ca.issue_cert("127.0.0.1", "localhost")
         self.ca_file = str(self._dir / "proxy-ca.pem")
-        ca.cert_pem.write_to_path(self.ca_file)
-        self._server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        cert.configure_cert(self._server_ctx)
-        self._upstream_ctx = ssl.create_default_context(cafile=control_plane.ca_file)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._runner: web.AppRunner | None = None
-        self._session: aiohttp.ClientSession | None = None
-        self.port = 0
+        Path(self.ca_file).write_bytes(self.ca_pem)
 
     # -- faults -------------------------------------------------------------------------
 
@@ -153,55 +144,8 @@ class FaultProxy:
         path = self._dir / f"{name}.kubeconfig"
         return self.cp.write_kubeconfig(path, name, token, server=self.url, ca_file=self.ca_file)
 
-    def start(self) -> FaultProxy:
-        loop = self._loop = asyncio.new_event_loop()
-
-        def serve() -> None:
-            loop.run_forever()  # until _stop() is done
-            loop.close()
-
-        self._thread = threading.Thread(target=serve, name="fault-proxy", daemon=True)
-        self._thread.start()
-        try:
-            asyncio.run_coroutine_threadsafe(self._start(), loop).result(30)
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def stop(self) -> None:
-        loop, self._loop = self._loop, None
-        if loop is not None and self._thread is not None:
-            # The runner's cleanup may wait on streams in flight: stop() waits 30 s at most.
-            stopped = asyncio.run_coroutine_threadsafe(self._stop(), loop)
-            stopped.add_done_callback(lambda _: loop.call_soon_threadsafe(loop.stop))
-            self._thread.join(30)
-
-    def __enter__(self) -> FaultProxy:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    async def _start(self) -> None:
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(ssl=self._upstream_ctx, limit=0),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
-            auto_decompress=False,
-        )
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+    def routes(self, app: web.Application) -> None:
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self._server_ctx)
-        await site.start()
-        self.port = int(self._runner.addresses[0][1])  # port 0: the one the socket got
-
-    async def _stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-        if self._session is not None:
-            await self._session.close()
 
     # -- the proxy ----------------------------------------------------------------------
 

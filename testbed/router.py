@@ -29,11 +29,10 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-import aiohttp
-import trustme
 from aiohttp import web
 
 from testbed.certs import MountedCertificate
+from testbed.tls_server import TlsServer
 
 
 class Replica(Protocol):
@@ -46,38 +45,18 @@ class Replica(Protocol):
     def certificate(self) -> MountedCertificate: ...
 
 
-class Router:
+class Router(TlsServer):
     """A TLS-terminating admission review router on 127.0.0.1, served from a thread."""
 
     def __init__(self, replicas: Sequence[Replica], hold_seconds: float = 2.0) -> None:
+        cas = "".join(r.certificate.ca_pem.decode() for r in replicas)
+        super().__init__(ssl.create_default_context(cadata=cas), "router")
         self.replicas = list(replicas)
         self.hold_seconds = hold_seconds
-        self.port = 0
-        ca = trustme.CA(organization_name="elb-gate router")
-        self.ca_pem = ca.cert_pem.bytes()
-        self._server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ca.issue_cert("127.0.0.1").configure_cert(self._server_ctx)
-        cas = "".join(r.certificate.ca_pem.decode() for r in self.replicas)
-        self._upstream_ctx = ssl.create_default_context(cadata=cas)
         self._turn = itertools.count()
         self._pairs: dict[str, list[asyncio.Future[int]]] = {}
         self._pins: dict[str, int] = {}
         self._lock = threading.Lock()
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="router", daemon=True)
-        self._runner: web.AppRunner | None = None
-        self._session: aiohttp.ClientSession | None = None
-
-    def start(self) -> Router:
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(30)
-        return self
-
-    def stop(self) -> None:
-        if self._thread.is_alive():
-            asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(30)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(30)
 
     def pair(self, namespace: str) -> None:
         """Hold the next two Job creates of ``namespace`` until both have come, then
@@ -93,22 +72,8 @@ class Router:
             else:
                 self._pins[namespace] = replica
 
-    async def _start(self) -> None:
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(ssl=self._upstream_ctx, limit=0)
-        )
-        app = web.Application()
+    def routes(self, app: web.Application) -> None:
         app.router.add_post("/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self._server_ctx).start()
-        self.port = int(self._runner.addresses[0][1])
-
-    async def _stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-        if self._session is not None:
-            await self._session.close()
 
     async def _replica(self, review: Mapping[str, Any]) -> int:
         request = review.get("request") or {}
@@ -121,7 +86,7 @@ class Router:
             if waiting is None:
                 pinned = self._pins.get(ns)
                 return next(self._turn) % len(self.replicas) if pinned is None else pinned
-            mine: asyncio.Future[int] = self._loop.create_future()
+            mine: asyncio.Future[int] = asyncio.get_running_loop().create_future()
             waiting.append(mine)
             if len(waiting) == 2:  # the pair is whole: one to each replica
                 del self._pairs[ns]
