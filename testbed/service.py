@@ -2,7 +2,6 @@
 
     service = Service(replicas).start()          # listens on 127.0.0.1:service.port
     ...                                            # point the webhook configurations there
-    service.mark_unready(0)                        # a Pod being deleted leaves its Endpoints
     service.stop()
 
 The webhook configurations name one ``url``; this TCP forwarder listens there and hands
@@ -20,9 +19,7 @@ may listen elsewhere) and a ``ready()`` probe;
 :class:`~testbed.webhook_process.WebhookProcess` is one (its process runs and
 ``/readyz`` answers 200). Every replica is probed every ``probe_seconds``: one whose
 probe fails, or whose port refuses a connection, leaves the rotation until a probe
-passes again. :meth:`Service.mark_unready` takes one out at once and keeps it out while
-it still answers (a terminating Pod stays out of its Endpoints); once its probe has
-failed, the next passing probe (the replacement Pod) brings it back.
+passes again.
 
 Stopping with connections open ends them quietly: a connection task that ended
 cancelled makes Python 3.11's asyncio log "Exception in callback ... CancelledError"
@@ -67,10 +64,6 @@ class Service:
         """Connections handed to each replica."""
         self.open = [0] * len(self.replicas)
         """Connections open to each replica now."""
-        self.refused = 0
-        """Connections closed at once because no replica was ready."""
-        self._leaving: set[int] = set()
-        self._lock = threading.Lock()
         self._turn = itertools.count()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -122,18 +115,7 @@ class Service:
     def probe_now(self) -> None:
         """Probe every replica once (the readiness probe)."""
         for i, replica in enumerate(self.replicas):
-            ok = replica.ready()
-            with self._lock:
-                if not ok:
-                    self._leaving.discard(i)  # gone: its replacement may come back
-                self.ready[i] = ok and i not in self._leaving
-
-    def mark_unready(self, index: int) -> None:
-        """Take replica ``index`` out of the rotation now, and keep it out until its
-        probe has failed once and then passes (a deleted Pod, then its replacement)."""
-        with self._lock:
-            self._leaving.add(index)
-            self.ready[index] = False
+            self.ready[i] = replica.ready()
 
     def all_ready(self) -> bool:
         return all(self.ready)
@@ -157,7 +139,6 @@ class Service:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         index = self._pick()
         if index is None:
-            self.refused += 1
             writer.close()
             return
         try:
