@@ -147,7 +147,7 @@ class Rig:
         self._front = self.service.port
         cas = dict.fromkeys(h.certificate.ca_pem for h in self.hooks)
         if self._per_request:
-            self.router = Router(self.hooks).start()
+            self.router = Router(self.hooks, b"".join(cas)).start()
             self._front, cas = self.router.port, {self.router.ca_pem: None}
         ca_bundle = base64.b64encode(b"".join(cas)).decode()
         docs = point_at(shipped_configurations(), self._front, ca_bundle)

@@ -1,9 +1,9 @@
 """An HTTP router in front of the webhook replicas: it picks a replica per admission
 review, where the Service (:mod:`testbed.service`) can only pick per connection.
 
-    router = Router(rig.hooks).start()   # https://127.0.0.1:<router.port>, CA router.ca_pem
-    router.pair("blast-1")               # its next two Job creates: together, one a replica
-    router.pin("blast-2", 1)             # every request of blast-2 to replica 1
+    router = Router(rig.hooks, cas).start()  # https://127.0.0.1:<port>, CA router.ca_pem
+    router.pair("blast-1")                   # its next two Job creates: together, one a replica
+    router.pin("blast-2", 1)                 # every request of blast-2 to replica 1
     router.stop()
 
 Races need the two halves of a race judged by the two replicas at once, or by one, by
@@ -27,30 +27,20 @@ import json
 import ssl
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from aiohttp import web
 
-from testbed.certs import MountedCertificate
+from testbed.service import Replica
 from testbed.tls_server import TlsServer
-
-
-class Replica(Protocol):
-    """What the router sends to (a :class:`~testbed.webhook_process.WebhookProcess`)."""
-
-    @property
-    def port(self) -> int: ...
-
-    @property
-    def certificate(self) -> MountedCertificate: ...
 
 
 class Router(TlsServer):
     """A TLS-terminating admission review router on 127.0.0.1, served from a thread."""
 
-    def __init__(self, replicas: Sequence[Replica], hold_seconds: float = 2.0) -> None:
-        cas = "".join(r.certificate.ca_pem.decode() for r in replicas)
-        super().__init__(ssl.create_default_context(cadata=cas), "router")
+    def __init__(self, replicas: Sequence[Replica], cas: bytes, hold_seconds: float = 2.0) -> None:
+        """``cas``: the CA certificates the replicas' serving certificates chain to (PEM)."""
+        super().__init__(ssl.create_default_context(cadata=cas.decode()), "router")
         self.replicas = list(replicas)
         self.hold_seconds = hold_seconds
         self._turn = itertools.count()

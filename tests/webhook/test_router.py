@@ -55,11 +55,15 @@ class _Replica:
     def port(self) -> int:
         return int(self.server.server_address[1])
 
+    def ready(self) -> bool:
+        return True
+
 
 @pytest.fixture
 def router(tmp_path: Path) -> Iterator[Router]:
     replicas = [_Replica(i, tmp_path) for i in range(2)]
-    started = Router(replicas, hold_seconds=1.0).start()
+    cas = b"".join(r.certificate.ca_pem for r in replicas)
+    started = Router(replicas, cas, hold_seconds=1.0).start()
     yield started
     started.stop()
     for replica in replicas:
