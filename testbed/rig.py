@@ -14,9 +14,9 @@ once, each connection to one of them) needs only connections spread as kube-prox
 Every component authenticates as its own ServiceAccount with exactly the shipped RBAC
 (:mod:`testbed.install`); with a :class:`~testbed.faultproxy.FaultProxy` both talk to
 the API server through it. Pod names are made as a ReplicaSet makes them, so rigs on
-one control plane never collide. The race histories point the configurations at a
-router that picks a replica per request instead (:mod:`testbed.router`): they need the
-two halves of a race judged by the two replicas by construction.
+one control plane never collide. Tests that must say which replica judges a request
+(the race histories, the replica race and fair-turn tests) point the configurations at
+a router that picks one per request instead (:mod:`testbed.router`).
 
 The demo (:mod:`testbed.demo.system`) and the reliability runs
 (:mod:`testbed.reliability.rig`) are configurations of this rig; the system tier runs
