@@ -4,13 +4,14 @@ Two webhook replicas, the two real clients' Lease protocols (:mod:`testbed.clien
 real identities: the dashboard's token-file user over raw HTTPS, the OpenAPI service's
 ServiceAccount token bound to a running Pod through ``kubectl``. Every Lease write goes
 through the API server to a replica over TLS; the test bed's router in front of them
-(:mod:`testbed.router`) sends the requests to the replicas in turn, so consecutive writes
-are judged by alternate replicas and only the record in the API server carries the
-waiting line.
+(:mod:`testbed.router`) sends each client's writes to the other replica than the last
+client's, so consecutive attempts are judged by alternate replicas and only the record
+in the API server carries the waiting line.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 
@@ -61,6 +62,7 @@ class Paths:
 
     def __init__(self, cp: ControlPlane, rig: Rig) -> None:
         self.cp, self.rig = cp, rig
+        self._replicas = itertools.cycle(range(len(rig.hooks)))
         namespace = cp.new_namespace("fair")
         self.searches = [blast_job(namespace, new_job_id()) for _ in range(3)]
         for job in self.searches:
@@ -71,11 +73,18 @@ class Paths:
         assert first.acquire() == "acquired"  # the CREATE (not judged)
         assert first.release() == "released"
 
+    def next_replica(self) -> None:
+        """The next client's requests go to the next replica."""
+        assert self.rig.router is not None
+        self.rig.router.pin(self.ns, next(self._replicas))
+
     def dashboard(self) -> DashboardLeaseClient:
         """The dashboard mints a fresh holder for every attempt."""
+        self.next_replica()
         return DashboardLeaseClient.on(self.cp, DASHBOARD, self.ns)
 
     def openapi(self, holder: str | None = None) -> OpenApiLeaseClient:
+        self.next_replica()
         return OpenApiLeaseClient.on(self.cp, self.openapi_pod, self.ns, holder=holder)
 
     def capacity_poll(self) -> None:
@@ -170,10 +179,12 @@ def test_a_takeover_of_a_live_lease_is_still_refused_for_the_path_whose_turn_it_
     # A submitter of no configured path (outside the rule) takes the free Lease and
     # keeps it: a live Lease. Then a slot frees: the next turn is the dashboard's.
     bob = DashboardLeaseClient.on(paths.cp, "bob", paths.ns, holder=new_holder("bob"))
+    paths.next_replica()
     assert bob.acquire() == "acquired"
     paths.free_a_slot()
     # The dashboard comes back with a clock 2000 s ahead: it judges the live Lease
     # expired and writes a takeover. The guard refuses it; the rule is never asked.
+    paths.next_replica()
     skewed = DashboardLeaseClient.on(paths.cp, DASHBOARD, paths.ns, clock_offset=2000.0)
     assert skewed.acquire() == "busy"
     assert skewed.last_status == 409
