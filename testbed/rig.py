@@ -141,15 +141,15 @@ class Rig:
 
     def _start_webhooks(self) -> None:
         """Every replica (side by side), the Service, then the configurations pointed at
-        it, trusting every replica's CA."""
+        it, trusting every replica's CA (or at the router, trusting its CA)."""
         in_parallel([hook.start for hook in self.hooks])
         self.service = Service(self.hooks).start()
         self._front = self.service.port
-        cas = dict.fromkeys(h.certificate.ca_pem for h in self.hooks)
+        cas = b"".join(dict.fromkeys(h.certificate.ca_pem for h in self.hooks))
         if self._per_request:
-            self.router = Router(self.hooks, b"".join(cas)).start()
-            self._front, cas = self.router.port, {self.router.ca_pem: None}
-        ca_bundle = base64.b64encode(b"".join(cas)).decode()
+            self.router = Router(self.hooks, cas).start()
+            self._front, cas = self.router.port, self.router.ca_pem
+        ca_bundle = base64.b64encode(cas).decode()
         docs = point_at(shipped_configurations(), self._front, ca_bundle)
         register(self.install, docs, self._registered, self.hooks, self.effective_seconds)
 

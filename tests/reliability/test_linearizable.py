@@ -4,10 +4,11 @@ porcupine against a sequential model of the gates written from docs/design.md.
 Every race kind of :mod:`testbed.reliability.races` runs several times, on two webhook
 replicas behind a router that picks one per request (half the histories have their
 race's two first Jobs judged by the two replicas at once, half by one), whose API calls
-go through a fault proxy, with the controller (stopped across a batch TTL for one kind). Each history holds what the API
-server recorded — every Job create's admission with its request and answer times, every
-Job delete and submit Lease write, every Job finishing — and the checker (``lincheck/``)
-must find an order of it that the model allows.
+go through a fault proxy, with the controller (stopped across a batch TTL for one
+kind). Each history holds what the API server recorded — every Job create's admission
+with its request and answer times, every Job delete and submit Lease write, every Job
+finishing — and the checker (``lincheck/``) must find an order of it that the model
+allows.
 """
 
 from __future__ import annotations
