@@ -84,11 +84,13 @@ class Router(TlsServer):
                     future.set_result(turn)
         try:
             return await asyncio.wait_for(asyncio.shield(mine), self.hold_seconds)
-        except TimeoutError:  # no partner came: this one goes on alone
+        except TimeoutError:  # no partner came in time
             with self._lock:
+                if mine.done():  # it came as the hold ended: the pair stands
+                    return mine.result()
                 if self._pairs.get(ns) == [mine]:
                     del self._pairs[ns]
-                return self._pins.get(ns, 0)
+                return self._pins.get(ns, 0)  # this one goes on alone
 
     async def _handle(self, request: web.Request) -> web.Response:
         body = await request.read()

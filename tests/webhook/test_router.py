@@ -10,6 +10,7 @@ replica unchanged, and its answer comes back unchanged, over TLS both ways.
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import ssl
@@ -125,3 +126,19 @@ def test_other_requests_take_turns_and_pass_unchanged(router: Router) -> None:
         assert answer["got"] == body.decode()
         judged.append(answer["replica"])
     assert judged in ([0, 1] * 3, [1, 0] * 3)
+
+
+async def test_a_partner_that_comes_as_the_hold_ends_still_makes_a_pair(tmp_path: Path) -> None:
+    # The first create's hold ends (0 s here) while the second is arriving: whichever
+    # way that goes, the two are judged by different replicas, even in a pinned namespace.
+    replicas = [_Replica(i, tmp_path) for i in range(2)]
+    cas = b"".join(r.certificate.ca_pem for r in replicas)
+    router = Router(replicas, cas, hold_seconds=0.0)
+    router.pin("blast", 1)
+    request = {"namespace": "blast", "kind": {"kind": "Job"}, "operation": "CREATE"}
+    for _ in range(20):
+        router.pair("blast")
+        turns = await asyncio.gather(*(router._replica({"request": request}) for _ in range(2)))
+        assert sorted(turns) == [0, 1]
+    for replica in replicas:
+        replica.server.shutdown()
