@@ -57,18 +57,26 @@ def _json_kind(value: object) -> str:
     return type(value).__name__
 
 
+SECTIONS = ("metadata", "spec", "status")
+"""An object's parts that every kind elb-gate judges (Job, Lease) has as JSON objects."""
+
+
 def _object_or_none(req: Mapping[str, Any], key: str, uid: str) -> Mapping[str, Any] | None:
-    """``request.<key>``: a JSON object, or absent/null (DELETE, CONNECT). Anything else is
-    malformed — never read as "no object", which would admit it unjudged."""
+    """``request.<key>``: a JSON object, or absent/null (DELETE, CONNECT), and so are its
+    :data:`SECTIONS`. Anything else is malformed — never read as "no object", which would
+    admit it unjudged, nor left for a decision to trip over."""
     value = req.get(key)
-    if value is None or isinstance(value, Mapping):
-        return value
-    raise MalformedReview(
-        f"request.{key} must be a JSON object or null, got {_json_kind(value)} "
-        f"(request.uid {uid!r})",
-        field=f"request.{key}",
-        uid=uid,
-    )
+    for where, part in [(key, value)] + [
+        (f"{key}.{name}", value.get(name)) for name in SECTIONS if isinstance(value, Mapping)
+    ]:
+        if part is not None and not isinstance(part, Mapping):
+            raise MalformedReview(
+                f"request.{where} must be a JSON object or null, got {_json_kind(part)} "
+                f"(request.uid {uid!r})",
+                field=f"request.{where}",
+                uid=uid,
+            )
+    return value
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
-"""A review whose ``request.object`` or ``oldObject`` is not a JSON object is malformed: an
-HTTP 400 naming the field and echoing the uid, and the handler is never asked. Before, a
-JSON string there was read as "no object" — and a Job "without an object" was admitted."""
+"""A review whose ``request.object`` or ``oldObject`` is not a JSON object, or whose
+``metadata``, ``spec`` or ``status`` is not, is malformed: an HTTP 400 naming the field and
+echoing the uid, and the handler is never asked. Before, a JSON string there was read as
+"no object" — and a Job "without an object" was admitted."""
 
 from __future__ import annotations
 
@@ -73,6 +74,34 @@ async def test_a_field_that_is_not_an_object_is_a_400_naming_it_with_the_uid(
     assert f"request.{field} must be a JSON object or null, got {kind}" in status["message"]
     assert "705ab4f5-6393-11e8-b7cc-42010a800002" in status["message"]
     assert asked == []  # never judged, so never admitted
+
+
+@pytest.mark.parametrize("field", ["object", "oldObject"])
+@pytest.mark.parametrize("section", ["metadata", "spec", "status"])
+@pytest.mark.parametrize(("value", "kind"), NOT_OBJECTS[1:], ids=[k for _v, k in NOT_OBJECTS[1:]])
+async def test_an_objects_section_that_is_not_an_object_is_a_400_naming_it(
+    client: TestClient,
+    asked: list[AdmissionRequest],
+    field: str,
+    section: str,
+    value: Any,
+    kind: str,
+) -> None:
+    """Before, a Job whose ``spec`` was a string reached the decision, which raised: an
+    "internal error" refusal (and a traceback in the log) instead of a clear 400."""
+    fields: dict[str, Any] = {"object": JOB, "oldObject": JOB, field: {**JOB, section: value}}
+    resp = await client.post(
+        "/validate/jobs",
+        data=orjson.dumps(review(**fields)),
+        headers={"Content-Type": "application/json"},
+    )
+    status = await resp.json()
+    assert (resp.status, status["code"], status["reason"]) == (400, 400, "BadRequest")
+    assert (
+        f"request.{field}.{section} must be a JSON object or null, got {kind}"
+        in (status["message"])
+    )
+    assert asked == []
 
 
 @pytest.mark.parametrize(
