@@ -166,6 +166,14 @@ class Api:
         ns = namespace or (obj.get("metadata") or {}).get("namespace")
         return dict(self.request("POST", res.path(ns), obj, query=query or None))
 
+    def create_once(self, obj: Mapping[str, Any]) -> None:
+        """:meth:`create`, unless an object of its name is there already (left as it is)."""
+        try:
+            self.create(obj)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+
     def get(self, resource: str, namespace: str | None, name: str) -> JsonObj:
         return dict(self.request("GET", self.resource(resource).path(namespace, name)))
 

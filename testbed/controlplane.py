@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from testbed.api import Api, ApiError, JsonObj
+from testbed.api import Api, JsonObj
 from testbed.audit_log import read_audit
 from testbed.waiting import wait_until
 
@@ -403,15 +403,7 @@ class ControlPlane:
     def ensure_service_account(self, namespace: str, name: str) -> None:
         self.ensure_namespace(namespace)
         meta = {"name": name, "namespace": namespace}
-        self.create_once({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta})
-
-    def create_once(self, doc: JsonObj) -> None:
-        """Create ``doc`` unless an object of its name is there already (left as it is)."""
-        try:
-            self.admin.create(doc)
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
+        self.admin.create_once({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta})
 
     # -- namespaces ---------------------------------------------------------------------
 
@@ -423,7 +415,7 @@ class ControlPlane:
 
     def ensure_namespace(self, name: str, labels: Mapping[str, str] | None = None) -> None:
         meta = {"name": name, "labels": dict(labels or {})}
-        self.create_once({"apiVersion": "v1", "kind": "Namespace", "metadata": meta})
+        self.admin.create_once({"apiVersion": "v1", "kind": "Namespace", "metadata": meta})
         if labels:  # on one that was there already, too
             self.admin.patch("namespaces", None, name, {"metadata": {"labels": dict(labels)}})
         # Pods need the namespace's default ServiceAccount (the controller creates it).

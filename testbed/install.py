@@ -190,7 +190,7 @@ class Installation:
         if namespace not in self._gated:
             for doc in gated_namespace_bindings(namespace):
                 if doc["kind"] == "Job":  # its pod template cannot change: made once
-                    self.cp.create_once(doc)
+                    self.cp.admin.create_once(doc)
                 else:
                     self.cp.admin.apply(doc)
             if open_to_all:

@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from elbgate.census import census
-from testbed.api import Api, ApiError, JsonObj
+from testbed.api import Api, JsonObj
 from testbed.reliability import oracle
 from testbed.reliability.audit import Seen
 from testbed.reliability.rig import CEILING, FINALIZER_GRACE_SECONDS
@@ -170,12 +170,8 @@ class Observer:
                 "metadata": meta,
                 "spec": {"suspend": True, "template": {"spec": idle}},
             },
-        ):
-            try:
-                self.admin.create(obj)
-            except ApiError as exc:
-                if exc.status != 409:  # made by an earlier observer on this control plane
-                    raise
+        ):  # made once per control plane: a later observer finds them there
+            self.admin.create_once(obj)
 
     def watch(self, namespace: str) -> NamespaceRecord:
         """Check ``namespace`` against the rig's ceiling and finalizer grace from now on."""
