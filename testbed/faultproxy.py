@@ -257,7 +257,6 @@ _REASONS = {
     429: "TooManyRequests",
     409: "Conflict",
     410: "Expired",
-    403: "Forbidden",
 }
 
 
