@@ -123,7 +123,6 @@ type systemTier struct {
 	led     *ledger
 	hostIP  string
 	index   int
-	nodes   []nodeSpec
 	state   systemState
 	kubelet string
 	pause   string
@@ -132,13 +131,13 @@ type systemTier struct {
 	kubelets []*child
 }
 
-func newSystemTier(u *upper, nodes []nodeSpec) (*systemTier, error) {
+func newSystemTier(u *upper) (*systemTier, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	here := filepath.Dir(self)
-	t := &systemTier{u: u, dir: filepath.Join(u.dir, "system"), nodes: nodes,
+	t := &systemTier{u: u, dir: filepath.Join(u.dir, "system"),
 		kubelet: filepath.Join(here, "kubelet"), pause: filepath.Join(here, "pause")}
 	for _, p := range []string{t.kubelet, t.pause} {
 		if _, err := os.Stat(p); err != nil {
@@ -360,7 +359,7 @@ func (t *systemTier) startNodes(ctx context.Context, kubeconfigs map[string]stri
 	if err := os.WriteFile(resolv, []byte("options ndots:1\n"), 0o644); err != nil {
 		return err
 	}
-	for i, n := range t.nodes {
+	for i, n := range t.u.systemNodes {
 		if err := t.startNode(ctx, i, n, kubeconfigs, pauseTar, resolv); err != nil {
 			return fmt.Errorf("node %s: %w", n.Name, err)
 		}
@@ -409,8 +408,6 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   "io.containerd.internal.v1.tracing"]
 [grpc]
   address = %[3]q
-[ttrpc]
-  address = "%[3]s.ttrpc"
 [plugins."io.containerd.internal.v1.opt"]
   path = %[4]q
 [plugins."io.containerd.grpc.v1.cri"]
@@ -418,20 +415,13 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   restrict_oom_score_adj = true
   disable_apparmor = true
   netns_mounts_under_state_dir = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
-        Root = %[6]q
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+      Root = %[6]q
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = %[7]q
-    max_conf_num = 1
 `, filepath.Join(d, "containerd", "root"), filepath.Join(d, "containerd", "state"), sock,
 		filepath.Join(d, "containerd", "opt"), pauseImage, filepath.Join(d, "runc"), filepath.Join(d, "cni"))
 	cfgPath := filepath.Join(d, "containerd.toml")

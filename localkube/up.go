@@ -179,7 +179,7 @@ func (u *upper) run(ctx context.Context) error {
 	// below) stops its kubelets and containerd itself, then the rest stop.
 	defer u.stopChildren()
 	if len(u.systemNodes) > 0 {
-		if u.system, err = newSystemTier(u, u.systemNodes); err != nil {
+		if u.system, err = newSystemTier(u); err != nil {
 			return err
 		}
 		defer u.system.tearDown()
