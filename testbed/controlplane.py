@@ -215,8 +215,7 @@ class ControlPlane:
         try:
             wait_until(ready, 300, f"localkube to be ready (see {state_dir})")
         except BaseException:
-            process.kill()  # a no-op once it has exited
-            process.wait(10)
+            halt(process, 60, group=True)  # as stop(): localkube undoes what it changed
             if etcd_dir is not None:
                 shutil.rmtree(etcd_dir, ignore_errors=True)
             raise

@@ -1,17 +1,20 @@
-"""What the system tier changes on the host is undone: after a stop, and after a
-crash (the next start undoes the dead run's ledger). And nothing is routed off the
+"""What the system tier changes on the host is undone: after a stop, after a start
+given up on, and after a crash (the next start undoes the dead run's ledger). And nothing is routed off the
 machine: the stand-in's ranges are blackholed while the tier runs."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from testbed import controlplane
 from testbed.system_tier import SYSTEM_NODES, SystemTier, host_differences, host_snapshot
 from testbed.waiting import wait_until
 
@@ -69,6 +72,30 @@ def test_a_stop_restores_every_change_on_the_host(host_before: dict[str, Any]) -
     finally:
         t.stop()
     assert differences(host_before, host_snapshot()) == {}
+
+
+def test_a_start_given_up_on_restores_every_change_on_the_host(
+    host_before: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Interrupted once the tier is up but before start() returned (Ctrl-C, or its
+    deadline passing just then): localkube is stopped as stop() stops it, and undoes
+    its changes itself rather than leaving them to the next run."""
+    wait_until_ready = controlplane.wait_until
+
+    def interrupted(*args: Any) -> None:
+        wait_until_ready(*args)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(controlplane, "wait_until", interrupted)
+    state_dirs = set(Path(tempfile.gettempdir()).glob("localkube-*"))
+    with pytest.raises(KeyboardInterrupt):
+        SystemTier.start(SYSTEM_NODES[:1])
+    monkeypatch.undo()
+    try:
+        assert differences(host_before, host_snapshot()) == {}
+    finally:  # the state directory a failed start keeps for its log
+        for left in set(Path(tempfile.gettempdir()).glob("localkube-*")) - state_dirs:
+            shutil.rmtree(left, ignore_errors=True)
 
 
 def test_the_next_start_undoes_what_a_killed_run_left(host_before: dict[str, Any]) -> None:
