@@ -66,9 +66,10 @@ def _object_or_none(req: Mapping[str, Any], key: str, uid: str) -> Mapping[str, 
     :data:`SECTIONS`. Anything else is malformed — never read as "no object", which would
     admit it unjudged, nor left for a decision to trip over."""
     value = req.get(key)
-    for where, part in [(key, value)] + [
-        (f"{key}.{name}", value.get(name)) for name in SECTIONS if isinstance(value, Mapping)
-    ]:
+    parts = {key: value}
+    if isinstance(value, Mapping):
+        parts |= {f"{key}.{name}": value.get(name) for name in SECTIONS}
+    for where, part in parts.items():
         if part is not None and not isinstance(part, Mapping):
             raise MalformedReview(
                 f"request.{where} must be a JSON object or null, got {_json_kind(part)} "
