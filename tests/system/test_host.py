@@ -1,6 +1,7 @@
 """What the system tier changes on the host is undone: after a stop, after a start
-given up on, and after a crash (the next start undoes the dead run's ledger). And nothing is routed off the
-machine: the stand-in's ranges are blackholed while the tier runs."""
+given up on, and after a crash (the next start undoes the dead run's ledger). And
+nothing is routed off the machine: the stand-in's ranges are blackholed while the tier
+runs."""
 
 from __future__ import annotations
 

@@ -136,9 +136,11 @@ async def test_a_partner_that_comes_as_the_hold_ends_still_makes_a_pair(tmp_path
     router = Router(replicas, cas, hold_seconds=0.0)
     router.pin("blast", 1)
     request = {"namespace": "blast", "kind": {"kind": "Job"}, "operation": "CREATE"}
-    for _ in range(20):
-        router.pair("blast")
-        turns = await asyncio.gather(*(router._replica({"request": request}) for _ in range(2)))
-        assert sorted(turns) == [0, 1]
-    for replica in replicas:
-        replica.server.shutdown()
+    try:
+        for _ in range(20):
+            router.pair("blast")
+            turns = await asyncio.gather(*(router._replica({"request": request}) for _ in range(2)))
+            assert sorted(turns) == [0, 1]
+    finally:
+        for replica in replicas:
+            replica.server.shutdown()
