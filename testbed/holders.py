@@ -37,7 +37,7 @@ from elbgate.lease import parse_microtime
 from elbgate.names import HOLDER_CONTAINER_ANNOTATION, LIVENESS_CONFIGMAP, lease_name
 from elbgate.settings import ControllerSettings, GateSettings, WebhookSettings
 from testbed.api import JsonObj
-from testbed.audit_log import read_audit
+from testbed.audit_log import read_audit, requests_to
 from testbed.controller_process import CONTROLLER_USER, LEADER_LEASE, ControllerProcess
 from testbed.controlplane import ControlPlane, PodIdentity
 from testbed.kubelet_stand_in import (
@@ -191,13 +191,14 @@ class AuditLog:
     def clears_of(self, holder: Holder) -> list[JsonObj]:
         """The controller's successful writes that cleared ``holder`` from the submit
         Lease (conditioned on a version it wrote)."""
-        lease = ("leases", holder.identity.namespace, lease_name(holder.identity.namespace))
+        ns = holder.identity.namespace
+        patches = requests_to(
+            self.events(), "leases", ns, lease_name(ns), user=CONTROLLER_USER, verbs=("patch",)
+        )
         return [
             e
-            for e in self.events()
-            if e.get("verb") == "patch"
-            and _written(e, *lease, CONTROLLER_USER)
-            and (e.get("responseStatus") or {}).get("code") == 200
+            for e in patches
+            if (e.get("responseStatus") or {}).get("code") == 200
             and not ((e.get("responseObject") or {}).get("spec") or {}).get("holderIdentity")
             and str(((e.get("requestObject") or {}).get("metadata") or {}).get("resourceVersion"))
             in holder.versions
@@ -205,21 +206,8 @@ class AuditLog:
 
     def job_writes(self, namespace: str, name: str, user: str = CONTROLLER_USER) -> list[JsonObj]:
         """``user``'s successful writes to Job ``namespace/name``."""
-        return [
-            e
-            for e in self.events()
-            if _written(e, "jobs", namespace, name, user)
-            and (e.get("responseStatus") or {}).get("code", 0) < 300
-        ]
-
-
-def _written(event: JsonObj, resource: str, namespace: str, name: str, user: str) -> bool:
-    """Whether ``event`` is ``user``'s request to ``resource`` ``namespace/name``."""
-    ref = event.get("objectRef") or {}
-    target = (ref.get("resource"), ref.get("namespace"), ref.get("name"))
-    return (
-        target == (resource, namespace, name) and (event.get("user") or {}).get("username") == user
-    )
+        writes = requests_to(self.events(), "jobs", namespace, name, user=user)
+        return [e for e in writes if (e.get("responseStatus") or {}).get("code", 0) < 300]
 
 
 # -- a stage: the control plane, the controllers, the audit log ------------------------

@@ -2,7 +2,8 @@
 
 One synchronous helper (:func:`wait_until`) and its asynchronous twin
 (:func:`wait_until_async`, which sleeps without blocking the event loop), used by the
-test bed, the tests and the benchmarks alike. Both take ``(predicate, timeout, what)``,
+test bed, the tests and the benchmarks alike; and :func:`at_once`, which starts calls
+together and waits for them all. Both take ``(predicate, timeout, what)``,
 return the predicate's first truthy value, and fail with an ``AssertionError`` that
 names what was awaited and for how long, followed by ``detail()`` when given (a
 process's last log lines, say). A predicate that knows waiting is pointless (the
@@ -12,9 +13,12 @@ process it waits for has exited) raises, and that error ends the wait.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def _fail_past(
@@ -56,3 +60,24 @@ async def wait_until_async(
         _fail_past(deadline, timeout, what, detail)
         await asyncio.sleep(interval)
     return value
+
+
+def at_once(calls: Sequence[Callable[[], T]]) -> list[T | Exception]:
+    """Run every call from its own thread, all released by one barrier; return what each
+    returned or raised (a ``TimeoutError`` for one still running after three minutes)."""
+    barrier = threading.Barrier(len(calls))
+    out: list[T | Exception] = [TimeoutError("did not return within 180 s")] * len(calls)
+
+    def run(i: int) -> None:
+        try:
+            barrier.wait(60)
+            out[i] = calls[i]()
+        except Exception as exc:  # the caller's to judge
+            out[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(180)
+    return out

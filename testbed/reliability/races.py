@@ -31,6 +31,7 @@ import functools
 import random
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
@@ -48,7 +49,7 @@ from testbed.reliability.gate_a import LEASE_PREFIX
 from testbed.reliability.histories import History, JobWatch, audit_operations
 from testbed.reliability.jobs import JobPlan, job_body, job_name
 from testbed.reliability.rig import CEILING, CONTROLLER_ENV, SKEW_SECONDS, Rig, each_on_a_slot
-from testbed.waiting import wait_until
+from testbed.waiting import at_once, wait_until
 
 KINDS: tuple[str, ...] = (
     "one_identity",
@@ -107,21 +108,6 @@ def job(
 
 def create(api: Api, body: JsonObj) -> int:
     return request(api, "POST", jobs_path(body["metadata"]["namespace"]), body)[0]
-
-
-def at_once(calls: Sequence[Callable[[], object]]) -> None:
-    """Run every call from its own thread, released by one barrier."""
-    barrier = threading.Barrier(len(calls))
-
-    def run(call: Callable[[], object]) -> None:
-        barrier.wait(60)
-        call()
-
-    threads = [threading.Thread(target=run, args=(c,), daemon=True) for c in calls]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(180)
 
 
 @dataclass(frozen=True)
@@ -268,7 +254,9 @@ class Races:
             paired = pair and ns in self._paired
         if paired:
             self.router.pair(ns)
-        at_once(calls)
+        for outcome in at_once(calls):
+            if isinstance(outcome, Exception):  # the history judges what was recorded
+                traceback.print_exception(outcome)
 
     def _first_jobs(
         self,
