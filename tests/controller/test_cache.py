@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from controller.cache import Cache, Kind
-from tests.controller.builders import NS, ago, job_doc, lease_doc
+from tests.builders import NS, ago, job_doc, lease_doc
 
 
 def synced_cache(changes: list[str] | None = None) -> Cache:
@@ -115,7 +115,7 @@ def test_batch_work_that_leaves_the_live_watch_is_remembered_until_the_next_reli
     # watch selects live Jobs (status.successful=0), so a batch Job that succeeds leaves
     # it with a DELETED event carrying the Job as it was: a deletion and a success look
     # the same, and either way the batch work existed.
-    from tests.controller.builders import NS, job_doc
+    from tests.builders import NS, job_doc
 
     cache = Cache([NS])
     cache.replace(Kind.JOBS, NS, [job_doc("blast-1", app="blast", job_id="s1", finished=True)])

@@ -20,7 +20,7 @@ from controller.holders import (
     PodView,
     judge_holder,
 )
-from tests.controller.builders import (
+from tests.builders import (
     NODE,
     NOW,
     POD_UID,

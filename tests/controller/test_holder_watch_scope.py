@@ -26,7 +26,7 @@ from elbgate.lease import format_microtime
 from elbgate.names import lease_name
 from elbgate.settings import Settings
 from testbed.waiting import wait_until_async
-from tests.controller.builders import NODE, lease_doc, node_doc, pod_doc
+from tests.builders import NODE, lease_doc, node_doc, pod_doc
 from tests.controller.fake_api import FakeApi
 
 POD_NS, POD = "elb", "elb-openapi-7c9d8f-x2x4k"

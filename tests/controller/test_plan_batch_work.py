@@ -25,7 +25,7 @@ from elbgate.census import JobRef
 from elbgate.lease import format_microtime
 from elbgate.names import BATCH_WORK_SEEN_ANNOTATION, ORPHANED_SINCE_ANNOTATION
 from elbgate.settings import ControllerSettings, GateSettings
-from tests.controller.builders import NOW, NS, ago, job_doc, sections, snapshot
+from tests.builders import NOW, NS, ago, job_doc, sections, snapshot
 
 SEARCH = "9b2f6e1c-4d7a-4e0b-8c3f-5a6d7e8f9a0b"
 FIN = "elb-finalizer-9b2f6e1c"

@@ -10,7 +10,7 @@ import pytest
 from controller.actions import WriteLiveness
 from controller.liveness import format_time
 from controller.plan import Plan, make_plan
-from tests.controller.builders import HOLDER, NOW, ago, job_doc, lease, sections, snapshot
+from tests.builders import HOLDER, NOW, ago, job_doc, lease_view, sections, snapshot
 
 
 def written(found: Plan) -> WriteLiveness | None:
@@ -35,9 +35,9 @@ def idle_data(idle_since: str, updated: str, last_active: str = "") -> dict[str,
     ("name", "snap_kw", "in_use"),
     [
         ("nothing at all is idle", {}, False),
-        ("a held, unexpired Lease is in use", {"lease": lease(renewed_ago=10)}, True),
-        ("an expired Lease is not in use", {"lease": lease(renewed_ago=5000)}, False),
-        ("a free Lease is not in use", {"lease": lease(holder="")}, False),
+        ("a held, unexpired Lease is in use", {"lease": lease_view(renewed_ago=10)}, True),
+        ("an expired Lease is not in use", {"lease": lease_view(renewed_ago=5000)}, False),
+        ("a free Lease is not in use", {"lease": lease_view(holder="")}, False),
         ("an unfinished blast Job is in use", {"jobs": [job_doc("b", app="blast")]}, True),
         (
             "a finalizer still merging results is in use",
@@ -85,7 +85,7 @@ def test_liveness_apps_are_configurable() -> None:
 
 def test_the_configmap_lists_active_searches_and_the_holder() -> None:
     snap = snapshot(
-        lease=lease(renewed_ago=10),
+        lease=lease_view(renewed_ago=10),
         jobs=[job_doc("b1", app="blast", job_id="s2"), job_doc("f1", job_id="s1", age=10)],
     )
     write = written(make_plan(snap, {}, None, NOW, *sections()))
@@ -125,7 +125,7 @@ def test_steady_in_use_state_writes_nothing_between_heartbeats() -> None:
         "idleSince": "",
         "updatedAt": format_time(ago(20)),
     }
-    found = make_plan(snapshot(lease=lease(), liveness=previous), {}, None, NOW, *sections())
+    found = make_plan(snapshot(lease=lease_view(), liveness=previous), {}, None, NOW, *sections())
     assert found.actions == ()
 
 
@@ -184,7 +184,7 @@ def test_a_new_leader_without_a_sighting_keeps_the_written_last_activity() -> No
 
 def test_idle_to_in_use_clears_idle_since() -> None:
     previous = idle_data(format_time(ago(3600)), format_time(ago(5)))
-    found = make_plan(snapshot(lease=lease(), liveness=previous), {}, None, NOW, *sections())
+    found = make_plan(snapshot(lease=lease_view(), liveness=previous), {}, None, NOW, *sections())
     write = written(found)
     assert write is not None and write.why == "changed"
     assert write.data["inUse"] == "true"

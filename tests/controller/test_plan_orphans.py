@@ -10,7 +10,7 @@ import pytest
 
 from controller.actions import DeleteOrphan, MarkOrphan, RecordBatchWork, UnmarkOrphan
 from controller.plan import make_plan
-from tests.controller.builders import NOW, ago, job_doc, sections, snapshot
+from tests.builders import NOW, ago, job_doc, sections, snapshot
 
 # Defaults: finalizer grace 300 s, policy warn; under policy delete, delete 900 s after
 # orphaned-since.

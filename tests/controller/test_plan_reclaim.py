@@ -14,12 +14,12 @@ from controller.holders import PodSeen, PodView
 from controller.plan import make_plan
 from controller.reclaim import holder_pod_to_check, plan_reclaim
 from elbgate.settings import GateSettings
-from tests.controller.builders import (
+from tests.builders import (
     NOW,
     POD_UID,
     STAMP,
     ago,
-    lease,
+    lease_view,
     pod_doc,
     running,
     sections,
@@ -123,7 +123,7 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_reclaim_table(case: Case) -> None:
-    view = lease(**case.lease) if case.lease is not None else None
+    view = lease_view(**case.lease) if case.lease is not None else None
     got = plan_reclaim(view, case.pod, NOW, *sections(**(case.overrides or {}))).release
     if case.reason is None:
         assert got is None
@@ -140,7 +140,7 @@ def test_reclaim_table(case: Case) -> None:
 
 def test_dead_holder_message_names_the_pod_and_the_evidence() -> None:
     got = plan_reclaim(
-        lease(renewed_ago=60, pod=STAMP), PodSeen("present", uid="other"), NOW, *sections()
+        lease_view(renewed_ago=60, pod=STAMP), PodSeen("present", uid="other"), NOW, *sections()
     ).release
     assert got is not None
     assert "blast/celery-worker-0" in got.message and "recreated" in got.message
@@ -149,30 +149,30 @@ def test_dead_holder_message_names_the_pod_and_the_evidence() -> None:
 
 
 def test_a_reclaim_carries_when_its_evidence_began() -> None:
-    got = plan_reclaim(lease(renewed_ago=10, pod=STAMP), RESTARTED, NOW, *sections()).release
+    got = plan_reclaim(lease_view(renewed_ago=10, pod=STAMP), RESTARTED, NOW, *sections()).release
     assert got is not None and got.evidence == "container_restarted"
     assert got.evidence_since == NOW - timedelta(seconds=3)
-    expired = plan_reclaim(lease(renewed_ago=1000), None, NOW, *sections()).release
+    expired = plan_reclaim(lease_view(renewed_ago=1000), None, NOW, *sections()).release
     assert expired is not None and expired.evidence_since == ago(1000 - 930)
 
 
 def test_expired_message_names_the_holder_and_the_expiry() -> None:
-    got = plan_reclaim(lease(renewed_ago=5000), None, NOW, *sections()).release
+    got = plan_reclaim(lease_view(renewed_ago=5000), None, NOW, *sections()).release
     assert got is not None
     assert got.holder in got.message and "expired at" in got.message
-    skewed = plan_reclaim(lease(renewed_ago=5000), None, NOW, *sections(clock_skew_seconds=90))
+    skewed = plan_reclaim(lease_view(renewed_ago=5000), None, NOW, *sections(clock_skew_seconds=90))
     assert skewed.release is not None
     assert "(renewTime + leaseDurationSeconds + 1m30s skew" in skewed.release.message
 
 
 def test_a_live_holder_is_looked_at_again_at_its_expiry() -> None:
-    got = plan_reclaim(lease(renewed_ago=100, pod=STAMP), ALIVE, NOW, *sections())
+    got = plan_reclaim(lease_view(renewed_ago=100, pod=STAMP), ALIVE, NOW, *sections())
     assert got.release is None and got.look_again_at == ago(100 - 930)
 
 
 def test_a_held_back_reclaim_is_looked_at_again_when_the_grace_ends() -> None:
     got = plan_reclaim(
-        lease(renewed_ago=5, pod=STAMP),
+        lease_view(renewed_ago=5, pod=STAMP),
         PodSeen("absent"),
         NOW,
         *sections(reclaim_grace_seconds=45),
@@ -194,11 +194,11 @@ def test_a_held_back_reclaim_is_looked_at_again_when_the_grace_ends() -> None:
 def test_the_watched_pod_is_the_one_a_live_stamp_names(
     lease_kw: dict[str, Any], expected: tuple[str, str, str] | None
 ) -> None:
-    assert holder_pod_to_check(lease(**lease_kw), NOW, GateSettings()) == expected
+    assert holder_pod_to_check(lease_view(**lease_kw), NOW, GateSettings()) == expected
 
 
 def test_the_combined_plan_uses_the_pod_lookup_keyed_by_the_stamp() -> None:
-    snap = snapshot(lease=lease(renewed_ago=60, pod=STAMP))
+    snap = snapshot(lease=lease_view(renewed_ago=60, pod=STAMP))
     found = make_plan(snap, {STAMP: PodSeen("absent")}, None, NOW, *sections())
     releases = [a for a in found.actions if isinstance(a, ReleaseLease)]
     assert [r.reason for r in releases] == ["dead_holder"]
@@ -209,8 +209,8 @@ def test_the_combined_plan_uses_the_pod_lookup_keyed_by_the_stamp() -> None:
 
 def test_the_lease_expired_gauge_follows_the_controller_clock() -> None:
     assert make_plan(
-        snapshot(lease=lease(renewed_ago=5000)), {}, None, NOW, *sections()
+        snapshot(lease=lease_view(renewed_ago=5000)), {}, None, NOW, *sections()
     ).lease_expired
     assert not make_plan(
-        snapshot(lease=lease(renewed_ago=5)), {}, None, NOW, *sections()
+        snapshot(lease=lease_view(renewed_ago=5)), {}, None, NOW, *sections()
     ).lease_expired

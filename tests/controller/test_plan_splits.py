@@ -7,7 +7,7 @@ import json
 from controller.cache import Cache, Kind
 from controller.metrics import ControllerMetrics
 from controller.plan import make_plan
-from tests.controller.builders import NOW, NS, job_doc, sections
+from tests.builders import NOW, NS, job_doc, sections
 
 SHARD, OTHER, DONE = "shard-0001", "regular-0002", "shard-0003"
 
