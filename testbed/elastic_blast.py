@@ -28,6 +28,7 @@ server (no status, no timestamps), in a namespace, with the
 from __future__ import annotations
 
 import copy
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -342,9 +343,10 @@ def finalizer(job_id: str) -> dict[str, Any]:
     return _job(f"elb-finalizer-{job_id[-8:]}", labels, pod, backoff_limit=0)
 
 
-def search_id(n: int) -> str:
-    """An ElasticBLAST-style ``elb-job-id`` (``job-`` + 32 hex digits)."""
-    return f"job-{n:032x}"
+def search_id(n: int | None = None) -> str:
+    """An ElasticBLAST-style ``elb-job-id`` (``job-`` + 32 hex digits): the ``n``-th of a
+    table's, or, without ``n``, a new one (a uuid4) for a search on the control plane."""
+    return f"job-{uuid.uuid4().hex if n is None else f'{n:032x}'}"
 
 
 def flows(
@@ -411,3 +413,16 @@ def for_api(
                     resources["requests"] = dict(requests)
                     resources.pop("limits", None)
     return body
+
+
+def ready(
+    job: dict[str, Any], namespace: str, *, run_seconds: float | None = None
+) -> dict[str, Any]:
+    """``job`` as :func:`for_api` makes it, with :data:`SMALL_REQUESTS`: for the control
+    plane, where a whole test session's Jobs must fit its nodes."""
+    return for_api(job, namespace, run_seconds=run_seconds, requests=SMALL_REQUESTS)
+
+
+def busy_searches(count: int, first: int = 100) -> list[dict[str, Any]]:
+    """``count`` searches already running: one batch Job each, on a database of its own."""
+    return [blast_batch(search_id(first + i), 0, f"other-db-{i}") for i in range(count)]

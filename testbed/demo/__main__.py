@@ -29,9 +29,10 @@ from types import FrameType
 
 from elbgate.names import LIVENESS_CONFIGMAP, lease_name
 from manifests.render_dashboard import render
+from testbed import elastic_blast as elb
 from testbed.controlplane import kubectl_path
 from testbed.demo.scenario import Scenario
-from testbed.demo.searches import new_search_id, search_manifests
+from testbed.demo.searches import search_manifests
 from testbed.demo.summary import summarize
 from testbed.demo.system import DASHBOARD_APPLY_USER, ROGUE_USER, System, start_system
 from testbed.demo.timeline import Timeline
@@ -54,7 +55,7 @@ def poke_instructions(system: System) -> list[str]:
     """How to look around while the demo stays up."""
     cp, ns, root = system.cp, system.namespace, system.root
     manifest = root / "a-search-job.json"
-    first = search_manifests(ns, new_search_id(), batch_work=True)[0]
+    first = search_manifests(ns, elb.search_id(), batch_work=True)[0]
     manifest.write_text(json.dumps(first))
     hook = next(iter(system.webhook_urls.values()))
     return [

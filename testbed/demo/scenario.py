@@ -15,8 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from elbgate.names import JOB_ID_LABEL
+from testbed import elastic_blast as elb
 from testbed.demo.observer import Observations, Observer
-from testbed.demo.searches import new_search_id, short
+from testbed.demo.searches import short
 from testbed.demo.submit_pods import SubmitPods
 from testbed.demo.submitters import (
     DashboardSubmitter,
@@ -76,7 +77,7 @@ class Scenario:
         self.doomed = DoomedSubmitter(system, timeline, self.stop)
 
     def _search(self, label: str) -> str:
-        job_id = new_search_id()
+        job_id = elb.search_id()
         self.names[job_id] = label
         return job_id
 

@@ -12,7 +12,6 @@ plane.
 from __future__ import annotations
 
 import random
-import uuid
 from typing import Any
 
 from testbed import elastic_blast as elb
@@ -26,11 +25,6 @@ SUBMIT_POD_SECONDS = 6.0
 BATCH_SECONDS = (20.0, 30.0)
 """Range of a batch Job's run time."""
 FINALIZER_MARGIN_SECONDS = 4.0
-
-
-def new_search_id() -> str:
-    """An ``elb-job-id`` as elastic-blast makes one: a uuid4, hex."""
-    return uuid.uuid4().hex
 
 
 def short(search_id: str) -> str:

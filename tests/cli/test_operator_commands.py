@@ -122,7 +122,7 @@ def test_census_table_at_the_ceiling_says_gate_b_would_deny(
     assert out.splitlines()[0] == f"namespace {ns}: 1/1 active, 0 orphaned finalizer(s)"
     assert f"Lease elb-blast-submit-{ns}: does not exist" in out
     assert "denied by Gate B: 1/1 active (at ceiling)" in out
-    assert "blast/blastp-batch-swissprot-job-s1" in out
+    assert f"blast/{job_name(search_job(ns, 's1'))}" in out
 
 
 def test_lease_status_shows_holder_its_pod_and_expiry(

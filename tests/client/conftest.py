@@ -20,14 +20,13 @@ from elbgate.kube.config import KubeConfig
 from elbgate.lease import Expiry, LeaseView
 from elbgate.names import lease_name
 from elbgate.settings import Settings
+from testbed import elastic_blast as elb
 from testbed.api import JsonObj
+from testbed.audit_log import requests_to
 from testbed.controlplane import ControlPlane
 from testbed.kubelet_stand_in import RUN_SECONDS
 from testbed.waiting import wait_until
 from testbed.webhook_process import SHORT_LEASES, WebhookProcess
-
-SEARCH_POD_CPU = "10m"
-"""Small requests, so every search of a session fits on the nodes."""
 
 
 def small_settings(**env: str) -> Settings:
@@ -50,40 +49,15 @@ def short_settings(**env: str) -> Settings:
     )
 
 
-def search_job(namespace: str, job_id: str, app: str = "blast", name: str | None = None) -> JsonObj:
-    """One Job of a search, shaped like elastic-blast's: ``app``/``elb-job-id``
-    (and ``db`` on batch work) on the Job and its pod template; the container
-    runs until :func:`complete`."""
-    labels = {"app": app, "elb-job-id": job_id}
-    if app == "blast":
-        labels["db"] = "swissprot"
-    default_name = {
-        "blast": f"blastp-batch-swissprot-job-{job_id}",
-        "submit": f"submit-jobs-{job_id}",
-        "finalizer": f"elb-finalizer-{job_id}",
-    }.get(app, f"{app}-{job_id}")
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name or default_name, "namespace": namespace, "labels": labels},
-        "spec": {
-            "backoffLimit": 0,
-            "template": {
-                "metadata": {"labels": dict(labels)},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {
-                            "name": app,
-                            "image": "elbacr.azurecr.io/ncbi/elb:1.4.0",
-                            "command": ["/bin/bash", "-co", "pipefail"],
-                            "resources": {"requests": {"cpu": SEARCH_POD_CPU, "memory": "16Mi"}},
-                        }
-                    ],
-                },
-            },
-        },
-    }
+def search_job(namespace: str, job_id: str, app: str = "blast") -> JsonObj:
+    """One Job of search ``job_id`` as elastic-blast writes it (:mod:`testbed.elastic_blast`;
+    a batch Job searches swissprot); its pods run until :func:`complete`."""
+    body = {
+        "blast": lambda: elb.blast_batch(job_id, 0, "swissprot"),
+        "submit": lambda: elb.submit_jobs(job_id),
+        "finalizer": lambda: elb.finalizer(job_id),
+    }[app]()
+    return elb.ready(body, namespace)
 
 
 def job_name(job: JsonObj) -> str:
@@ -137,20 +111,12 @@ def wait_until_expired(cp: ControlPlane, namespace: str, skew_seconds: float = 0
 def lease_writes(cp: ControlPlane, namespace: str, user: str) -> list[JsonObj]:
     """The Lease as the API server committed each successful update by ``user``
     (from the audit log, in order)."""
-    name = lease_name(namespace)
-    out = []
-    for event in cp.audit_events():
-        ref = event.get("objectRef") or {}
-        if (
-            event.get("stage") == "ResponseComplete"
-            and event.get("verb") == "update"
-            and ref.get("resource") == "leases"
-            and (ref.get("namespace"), ref.get("name")) == (namespace, name)
-            and (event.get("user") or {}).get("username") == user
-            and (event.get("responseStatus") or {}).get("code") == 200
-        ):
-            out.append(event["responseObject"])
-    return out
+    updates = requests_to(
+        cp.audit_events(), "leases", namespace, lease_name(namespace), user=user, verbs=("update",)
+    )
+    return [
+        e["responseObject"] for e in updates if (e.get("responseStatus") or {}).get("code") == 200
+    ]
 
 
 @pytest.fixture(scope="package")

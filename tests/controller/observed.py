@@ -1,5 +1,6 @@
 """What the controller's work looks like from the API: the submit Lease, Events, the
-liveness ConfigMap, a Job's annotations; and waiting until the controller has looked."""
+liveness ConfigMap, a Job's annotations (waiting until it has looked:
+:func:`testbed.holders.settle`)."""
 
 from __future__ import annotations
 
@@ -7,17 +8,6 @@ from typing import Any
 
 from elbgate.names import LIVENESS_CONFIGMAP, lease_name
 from testbed.controlplane import ControlPlane
-from testbed.holders import free_leader_lease, reconciles, settle
-
-__all__ = [
-    "annotations",
-    "events",
-    "free_leader_lease",
-    "holder",
-    "liveness",
-    "reconciles",
-    "settle",
-]
 
 
 def holder(cp: ControlPlane, namespace: str) -> str:

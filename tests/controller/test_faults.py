@@ -13,6 +13,7 @@ from controller.actions import ReleaseLease
 from controller.apply import Outcome
 from elbgate.kube.api import KubeApi
 from elbgate.names import ORPHANED_SINCE_ANNOTATION, lease_name
+from testbed import elastic_blast as elb
 from testbed import holders
 from testbed.api import JsonObj
 from testbed.controlplane import ControlPlane
@@ -20,13 +21,13 @@ from testbed.faultproxy import FaultProxy
 from testbed.waiting import wait_until_async
 from tests.controller.conftest import controller_settings, running
 from tests.controller.observed import events, holder, job_annotations, liveness
-from tests.controller.search_jobs import Submitter, finalizer, search_id
+from tests.graph.submitter import Submitter
 
 
 @pytest.fixture
 def expired(control_plane: ControlPlane, ns: str) -> Iterator[JsonObj]:
     """A submit Lease of 2 s that alice never renews: expired 2 s after it was taken."""
-    lease = Submitter(control_plane, "alice", ns).acquire(ttl_seconds=2)
+    lease = Submitter(control_plane, ns, "alice", source="cli", ttl_seconds=2).acquire().lease
     try:
         assert lease._known is not None
         yield lease._known
@@ -36,9 +37,9 @@ def expired(control_plane: ControlPlane, ns: str) -> Iterator[JsonObj]:
 
 def lone_finalizer(cp: ControlPlane, ns: str) -> str:
     """A finalizer created under the Lease whose batch work never appears (an orphan)."""
-    submitter = Submitter(cp, "alice", ns)
+    submitter = Submitter(cp, ns, "alice", source="cli")
     with submitter.holding():
-        (fin,) = submitter.create(finalizer(ns, search_id()))
+        (fin,) = submitter.create(elb.ready(elb.finalizer(elb.search_id()), ns))
     return str(fin["metadata"]["name"])
 
 
@@ -104,7 +105,7 @@ async def test_dropped_watch_connections_do_not_crash_the_controller(
         await wait_until_async(
             lambda: ctl.cache.synced(ns) and ctl.leader.may_act(), 30, "synced leader"
         )
-        lease = Submitter(cp, "alice", ns).acquire(ttl_seconds=2)
+        lease = Submitter(cp, ns, "alice", source="cli", ttl_seconds=2).acquire().lease
         lease.close()
         await wait_until_async(lambda: holder(cp, ns) == "", 30, "the expired Lease is reclaimed")
         await wait_until_async(lambda: events(cp, ns, "LeaseExpiredReclaimed"), 30, "the Event")
@@ -140,7 +141,7 @@ async def test_a_cas_conflict_is_reported_and_never_overwrites(
     async with running(controller_api, settings) as ctl:
         await wait_until_async(lambda: holder(cp, ns) == "", 30, "first reclaim")
         # Bob takes the Lease; a plan made on the old version must not apply.
-        taken = Submitter(cp, "bob", ns).acquire()
+        taken = Submitter(cp, ns, "bob", source="cli").acquire().lease
         try:
             old_plan = ReleaseLease(
                 ns,

@@ -22,13 +22,14 @@ from typing import Any
 import pytest
 
 from elbgate.names import BATCH_WORK_SEEN_ANNOTATION, ORPHANED_SINCE_ANNOTATION
+from testbed import elastic_blast as elb
 from testbed import holders
 from testbed.controller_process import ControllerProcess
 from testbed.controlplane import ControlPlane
-from testbed.holders import AT_DEFAULTS, AuditLog, Stage, utc
+from testbed.holders import AT_DEFAULTS, AuditLog, Stage, settle, utc
 from testbed.waiting import wait_until
-from tests.controller.observed import events, job_annotations, liveness, settle
-from tests.controller.search_jobs import Submitter, blast_batch, finalizer, search_id, submit_jobs
+from tests.controller.observed import events, job_annotations, liveness
+from tests.graph.submitter import Submitter
 
 GRACE_SECONDS = 5
 TTL_CONTROLLER = "system:serviceaccount:kube-system:ttl-after-finished-controller"
@@ -67,13 +68,13 @@ def search_past_its_batch_jobs(cp: ControlPlane, on: Stage, ns: str) -> Search:
     """ElasticBLAST's direct submit: batch Jobs (finishing after 2 s, TTL 2 s), then the
     finalizer (still merging), all under the Lease; then wait until the real TTL
     controller has deleted the batch Jobs and the finalizer is past its grace."""
-    submitter = Submitter(cp, "alice", ns)
-    job_id = search_id()
+    submitter = Submitter(cp, ns, "alice", source="cli")
+    job_id = elb.search_id()
     with submitter.holding():
         batch = submitter.create(
-            *(blast_batch(ns, job_id, n, ttl=2, run_seconds=2) for n in range(2))
+            *(elb.ready(elb.blast_batch(job_id, n, ttl=2), ns, run_seconds=2) for n in range(2))
         )
-        (fin,) = submitter.create(finalizer(ns, job_id))
+        (fin,) = submitter.create(elb.ready(elb.finalizer(job_id), ns))
     name = fin["metadata"]["name"]
     wait_until(
         lambda: BATCH_WORK_SEEN_ANNOTATION in job_annotations(cp, ns, name),
@@ -166,9 +167,9 @@ def test_a_controller_restarted_after_the_batch_jobs_were_deleted_still_leaves_i
 
 def lone_finalizer(cp: ControlPlane, ns: str) -> str:
     """A finalizer created under the Lease whose batch work never appears."""
-    submitter = Submitter(cp, "alice", ns)
+    submitter = Submitter(cp, ns, "alice", source="cli")
     with submitter.holding():
-        (fin,) = submitter.create(finalizer(ns, search_id()))
+        (fin,) = submitter.create(elb.ready(elb.finalizer(elb.search_id()), ns))
     return str(fin["metadata"]["name"])
 
 
@@ -218,16 +219,16 @@ def test_batch_work_appearing_for_a_flagged_orphan_is_recorded_and_unflags_it_in
     control_plane: ControlPlane, ns: str
 ) -> None:
     with holders.controllers(control_plane, [ns], env=SHORT_GRACE) as on:
-        submitter = Submitter(control_plane, "alice", ns)
-        job_id = search_id()
+        submitter = Submitter(control_plane, ns, "alice", source="cli")
+        job_id = elb.search_id()
         with submitter.holding():
-            (fin,) = submitter.create(finalizer(ns, job_id))
+            (fin,) = submitter.create(elb.ready(elb.finalizer(job_id), ns))
         name = fin["metadata"]["name"]
         wait_until(lambda: marked(control_plane, ns, name), 60, "the orphan marked")
         before = len(controller_writes(on.audit, ns, name))
         # Its submit Job comes after all (cloud job submission, late).
         with submitter.holding():
-            submitter.create(submit_jobs(ns, job_id))
+            submitter.create(elb.ready(elb.submit_jobs(job_id), ns))
         wait_until(lambda: marked(control_plane, ns, name) is None, 30, "the mark removed")
         found = job_annotations(control_plane, ns, name)
         assert found[BATCH_WORK_SEEN_ANNOTATION].endswith(f"submit/submit-jobs-{job_id[-8:]}")
@@ -248,13 +249,13 @@ def test_a_search_whose_batch_jobs_were_ttl_deleted_while_no_controller_ran_is_f
     webhook's admission record, written when the batch work was admitted, keeps it from
     flagging, uncounting or deleting the finalizer."""
     cp = control_plane
-    submitter = Submitter(cp, "alice", ns)
-    job_id = search_id()
+    submitter = Submitter(cp, ns, "alice", source="cli")
+    job_id = elb.search_id()
     with submitter.holding():
         batch = submitter.create(
-            *(blast_batch(ns, job_id, n, ttl=2, run_seconds=2) for n in range(2))
+            *(elb.ready(elb.blast_batch(job_id, n, ttl=2), ns, run_seconds=2) for n in range(2))
         )
-        (fin,) = submitter.create(finalizer(ns, job_id))
+        (fin,) = submitter.create(elb.ready(elb.finalizer(job_id), ns))
     name = fin["metadata"]["name"]
     batch_names = tuple(j["metadata"]["name"] for j in batch)
     for job in batch_names:

@@ -17,13 +17,13 @@ from controller.history import batch_work_selector, look_up
 from controller.server import LIVE_JOBS, liveness_only_apps
 from elbgate.kube.api import JOBS, METADATA_LIST, KubeApi, path
 from elbgate.names import BATCH_WORK_SEEN_ANNOTATION, ORPHANED_SINCE_ANNOTATION
+from testbed import elastic_blast as elb
 from testbed.controlplane import ControlPlane
 from testbed.faultproxy import FaultProxy
 from testbed.waiting import wait_until, wait_until_async
 from testbed.webhook_process import WebhookProcess
 from tests.controller.conftest import controller_settings, running
 from tests.controller.observed import job_annotations
-from tests.controller.search_jobs import blast_batch, finalizer, search_id
 
 KEEP = 3600
 """A batch TTL that outlives the test: the succeeded batch Job stays in the history."""
@@ -51,9 +51,9 @@ def job_lists(proxy: FaultProxy, ns: str) -> list[dict[str, list[str]]]:
 async def test_a_lookup_reads_one_jobs_metadata_and_nothing_else(
     control_plane: ControlPlane, ns: str, controller_api: KubeApi
 ) -> None:
-    cp, job_id = control_plane, search_id()
+    cp, job_id = control_plane, elb.search_id()
     for n in range(3):
-        cp.admin.create(blast_batch(ns, job_id, n, ttl=KEEP, run_seconds=600))
+        cp.admin.create(elb.ready(elb.blast_batch(job_id, n, ttl=KEEP), ns, run_seconds=600))
     body = await controller_api.request(
         "GET",
         path(JOBS, ns),
@@ -66,7 +66,7 @@ async def test_a_lookup_reads_one_jobs_metadata_and_nothing_else(
     assert item["metadata"]["labels"]["elb-job-id"] == job_id
     seen = await look_up(controller_api, ns, job_id, 10)
     assert seen.startswith("blast/blastn-batch-") and seen.endswith(job_id[-8:])
-    assert await look_up(controller_api, ns, search_id(), 10) == ""
+    assert await look_up(controller_api, ns, elb.search_id(), 10) == ""
 
 
 async def test_a_search_from_before_the_install_is_finishing_read_from_the_live_jobs_alone(
@@ -77,10 +77,10 @@ async def test_a_search_from_before_the_install_is_finishing_read_from_the_live_
     records the batch work on the finalizer and never flags it; a lone finalizer next to
     it, whose batch work never existed, is flagged as the orphan it is."""
     cp = control_plane
-    job_id, lone_id = search_id(), search_id()
-    (batch,) = [cp.admin.create(blast_batch(ns, job_id, 0, ttl=KEEP, run_seconds=1))]
-    fin = cp.admin.create(finalizer(ns, job_id, run_seconds=600))
-    lone = cp.admin.create(finalizer(ns, lone_id, run_seconds=600))
+    job_id, lone_id = elb.search_id(), elb.search_id()
+    (batch,) = [cp.admin.create(elb.ready(elb.blast_batch(job_id, 0, ttl=KEEP), ns, run_seconds=1))]
+    fin = cp.admin.create(elb.ready(elb.finalizer(job_id), ns, run_seconds=600))
+    lone = cp.admin.create(elb.ready(elb.finalizer(lone_id), ns, run_seconds=600))
     wait_until(lambda: succeeded(cp, ns, batch["metadata"]["name"]), 60, "the batch Job done")
     name, lone_name = fin["metadata"]["name"], lone["metadata"]["name"]
     fault_proxy.requests.clear()

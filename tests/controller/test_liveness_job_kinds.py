@@ -25,10 +25,11 @@ from testbed import dashboard_jobs
 from testbed.controller_process import ControllerProcess
 from testbed.controlplane import ControlPlane
 from testbed.elastic_blast import for_api
+from testbed.holders import free_leader_lease, settle
 from testbed.kubelet_stand_in import EXIT_CODE, RUN_SECONDS
 from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
-from tests.controller.observed import free_leader_lease, liveness, settle
+from tests.controller.observed import liveness
 
 KINDS: dict[str, Callable[[], dict[str, Any]]] = {
     dashboard_jobs.ORACLE_APP: lambda: dashboard_jobs.order_oracle("core_nt", 3, "aks-blastpool-0"),

@@ -12,13 +12,15 @@ from datetime import datetime, timedelta
 
 from elbgate.lease import parse_microtime
 from elbgate.names import ORPHANED_SINCE_ANNOTATION
+from testbed import elastic_blast as elb
 from testbed.clients import OpenApiLeaseClient
 from testbed.controller_process import ControllerProcess
 from testbed.controlplane import ControlPlane
+from testbed.holders import free_leader_lease
 from testbed.waiting import wait_until
 from testbed.webhook_process import SHORT_LEASES, WebhookProcess
-from tests.controller.observed import events, free_leader_lease, holder, job_annotations
-from tests.controller.search_jobs import Submitter, finalizer, search_id
+from tests.controller.observed import events, holder, job_annotations
+from tests.graph.submitter import Submitter
 
 AN_HOUR = 3600.0
 GRACE_SECONDS = 8
@@ -48,9 +50,9 @@ def test_a_lone_finalizers_grace_and_then_its_delete_grace_are_acted_on_when_due
         cp, name="ctl-due", namespaces=[ns], env=env, resync_seconds=AN_HOUR
     ) as ctl:
         ctl.wait_until(ctl.is_leader, 30, "leads")
-        submitter = Submitter(cp, "alice", ns)
+        submitter = Submitter(cp, ns, "alice", source="cli")
         with submitter.holding():
-            (fin,) = submitter.create(finalizer(ns, search_id()))
+            (fin,) = submitter.create(elb.ready(elb.finalizer(elb.search_id()), ns))
         name = fin["metadata"]["name"]
         created = at(fin["metadata"]["creationTimestamp"])
 

@@ -4,12 +4,14 @@ zero delete grace, and a finalizer whose batch work appears after all is un-flag
 from __future__ import annotations
 
 from elbgate.names import ORPHANED_SINCE_ANNOTATION
+from testbed import elastic_blast as elb
 from testbed.controller_process import ControllerProcess
 from testbed.controlplane import ControlPlane
+from testbed.holders import free_leader_lease, settle
 from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
-from tests.controller.observed import events, free_leader_lease, job_annotations, settle
-from tests.controller.search_jobs import Submitter, blast_batch, finalizer, search_id
+from tests.controller.observed import events, job_annotations
+from tests.graph.submitter import Submitter
 
 
 def test_policy_warn_marks_and_warns_but_never_deletes(
@@ -24,10 +26,10 @@ def test_policy_warn_marks_and_warns_but_never_deletes(
     }
     free_leader_lease(cp)
     with ControllerProcess.start(cp, name="ctl-w", namespaces=[ns], env=env) as ctl:
-        submitter = Submitter(cp, "alice", ns)
-        job_id = search_id()
+        submitter = Submitter(cp, ns, "alice", source="cli")
+        job_id = elb.search_id()
         with submitter.holding():
-            (fin,) = submitter.create(finalizer(ns, job_id))
+            (fin,) = submitter.create(elb.ready(elb.finalizer(job_id), ns))
         name = fin["metadata"]["name"]
 
         def mark() -> str | None:
@@ -42,7 +44,7 @@ def test_policy_warn_marks_and_warns_but_never_deletes(
         assert ctl.metric("elb_gate_orphaned_finalizers", {"namespace": ns}) == 1
         # Its batch work appears after all: no longer an orphan, so the mark goes.
         with submitter.holding():
-            submitter.create(blast_batch(ns, job_id, 0))
+            submitter.create(elb.ready(elb.blast_batch(job_id, 0), ns))
         wait_until(lambda: mark() is None, 30, "un-marked")
         ctl.wait_until(
             lambda: ctl.metric("elb_gate_orphaned_finalizers", {"namespace": ns}) == 0,

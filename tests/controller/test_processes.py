@@ -13,14 +13,16 @@ from collections.abc import Iterator
 import pytest
 
 from elbgate.names import HOLDER_POD_ANNOTATION, HOLDER_USER_ANNOTATION, lease_name
+from testbed import elastic_blast as elb
 from testbed import holders
 from testbed.controller_process import ControllerProcess
 from testbed.controlplane import ControlPlane
+from testbed.holders import free_leader_lease, settle
 from testbed.kubelet_stand_in import RESTART
 from testbed.waiting import wait_until
 from testbed.webhook_process import SHORT_LEASES, WebhookProcess
-from tests.controller.observed import events, free_leader_lease, holder, liveness, settle
-from tests.controller.search_jobs import Submitter, blast_batch, finalizer, search_id
+from tests.controller.observed import events, holder, liveness
+from tests.graph.submitter import Submitter
 
 # Fast clocks: a lone finalizer is an orphan at once and is deleted 1 s after its mark.
 FAST = {
@@ -66,7 +68,7 @@ def test_an_expired_lease_is_reclaimed_by_the_leader_only(cluster: Cluster) -> N
     ns = namespaces["stale"]
     leader = leader_of(a, b)
     follower = b if leader is a else a
-    lease = Submitter(cp, "alice", ns).acquire(ttl_seconds=2)  # never renewed
+    lease = Submitter(cp, ns, "alice", source="cli", ttl_seconds=2).acquire().lease  # never renewed
     try:
         assert lease.view is not None and lease.view.holder_user == "alice"
         wait_until(lambda: holder(cp, ns) == "", 30, "the expired Lease is cleared")
@@ -108,10 +110,10 @@ def test_an_orphaned_finalizer_is_marked_evented_and_deleted(cluster: Cluster) -
     cp, namespaces, a, b = cluster
     ns = namespaces["orphan"]
     leader = leader_of(a, b)
-    submitter = Submitter(cp, "alice", ns)
-    job_id = search_id()
+    submitter = Submitter(cp, ns, "alice", source="cli")
+    job_id = elb.search_id()
     with submitter.holding():
-        (fin,) = submitter.create(finalizer(ns, job_id))
+        (fin,) = submitter.create(elb.ready(elb.finalizer(job_id), ns))
     name = fin["metadata"]["name"]
     wait_until(lambda: events(cp, ns, "OrphanedFinalizer"), 30, "the warning Event")
     wait_until(lambda: cp.admin.find("jobs", ns, name) is None, 30, "deleted")
@@ -128,11 +130,11 @@ def test_liveness_flips_idle_after_the_last_job_and_back_on_a_new_lease(cluster:
     ns = namespaces["live"]
     leader = leader_of(a, b)
     wait_until(lambda: liveness(cp, ns).get("inUse") == "false", 30, "idle at first")
-    submitter = Submitter(cp, "alice", ns)
-    job_id = search_id()
+    submitter = Submitter(cp, ns, "alice", source="cli")
+    job_id = elb.search_id()
     with submitter.holding():
-        (batch,) = submitter.create(blast_batch(ns, job_id, 0, run_seconds=1))
-        (fin,) = submitter.create(finalizer(ns, job_id))
+        (batch,) = submitter.create(elb.ready(elb.blast_batch(job_id, 0), ns, run_seconds=1))
+        (fin,) = submitter.create(elb.ready(elb.finalizer(job_id), ns))
     wait_until(lambda: liveness(cp, ns).get("inUse") == "true", 30, "in use")
     batch_name, fin_name = batch["metadata"]["name"], fin["metadata"]["name"]
 
@@ -153,7 +155,7 @@ def test_liveness_flips_idle_after_the_last_job_and_back_on_a_new_lease(cluster:
     wait_until(lambda: liveness(cp, ns).get("inUse") == "false", 60, "idle after the last")
     data = liveness(cp, ns)
     assert data["idleSince"] and data["activeJobIds"] == "" and data["activeSearches"] == "0"
-    lease = Submitter(cp, "bob", ns).acquire()
+    lease = Submitter(cp, ns, "bob", source="cli").acquire().lease
     try:
         wait_until(lambda: liveness(cp, ns).get("inUse") == "true", 30, "in use on a Lease")
         assert liveness(cp, ns)["leaseHolder"] == lease.holder
@@ -174,7 +176,7 @@ def test_when_the_leader_is_killed_the_other_replica_takes_over_and_finishes(
     leader = leader_of(a, b)
     other = b if leader is a else a
     leader.kill()
-    lease = Submitter(cp, "carol", ns).acquire(ttl_seconds=2)
+    lease = Submitter(cp, ns, "carol", source="cli", ttl_seconds=2).acquire().lease
     try:
         other.wait_until(other.is_leader, 60, "the other replica leads")
         wait_until(lambda: holder(cp, ns) == "", 30, "the survivor reclaims")

@@ -6,8 +6,7 @@ from datetime import timedelta
 
 from testbed.controller_process import ControllerProcess
 from testbed.controlplane import ControlPlane
-from testbed.holders import ControllerTiming, utc
-from tests.controller.observed import free_leader_lease
+from testbed.holders import ControllerTiming, free_leader_lease, utc
 
 
 def test_a_terminated_leader_releases_its_lease_so_the_other_leads_without_waiting(

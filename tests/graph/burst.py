@@ -37,7 +37,6 @@ from testbed.api import ApiError, JsonObj
 from testbed.controlplane import ControlPlane
 from testbed.kubelet_stand_in import RUN_SECONDS
 from testbed.watch import Watch
-from tests.graph.bodies import ready
 from tests.graph.burst_judge import Event
 from tests.graph.submitter import Submitter, complete
 
@@ -68,23 +67,22 @@ class Search:
     def submitted(self, namespace: str) -> list[dict[str, Any]]:
         """What the submitter applies, in order."""
         stage = [
-            ready(elb.init_ssd(self.job_id, n, self.db), namespace, run_seconds=STAGE_SECONDS)
+            elb.ready(elb.init_ssd(self.job_id, n, self.db), namespace, run_seconds=STAGE_SECONDS)
             for n in range(NODES)
         ]
         return [
             *stage,
-            ready(elb.submit_jobs(self.job_id, NODES), namespace),
-            ready(elb.finalizer(self.job_id), namespace),
+            elb.ready(elb.submit_jobs(self.job_id, NODES), namespace),
+            elb.ready(elb.finalizer(self.job_id), namespace),
         ]
 
     def batches(self, namespace: str) -> list[dict[str, Any]]:
         """What its ``submit-jobs`` pod creates."""
         return [
-            ready(
+            elb.for_api(
                 elb.blast_batch(self.job_id, n, self.db, num_cpus=NUM_CPUS),
                 namespace,
                 run_seconds=BATCH_SECONDS,
-                keep_requests=True,
             )
             for n in range(NODES)
         ]
@@ -105,10 +103,6 @@ class JobLog:
 
     def stop(self) -> None:
         self._watch.stop()
-
-    @property
-    def errors(self) -> list[BaseException]:
-        return self._watch.errors
 
     def _on_event(self, kind: str, job: JsonObj) -> None:
         with self._lock:

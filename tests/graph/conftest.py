@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from testbed import elastic_blast as elb
 from testbed.controlplane import BLAST_POOL, ControlPlane
 from testbed.install import SYSTEM_NAMESPACE
 from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
-from tests.graph.bodies import busy_searches, ready
 from tests.graph.submitter import Submitter
 
 POOL_SELECTOR = "agentpool=blastpool"
@@ -70,11 +70,11 @@ class Scene:
         return sub
 
     def ready(self, body: dict, **kw: object) -> dict:
-        return ready(body, self.namespace, **kw)  # type: ignore[arg-type]
+        return elb.ready(body, self.namespace, **kw)  # type: ignore[arg-type]
 
     def busy(self, count: int, holder: Submitter) -> list[str]:
         """``count`` searches running until deleted, opened by ``holder`` under the Lease."""
-        bodies = [self.ready(b) for b in busy_searches(count)]
+        bodies = [self.ready(b) for b in elb.busy_searches(count)]
         for applied in holder.submit(bodies):
             assert applied.ok, applied.stderr
         return [b["metadata"]["labels"]["elb-job-id"] for b in bodies]

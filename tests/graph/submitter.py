@@ -4,17 +4,20 @@ It holds the namespace's submit Lease through elb-gate's own client
 (:class:`client.SubmitLease`, the protocol both submit paths speak) and
 applies each Job with ``kubectl apply -f <file>`` as its user, in the order
 ElasticBLAST applies them, stopping at the first refusal (ElasticBLAST's
-``safe_exec`` raises on a failed ``kubectl``).
+``safe_exec`` raises on a failed ``kubectl``), or creates them through the API
+(:meth:`Submitter.create`) where the kubectl output is not the point.
 """
 
 from __future__ import annotations
 
-import subprocess
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from client import SubmitLease
 from elbgate.kube.config import KubeConfig
@@ -22,7 +25,6 @@ from elbgate.settings import GateSettings
 from testbed.api import JsonObj
 from testbed.controlplane import ControlPlane
 from testbed.waiting import wait_until
-from tests.graph.bodies import as_yaml, name
 
 _files = threading.Lock()
 
@@ -41,11 +43,6 @@ class Applied:
     def ok(self) -> bool:
         return self.returncode == 0
 
-    @property
-    def warnings(self) -> list[str]:
-        """The ``Warning: …`` lines kubectl printed (AdmissionReview warnings)."""
-        return [line for line in self.stderr.splitlines() if line.startswith("Warning: ")]
-
 
 class Submitter:
     """One user of one submit path in one gated namespace."""
@@ -55,23 +52,32 @@ class Submitter:
         cp: ControlPlane,
         namespace: str,
         user: str,
-        workdir: Path,
+        workdir: Path | None = None,
         *,
         source: str = "dashboard",
-        gate: GateSettings | None = None,
+        ttl_seconds: int | None = None,
     ) -> None:
         self.cp = cp
         self.namespace = namespace
         self.user = user
         self.workdir = workdir
-        self.lease = SubmitLease(
-            namespace,
-            gate=gate or GateSettings(),
-            config=KubeConfig.from_kubeconfig(cp.kubeconfig(user)),
-            source=source,
+        self.source = source
+        self.gate = GateSettings(
+            **({} if ttl_seconds is None else {"lease_ttl_seconds": ttl_seconds})
         )
+        self._lease: SubmitLease | None = None
 
     # -- the Lease ------------------------------------------------------------------
+
+    @property
+    def lease(self) -> SubmitLease:
+        """This submitter's Lease client, opened on first use (again after :meth:`close`)."""
+        if self._lease is None:
+            config = KubeConfig.from_kubeconfig(self.cp.kubeconfig(self.user))
+            self._lease = SubmitLease(
+                self.namespace, gate=self.gate, config=config, source=self.source
+            )
+        return self._lease
 
     def try_acquire(self) -> bool:
         return bool(self.lease.acquire().acquired)
@@ -85,19 +91,38 @@ class Submitter:
         self.lease.release()
 
     def close(self) -> None:
-        self.lease.close()
+        if self._lease is not None:
+            self._lease.close()
+            self._lease = None
+
+    @contextmanager
+    def holding(self) -> Iterator[Submitter]:
+        """The submit Lease, acquired (waiting while busy) and released on exit."""
+        self.acquire()
+        try:
+            yield self
+            self.release()
+        finally:
+            self.close()
 
     # -- the Jobs -------------------------------------------------------------------
 
+    def create(self, *jobs: JsonObj) -> list[JsonObj]:
+        """Create ``jobs`` in order through the API as this user (each through admission)."""
+        api = self.cp.api(self.user)
+        return [api.create(job) for job in jobs]
+
     def apply(self, body: dict[str, Any], kubeconfig: str | None = None) -> Applied:
         """``kubectl apply -f <name>.yaml`` as this user (or ``kubeconfig``'s identity)."""
-        path = self.workdir / f"{name(body)}.yaml"
+        assert self.workdir is not None, "kubectl apply needs the submitter's workdir"
+        name = body["metadata"]["name"]
+        path = self.workdir / f"{name}.yaml"
         with _files:
-            path.write_text(as_yaml(body))
+            path.write_text(yaml.safe_dump(body, sort_keys=False))
         out = self.cp.kubectl(
             self.user, "-n", self.namespace, "apply", "-f", str(path), kubeconfig=kubeconfig
         )
-        return Applied(name(body), str(path), out.returncode, out.stdout, out.stderr)
+        return Applied(name, str(path), out.returncode, out.stdout, out.stderr)
 
     def submit(self, bodies: Iterable[dict[str, Any]]) -> list[Applied]:
         """Apply in order; stop at the first refusal, as ``elastic-blast submit`` does."""
@@ -109,14 +134,9 @@ class Submitter:
         return done
 
 
-def search_jobs(cp: ControlPlane, namespace: str, job_id: str) -> subprocess.CompletedProcess[str]:
-    """``kubectl get jobs -l elb-job-id=<id>`` as an operator runs it."""
-    return cp.kubectl("alice", "-n", namespace, "get", "jobs", "-l", f"elb-job-id={job_id}")
-
-
 def nothing_left(cp: ControlPlane, namespace: str, job_id: str) -> bool:
-    """``kubectl get jobs`` finds no Job of the search."""
-    out = search_jobs(cp, namespace, job_id)
+    """``kubectl get jobs -l elb-job-id=<id>``, as an operator runs it, finds no Job."""
+    out = cp.kubectl("alice", "-n", namespace, "get", "jobs", "-l", f"elb-job-id={job_id}")
     return (
         out.returncode == 0
         and out.stderr.strip() == f"No resources found in {namespace} namespace."
@@ -127,28 +147,3 @@ def complete(job: JsonObj | None) -> bool:
     """The Job controller wrote a ``Complete`` condition."""
     conditions = ((job or {}).get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Complete" and c.get("status") == "True" for c in conditions)
-
-
-def wait_complete(
-    cp: ControlPlane, namespace: str, names: Iterable[str], timeout: float = 180
-) -> None:
-    """Wait until the Job controller has marked every named Job Complete."""
-    for job in names:
-
-        def done(job: str = job) -> bool:
-            return complete(cp.admin.find("jobs", namespace, job))
-
-        wait_until(
-            done,
-            timeout,
-            f"Job {namespace}/{job} Complete",
-            0.3,
-        )
-
-
-def running_pods(cp: ControlPlane, namespace: str, selector: str) -> list[JsonObj]:
-    return [
-        p
-        for p in cp.admin.list("pods", namespace, label_selector=selector)
-        if (p.get("status") or {}).get("phase") == "Running"
-    ]

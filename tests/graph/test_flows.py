@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from testbed import elastic_blast as elb
+from testbed.audit_log import requests_to
 from testbed.controlplane import ControlPlane
 from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
-from tests.graph.bodies import name, search_id
 from tests.graph.conftest import webhook
 from tests.graph.submitter import nothing_left
 
@@ -33,7 +33,7 @@ def hook(control_plane: ControlPlane, ordinal_nodes: list[str]) -> Iterator[Webh
 
 def first_search_job(bodies: list[dict]) -> int:
     """Where the search itself starts: past the holder's setup Jobs without an id."""
-    return next(i for i, b in enumerate(bodies) if search_id(b))
+    return next(i for i, b in enumerate(bodies) if "elb-job-id" in b["metadata"]["labels"])
 
 
 @pytest.mark.parametrize("kind", elb.FLOWS)
@@ -48,7 +48,7 @@ def test_each_flow_is_admitted_whole_under_the_ceiling(
     assert [a.ok for a in applied] == [True] * len(bodies), [a.stderr for a in applied]
     assert all(a.stdout == f"job.batch/{a.job} created\n" for a in applied)
     stored = {j["metadata"]["name"] for j in control_plane.admin.list("jobs", scene.namespace)}
-    assert {name(b) for b in bodies} <= stored
+    assert {b["metadata"]["name"] for b in bodies} <= stored
 
 
 @pytest.mark.parametrize("kind", elb.FLOWS)
@@ -63,7 +63,7 @@ def test_each_flow_is_refused_at_its_first_job_at_the_ceiling_leaving_nothing(
     first = first_search_job(bodies)
     assert [a.ok for a in applied] == [True] * first + [False]  # stopped at the search's first Job
     refused = applied[-1]
-    assert refused.job == name(bodies[first])
+    assert refused.job == bodies[first]["metadata"]["name"]
     ref = f"Job {scene.namespace}/{refused.job} (app={bodies[first]['metadata']['labels']['app']}, elb-job-id={S1})"
     ids = ", ".join(sorted(busy))
     assert refused.stderr == (
@@ -101,7 +101,7 @@ def test_cloud_job_submission_batch_jobs_come_later_from_the_namespace_service_a
     bodies = [scene.ready(b) for b in elb.flow("cloud-job-submission", S1)]
     assert all(a.ok for a in alice.submit(bodies))
     alice.release()  # elastic-blast submit returned: the submit path releases the Lease
-    submit_job = name(bodies[0])
+    submit_job = bodies[0]["metadata"]["name"]
     pod = wait_until(
         lambda: next(
             (
@@ -126,13 +126,12 @@ def test_cloud_job_submission_batch_jobs_come_later_from_the_namespace_service_a
         assert applied.ok, applied.stderr
     creators = {
         e["objectRef"]["name"]: e["user"]["username"]
-        for e in control_plane.audit_events()
-        if e.get("verb") == "create"
-        and (e.get("objectRef") or {}).get("resource") == "jobs"
-        and (e.get("objectRef") or {}).get("namespace") == scene.namespace
-        and (e.get("responseStatus") or {}).get("code") == 201
+        for e in requests_to(
+            control_plane.audit_events(), "jobs", scene.namespace, verbs=["create"]
+        )
+        if (e.get("responseStatus") or {}).get("code") == 201
     }
-    assert {creators[name(b)] for b in batches} == {
+    assert {creators[b["metadata"]["name"]] for b in batches} == {
         f"system:serviceaccount:{scene.namespace}:default"
     }
     # The same identity cannot open a search of its own: it holds no Lease.

@@ -21,12 +21,6 @@ REPLICAS = ("controller-a", "controller-b")
 
 
 @pytest.fixture(scope="module")
-def proxy(control_plane: ControlPlane) -> Iterator[FaultProxy]:
-    with FaultProxy(control_plane) as p:
-        yield p
-
-
-@pytest.fixture(scope="module")
 def stage(
     control_plane: ControlPlane, hook: WebhookProcess, proxy: FaultProxy
 ) -> Iterator[tuple[Stage, str]]:

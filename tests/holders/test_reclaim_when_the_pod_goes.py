@@ -24,13 +24,6 @@ REPLACEMENTS = 20
 
 
 @pytest.fixture(scope="module")
-def proxy(control_plane: ControlPlane) -> Iterator[FaultProxy]:
-    """Every API call the controller makes passes here (no faults): it is counted."""
-    with FaultProxy(control_plane) as p:
-        yield p
-
-
-@pytest.fixture(scope="module")
 def stage(
     control_plane: ControlPlane, hook: WebhookProcess, proxy: FaultProxy
 ) -> Iterator[tuple[Stage, dict[str, str]]]:

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from certs.cli import main as certs_main
-from tests.install.rendering import MANIFESTS, TARGETS, Obj, kustomize
+from testbed.install import render
+from tests.install.rendering import MANIFESTS, TARGETS, Obj
 
 
 @pytest.fixture(scope="session")
@@ -39,4 +40,4 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def rendered(workspace: Path) -> dict[str, list[Obj]]:
     """Target (e.g. ``overlays/warn``) → its rendered objects."""
-    return {target: kustomize(workspace / target) for target in TARGETS}
+    return {target: render(workspace / target) for target in TARGETS}

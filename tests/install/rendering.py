@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
-
-import yaml
-
-from testbed.controlplane import kubectl_path
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
@@ -25,19 +20,6 @@ INSTALL_TARGETS = ("overlays/generated", "overlays/warn", "overlays/cert-manager
 """The targets that install elb-gate itself (base + certificates)."""
 
 Obj = dict[str, Any]
-
-
-def kustomize(directory: Path) -> list[Obj]:
-    """``kubectl kustomize DIR`` parsed into objects, with the kubectl built from the
-    same Kubernetes release as the test control plane; a failure shows its message."""
-    proc = subprocess.run(
-        [str(kubectl_path()), "kustomize", str(directory)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert proc.returncode == 0, f"kubectl kustomize {directory} failed:\n{proc.stderr}"
-    return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
 
 
 def select(objects: Iterable[Obj], kind: str, name: str | None = None) -> list[Obj]:

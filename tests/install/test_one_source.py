@@ -14,8 +14,9 @@ import pytest
 import yaml
 
 from manifests.generate import REPO, differences, generated
+from testbed import install
 from tests.install.chart import helm, render
-from tests.install.rendering import Obj, kustomize
+from tests.install.rendering import Obj
 
 HASHED = re.compile(r"^(elb-gate-(?:settings|submitters))-[a-z0-9]{10}$")
 Key = tuple[str, str, str]
@@ -140,7 +141,7 @@ def test_a_second_gated_namespace_made_the_kustomize_way_is_the_charts_list(
         env.write_text(
             original.replace("ELB_GATE_NAMESPACES=default", "ELB_GATE_NAMESPACES=default,blast")
         )
-        ours = normalized(kustomize(workspace / "overlays" / "cert-manager"))
+        ours = normalized(install.render(workspace / "overlays" / "cert-manager"))
     finally:
         env.write_text(original)
         (gated / "kustomization.yaml").write_text(
@@ -157,7 +158,7 @@ def test_the_azure_component_is_the_charts_azure_flavour(workspace: Path) -> Non
         "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
         "resources: [../cert-manager]\ncomponents: [../../components/azure-managed-prometheus]\n"
     )
-    ours = normalized(kustomize(site))
+    ours = normalized(install.render(site))
     chart = _chart(
         {
             "certificates.source": "cert-manager",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 
+from testbed import elastic_blast as elb
 from testbed.api import ApiError
 from testbed.controller_process import CONTROLLER_SA, ControllerProcess
 from testbed.controlplane import ControlPlane
@@ -22,7 +23,7 @@ from testbed.rbac import without_verb
 from testbed.waiting import wait_until
 from testbed.webhook_process import SHORT_LEASES, WebhookProcess
 from tests.controller.observed import events, holder
-from tests.controller.search_jobs import Submitter, blast_batch, search_id
+from tests.graph.submitter import Submitter
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +47,9 @@ def test_a_controller_without_patch_on_leases_logs_and_counts_the_403_and_recove
             service_account=CONTROLLER_SA,
             namespace=ns,
         ):
-            lease = Submitter(cp, "alice", ns).acquire(ttl_seconds=2)  # expires unrenewed
+            lease = (
+                Submitter(cp, ns, "alice", source="cli", ttl_seconds=2).acquire().lease
+            )  # expires unrenewed
             lease.close()
             refused = ctl.wait_for_log(
                 lambda r: r.get("msg") == "write refused" and r.get("action") == "ReleaseLease",
@@ -72,22 +75,27 @@ def test_a_webhook_without_list_on_jobs_fails_closed_with_503_and_recovers(
 ) -> None:
     cp = control_plane
     ns = hook.install.gate(cp.new_namespace("rbac-webhook"))
-    submitter = Submitter(cp, "alice", ns)
-    job_id = search_id()
+    submitter = Submitter(cp, ns, "alice", source="cli")
+    job_id = elb.search_id()
     with submitter.holding():
         with without_verb(
             cp, "elb-gate-webhook", "jobs", "list", service_account=WEBHOOK_SA, namespace=ns
         ):
             # Gate B must count the active searches (a LIST of Jobs) and cannot.
             with pytest.raises(ApiError) as refused:
-                submitter.create(blast_batch(ns, job_id, 0))
+                submitter.create(elb.ready(elb.blast_batch(job_id, 0), ns))
             assert refused.value.status == 503
             assert 'admission webhook "search-admission.elb-gate.io" denied the request' in (
                 refused.value.message
             )
             assert "could not verify" in refused.value.message
             assert "fail-closed" in refused.value.message
-            assert cp.admin.find("jobs", ns, blast_batch(ns, job_id, 0)["metadata"]["name"]) is None
+            assert (
+                cp.admin.find(
+                    "jobs", ns, elb.ready(elb.blast_batch(job_id, 0), ns)["metadata"]["name"]
+                )
+                is None
+            )
             assert hook.process is not None and hook.process.poll() is None
-        (created,) = submitter.create(blast_batch(ns, job_id, 0))
+        (created,) = submitter.create(elb.ready(elb.blast_batch(job_id, 0), ns))
     assert created["metadata"]["labels"]["elb-job-id"] == job_id

@@ -27,12 +27,6 @@ CONTROLLER_TRIALS = 3
 
 
 @pytest.fixture(scope="module")
-def proxy(control_plane: ControlPlane) -> Iterator[FaultProxy]:
-    with FaultProxy(control_plane) as started:
-        yield started
-
-
-@pytest.fixture(scope="module")
 def namespaces(control_plane: ControlPlane) -> tuple[str, str]:
     return control_plane.new_namespace("faults-hook"), control_plane.new_namespace("faults-ctl")
 

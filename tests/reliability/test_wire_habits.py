@@ -33,13 +33,13 @@ from typing import Any
 
 import pytest
 
+from testbed import elastic_blast as elb
 from testbed.api import ApiError, JsonObj
 from testbed.clients import SKEW_SECONDS, DashboardLeaseClient, OpenApiLeaseClient, parse_time
 from testbed.controlplane import ControlPlane
 from testbed.ideal_client import DASHBOARD_HABITS, OPENAPI_HABITS, Habits, IdealLeaseClient
 from testbed.webhook_process import WebhookProcess
 from tests.webhook.conftest import SHORT_LEASE_ENV, wait_expired
-from tests.webhook.shapes import blast_job, finalizer_job, new_job_id
 
 pytestmark = pytest.mark.kubectl
 
@@ -144,14 +144,14 @@ class Run:
             self.trace[step] = exc.status
 
     def play(self) -> dict[str, Any]:
-        ns, s1, s2 = self.ns, new_job_id(), new_job_id()
+        ns, s1, s2 = self.ns, elb.search_id(), elb.search_id()
         self.call("x acquires the absent Lease", "x", "acquire")
         self.call("y finds it busy", "y", "acquire")
-        self.job("x opens search 1", "x", blast_job(ns, s1))
+        self.job("x opens search 1", "x", elb.ready(elb.blast_batch(s1, 0), ns))
         self.call("x renews", "x", "acquire")
         self.call("y still finds it busy", "y", "acquire")
-        self.job("x adds search 1's finalizer", "x", finalizer_job(ns, s1))
-        self.job("y opens a search without the Lease", "y", blast_job(ns, s2))
+        self.job("x adds search 1's finalizer", "x", elb.ready(elb.finalizer(s1), ns))
+        self.job("y opens a search without the Lease", "y", elb.ready(elb.blast_batch(s2, 0), ns))
         self.call("x releases", "x", "release")
         self.call("y acquires the free Lease", "y", "acquire")
         self.call("x finds it busy", "x", "acquire")
@@ -167,9 +167,9 @@ class Run:
             )  # fmt: skip
         else:
             self.trace["x takes over, past its margin"] = self.trace[TAKEOVER_AT_EXPIRY]
-        self.job("y, woken, adds a Job to its search", "y", finalizer_job(ns, s2))
+        self.job("y, woken, adds a Job to its search", "y", elb.ready(elb.finalizer(s2), ns))
         self.call("y, woken, releases", "y", "release")
-        self.job("x opens search 2", "x", blast_job(ns, new_job_id()))
+        self.job("x opens search 2", "x", elb.ready(elb.blast_batch(elb.search_id(), 0), ns))
         self.call("x releases again", "x", "release")
         return self.trace
 

@@ -24,7 +24,6 @@ from testbed.api import ApiError, JsonObj
 from testbed.controlplane import ControlPlane
 from testbed.install import SYSTEM_NAMESPACE
 from testbed.webhook_process import WebhookProcess
-from tests.graph.bodies import ready
 from tests.install.chart import render
 
 SUBMITTERS: list[dict[str, Any]] = [
@@ -107,7 +106,7 @@ def job(
 ) -> str:
     """An ElasticBLAST Job body ready for ``namespace`` (JSON for ``kubectl create -f -``),
     renamed and relabelled when asked."""
-    out = ready(body, namespace)
+    out = elb.ready(body, namespace)
     if name:
         out["metadata"]["name"] = name
     if app:
@@ -175,9 +174,4 @@ def post_directly(
 
 def sample(hook: WebhookProcess, name: str, **labels: str) -> float:
     """The value of one series of the webhook's /metrics (0 when absent)."""
-    want = ",".join(f'{k}="{v}"' for k, v in labels.items())  # in declared order
-    series = f"{name}{{{want}}}" if want else name
-    for line in hook.metrics().splitlines():
-        if line.startswith(series + " "):
-            return float(line.split()[-1])
-    return 0.0
+    return hook.metric(name, labels) or 0.0

@@ -20,7 +20,6 @@ from testbed.controlplane import ControlPlane
 from testbed.install import CENSUS_FENCE_JOB
 from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
-from tests.graph.bodies import ready
 from tests.graph.submitter import Submitter
 from tests.security.conftest import finalizer, job, webhook
 
@@ -67,7 +66,7 @@ class Scene:
         """alice opens ``search`` under the Lease (its in-cluster submit Job), then releases."""
         alice = self.submitter().acquire()
         try:
-            applied = alice.apply(ready(elb.submit_jobs(search), self.namespace))
+            applied = alice.apply(elb.ready(elb.submit_jobs(search), self.namespace))
             assert applied.ok, applied.stderr
         finally:
             alice.release()
@@ -272,7 +271,7 @@ def test_not_guaranteed_a_job_copying_an_active_search_id_joins_it_without_the_l
 ) -> None:
     search = elb.search_id(6)
     scene.open_search(search)
-    body = ready(elb.blast_batch(search, 7), scene.namespace)
+    body = elb.ready(elb.blast_batch(search, 7), scene.namespace)
     code, stdout, stderr = scene.create("mallory", json.dumps(body))
     assert (code, stdout) == (0, f"job.batch/{body['metadata']['name']} created\n"), stderr
 

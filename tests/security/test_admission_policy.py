@@ -18,7 +18,6 @@ from testbed import elastic_blast as elb
 from testbed.controlplane import ControlPlane
 from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
-from tests.graph.bodies import ready
 from tests.graph.submitter import Submitter
 from tests.security.conftest import finalizer, job, policy_refuses, submitter_access, webhook
 
@@ -125,7 +124,7 @@ def test_the_mapped_submit_paths_pass_the_policy_and_meet_the_gates(policy: Poli
     )
     lease = policy.submitter("dashboard-lease", "dashboard").acquire()
     try:
-        body = ready(elb.finalizer(elb.search_id(5)), policy.namespace)
+        body = elb.ready(elb.finalizer(elb.search_id(5)), policy.namespace)
         applied = policy.submitter("dashboard-apply", "dashboard").apply(body)
         assert applied.ok, applied.stderr
     finally:
@@ -137,7 +136,7 @@ def test_the_in_cluster_account_joins_an_open_search(policy: Policy, tmp_path: P
     search = elb.search_id(6)
     alice = policy.submitter("alice", "openapi").acquire()
     try:
-        assert alice.apply(ready(elb.submit_jobs(search), policy.namespace)).ok
+        assert alice.apply(elb.ready(elb.submit_jobs(search), policy.namespace)).ok
     finally:
         alice.release()
         alice.close()

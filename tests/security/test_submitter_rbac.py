@@ -16,7 +16,6 @@ from testbed import elastic_blast as elb
 from testbed.controlplane import ControlPlane
 from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
-from tests.graph.bodies import ready
 from tests.graph.submitter import Submitter
 from tests.security.conftest import finalizer, submitter_access, webhook
 
@@ -78,7 +77,7 @@ def test_a_user_outside_the_map_gets_a_real_403_creating_a_search_job(rbac: Rbac
 
 
 def test_rbac_refuses_an_unmapped_user_any_job_whatever_its_labels(rbac: Rbac) -> None:
-    ordinary = ready(elb.finalizer(elb.search_id(9)), rbac.namespace)
+    ordinary = elb.ready(elb.finalizer(elb.search_id(9)), rbac.namespace)
     ordinary["metadata"]["labels"] = {"app": "web"}
     ordinary["spec"]["template"]["metadata"]["labels"] = {"app": "web"}
     code, _, stderr = rbac.create("carol", json.dumps(ordinary))
@@ -104,7 +103,7 @@ def test_the_mapped_submit_path_takes_the_lease_with_one_credential_and_submits_
 ) -> None:
     lease = rbac.submitter("dashboard-lease", "dashboard").acquire()
     try:
-        body = ready(elb.finalizer(elb.search_id(2)), rbac.namespace)
+        body = elb.ready(elb.finalizer(elb.search_id(2)), rbac.namespace)
         applied = rbac.submitter("dashboard-apply", "dashboard").apply(body)
         assert applied.ok, applied.stderr
         assert applied.stdout == f"job.batch/{body['metadata']['name']} created\n"
@@ -119,7 +118,7 @@ def test_the_in_cluster_account_joins_the_open_search_but_may_not_touch_the_leas
     search = elb.search_id(3)
     alice = rbac.submitter("alice", "openapi").acquire()
     try:
-        submit = alice.apply(ready(elb.submit_jobs(search), rbac.namespace))
+        submit = alice.apply(elb.ready(elb.submit_jobs(search), rbac.namespace))
         assert submit.ok, submit.stderr
     finally:
         alice.release()  # elastic-blast submit returned; the submit Job carries on in-cluster
@@ -128,7 +127,7 @@ def test_the_in_cluster_account_joins_the_open_search_but_may_not_touch_the_leas
     in_cluster = rbac.cp.write_kubeconfig(
         tmp_path / "in-cluster.kubeconfig", "submit-jobs", token, rbac.namespace
     )
-    batch = ready(elb.blast_batch(search, 0), rbac.namespace)
+    batch = elb.ready(elb.blast_batch(search, 0), rbac.namespace)
     code, stdout, stderr = rbac.create("admin", json.dumps(batch), kubeconfig=in_cluster)
     assert (code, stdout) == (0, f"job.batch/{batch['metadata']['name']} created\n"), stderr
     lease = {

@@ -9,10 +9,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from testbed import elastic_blast as elb
 from testbed.api import ApiError
 from testbed.clients import OpenApiLeaseClient, micro_time
 from testbed.system_tier import SystemTier
-from tests.webhook.shapes import finalizer_job, new_job_id
 
 DENIED = 'admission webhook "search-admission.elb-gate.io" denied the request: '
 HOLDER = "openapi-5b0f6c2d9e8a4f7b8c1d2e3f4a5b6c7d"
@@ -58,7 +58,7 @@ class Load:
         bob = self.tier.cp.api("bob")
         while not self._stop.is_set():
             try:
-                bob.create(finalizer_job(self.namespace, new_job_id()))
+                bob.create(elb.ready(elb.finalizer(elb.search_id()), self.namespace))
                 self._record("admission", "failed", "bob's finalizer was admitted")
             except ApiError as e:
                 if e.status == 403 and DENIED in e.message:

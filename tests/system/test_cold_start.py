@@ -23,13 +23,13 @@ from datetime import UTC, datetime
 import pytest
 
 from elbgate.names import ADMISSION_READY_LEASE
+from testbed import elastic_blast as elb
 from testbed.api import ApiError
 from testbed.clients import ClientError, DashboardLeaseClient, OpenApiLeaseClient, is_expired
 from testbed.system_tier import NAMESPACE, SystemTier
 from testbed.waiting import wait_until
 from tests.system.conftest import VALUES
 from tests.system.load import DENIED
-from tests.webhook.shapes import finalizer_job, new_job_id
 
 pytestmark = [pytest.mark.system, pytest.mark.kubectl, pytest.mark.timeout(1500)]
 
@@ -157,7 +157,7 @@ def cold_start(t: SystemTier) -> Round:
 
     def job_call() -> str | None:
         try:
-            bob.create(finalizer_job(JOB_NS, new_job_id()))
+            bob.create(elb.ready(elb.finalizer(elb.search_id()), JOB_NS))
         except ApiError as e:
             if e.status == 403 and DENIED in e.message:
                 return None  # judged by elb-gate: Gate A refuses bob, as it should

@@ -14,13 +14,13 @@ import time
 
 import pytest
 
+from testbed import elastic_blast as elb
 from testbed.api import JsonObj
 from testbed.clients import OpenApiLeaseClient
 from testbed.system_tier import NAMESPACE, SystemTier
 from testbed.waiting import wait_until
 from tests.system.conftest import VALUES
 from tests.system.load import DENIED, Load
-from tests.webhook.shapes import blast_job, finalizer_job, new_job_id
 
 pytestmark = [pytest.mark.system, pytest.mark.kubectl, pytest.mark.timeout(900)]
 
@@ -37,9 +37,9 @@ def report(name: str, value: object) -> None:
 @pytest.fixture(scope="module")
 def seeded_ids(tier: SystemTier) -> list[str]:
     """Three searches already running in GATE_B_NS when elb-gate is installed."""
-    ids = sorted(new_job_id() for _ in range(3))
+    ids = sorted(elb.search_id() for _ in range(3))
     for job_id in ids:
-        tier.cp.admin.create(blast_job(GATE_B_NS, job_id))
+        tier.cp.admin.create(elb.ready(elb.submit_jobs(job_id), GATE_B_NS))
     return ids
 
 
@@ -96,7 +96,7 @@ def test_gate_a_denies_a_finalizer_from_a_user_not_holding_the_lease(
     t, ns = installed, GATE_A_NS
     lease = OpenApiLeaseClient.on(t.cp, "alice", ns, holder=HOLDER)
     assert lease.acquire() == "acquired", lease.last_stderr
-    job = finalizer_job(ns, new_job_id())
+    job = elb.ready(elb.finalizer(elb.search_id()), ns)
     result = create(t, "bob", job)
     assert result.returncode == 1
     stderr = result.stderr.strip()
@@ -112,7 +112,7 @@ def test_gate_b_denies_a_search_over_the_ceiling_with_the_active_ids(
     t, ns = installed, GATE_B_NS
     lease = OpenApiLeaseClient.on(t.cp, "alice", ns, holder=HOLDER)
     assert lease.acquire() == "acquired", lease.last_stderr
-    result = create(t, "alice", finalizer_job(ns, new_job_id()))
+    result = create(t, "alice", elb.ready(elb.finalizer(elb.search_id()), ns))
     assert result.returncode == 1
     stderr = result.stderr.strip()
     assert stderr.startswith(
@@ -247,7 +247,7 @@ def test_the_egress_counter_counts_what_a_pod_sends_beyond_the_bridge(
     image = t.cp.admin.get("deployments", NAMESPACE, "elb-gate-webhook")["spec"]["template"][
         "spec"
     ]["containers"][0]["image"]
-    name = f"egress-control-{new_job_id()[:8]}"
+    name = f"egress-control-{elb.search_id()[:8]}"
     with t.address_beyond_the_bridge() as (address, netns):
         before = t.egress_dropped()
         send = (
@@ -304,7 +304,7 @@ def test_helm_uninstall_leaves_nothing_that_can_refuse_a_request(installed: Syst
         )
     assert t.cp.admin.list("validatingadmissionpolicies", None) == []
     # What the webhook refused is now admitted: nothing judges the namespace any more.
-    job = finalizer_job(GATE_A_NS, new_job_id())
+    job = elb.ready(elb.finalizer(elb.search_id()), GATE_A_NS)
     result = create(t, "bob", job)
     assert result.returncode == 0, result.stderr
     # and the Lease guard is gone: bob takes over alice's unexpired Lease.
@@ -361,7 +361,7 @@ def test_cold_start_what_writes_get_before_the_webhook_pods_are_ready(
             "validatingwebhookconfigurations", None, "elb-gate"
         ):
             configured = now
-        job = outcome(lambda: bob.create(finalizer_job(GATE_A_NS, new_job_id())))
+        job = outcome(lambda: bob.create(elb.ready(elb.finalizer(elb.search_id()), GATE_A_NS)))
         seen.append((now, "job", job))
         seen.append((now, "lease", outcome(renew)))
         if job == "denied by the webhook":

@@ -21,11 +21,11 @@ import pytest
 
 from certs import files
 from certs.cli import main as certs_main
+from testbed import elastic_blast as elb
 from testbed.clients import OpenApiLeaseClient
 from testbed.system_tier import NAMESPACE, SystemTier
 from tests.install.rendering import MANIFESTS
 from tests.system.load import DENIED, HOLDER, Load
-from tests.webhook.shapes import blast_job, finalizer_job, new_job_id
 
 pytestmark = [pytest.mark.system, pytest.mark.kubectl, pytest.mark.timeout(900)]
 
@@ -95,9 +95,9 @@ def test_kubectl_apply_k_serves_and_delete_k_leaves_nothing_that_refuses(
 ) -> None:
     t = tier
     t.open_namespace(GATED)
-    seeded = sorted(new_job_id() for _ in range(3))
+    seeded = sorted(elb.search_id() for _ in range(3))
     for job_id in seeded:
-        t.cp.admin.create(blast_job(GATED, job_id))
+        t.cp.admin.create(elb.ready(elb.submit_jobs(job_id), GATED))
 
     began = time.monotonic()
     applied = t.kubectl("admin", "apply", "-k", str(overlay), timeout=180)
@@ -128,7 +128,7 @@ def test_kubectl_apply_k_serves_and_delete_k_leaves_nothing_that_refuses(
     # The label reaches the API server's webhook selector at once, the Pods' own
     # view of the namespace within a watch event: retry the create until judged.
     def denied() -> str | None:
-        result = create(t, "alice", finalizer_job(GATED, new_job_id()))
+        result = create(t, "alice", elb.ready(elb.finalizer(elb.search_id()), GATED))
         if result.returncode == 0:
             raise AssertionError("alice's finalizer over the ceiling was admitted")
         return result.stderr.strip() if DENIED in result.stderr else None
@@ -187,7 +187,7 @@ def test_kubectl_apply_k_serves_and_delete_k_leaves_nothing_that_refuses(
     assert t.cp.admin.list("validatingadmissionpolicybindings", None) == []
     assert t.cp.admin.find("namespaces", None, NAMESPACE) is None
     # What was refused is admitted now: bob's finalizer, and bob taking alice's Lease.
-    result = create(t, "bob", finalizer_job(GATED, new_job_id()))
+    result = create(t, "bob", elb.ready(elb.finalizer(elb.search_id()), GATED))
     assert result.returncode == 0, result.stderr
     bob = t.cp.api("bob")
     held = bob.get("leases", GATED, f"elb-blast-submit-{GATED}")

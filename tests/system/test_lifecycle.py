@@ -21,11 +21,11 @@ import pytest
 from cryptography import x509
 
 from manifests.generate import CHART
+from testbed import elastic_blast as elb
 from testbed.system_tier import NAMESPACE, SystemTier
 from testbed.waiting import wait_until
 from tests.system.conftest import VALUES
 from tests.system.load import Load
-from tests.webhook.shapes import finalizer_job, new_job_id
 
 pytestmark = [pytest.mark.system, pytest.mark.kubectl, pytest.mark.timeout(1200)]
 
@@ -388,6 +388,10 @@ def test_uninstall_leaves_nothing_and_the_configurations_go_with_the_release(
         assert t.cp.admin.find("secrets", NAMESPACE, secret) is None
     # Nothing judges the namespace any more: what the webhook refused is admitted.
     result = t.kubectl(
-        "bob", "create", "-f", "-", input=json.dumps(finalizer_job("st-gate-a", new_job_id()))
+        "bob",
+        "create",
+        "-f",
+        "-",
+        input=json.dumps(elb.ready(elb.finalizer(elb.search_id()), "st-gate-a")),
     )
     assert result.returncode == 0, result.stderr

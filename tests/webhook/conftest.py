@@ -6,17 +6,16 @@ TLS through the API server's admission chain, not the install (tests/system/).""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from elbgate.lease import parse_microtime
+from testbed import elastic_blast as elb
 from testbed.controlplane import ControlPlane
 from testbed.waiting import wait_until
 from testbed.webhook_process import SHORT_LEASES, WebhookProcess
-from tests.webhook.shapes import blast_job, new_job_id
 
 API_TIMEOUT_SECONDS = 2.0
 """The process's deadline per API call (ELB_GATE_API_TIMEOUT_SECONDS), well inside 5 s."""
@@ -41,23 +40,17 @@ def seeded(control_plane: ControlPlane, hook: WebhookProcess) -> Seeder:
 
     def make(count: int) -> tuple[str, list[str]]:
         namespace = control_plane.new_namespace("gated")
-        ids = sorted(new_job_id() for _ in range(count))
+        ids = sorted(elb.search_id() for _ in range(count))
         for job_id in ids:
-            control_plane.admin.create(blast_job(namespace, job_id))
+            control_plane.admin.create(elb.ready(elb.blast_batch(job_id, 0), namespace))
         return hook.install.gate(namespace), ids
 
     return make
 
 
 def decisions(hook: WebhookProcess, namespace: str) -> list[dict[str, object]]:
-    """The webhook's admission log records for ``namespace`` (one JSON object a line)."""
-    out = []
-    for line in hook.log().splitlines():
-        if line.startswith("{"):
-            record = json.loads(line)
-            if record.get("msg") == "admission" and record.get("namespace") == namespace:
-                out.append(record)
-    return out
+    """The webhook's admission log records for ``namespace`` (this run's)."""
+    return [r for r in hook.logs("admission") if r.get("namespace") == namespace]
 
 
 SHORT_LEASE_ENV = {"ELB_GATE_API_TIMEOUT_SECONDS": str(API_TIMEOUT_SECONDS), **SHORT_LEASES}

@@ -10,7 +10,6 @@ round's outcome.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +18,7 @@ from testbed import elastic_blast as elb
 from testbed.api import ApiError, JsonObj
 from testbed.clients import OpenApiLeaseClient
 from testbed.controlplane import ControlPlane
-from tests.webhook.shapes import blast_job, new_job_id
+from testbed.waiting import at_once
 
 HOLDER = "openapi-7d2e1f0a9b8c4d3e8f7a6b5c4d3e2f10"
 SEARCH_APPS = ("setup", "submit", "blast", "finalizer")
@@ -57,28 +56,25 @@ class Round:
 
 
 def send_at_once(api_for: Callable[[], Any], bodies: Sequence[JsonObj]) -> tuple[Sent, ...]:
-    """Create every body from its own thread, all released by one barrier."""
-    barrier = threading.Barrier(len(bodies))
-    out: list[Sent | None] = [None] * len(bodies)
+    """Create every body at once (:func:`~testbed.waiting.at_once`), each with its own
+    client, made before the race."""
 
-    def send(i: int, body: JsonObj) -> None:
-        api = api_for()
-        barrier.wait(30)
-        name = body["metadata"]["name"]
-        try:
-            api.create(body)
-            out[i] = Sent(name, 201, "")
-        except ApiError as exc:
-            message = exc.body.get("message", "") if isinstance(exc.body, dict) else str(exc.body)
-            out[i] = Sent(name, exc.status, str(message))
+    def sender(body: JsonObj) -> Callable[[], Sent]:
+        api, name = api_for(), body["metadata"]["name"]
 
-    threads = [threading.Thread(target=send, args=(i, b)) for i, b in enumerate(bodies)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    assert all(s is not None for s in out), "a racing create did not return"
-    return tuple(s for s in out if s is not None)
+        def send() -> Sent:
+            try:
+                api.create(body)
+                return Sent(name, 201, "")
+            except ApiError as exc:
+                message = exc.body.get("message", "") if isinstance(exc.body, dict) else exc.body
+                return Sent(name, exc.status, str(message))
+
+        return send
+
+    out = at_once([sender(body) for body in bodies])
+    assert all(isinstance(s, Sent) for s in out), f"a racing create did not return: {out}"
+    return tuple(s for s in out if isinstance(s, Sent))
 
 
 def unfinished_search_jobs(cp: ControlPlane, namespace: str) -> list[JsonObj]:
@@ -98,7 +94,7 @@ def play_round(
     ``bodies(namespace)`` created at once as alice (after ``before_race(namespace)``)."""
     namespace = cp.new_namespace("race")
     for _ in range(seed):
-        cp.admin.create(blast_job(namespace, new_job_id()))
+        cp.admin.create(elb.ready(elb.blast_batch(elb.search_id(), 0), namespace))
     gate(namespace)
     assert OpenApiLeaseClient.on(cp, "alice", namespace, holder=HOLDER).acquire() == "acquired"
     before_race(namespace)
@@ -118,14 +114,14 @@ def play_round(
 def two_first_jobs(namespace: str) -> list[JsonObj]:
     """The first Jobs of two new searches (cloud job submission: ``submit-jobs-<id8>``)."""
     return [
-        elb.for_api(elb.submit_jobs(f"job-{new_job_id()}"), namespace),
-        elb.for_api(elb.submit_jobs(f"job-{new_job_id()}"), namespace),
+        elb.for_api(elb.submit_jobs(elb.search_id()), namespace),
+        elb.for_api(elb.submit_jobs(elb.search_id()), namespace),
     ]
 
 
 def two_stagings_of_one_database(namespace: str) -> list[JsonObj]:
     """Two new searches' first ``init-ssd`` Jobs, both staging ``core_nt`` onto node 0."""
     return [
-        elb.for_api(elb.init_ssd(f"job-{new_job_id()}", 0, "core_nt"), namespace),
-        elb.for_api(elb.init_ssd(f"job-{new_job_id()}", 0, "core_nt"), namespace),
+        elb.for_api(elb.init_ssd(elb.search_id(), 0, "core_nt"), namespace),
+        elb.for_api(elb.init_ssd(elb.search_id(), 0, "core_nt"), namespace),
     ]

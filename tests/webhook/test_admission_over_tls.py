@@ -15,13 +15,13 @@ import pytest
 
 from elbgate.lease import parse_microtime
 from elbgate.names import HOLDER_POD_ANNOTATION, HOLDER_USER_ANNOTATION
+from testbed import elastic_blast as elb
 from testbed.api import JsonObj
 from testbed.clients import OpenApiLeaseClient
 from testbed.controlplane import ControlPlane
 from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
 from tests.webhook.conftest import Seeder, decisions
-from tests.webhook.shapes import blast_job, finalizer_job, new_job_id, search_job
 
 pytestmark = pytest.mark.kubectl
 
@@ -41,7 +41,7 @@ def test_a_finalizer_from_a_user_not_holding_the_lease_is_denied_by_gate_a(
     control_plane: ControlPlane, ns: str
 ) -> None:
     alice_acquires(control_plane, ns)
-    job = finalizer_job(ns, new_job_id())
+    job = elb.ready(elb.finalizer(elb.search_id()), ns)
     result = create(control_plane, "bob", job)
     assert result.returncode == 1
     stderr = result.stderr.strip()
@@ -55,7 +55,7 @@ def test_a_finalizer_from_a_user_not_holding_the_lease_is_denied_by_gate_a(
 def test_a_finalizer_without_any_lease_says_to_acquire_it(
     control_plane: ControlPlane, ns: str
 ) -> None:
-    result = create(control_plane, "alice", finalizer_job(ns, new_job_id()))
+    result = create(control_plane, "alice", elb.ready(elb.finalizer(elb.search_id()), ns))
     assert result.returncode == 1
     assert DENIED + f"Gate A: Lease {ns}/elb-blast-submit-{ns} does not exist" in result.stderr
 
@@ -65,7 +65,7 @@ def test_the_holder_creates_the_finalizer_under_the_ceiling(
 ) -> None:
     ns, _ids = seeded(2)
     alice_acquires(control_plane, ns)
-    job = finalizer_job(ns, new_job_id())
+    job = elb.ready(elb.finalizer(elb.search_id()), ns)
     result = create(control_plane, "alice", job)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"job.batch/{job['metadata']['name']} created"
@@ -76,7 +76,7 @@ def test_at_the_ceiling_the_finalizer_is_denied_by_gate_b_with_the_active_ids(
 ) -> None:
     ns, ids = seeded(3)
     alice_acquires(control_plane, ns)
-    result = create(control_plane, "alice", finalizer_job(ns, new_job_id()))
+    result = create(control_plane, "alice", elb.ready(elb.finalizer(elb.search_id()), ns))
     assert result.returncode == 1
     stderr = result.stderr.strip()
     assert stderr.startswith(
@@ -110,8 +110,8 @@ def test_the_in_cluster_submit_job_adds_batch_jobs_to_its_active_search_without_
     cp = control_plane
     ns, _ids = seeded(2)
     alice_acquires(cp, ns)
-    job_id = new_job_id()
-    submit = search_job("submit", ns, job_id)
+    job_id = elb.search_id()
+    submit = elb.ready(elb.submit_jobs(job_id), ns)
     assert create(cp, "alice", submit).returncode == 0  # the third search: at the ceiling now
     # The batch Jobs are created from inside the submit Job's Pod, with the
     # token the kubelet gives it (the namespace's default ServiceAccount), and
@@ -124,7 +124,7 @@ def test_the_in_cluster_submit_job_adds_batch_jobs_to_its_active_search_without_
         ns,
     )
     for number in range(2):
-        result = create(cp, "", blast_job(ns, job_id, number), kubeconfig=config)
+        result = create(cp, "", elb.ready(elb.blast_batch(job_id, number), ns), kubeconfig=config)
         assert result.returncode == 0, result.stderr
     batch = [r for r in decisions(hook, ns) if str(r["name"]).startswith("blastn-")]
     assert [(r["decision"], r["user"]) for r in batch] == [
@@ -136,7 +136,7 @@ def test_job_controller_updates_and_deletes_pass_without_the_lease(
     control_plane: ControlPlane, seeded: Seeder
 ) -> None:
     ns, [job_id] = seeded(1)
-    name = blast_job(ns, job_id)["metadata"]["name"]
+    name = elb.ready(elb.blast_batch(job_id, 0), ns)["metadata"]["name"]
     labelled = control_plane.kubectl("bob", "-n", ns, "label", "job", name, "tier=batch")
     assert labelled.returncode == 0, labelled.stderr
     assert labelled.stdout.strip() == f"job.batch/{name} labeled"
@@ -149,7 +149,7 @@ def test_relabelling_a_job_into_another_search_is_judged(
     control_plane: ControlPlane, seeded: Seeder
 ) -> None:
     ns, [job_id] = seeded(1)
-    name = blast_job(ns, job_id)["metadata"]["name"]
+    name = elb.ready(elb.blast_batch(job_id, 0), ns)["metadata"]["name"]
     result = control_plane.kubectl(
         "bob", "-n", ns, "label", "--overwrite", "job", name, "elb-job-id=other"
     )
@@ -160,7 +160,7 @@ def test_relabelling_a_job_into_another_search_is_judged(
 def test_a_server_side_dry_run_gets_the_same_answer_and_writes_nothing(
     control_plane: ControlPlane, ns: str
 ) -> None:
-    job = finalizer_job(ns, new_job_id())
+    job = elb.ready(elb.finalizer(elb.search_id()), ns)
     result = control_plane.kubectl(
         "bob", "create", "--dry-run=server", "-f", "-", input=json.dumps(job)
     )
@@ -178,7 +178,7 @@ def test_a_namespace_listed_at_start_is_gated_and_sigterm_stops_cleanly(
         for name in (listed, fresh):
             labels = control_plane.admin.get("namespaces", None, name)["metadata"]["labels"]
             assert labels["elb-gate.io/gated"] == "true"
-        result = create(control_plane, "bob", finalizer_job(listed, new_job_id()))
+        result = create(control_plane, "bob", elb.ready(elb.finalizer(elb.search_id()), listed))
         assert result.returncode == 1 and DENIED + "Gate A" in result.stderr
     finally:
         code = process.stop()
@@ -190,7 +190,7 @@ def test_ungated_namespaces_are_not_judged(
     control_plane: ControlPlane, hook: WebhookProcess
 ) -> None:
     ns = control_plane.new_namespace("not-gated")
-    job = finalizer_job(ns, new_job_id())
+    job = elb.ready(elb.finalizer(elb.search_id()), ns)
     result = create(control_plane, "admin", job)
     assert result.returncode == 0, result.stderr
     assert control_plane.admin.find("jobs", ns, job["metadata"]["name"]) is not None
@@ -219,7 +219,7 @@ def test_the_lease_is_stamped_with_user_pod_and_the_webhook_clock(
 def test_every_decision_is_logged_as_one_json_line(
     control_plane: ControlPlane, hook: WebhookProcess, ns: str
 ) -> None:
-    create(control_plane, "bob", finalizer_job(ns, new_job_id()))
+    create(control_plane, "bob", elb.ready(elb.finalizer(elb.search_id()), ns))
     mine = decisions(hook, ns)
     assert mine and mine[-1]["decision"] == "denied" and mine[-1]["reason"] == "no_lease"
     assert {"uid", "name", "operation", "user", "duration_ms"} <= set(mine[-1])
@@ -239,7 +239,7 @@ def test_metrics_count_the_decisions(
         return float(line.split()[-1])
 
     before = no_lease_denials()  # exported from start, at 0 until the first one
-    create(control_plane, "bob", finalizer_job(ns, new_job_id()))
+    create(control_plane, "bob", elb.ready(elb.finalizer(elb.search_id()), ns))
     assert no_lease_denials() == before + 1
     assert "elb_gate_certificate_expiry_timestamp_seconds" in hook.metrics()
 

@@ -23,7 +23,6 @@ from testbed.controlplane import ControlPlane
 from testbed.faultproxy import FaultProxy
 from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
-from tests.webhook.shapes import blast_job, new_job_id
 
 pytestmark = [pytest.mark.kubectl, pytest.mark.usefixtures("no_faults_left")]
 
@@ -52,7 +51,7 @@ def census_reads(hook: WebhookProcess, source: str, reason: str) -> int:
 
 def first_job(namespace: str) -> dict[str, Any]:
     """A new search's first Job (cloud job submission: ``submit-jobs-<id8>``)."""
-    return elb.for_api(elb.submit_jobs(f"job-{new_job_id()}"), namespace)
+    return elb.for_api(elb.submit_jobs(elb.search_id()), namespace)
 
 
 def create(cp: ControlPlane, user: str, obj: dict[str, Any]) -> Any:
@@ -70,7 +69,9 @@ def seeded(cp: ControlPlane, hook: WebhookProcess, running: int) -> tuple[str, l
     gated), alice holding its Lease, and the webhook's census read from its watch."""
     namespace = cp.new_namespace("census-watch")
     names = [
-        cp.admin.create(blast_job(namespace, new_job_id()))["metadata"]["name"]
+        cp.admin.create(elb.ready(elb.blast_batch(elb.search_id(), 0), namespace))["metadata"][
+            "name"
+        ]
         for _ in range(running)
     ]
     hook.install.gate(namespace)

@@ -19,7 +19,9 @@ import pytest
 import testbed.clients
 from elbgate.lease import parse_microtime
 from elbgate.names import HOLDER_POD_ANNOTATION, HOLDER_USER_ANNOTATION
+from testbed import elastic_blast as elb
 from testbed.api import JsonObj
+from testbed.audit_log import requests_to
 from testbed.clients import (
     ClientError,
     DashboardLeaseClient,
@@ -30,7 +32,6 @@ from testbed.controlplane import ControlPlane, PodIdentity
 from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
 from tests.webhook.conftest import SHORT_LEASE_ENV, decisions, wait_expired
-from tests.webhook.shapes import finalizer_job, new_job_id
 
 pytestmark = pytest.mark.kubectl
 
@@ -74,7 +75,7 @@ class Path:
             "create",
             "-f",
             "-",
-            input=json.dumps(finalizer_job(ns, new_job_id())),
+            input=json.dumps(elb.ready(elb.finalizer(elb.search_id()), ns)),
             kubeconfig=self.kubeconfig,
         )
 
@@ -94,15 +95,7 @@ def stored(cp: ControlPlane, ns: str) -> JsonObj:
 def lease_writes(cp: ControlPlane, ns: str, user: str) -> list[JsonObj]:
     """The audit log's record of ``user``'s completed writes to the submit Lease."""
     name = f"elb-blast-submit-{ns}"
-    return [
-        e
-        for e in cp.audit_events()
-        if e.get("stage") == "ResponseComplete"
-        and e.get("verb") in ("create", "update")
-        and (e.get("objectRef") or {}).get("namespace") == ns
-        and (e.get("objectRef") or {}).get("name") == name
-        and e["user"]["username"] == user
-    ]
+    return requests_to(cp.audit_events(), "leases", ns, name, user=user, verbs=("create", "update"))
 
 
 # -- the OpenAPI client writes a fresh body every time ---------------------------------

@@ -10,7 +10,6 @@ let expire.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -21,10 +20,10 @@ from testbed.clients import (
     DashboardLeaseClient,
     LeaseClient,
     OpenApiLeaseClient,
-    Outcome,
     new_holder,
 )
 from testbed.controlplane import ControlPlane
+from testbed.waiting import at_once
 from tests.webhook.conftest import SHORT_LEASE_ENV, wait_expired
 
 pytestmark = pytest.mark.kubectl
@@ -152,26 +151,6 @@ def test_deleting_a_live_lease_is_refused(control_plane: ControlPlane, ns: str) 
     assert "never deleted" in result.stderr
 
 
-def race(*attempts: Callable[[], Outcome]) -> list[Outcome | Exception]:
-    """Run the attempts at once (released together by a barrier)."""
-    barrier = threading.Barrier(len(attempts))
-    outcomes: list[Outcome | Exception] = [RuntimeError("did not finish")] * len(attempts)
-
-    def run(i: int) -> None:
-        barrier.wait(30)
-        try:
-            outcomes[i] = attempts[i]()
-        except Exception as exc:  # surfaced by the assertion below
-            outcomes[i] = exc
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(attempts))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    return outcomes
-
-
 @pytest.mark.parametrize("start", ["absent", "expired"])
 @pytest.mark.parametrize(
     "pair",
@@ -187,7 +166,7 @@ def test_two_clients_racing_never_both_hold_the_lease(
     for _round in range(2):
         if start == "expired":  # a third holder died holding it
             dies_holding(cp, ns)
-        outcomes = race(first.acquire, second.acquire)
+        outcomes = at_once([first.acquire, second.acquire])
         assert sorted(map(str, outcomes)) == ["acquired", "busy"], outcomes
         winner: LeaseClient = first if outcomes[0] == "acquired" else second
         assert holder(cp, ns) == winner.holder

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
+from testbed import elastic_blast as elb
 from testbed.clients import DashboardLeaseClient
 from testbed.controlplane import ControlPlane
 from testbed.faultproxy import Fault, FaultProxy
 from testbed.webhook_process import WebhookProcess
 from tests.webhook.conftest import API_TIMEOUT_SECONDS, Seeder
-from tests.webhook.shapes import blast_job, finalizer_job, new_job_id
 
 pytestmark = [pytest.mark.kubectl, pytest.mark.usefixtures("no_faults_left")]
 
@@ -57,7 +57,7 @@ def test_a_failing_read_denies_with_503_and_says_what_could_not_be_verified(
     control_plane: ControlPlane, proxy: FaultProxy, ns: str, read: str, how: str
 ) -> None:
     assert DashboardLeaseClient.on(control_plane, "alice", ns).acquire() == "acquired"
-    job = finalizer_job(ns, new_job_id())
+    job = elb.ready(elb.finalizer(elb.search_id()), ns)
     fault = fault_for(proxy, ns, read, how)
     try:
         result = create(control_plane, "alice", job)
@@ -91,7 +91,7 @@ def test_a_blast_job_of_a_new_search_fails_closed_when_the_lease_cannot_be_read(
     control_plane: ControlPlane, proxy: FaultProxy, ns: str
 ) -> None:
     fault_for(proxy, ns, "lease", "500")
-    blast = blast_job(ns, new_job_id())
+    blast = elb.ready(elb.blast_batch(elb.search_id(), 0), ns)
     result = create(control_plane, "alice", blast)
     assert result.returncode == 1
     assert "could not verify" in result.stderr and "API answered 500" in result.stderr
@@ -102,7 +102,7 @@ def test_an_api_outage_never_affects_requests_that_need_no_read(
     control_plane: ControlPlane, proxy: FaultProxy, seeded: Seeder
 ) -> None:
     ns, [job_id] = seeded(1)
-    name = blast_job(ns, job_id)["metadata"]["name"]
+    name = elb.ready(elb.blast_batch(job_id, 0), ns)["metadata"]["name"]
     # Every read the webhook could make fails; a Job controller-style write needs none.
     faults = [fault_for(proxy, ns, "census", "500"), fault_for(proxy, ns, "lease", "500")]
     bob = control_plane.api("bob")

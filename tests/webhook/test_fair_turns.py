@@ -17,12 +17,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from testbed import elastic_blast as elb
 from testbed.clients import DashboardLeaseClient, OpenApiLeaseClient, new_holder
 from testbed.controlplane import ControlPlane
 from testbed.rig import Rig
 from testbed.waiting import wait_until
 from tests.webhook.conftest import API_TIMEOUT_SECONDS
-from tests.webhook.shapes import blast_job, new_job_id
 
 pytestmark = [pytest.mark.kubectl, pytest.mark.timeout(600)]
 
@@ -64,7 +64,9 @@ class Paths:
         self.cp, self.rig = cp, rig
         self._replicas = itertools.cycle(range(len(rig.hooks)))
         namespace = cp.new_namespace("fair")
-        self.searches = [blast_job(namespace, new_job_id()) for _ in range(3)]
+        self.searches = [
+            elb.ready(elb.blast_batch(elb.search_id(), 0), namespace) for _ in range(3)
+        ]
         for job in self.searches:
             cp.admin.create(job)
         self.ns = rig.install.gate(namespace)

@@ -20,7 +20,6 @@ from testbed.controlplane import ControlPlane
 from testbed.waiting import wait_until
 from testbed.webhook_process import WebhookProcess
 from tests.webhook.races import HOLDER
-from tests.webhook.shapes import blast_job, new_job_id
 
 
 def reserved(cp: ControlPlane, namespace: str) -> list[str]:
@@ -38,11 +37,11 @@ def test_a_search_deleted_before_any_other_admission_read_it_frees_its_slot(
     cp = control_plane
     namespace = cp.new_namespace("reserved-ends")
     for _ in range(2):  # two searches running before the namespace is gated
-        cp.admin.create(blast_job(namespace, new_job_id()))
+        cp.admin.create(elb.ready(elb.blast_batch(elb.search_id(), 0), namespace))
     hook.install.gate(namespace)
     assert OpenApiLeaseClient.on(cp, "alice", namespace, holder=HOLDER).acquire() == "acquired"
 
-    third = elb.for_api(elb.submit_jobs(f"job-{new_job_id()}"), namespace)
+    third = elb.for_api(elb.submit_jobs(elb.search_id()), namespace)
     cp.api("alice").create(third)  # the third active search: admitted and reserved
     name = third["metadata"]["name"]
     wait_until(
@@ -55,6 +54,6 @@ def test_a_search_deleted_before_any_other_admission_read_it_frees_its_slot(
     cp.admin.delete("jobs", namespace, name)
     wait_until(lambda: cp.admin.find("jobs", namespace, name) is None, 60, f"{name} deleted")
 
-    fourth = elb.for_api(elb.submit_jobs(f"job-{new_job_id()}"), namespace)
+    fourth = elb.for_api(elb.submit_jobs(elb.search_id()), namespace)
     cp.api("alice").create(fourth)  # two searches run: admitted, not "Gate B: 3/3"
     assert cp.admin.find("jobs", namespace, fourth["metadata"]["name"]) is not None

@@ -18,14 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from testbed import elastic_blast
+from testbed import elastic_blast as elb
 from testbed.api import JsonObj
 from testbed.clients import DashboardLeaseClient, ShardOutcome, new_holder, split_fan_out
 from testbed.component import host_env
 from testbed.controlplane import ControlPlane
 from testbed.webhook_process import WebhookProcess
 from tests.webhook.conftest import API_TIMEOUT_SECONDS, decisions
-from tests.webhook.shapes import blast_job, new_job_id
 
 pytestmark = pytest.mark.kubectl
 
@@ -59,7 +58,7 @@ def busy_namespace(cp: ControlPlane, hook: WebhookProcess, active: int) -> str:
     """A gated namespace already running ``active`` searches (created before gating)."""
     namespace = cp.new_namespace("split")
     for _ in range(active):
-        cp.admin.create(blast_job(namespace, new_job_id()))
+        cp.admin.create(elb.ready(elb.blast_batch(elb.search_id(), 0), namespace))
     return hook.install.gate(namespace)
 
 
@@ -68,8 +67,8 @@ def elastic_blast_submit(
 ) -> str:
     """One ``elastic-blast submit``: its Jobs in order, stopping at the first refusal
     (``""`` when every Job was created, else what kubectl printed)."""
-    for job in elastic_blast.flow(flow, job_id):
-        body = elastic_blast.for_api(job, namespace)
+    for job in elb.flow(flow, job_id):
+        body = elb.for_api(job, namespace)
         result = cp.kubectl(user, "-n", namespace, "create", "-f", "-", input=json.dumps(body))
         if result.returncode != 0:
             return result.stderr.strip()
@@ -79,7 +78,7 @@ def elastic_blast_submit(
 def fan_out(
     cp: ControlPlane, user: str, namespace: str, shards: int, flow: str = "cloud-job-submission"
 ) -> tuple[Sequence[ShardOutcome], list[str]]:
-    ids = [new_job_id() for _ in range(shards)]
+    ids = [elb.search_id() for _ in range(shards)]
     outcomes = split_fan_out(
         lambda holder: DashboardLeaseClient.on(cp, user, namespace, holder=holder),
         shards,
@@ -127,7 +126,7 @@ def test_a_five_shard_split_at_two_active_searches_runs_every_shard(
     regular = DashboardLeaseClient.on(cp, DASHBOARD, ns, holder=new_holder("dashboard"))
     assert regular.acquire() == "acquired"
     try:
-        refused = elastic_blast_submit(cp, DASHBOARD, ns, "cloud-job-submission", new_job_id())
+        refused = elastic_blast_submit(cp, DASHBOARD, ns, "cloud-job-submission", elb.search_id())
     finally:
         regular.release()
     assert "Gate B: 7/3 searches already active" in refused

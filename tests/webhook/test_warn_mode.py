@@ -7,10 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from testbed import elastic_blast as elb
 from testbed.clients import DashboardLeaseClient, OpenApiLeaseClient
 from testbed.controlplane import ControlPlane
 from testbed.webhook_process import WebhookProcess
-from tests.webhook.shapes import finalizer_job, new_job_id
 
 pytestmark = pytest.mark.kubectl
 
@@ -25,7 +25,7 @@ def test_a_would_be_denial_is_admitted_with_short_warnings(
     control_plane: ControlPlane, warn_hook: WebhookProcess
 ) -> None:
     ns = warn_hook.install.gate(control_plane.new_namespace("warn"))
-    job = finalizer_job(ns, new_job_id())
+    job = elb.ready(elb.finalizer(elb.search_id()), ns)
     result = control_plane.kubectl("bob", "create", "-f", "-", input=json.dumps(job))
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"job.batch/{job['metadata']['name']} created"
