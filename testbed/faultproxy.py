@@ -6,6 +6,7 @@
         proxy.add(resource="jobs", drop=True)           # connection closed, no answer
         proxy.add(resource="jobs", watch_gone=True)     # a watch gets 410 Gone
         proxy.add(resource="jobs", watch=True, lag=1.0) # a watch's events arrive 1 s late
+        proxy.add(resource="pods", watch=True, event=e) # a watch opens with event e first
         proxy.add(method="POST", lose_answer=True)      # applied, but the answer is lost
         proxy.add(status=502, body="<html>…</html>")    # a gateway's error page, no Status
         kubeconfig = proxy.kubeconfig(token, "webhook")  # point a component at the proxy
@@ -77,6 +78,9 @@ class Fault:
     lag: float = 0.0
     """A watch: each event is passed on this many seconds after the API server sent it,
     in order (a watch cache behind the API server)."""
+    event: dict[str, Any] | None = None
+    """A watch: this event comes first, before the API server's (a stale or reordered
+    stream: it need not be true)."""
     count: int | None = 1
     fired: int = field(default=0)
 
@@ -106,6 +110,8 @@ class FaultProxy(TlsServer):
         self.answered: list[tuple[str, str, int]] = []
         """Every forwarded answer, once sent whole: (method, path with its query, bytes of
         its body as the API server sent them)."""
+        self.watching: Counter[str] = Counter()
+        """The watches open now: how many streams of each path with its query."""
         self._ending = asyncio.Event()
         self._lock = threading.Lock()
         self._dir = Path(tempfile.mkdtemp(prefix="elb-gate-proxy-"))
@@ -155,6 +161,14 @@ class FaultProxy(TlsServer):
         info["watch"] = request.query.get("watch") in ("1", "true")
         with self._lock:
             self.requests.append((request.method, request.path_qs))
+            self.watching[request.path_qs] += info["watch"]
+        try:
+            return await self._serve(request, info)
+        finally:  # the stream ended, or its client went away (the handler is cancelled)
+            with self._lock:
+                self.watching[request.path_qs] -= info["watch"]
+
+    async def _serve(self, request: web.Request, info: Mapping[str, Any]) -> web.StreamResponse:
         fault = self._take(request.method, info)
         if fault is not None:
             if fault.delay:
@@ -174,8 +188,8 @@ class FaultProxy(TlsServer):
                 return web.Response(text=json.dumps(event) + "\n", content_type="application/json")
             if fault.lose_answer:
                 await self._forward(request, info, deliver=False)
-            if fault.lag and info["watch"]:
-                return await self._forward(request, info, lag=fault.lag)
+            if (fault.lag or fault.event) and info["watch"]:
+                return await self._forward(request, info, lag=fault.lag, first=fault.event)
         return await self._forward(request, info)
 
     async def _forward(
@@ -185,6 +199,7 @@ class FaultProxy(TlsServer):
         *,
         deliver: bool = True,
         lag: float = 0.0,
+        first: Mapping[str, Any] | None = None,
     ) -> web.StreamResponse:
         assert self._session is not None
         with self._lock:
@@ -208,6 +223,8 @@ class FaultProxy(TlsServer):
                 if key.lower() not in _HOP_HEADERS:
                     response.headers[key] = value
             await response.prepare(request)
+            if first is not None:
+                await response.write(json.dumps(first).encode() + b"\n")
             sent = 0
             ending = self._ending
             chunks = (_late(upstream, lag) if lag else upstream.content.iter_any()).__aiter__()
