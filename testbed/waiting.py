@@ -2,12 +2,13 @@
 
 One synchronous helper (:func:`wait_until`) and its asynchronous twin
 (:func:`wait_until_async`, which sleeps without blocking the event loop), used by the
-test bed, the tests and the benchmarks alike; and :func:`at_once`, which starts calls
-together and waits for them all. Both take ``(predicate, timeout, what)``,
+test bed, the tests and the benchmarks alike. Both take ``(predicate, timeout, what)``,
 return the predicate's first truthy value, and fail with an ``AssertionError`` that
 names what was awaited and for how long, followed by ``detail()`` when given (a
 process's last log lines, say). A predicate that knows waiting is pointless (the
 process it waits for has exited) raises, and that error ends the wait.
+
+And :func:`at_once`, which starts calls together (a race) and waits for them all.
 """
 
 from __future__ import annotations
