@@ -62,9 +62,8 @@ class Submitter:
         self.user = user
         self.workdir = workdir
         self.source = source
-        self.gate = GateSettings(
-            **({} if ttl_seconds is None else {"lease_ttl_seconds": ttl_seconds})
-        )
+        gate = GateSettings()
+        self.gate = gate if ttl_seconds is None else GateSettings(lease_ttl_seconds=ttl_seconds)
         self._lease: SubmitLease | None = None
 
     # -- the Lease ------------------------------------------------------------------
