@@ -346,17 +346,8 @@ def running(
         "started": True,
         "restartCount": restarts,
         "state": {"running": {"startedAt": kube_time(since or RENEWED - timedelta(hours=2))}},
-        "lastState": {},
+        "lastState": _ended(last_ended, 137, timedelta(minutes=30)),
     }
-    if last_ended is not None:
-        status["lastState"] = {
-            "terminated": {
-                "exitCode": 137,
-                "reason": "Error",
-                "startedAt": kube_time(last_ended - timedelta(minutes=30)),
-                "finishedAt": kube_time(last_ended),
-            }
-        }
     return status
 
 
@@ -372,17 +363,8 @@ def waiting(
         "started": False,
         "restartCount": restarts,
         "state": {"waiting": {"reason": "CrashLoopBackOff" if last_ended else "ContainerCreating"}},
-        "lastState": {},
+        "lastState": _ended(last_ended, 1, timedelta(minutes=5)),
     }
-    if last_ended is not None:
-        status["lastState"] = {
-            "terminated": {
-                "exitCode": 1,
-                "reason": "Error",
-                "startedAt": kube_time(last_ended - timedelta(minutes=5)),
-                "finishedAt": kube_time(last_ended),
-            }
-        }
     return status
 
 
@@ -395,16 +377,19 @@ def terminated(name: str = "elb-openapi", ended: datetime = NOW, code: int = 1) 
         "ready": False,
         "started": False,
         "restartCount": 0,
-        "state": {
-            "terminated": {
-                "exitCode": code,
-                "reason": "Completed" if code == 0 else "Error",
-                "startedAt": kube_time(ended - timedelta(minutes=10)),
-                "finishedAt": kube_time(ended),
-            }
-        },
+        "state": _ended(ended, code, timedelta(minutes=10)),
         "lastState": {},
     }
+
+
+def _ended(at: datetime | None, code: int, ran: timedelta) -> dict[str, Any]:
+    """A container state ``terminated`` at ``at`` with ``code`` after running ``ran``
+    (``{}``, no state, without ``at``)."""
+    if at is None:
+        return {}
+    reason = "Completed" if code == 0 else "Error"
+    times = {"startedAt": kube_time(at - ran), "finishedAt": kube_time(at)}
+    return {"terminated": {"exitCode": code, "reason": reason, **times}}
 
 
 def pod_doc(
