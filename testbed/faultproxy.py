@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import shutil
 import ssl
 import tempfile
 import threading
@@ -144,6 +145,11 @@ class FaultProxy(TlsServer):
     @property
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        """Stop serving, and remove the CA and the kubeconfigs it wrote."""
+        super().stop()
+        shutil.rmtree(self._dir, ignore_errors=True)
 
     def kubeconfig(self, token: str, name: str) -> str:
         """A kubeconfig that reaches the API server through this proxy."""
