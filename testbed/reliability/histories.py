@@ -17,9 +17,11 @@ Job as Kubernetes writes it.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -273,9 +275,11 @@ class Verdict:
 
 @functools.cache
 def checker() -> Path:
-    """The checker binary, built once per process (its module is pinned by go.sum; the
-    Go module proxy fills the module cache the first time)."""
-    binary = Path(tempfile.mkdtemp(prefix="elb-lincheck-")) / "lincheck"
+    """The checker binary, built once per process and removed when it exits (its module
+    is pinned by go.sum; the Go module proxy fills the module cache the first time)."""
+    directory = tempfile.mkdtemp(prefix="elb-lincheck-")
+    atexit.register(shutil.rmtree, directory, True)
+    binary = Path(directory) / "lincheck"
     env = {**os.environ, "GOFLAGS": "-mod=readonly", "CGO_ENABLED": "0"}
     subprocess.run(
         ["go", "build", "-o", str(binary), "."], cwd=LINCHECK, env=env, check=True, timeout=600
