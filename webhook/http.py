@@ -46,6 +46,8 @@ class Runtime:
 
 
 RUNTIME = web.AppKey("runtime", Runtime)
+DRAINING = web.AppKey("draining", asyncio.Event)
+"""Set when the process is told to stop: every answer from then on closes its connection."""
 
 
 async def healthz(_request: web.Request) -> web.Response:
@@ -103,6 +105,8 @@ def create_app(runtime: Runtime) -> web.Application:
     max_bytes = runtime.admission.webhook.max_request_bytes
     app = web.Application(client_max_size=max_bytes + 1)
     app[RUNTIME] = runtime
+    app[DRAINING] = asyncio.Event()
+    app.on_response_prepare.append(_close_when_draining)
     app.cleanup_ctx.append(_resources)
     admission, callers = runtime.admission, runtime.callers
     for path, webhook, judge in (
@@ -115,6 +119,15 @@ def create_app(runtime: Runtime) -> web.Application:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     return app
+
+
+async def _close_when_draining(request: web.Request, response: web.StreamResponse) -> None:
+    """While stopping, answer with ``Connection: close``: the API server keeps using the
+    connections it holds open to a terminating Pod, so each one is closed after an answer,
+    never under a request."""
+    if request.app[DRAINING].is_set():
+        response.force_close()  # the server closes it after this answer
+        response.headers["Connection"] = "close"  # and the client knows (headers are made)
 
 
 def create_ops_app(runtime: Runtime) -> web.Application:

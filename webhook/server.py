@@ -21,7 +21,7 @@ from webhook.admission import Admission
 from webhook.callers import CallerPolicy
 from webhook.census_watch import CensusWatch
 from webhook.cluster_view import ClusterView
-from webhook.http import Runtime, create_app, create_ops_app
+from webhook.http import DRAINING, Runtime, create_app, create_ops_app
 from webhook.metrics import COMPONENT, WebhookMetrics
 from webhook.readiness import ApiReachability
 from webhook.readiness_key import ReadinessKey
@@ -135,6 +135,7 @@ async def serve(
         )
         await stop.wait()
         log(_log, logging.INFO, "stopping")
+        await _drain(runners[0])
     finally:
         for runner in runners:  # admission first: it finishes in-flight reviews, then closes
             await runner.cleanup()
@@ -143,3 +144,19 @@ async def serve(
             await census_watch.close()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+
+
+DRAIN_SECONDS = 3.0
+"""How long a stopping webhook goes on answering on the connections still open (the
+Pod's preStop has already kept it serving while its endpoint was removed)."""
+
+
+async def _drain(runner: web.AppRunner) -> None:
+    """Answer on the open connections, closing each after its answer, until none is left
+    or :data:`DRAIN_SECONDS` have passed; then the runner's cleanup closes the rest."""
+    runner.app[DRAINING].set()
+    deadline = asyncio.get_running_loop().time() + DRAIN_SECONDS
+    while runner.server is not None and runner.server.connections:
+        if asyncio.get_running_loop().time() >= deadline:
+            break
+        await asyncio.sleep(0.05)
