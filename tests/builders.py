@@ -25,7 +25,7 @@ from elbgate.names import (
 from elbgate.settings import ControllerSettings, GateSettings, Settings
 from testbed.elastic_blast import REFERENCE_TIME as NOW
 from testbed.elastic_blast import ts
-from webhook.review import AdmissionRequest, UserInfo
+from webhook.review import API_VERSION, KIND, AdmissionRequest, UserInfo
 
 __all__ = [
     "LEASE",
@@ -36,6 +36,7 @@ __all__ = [
     "job",
     "job_object",
     "lease",
+    "review",
     "ts",
     "user",
 ]
@@ -188,6 +189,41 @@ def admission(
         old_object=old,
         dry_run=dry_run,
     )
+
+
+KINDS = {"jobs": ("batch", "Job"), "leases": ("coordination.k8s.io", "Lease")}
+"""The group and kind of each resource elb-gate judges (all at version v1)."""
+
+
+def review(request: AdmissionRequest | Mapping[str, Any]) -> dict[str, Any]:
+    """The AdmissionReview the API server POSTs: an :class:`AdmissionRequest` written out
+    in full as the API server writes one, or a raw ``request`` as it is given."""
+    if isinstance(request, AdmissionRequest):
+        who, (group, kind) = request.user, KINDS[request.resource]
+        gvk = {"group": group, "version": "v1", "kind": kind}
+        gvr = {"group": group, "version": "v1", "resource": request.resource}
+        options = f"{request.operation.title()}Options"
+        request = {
+            "uid": request.uid,
+            "kind": gvk,
+            "resource": gvr,
+            **({"subResource": request.sub_resource} if request.sub_resource else {}),
+            "requestKind": gvk,
+            "requestResource": gvr,
+            "name": request.name,
+            "namespace": request.namespace,
+            "operation": request.operation,
+            "userInfo": {
+                "username": who.username,
+                "groups": list(who.groups),
+                "extra": {key: list(values) for key, values in who.extra.items()},
+            },
+            "object": request.obj,
+            "oldObject": request.old_object,
+            "dryRun": request.dry_run,
+            "options": {"kind": options, "apiVersion": "meta.k8s.io/v1"},
+        }
+    return {"apiVersion": API_VERSION, "kind": KIND, "request": dict(request)}
 
 
 # -- the controller's tables: Leases, Jobs and cache snapshots --------------------------

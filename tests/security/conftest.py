@@ -16,6 +16,7 @@ import ssl
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from testbed.api import ApiError, JsonObj
 from testbed.controlplane import ControlPlane
 from testbed.install import SYSTEM_NAMESPACE
 from testbed.webhook_process import WebhookProcess
+from tests.builders import admission, review, user
 from tests.install.chart import render
 
 SUBMITTERS: list[dict[str, Any]] = [
@@ -136,25 +138,9 @@ def admission_review(
 ) -> bytes:
     """The AdmissionReview the API server sends for ``username`` creating Job ``body``:
     what any pod can write by hand."""
-    obj = json.loads(body)
-    request = {
-        "uid": str(uuid.uuid4()),
-        "kind": {"group": "batch", "version": "v1", "kind": "Job"},
-        "resource": {"group": "batch", "version": "v1", "resource": "jobs"},
-        "requestKind": {"group": "batch", "version": "v1", "kind": "Job"},
-        "requestResource": {"group": "batch", "version": "v1", "resource": "jobs"},
-        "name": obj["metadata"]["name"],
-        "namespace": namespace,
-        "operation": "CREATE",
-        "userInfo": {"username": username, "groups": [*groups, "system:authenticated"]},
-        "object": obj,
-        "oldObject": None,
-        "dryRun": False,
-        "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
-    }
-    return json.dumps(
-        {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
-    ).encode()
+    who = user(username, (*groups, "system:authenticated"))
+    request = admission("CREATE", json.loads(body), who=who, namespace=namespace)
+    return json.dumps(review(replace(request, uid=str(uuid.uuid4())))).encode()
 
 
 def post_directly(

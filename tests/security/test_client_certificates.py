@@ -24,6 +24,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from elbgate.settings import Settings
+from tests.builders import admission, user
+from tests.builders import review as admission_review
 from webhook.callers import CallerPolicy
 from webhook.decision import Answer, refuse
 from webhook.endpoint import admission_endpoint
@@ -101,18 +103,9 @@ class Server:
 
 
 def review(name: str = "elb-blast-submit-t", pad: int = 0) -> bytes:
-    request = {
-        "uid": "7d1f",
-        "operation": "UPDATE",
-        "namespace": "t",
-        "name": name,
-        "resource": {"group": "coordination.k8s.io", "version": "v1", "resource": "leases"},
-        "userInfo": {"username": "mallory"},
-        "object": {"metadata": {"name": name, "annotations": {"pad": "x" * pad}}},
-    }
-    return orjson.dumps(
-        {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
-    )
+    obj = {"metadata": {"name": name, "annotations": {"pad": "x" * pad}}}
+    request = admission("UPDATE", obj, who=user("mallory"), resource="leases", namespace="t")
+    return orjson.dumps(admission_review(request))
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from elbgate.lease import LeaseView, format_microtime
 from elbgate.names import SEARCH_JOB_SELECTOR, UNFINISHED_JOB_FIELD_SELECTOR
 from elbgate.settings import Settings
 from testbed.elastic_blast import import_queries, init_ssd
-from tests.builders import NOW, SETTINGS, admission, job, job_object, lease, user
+from tests.builders import NOW, SETTINGS, admission, job, job_object, lease, review, user
 from tests.webhook.test_node_rules import AKS, POOL
 from webhook.admission import Admission
 from webhook.http import Runtime, create_app, create_ops_app
@@ -132,21 +132,6 @@ def make(api: FakeApi, **settings: Any) -> Admission:
 
 def sample(admission: Admission, name: str, **labels: str) -> float:
     return admission.metrics.registry.get_sample_value(name, labels) or 0.0
-
-
-def review_of(request_: AdmissionRequest) -> dict[str, Any]:
-    """The AdmissionReview the API server would POST for ``request_``."""
-    req: dict[str, Any] = {
-        "uid": request_.uid,
-        "operation": request_.operation,
-        "namespace": request_.namespace,
-        "name": request_.name,
-        "resource": {"resource": request_.resource},
-        "userInfo": {"username": request_.user.username},
-        "object": request_.obj,
-        "oldObject": request_.old_object,
-    }
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req}
 
 
 def alice_holds() -> dict[str, Any]:
@@ -630,8 +615,8 @@ def runtime(tmp_path: Any) -> Runtime:
 async def test_metrics_are_served_in_prometheus_text(aiohttp_client: Any, runtime: Runtime) -> None:
     app: TestClient = await aiohttp_client(create_app(runtime))
     ops: TestClient = await aiohttp_client(create_ops_app(runtime))
-    review = review_of(admission("CREATE", job_object("finalizer", "a")))
-    assert (await app.post("/validate/jobs", json=review)).status == 200
+    sent = review(admission("CREATE", job_object("finalizer", "a")))
+    assert (await app.post("/validate/jobs", json=sent)).status == 200
     resp = await ops.get("/metrics")
     text = await resp.text()
     assert resp.status == 200
@@ -675,7 +660,7 @@ async def test_a_policy_that_raises_is_left_to_the_http_layer_which_counts_it_er
     with pytest.raises(KeyError):
         await runtime.admission.validate_lease(request_)
     app: TestClient = await aiohttp_client(create_app(runtime))
-    resp = await app.post("/validate/leases", json=review_of(request_))
+    resp = await app.post("/validate/leases", json=review(request_))
     answer = (await resp.json())["response"]
     assert resp.status == 200 and not answer["allowed"] and answer["status"]["code"] == 500
     guard = "lease-guard.elb-gate.io"
@@ -727,12 +712,12 @@ async def test_an_api_that_stops_answering_makes_readiness_fail_at_the_next_prob
     runtime = wired(api, tmp_path)
     app: TestClient = await aiohttp_client(create_app(runtime))
     ops: TestClient = await aiohttp_client(create_ops_app(runtime))
-    review = review_of(admission("CREATE", job_object("finalizer", "a")))
-    assert (await app.post("/validate/jobs", json=review)).status == 200
+    sent = review(admission("CREATE", job_object("finalizer", "a")))
+    assert (await app.post("/validate/jobs", json=sent)).status == 200
     assert not [p for p in await problems(ops) if "API server unreachable" in p]
     cut = ApiUnavailable("Cannot connect to host 10.96.0.1:443 [Connect call failed]")
     api.fail = dict.fromkeys((*READS, "probe"), cut)
-    body = await (await app.post("/validate/jobs", json=review)).json()
+    body = await (await app.post("/validate/jobs", json=sent)).json()
     assert body["response"]["allowed"] is False and body["response"]["status"]["code"] == 503
     assert [p for p in await problems(ops) if "API server unreachable" in p] == [
         f"API server unreachable: {cut}"
@@ -747,8 +732,8 @@ async def test_a_lone_failed_read_while_the_api_answers_leaves_the_replica_ready
     app: TestClient = await aiohttp_client(create_app(runtime))
     ops: TestClient = await aiohttp_client(create_ops_app(runtime))
     api.fail = dict.fromkeys(READS, ApiUnavailable("no answer within 1.5s"))
-    review = review_of(admission("CREATE", job_object("finalizer", "a")))
-    body = await (await app.post("/validate/jobs", json=review)).json()
+    sent = review(admission("CREATE", job_object("finalizer", "a")))
+    body = await (await app.post("/validate/jobs", json=sent)).json()
     assert body["response"]["allowed"] is False
     probes = len([c for c in api.calls if c[0] == "probe"])
     assert not [p for p in await problems(ops) if "API server unreachable" in p]

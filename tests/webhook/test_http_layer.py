@@ -14,6 +14,7 @@ from aiohttp.test_utils import TestClient
 from prometheus_client import CollectorRegistry
 
 from elbgate.serving.logs import JsonFormatter
+from tests.builders import review as admission_review
 from webhook.decision import Answer, admit, refuse
 from webhook.endpoint import admission_endpoint
 from webhook.metrics import LEASE_GUARD, SEARCH_ADMISSION, WebhookMetrics
@@ -26,7 +27,7 @@ def review(uid: Any = "5d7d6c1e", **request: Any) -> dict[str, Any]:
     req = {"operation": "CREATE", "namespace": "default", "name": "x", **request}
     if uid is not None:
         req["uid"] = uid
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req}
+    return admission_review(req)
 
 
 async def echo_user(request: AdmissionRequest) -> Answer:

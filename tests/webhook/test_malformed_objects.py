@@ -13,6 +13,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from prometheus_client import CollectorRegistry
 
+from tests.builders import review as admission_review
 from webhook.decision import Answer, admit
 from webhook.endpoint import admission_endpoint
 from webhook.metrics import SEARCH_ADMISSION, WebhookMetrics
@@ -35,7 +36,7 @@ NOT_OBJECTS = [
 
 def review(operation: str = "UPDATE", **request: Any) -> dict[str, Any]:
     req = {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "operation": operation, **request}
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req}
+    return admission_review(req)
 
 
 @pytest.fixture

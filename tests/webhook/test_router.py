@@ -25,6 +25,7 @@ import pytest
 
 from testbed.certs import MountedCertificate
 from testbed.router import Router
+from tests.builders import review as admission_review
 
 
 class _Replica:
@@ -73,7 +74,7 @@ def router(tmp_path: Path) -> Iterator[Router]:
 
 def review(namespace: str, kind: str = "Job", operation: str = "CREATE") -> bytes:
     request = {"namespace": namespace, "kind": {"kind": kind}, "operation": operation}
-    return json.dumps({"kind": "AdmissionReview", "request": request}).encode()
+    return json.dumps(admission_review(request)).encode()
 
 
 def send(router: Router, body: bytes, path: str = "/validate-jobs?timeout=5s") -> Any:

@@ -11,23 +11,12 @@ import signal
 
 from testbed.controlplane import ControlPlane
 from testbed.webhook_process import WebhookProcess
+from tests.builders import admission, review, user
 from webhook.http import JOBS_PATH
 
+PLAIN_JOB = {"metadata": {"name": "plain", "namespace": "default"}}
 REVIEW = json.dumps(
-    {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "0b6e3f9a",
-            "kind": {"group": "batch", "version": "v1", "kind": "Job"},
-            "resource": {"group": "batch", "version": "v1", "resource": "jobs"},
-            "operation": "CREATE",
-            "namespace": "default",
-            "name": "plain",
-            "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
-            "object": {"metadata": {"name": "plain", "namespace": "default"}},
-        },
-    }
+    review(admission("CREATE", PLAIN_JOB, who=user("alice", ("system:authenticated",))))
 ).encode()
 
 
