@@ -2,7 +2,8 @@
 directory of the repository, and every ``#anchor`` a heading (or an explicit
 ``<a id>``/``<a name>``) of the page it points at, with GitHub's anchor rules.
 Run by ``make lint``: ``python -m tests.doc_links`` prints each broken link and
-exits 1.
+exits 1. The pages are read with a CommonMark parser (markdown-it-py, with tables),
+so code spans and fenced blocks hold no links and reference links are resolved.
 
 GitHub's anchors: the heading's text without its markup, lower-cased; every
 character that is not a letter, a digit, a space, ``-`` or ``_`` dropped; each
@@ -17,14 +18,13 @@ import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote
+
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
 
 REPO = Path(__file__).resolve().parents[1]
-
-FENCE = re.compile(r"^\s*(```|~~~)")
-HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
-INLINE_CODE = re.compile(r"`+[^`]*`+")
-LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
-REFERENCE = re.compile(r"^\s*\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+.*)?$")
+MARKDOWN = MarkdownIt("commonmark").enable("table")
 HTML_ANCHOR = re.compile(r"<a\s+(?:[^>]*\s)?(?:id|name)=\"([^\"]+)\"", re.IGNORECASE)
 EXTERNAL = re.compile(r"^[a-z][a-z0-9+.-]*:", re.IGNORECASE)
 
@@ -45,30 +45,22 @@ def pages(root: Path = REPO) -> list[Path]:
     return [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
 
 
-def _prose(text: str) -> Iterator[tuple[int, str]]:
-    """(line number, line) outside fenced code blocks."""
-    fenced = False
-    for number, line in enumerate(text.splitlines(), 1):
-        if FENCE.match(line):
-            fenced = not fenced
-            continue
-        if not fenced:
-            yield number, line
-
-
-def _plain(heading: str) -> str:
-    """A heading's text as GitHub reads it for the anchor: no markup, links as their text."""
-    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)
-    text = re.sub(r"<[^>]+>", "", text)
-    return text.replace("`", "").replace("*", "").replace("~", "")
+def _tokens(text: str) -> Iterator[tuple[Token, Token]]:
+    """(block, token) for every block token and every inline token within one."""
+    for block in MARKDOWN.parse(text):
+        yield block, block
+        for child in block.children or ():
+            yield block, child
 
 
 def slug(heading: str) -> str:
-    """GitHub's anchor of one heading (before the ``-N`` of a repeat)."""
+    """GitHub's anchor of one heading (before the ``-N`` of a repeat): its text as
+    rendered, without markup, links as their text."""
+    children = MARKDOWN.parseInline(heading)[0].children or []
+    text = "".join(c.content for c in children if c.type in ("text", "code_inline"))
     kept = []
-    for char in _plain(heading).strip().lower():
-        category = unicodedata.category(char)
-        if char in " -_" or category[0] in "LN":
+    for char in text.strip().lower():
+        if char in " -_" or unicodedata.category(char)[0] in "LN":
             kept.append("-" if char == " " else char)
     return "".join(kept)
 
@@ -77,27 +69,29 @@ def anchors(text: str) -> set[str]:
     """Every anchor a page offers: its headings' (repeats numbered) and explicit ones."""
     seen: dict[str, int] = {}
     found: set[str] = set()
-    for _, line in _prose(text):
-        found.update(HTML_ANCHOR.findall(line))
-        match = HEADING.match(line)
-        if match is None:
-            continue
-        base = slug(match[2])
-        count = seen.get(base, 0)
-        seen[base] = count + 1
-        found.add(base if count == 0 else f"{base}-{count}")
+    heading = False
+    for _, token in _tokens(text):
+        if token.type in ("html_block", "html_inline"):
+            found.update(HTML_ANCHOR.findall(token.content))
+        elif token.type == "inline" and heading:
+            base = slug(token.content)
+            count = seen.get(base, 0)
+            seen[base] = count + 1
+            found.add(base if count == 0 else f"{base}-{count}")
+        heading = token.type == "heading_open"
     return found
 
 
 def links(text: str) -> Iterator[tuple[int, str]]:
-    """(line number, target) of every inline and reference link outside code."""
-    for number, line in _prose(text):
-        line = INLINE_CODE.sub("", line)
-        for match in LINK.finditer(line):
-            yield number, match[1]
-        reference = REFERENCE.match(line)
-        if reference:
-            yield number, reference[1]
+    """(line number, target) of every link and image, outside code."""
+    lines = text.splitlines()
+    for block, token in _tokens(text):
+        target = token.attrGet("href") or token.attrGet("src")
+        if target is None or block.map is None:
+            continue
+        target = unquote(str(target))
+        first, end = block.map
+        yield next((n + 1 for n in range(first, end) if target in lines[n]), first + 1), target
 
 
 def check(page: Path, root: Path = REPO) -> list[Broken]:
