@@ -10,7 +10,7 @@ Lease stamp -> the AdmissionReview the endpoint would write. Any exception other
 ``MalformedReview`` is a crash, and so is ``allowed: true`` for a Job that opens or
 finalizes a search requested by anyone but alice. At the end it prints what it covered:
 libFuzzer's ``cov``/``ft`` counters (edges / features) and the distinct decisions reached.
-Without atheris it falls back to a mutation loop and counts covered lines instead.
+Needs atheris (``make fuzz`` installs it first).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import random
 import sys
 import tempfile
 import time
@@ -26,10 +25,8 @@ from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
-from testbed.controlplane import REPO
 from testbed.reliability.review_strategies import (
     CONTROLLER_USER,
     FREE_NS,
@@ -121,7 +118,9 @@ def corpus_dir(given: Path | None) -> Path:
     return directory
 
 
-def run_atheris(args: argparse.Namespace, atheris: Any) -> None:
+def run_atheris(args: argparse.Namespace) -> None:
+    import atheris  # not among the requirements: `make fuzz` installs it
+
     with atheris.instrument_imports(include=["webhook", "elbgate"]):
         target = make_target()
     corpus = corpus_dir(args.corpus)
@@ -146,48 +145,6 @@ def run_atheris(args: argparse.Namespace, atheris: Any) -> None:
         pass
 
 
-def run_fallback(args: argparse.Namespace) -> None:
-    """A plain mutation loop over the seed corpus, counting the lines it reaches."""
-    target = make_target()
-    lines: set[tuple[str, int]] = set()
-    roots = (str(REPO / "webhook"), str(REPO / "elbgate"))
-
-    def tracer(frame: FrameType, event: str, _arg: Any) -> Any:
-        if frame.f_code.co_filename.startswith(roots):
-            lines.add((frame.f_code.co_filename, frame.f_lineno))
-            return tracer
-        return None
-
-    rng = random.Random(0)
-    pool = [p.read_bytes() for p in corpus_dir(args.corpus).glob("*.json")]
-    end = time.monotonic() + args.seconds
-    runs = 0
-    while time.monotonic() < end and (not args.runs or runs < args.runs):
-        data = bytearray(rng.choice(pool))
-        for _ in range(rng.randint(1, 8)):
-            op = rng.random()
-            pos = rng.randrange(len(data) + 1)
-            if op < 0.4 and data:
-                data[min(pos, len(data) - 1)] = rng.randrange(256)
-            elif op < 0.7:
-                data[pos:pos] = rng.choice(pool)[: rng.randint(0, 40)]
-            else:
-                del data[pos : pos + rng.randint(1, 16)]
-        before = len(lines)
-        sys.settrace(tracer)
-        try:
-            target(bytes(data))
-        finally:
-            sys.settrace(None)
-        if len(lines) > before:
-            pool.append(bytes(data))
-        runs += 1
-    print(
-        f"fallback fuzzer: {runs} runs, {len(lines)} distinct lines covered in webhook/ "
-        f"and elbgate/, corpus {len(pool)}"
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m testbed.reliability.fuzz", description=__doc__.splitlines()[0]
@@ -196,16 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=0, help="stop after RUNS inputs (0: no limit)")
     parser.add_argument("--corpus", type=Path, help="corpus directory (kept between runs)")
     args = parser.parse_args(argv)
-    try:
-        import atheris
-    except ImportError:
-        print(
-            "atheris not installed (pip install atheris): using the fallback mutation loop",
-            flush=True,
-        )
-        run_fallback(args)
-    else:
-        run_atheris(args, atheris)
+    run_atheris(args)
     report()
     return 0
 
