@@ -103,28 +103,30 @@ def finished(job: Job) -> bool:
     return succeeded >= 1
 
 
-def _label(job: Job, key: str) -> str:
+def label(job: Job, key: str) -> str:
+    """The label ``key`` of a Job (or of any object), ``""`` when it has none."""
     labels = _part(job, "metadata").get("labels")
     value = labels.get(key) if isinstance(labels, Mapping) else None
     return value if isinstance(value, str) else ""
 
 
-def _name(job: Job) -> str:
+def job_name(job: Job) -> str:
+    """``metadata.name``, ``""`` when absent."""
     return str(_part(job, "metadata").get("name") or "")
 
 
 def search_key(job: Job) -> str | None:
     """The search a search Job belongs to; ``None`` for a non-search Job and for a
     setup Job without ``elb-job-id`` (part of the holder's submit, no search)."""
-    app = _label(job, APP)
+    app = label(job, APP)
     if app not in SEARCH_APPS:
         return None
-    job_id = _label(job, JOB_ID)
+    job_id = label(job, JOB_ID)
     if job_id:
         return job_id
     if app == SETUP:
         return None
-    return f"{app}/{_name(job)}"
+    return f"{app}/{job_name(job)}"
 
 
 def created_at(job: Job) -> datetime | None:
@@ -158,15 +160,15 @@ def active_searches(jobs: Iterable[Job], now: datetime, grace_seconds: float) ->
         key = search_key(job)
         if key is None or finished(job):
             continue
-        if _label(job, APP) == FINALIZER:
+        if label(job, APP) == FINALIZER:
             finalizers.setdefault(key, []).append(job)
         else:
-            work.setdefault(key, []).append(_name(job))
+            work.setdefault(key, []).append(job_name(job))
     out = {
         key: Active(
             key,
             "unfinished " + ", ".join(sorted(names)),
-            tuple(sorted(names + [_name(f) for f in finalizers.get(key, [])])),
+            tuple(sorted(names + [job_name(f) for f in finalizers.get(key, [])])),
         )
         for key, names in work.items()
     }
@@ -176,12 +178,12 @@ def active_searches(jobs: Iterable[Job], now: datetime, grace_seconds: float) ->
         for finalizer in found:
             born = created_at(finalizer)
             if born is None:
-                why = f"finalizer {_name(finalizer)} of unknown age"
+                why = f"finalizer {job_name(finalizer)} of unknown age"
             elif (now - born).total_seconds() < grace_seconds:
-                why = f"finalizer {_name(finalizer)} younger than the grace"
+                why = f"finalizer {job_name(finalizer)} younger than the grace"
             else:
                 continue
-            out[key] = Active(key, why, tuple(sorted(_name(f) for f in found)))
+            out[key] = Active(key, why, tuple(sorted(job_name(f) for f in found)))
             break
     return [out[k] for k in sorted(out)]
 

@@ -94,16 +94,6 @@ class Verdict:
 # -- reading Jobs and Nodes -------------------------------------------------------------
 
 
-def _meta(obj: Obj) -> Mapping[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
-
-
-def _labels(obj: Obj) -> Mapping[str, Any]:
-    labels = _meta(obj).get("labels")
-    return labels if isinstance(labels, Mapping) else {}
-
-
 def _pod_spec(job: Obj) -> Mapping[str, Any]:
     spec = job.get("spec")
     template = spec.get("template") if isinstance(spec, Mapping) else None
@@ -128,24 +118,25 @@ def _env(job: Obj, name: str) -> set[str]:
 
 
 def search_of(job: Obj) -> str:
-    """The search a Job belongs to: its ``elb-job-id``, else ``<app>/<name>``."""
-    labels = _labels(job)
-    job_id = str(labels.get(oracle.JOB_ID) or "")
-    return job_id or f"{labels.get(oracle.APP)}/{_meta(job).get('name')}"
+    """The search a Job belongs to: its ``elb-job-id``, else ``<app>/<name>`` (whatever
+    its app: unlike :func:`~testbed.reliability.oracle.search_key`, which leaves out
+    the Jobs of no search)."""
+    job_id = oracle.label(job, oracle.JOB_ID)
+    return job_id or f"{oracle.label(job, oracle.APP)}/{oracle.job_name(job)}"
 
 
 def stages(job: Obj) -> set[str]:
     """The databases a Job stages (a setup Job's ``ELB_DB``)."""
-    return _env(job, DB_ENV) if _labels(job).get(oracle.APP) == SETUP else set()
+    return _env(job, DB_ENV) if oracle.label(job, oracle.APP) == SETUP else set()
 
 
 def names(job: Obj) -> set[str]:
     """The databases a Job stages or searches."""
-    app = _labels(job).get(oracle.APP)
+    app = oracle.label(job, oracle.APP)
     if app == SETUP:
         return stages(job)
     if app == BLAST:
-        label = str(_labels(job).get(DB_LABEL) or "").strip()
+        label = oracle.label(job, DB_LABEL).strip()
         return _env(job, DB_ENV) | ({label} if label else set())
     return set()
 
@@ -186,8 +177,7 @@ def nodes_hold(nodes: Iterable[Obj], pool: Mapping[str, str], pod_cpu: int) -> i
     tightest node's floor(allocatable CPU / pod_cpu)."""
     per_node = []
     for node in nodes:
-        labels = _labels(node)
-        if not _ready(node) or any(labels.get(k) != v for k, v in pool.items()):
+        if not _ready(node) or any(oracle.label(node, k) != v for k, v in pool.items()):
             continue
         allocatable = (node.get("status") or {}).get("allocatable") or {}
         per_node.append(cpu_millis(allocatable.get("cpu", "0")) // max(pod_cpu, 1))
@@ -207,7 +197,7 @@ def judge(
 ) -> Verdict:
     """Replay ``events`` (in the order the watch delivered them) and judge both rules."""
     verdict = Verdict(events=len(events))
-    batch_cpu = [pod_cpu_request(e.job) for e in events if _labels(e.job).get(oracle.APP) == BLAST]
+    batch_cpu = [pod_cpu_request(e.job) for e in events if oracle.label(e.job, oracle.APP) == BLAST]
     verdict.pod_cpu_millis = max(batch_cpu, default=0)
     verdict.nodes_hold = nodes_hold(nodes, pool, verdict.pod_cpu_millis)
     verdict.effective_ceiling = min(max_run_concurrency, verdict.nodes_hold)
@@ -218,7 +208,7 @@ def judge(
     named: dict[str, set[str]] = {}
     """Search -> the databases its Jobs named so far."""
     for event in events:
-        name = str(_meta(event.job).get("name"))
+        name = oracle.job_name(event.job)
         if event.type == "DELETED":
             current.pop(name, None)
         else:
