@@ -127,6 +127,17 @@ class JobWatch:
         with self._lock:
             return list(self.events[namespace])
 
+    def jobs(self, namespace: str) -> list[JsonObj]:
+        """The namespace's Jobs as last seen, those deleted left out."""
+        last: dict[str, JsonObj] = {}
+        for _seen, kind, obj in self._events(namespace):
+            name = str((obj.get("metadata") or {}).get("name"))
+            if kind == "DELETED":
+                last.pop(name, None)
+            else:
+                last[name] = obj
+        return list(last.values())
+
     def finishes(self, namespace: str) -> list[dict[str, Any]]:
         """One finish per Job: from the first status deciding its outcome to the first
         final condition (``NEVER`` when none was seen)."""

@@ -18,8 +18,8 @@ In the cluster (:class:`InCluster`, playing the containers the kubelet stand-in 
 
 Setup and batch pods run ``localkube.elb-gate.io/run-seconds``; the submit and
 finalizer pods run until their work is done (the stand-in sets their run time then).
-:class:`JobLog` records every Job event of the namespace from a LIST+WATCH, in the
-API server's order, for :mod:`tests.graph.burst_judge`.
+A :class:`~testbed.reliability.histories.JobWatch` records every Job event of the
+namespace from a LIST+WATCH, in the API server's order, for :mod:`tests.graph.burst_judge`.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ from testbed import elastic_blast as elb
 from testbed.api import ApiError, JsonObj
 from testbed.controlplane import ControlPlane
 from testbed.kubelet_stand_in import RUN_SECONDS
+from testbed.reliability import oracle
+from testbed.reliability.histories import JobWatch
 from testbed.watch import Watch
 from tests.graph.burst_judge import Event
 from tests.graph.submitter import Submitter, complete
@@ -88,43 +90,13 @@ class Search:
         ]
 
 
-class JobLog:
-    """Every Job event of one namespace, in the order the API server committed them."""
-
-    def __init__(self, cp: ControlPlane, namespace: str) -> None:
-        self._lock = threading.Lock()
-        self.events: list[Event] = []
-        self.jobs: dict[str, JsonObj] = {}
-        self._watch = Watch(cp.admin, "jobs", self._on_event, namespace=namespace)
-
-    def start(self) -> JobLog:
-        self._watch.start()
-        return self
-
-    def stop(self) -> None:
-        self._watch.stop()
-
-    def _on_event(self, kind: str, job: JsonObj) -> None:
-        with self._lock:
-            self.events.append(Event(time.time(), kind, job))
-            name = job["metadata"]["name"]
-            if kind == "DELETED":
-                self.jobs.pop(name, None)
-            else:
-                self.jobs[name] = job
-
-    def of(self, job_id: str, app: str) -> list[JsonObj]:
-        with self._lock:
-            return [
-                j
-                for j in self.jobs.values()
-                if (j["metadata"].get("labels") or {}).get("elb-job-id") == job_id
-                and (j["metadata"].get("labels") or {}).get("app") == app
-            ]
-
-    def snapshot(self) -> list[Event]:
-        with self._lock:
-            return list(self.events)
+def of(jobs: list[JsonObj], job_id: str, app: str) -> list[JsonObj]:
+    """The Jobs of search ``job_id`` labelled ``app``."""
+    return [
+        j
+        for j in jobs
+        if oracle.label(j, oracle.JOB_ID) == job_id and oracle.label(j, oracle.APP) == app
+    ]
 
 
 @dataclass
@@ -134,7 +106,7 @@ class InCluster:
     cp: ControlPlane
     namespace: str
     searches: dict[str, Search]
-    log: JobLog
+    watch: JobWatch
     refusals: list[str] = field(default_factory=list)
     """Why a batch Job created in-cluster was refused (then tried again)."""
     errors: list[str] = field(default_factory=list)
@@ -202,7 +174,7 @@ class InCluster:
 
     def _submit_jobs(self, pod: JsonObj, search: Search) -> bool:
         """Once the search's setup Jobs completed: create its batch Jobs. True when all are."""
-        setup = self.log.of(search.job_id, "setup")
+        setup = of(self.watch.jobs(self.namespace), search.job_id, "setup")
         if len(setup) < NODES or not all(complete(j) for j in setup):
             return False
         as_pod = self.cp.api_for_token(self._token(pod))
@@ -224,7 +196,7 @@ class InCluster:
         return True
 
     def _finalize(self, search: Search) -> bool:
-        batches = self.log.of(search.job_id, "blast")
+        batches = of(self.watch.jobs(self.namespace), search.job_id, "blast")
         return len(batches) == NODES and all(complete(j) for j in batches)
 
     def _token(self, pod: JsonObj) -> str:
@@ -330,8 +302,8 @@ def run_burst(
 ) -> BurstRun:
     """Submit ``searches`` at once, one task each (users and submit paths taken in
     turn), and wait until every search's finalizer completed (or ``timeout``)."""
-    log = JobLog(cp, namespace).start()
-    in_cluster = InCluster(cp, namespace, {s.job_id: s for s in searches}, log).start()
+    watch = JobWatch(cp.admin, [namespace]).start()
+    in_cluster = InCluster(cp, namespace, {s.job_id: s for s in searches}, watch).start()
     stop = threading.Event()
     start_line = threading.Barrier(len(searches))
     tasks = []
@@ -347,7 +319,8 @@ def run_burst(
             task.start()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            finalizers = [log.of(s.job_id, "finalizer") for s in searches]
+            jobs = watch.jobs(namespace)
+            finalizers = [of(jobs, s.job_id, "finalizer") for s in searches]
             if all(f and complete(f[0]) for f in finalizers):
                 finished = time.time()
                 break
@@ -362,5 +335,6 @@ def run_burst(
             task.join(30)
             task.submitter.close()
         in_cluster.stop()
-        log.stop()
-    return BurstRun(log.snapshot(), cp.admin.list("nodes"), tasks, in_cluster, started, finished)
+        watch.stop()
+    events = [Event(seen / 1e9, kind, job) for seen, kind, job in watch.events[namespace]]
+    return BurstRun(events, cp.admin.list("nodes"), tasks, in_cluster, started, finished)
