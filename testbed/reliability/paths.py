@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from testbed.clients import ClientError, DashboardLeaseClient, OpenApiLeaseClient
 from testbed.controlplane import ControlPlane
@@ -42,18 +42,6 @@ def client_count(finalizers: Iterable[Mapping[str, Any]]) -> int:
     return len(ids - {None, ""})
 
 
-class SubmitPath(Protocol):
-    """A Lease client and what its path does while holding the Lease."""
-
-    @property
-    def lease(self) -> DashboardLeaseClient | OpenApiLeaseClient: ...
-
-    def count(self) -> int: ...
-
-    def create_job(self, body: Mapping[str, Any]) -> int:
-        """Create one Job: the HTTP status (200/201 created, 0 when nothing answered)."""
-
-
 class DashboardPath:
     """The dashboard: raw HTTPS with one bearer token for the Lease and the Jobs."""
 
@@ -70,6 +58,7 @@ class DashboardPath:
         return client_count(jobs["items"])
 
     def create_job(self, body: Mapping[str, Any]) -> int:
+        """Create one Job: the HTTP status (200/201 created, 0 when nothing answered)."""
         return request(self.api, "POST", jobs_path(self.namespace), body)[0]
 
 

@@ -66,7 +66,7 @@ from testbed.component import host_env
 from testbed.controlplane import REPO, ControlPlane, PodIdentity, kubectl_path
 from testbed.holders import NODE_LABEL, crash, node_not_ready, past_the_second_of
 from testbed.reliability.jobs import JobPlan, create_job, job_body
-from testbed.reliability.paths import DashboardPath, OpenApiPath, SubmitPath
+from testbed.reliability.paths import DashboardPath, OpenApiPath
 from testbed.reliability.rig import CEILING, CONTROLLER_SKEW_SECONDS, SHARED_ENV
 
 Protocol = Literal["client", "cli", "dashboard", "openapi"]
@@ -475,7 +475,7 @@ class Submitter:
     # -- the existing submit paths (dashboard: raw HTTP, OpenAPI: kubectl) --------------------
 
     def _run_path(self) -> None:
-        path: SubmitPath = (
+        path: DashboardPath | OpenApiPath = (
             DashboardPath(self.cp, self.token, self.namespace, ttl=self.plan.ttl)
             if self.plan.protocol == "dashboard"
             else OpenApiPath(self.cp, self.kubeconfig, self.namespace, ttl=self.plan.ttl)
@@ -517,7 +517,7 @@ class Submitter:
                 return
             self._pause()
 
-    def _await_stall(self, path: SubmitPath) -> None:
+    def _await_stall(self, path: DashboardPath | OpenApiPath) -> None:
         """Wait for the schedule's staller to stall, then until its hold expires on this
         client's own clock (its poll would find it then): the next acquire takes it over."""
         board = self.board
