@@ -35,7 +35,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -71,52 +70,14 @@ const (
 	defaultStop       = time.Second
 )
 
-// nodeSpec is a Node the control plane starts with (a real kubelet's: Name
-// and Labels only).
+// nodeSpec is a Node the control plane starts with, as `up --nodes FILE` lists
+// it: a stand-in's (all of Capacity allocatable), or a real kubelet's (Name and
+// Labels only).
 type nodeSpec struct {
-	Name     string
-	Capacity corev1.ResourceList // all of it allocatable
-	Labels   map[string]string
-}
-
-// parseNodeSpec reads NAME=CPU,MEMORY[,pods=N][,key=value...].
-func parseNodeSpec(s string) (nodeSpec, error) {
-	name, rest, ok := strings.Cut(s, "=")
-	parts := strings.SplitN(rest, ",", 3)
-	if !ok || name == "" || len(parts) < 2 {
-		return nodeSpec{}, fmt.Errorf("node %q: want NAME=CPU,MEMORY[,pods=N][,key=value...]", s)
-	}
-	set, err := labels.ConvertSelectorToLabelsMap(strings.Join(parts[2:], ","))
-	if err != nil {
-		return nodeSpec{}, fmt.Errorf("node %q: %v", s, err)
-	}
-	quantities := map[corev1.ResourceName]string{
-		corev1.ResourceCPU: parts[0], corev1.ResourceMemory: parts[1], corev1.ResourcePods: "110",
-	}
-	if pods, ok := set["pods"]; ok {
-		quantities[corev1.ResourcePods] = pods
-		delete(set, "pods")
-	}
-	spec := nodeSpec{Name: name, Capacity: corev1.ResourceList{}, Labels: set}
-	for res, q := range quantities {
-		if spec.Capacity[res], err = resource.ParseQuantity(q); err != nil {
-			return nodeSpec{}, fmt.Errorf("node %q: %v", s, err)
-		}
-	}
-	return spec, nil
-}
-
-// parseSystemNodeSpec reads NAME[,label=value...].
-func parseSystemNodeSpec(s string) (nodeSpec, error) {
-	name, rest, _ := strings.Cut(s, ",")
-	if name == "" {
-		return nodeSpec{}, fmt.Errorf("node %q: no name", s)
-	}
-	set, err := labels.ConvertSelectorToLabelsMap(rest)
-	if err != nil {
-		return nodeSpec{}, fmt.Errorf("node %q: %v", s, err)
-	}
-	return nodeSpec{Name: name, Labels: set}, nil
+	Name     string              `json:"name"`
+	Capacity corev1.ResourceList `json:"capacity,omitempty"`
+	Labels   map[string]string   `json:"labels,omitempty"`
+	Real     bool                `json:"real,omitempty"`
 }
 
 // podState is what the stand-in remembers of a Pod's imaginary container.

@@ -6,7 +6,7 @@
 // built beside it (cmd/kubectl), so the lines tests assert are the ones that
 // release prints.
 //
-//	localkube up --dir DIR [--users FILE] [--node SPEC ...]   the whole control plane
+//	localkube up --dir DIR [--users FILE] [--nodes FILE]   the whole control plane
 //
 // The components run as child processes of "up" (the same binary, started
 // with an internal sub-command), so each keeps the process-wide state it
@@ -59,4 +59,4 @@ func main() {
 }
 
 const usage = `usage:
-  localkube up --dir DIR [--users FILE] [--node NAME=CPU,MEMORY[,k=v...]]...`
+  localkube up --dir DIR [--users FILE] [--nodes FILE]`

@@ -21,6 +21,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	capi "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -73,18 +74,7 @@ func runUp(args []string) int {
 	usersFile := fs.String("users", "", "JSON list of plain users [{\"name\":…,\"groups\":[…]}] for the token file")
 	fs.StringVar(&u.etcdDir, "etcd-dir", "", "etcd data directory (default DIR/etcd)")
 	fs.Int64Var(&u.etcdQuota, "etcd-quota-bytes", 0, "etcd backend quota in bytes (0: etcd's default, 2 GiB)")
-	// nodeFlag appends each value of a repeatable node flag to specs, parsed as it is given.
-	nodeFlag := func(specs *[]nodeSpec, parse func(string) (nodeSpec, error)) func(string) error {
-		return func(v string) error {
-			spec, err := parse(v)
-			*specs = append(*specs, spec)
-			return err
-		}
-	}
-	fs.Func("node", "a Node to create: NAME=CPU,MEMORY[,pods=N][,label=value...] (repeatable)",
-		nodeFlag(&u.nodes, parseNodeSpec))
-	fs.Func("system-node", "a real kubelet node (containerd, runc, a CNI bridge; root): NAME[,label=value...] (repeatable)",
-		nodeFlag(&u.systemNodes, parseSystemNodeSpec))
+	nodesFile := fs.String("nodes", "", `JSON list of Nodes [{"name":…,"capacity":{"cpu":…,"memory":…,"pods":…},"labels":{…}}]; "real":true: a real kubelet (containerd, runc, a CNI bridge; root), name and labels only`)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -100,15 +90,19 @@ func runUp(args []string) int {
 	if u.etcdDir == "" {
 		u.etcdDir = filepath.Join(u.dir, "etcd")
 	}
-	if *usersFile != "" {
-		data, err := os.ReadFile(*usersFile)
-		if err == nil {
-			err = json.Unmarshal(data, &u.users)
-		}
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "localkube up: --users %s: %v\n", *usersFile, err)
+	var nodes []nodeSpec
+	for _, f := range []struct {
+		flag, path string
+		into       any
+	}{{"users", *usersFile, &u.users}, {"nodes", *nodesFile, &nodes}} {
+		if err := readJSON(f.path, f.into); err != nil {
+			fmt.Fprintf(os.Stderr, "localkube up: --%s %s: %v\n", f.flag, f.path, err)
 			return 2
 		}
+	}
+	if err := u.addNodes(nodes); err != nil {
+		fmt.Fprintln(os.Stderr, "localkube up: --nodes:", err)
+		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -632,6 +626,38 @@ func writeKubeconfig(path, server, caFile, userName, token string) error {
 	cfg.Contexts[name+"@localkube"] = &clientcmdapi.Context{Cluster: "localkube", AuthInfo: name, Namespace: "default"}
 	cfg.CurrentContext = name + "@localkube"
 	return clientcmd.WriteToFile(*cfg, path)
+}
+
+// readJSON decodes the file at path into v; no path, nothing to read.
+func readJSON(path string, v any) error {
+	if path == "" {
+		return nil
+	}
+	data, err := os.ReadFile(path)
+	if err == nil {
+		err = json.Unmarshal(data, v)
+	}
+	return err
+}
+
+// addNodes sorts the listed Nodes into the stand-in's and the real kubelets'.
+func (u *upper) addNodes(nodes []nodeSpec) error {
+	for _, n := range nodes {
+		switch {
+		case n.Name == "":
+			return fmt.Errorf("a node without a name")
+		case n.Real:
+			u.systemNodes = append(u.systemNodes, n)
+		case n.Capacity.Cpu().IsZero() || n.Capacity.Memory().IsZero():
+			return fmt.Errorf("node %s: a stand-in node needs capacity cpu and memory", n.Name)
+		default:
+			if _, ok := n.Capacity[corev1.ResourcePods]; !ok {
+				n.Capacity[corev1.ResourcePods] = resource.MustParse("110")
+			}
+			u.nodes = append(u.nodes, n)
+		}
+	}
+	return nil
 }
 
 func writeJSONAtomic(path string, v any) error {

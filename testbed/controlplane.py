@@ -65,9 +65,10 @@ class NodeSpec:
     labels: Mapping[str, str]
     pods: int = 110
 
-    def flag(self) -> str:
-        extra = "".join(f",{k}={v}" for k, v in sorted(self.labels.items()))
-        return f"{self.name}={self.cpu},{self.memory},pods={self.pods}{extra}"
+    def listed(self) -> JsonObj:
+        """As ``localkube up --nodes`` lists it."""
+        capacity = {"cpu": self.cpu, "memory": self.memory, "pods": str(self.pods)}
+        return {"name": self.name, "capacity": capacity, "labels": dict(self.labels)}
 
 
 DEFAULT_NODES: tuple[NodeSpec, ...] = (
@@ -183,13 +184,12 @@ class ControlPlane:
         state_dir.mkdir(parents=True, exist_ok=True)
         users = [{"name": n, "groups": list(g)} for n, g in NAMED_USERS]
         users += [{"name": f"user-{i:03d}", "groups": ["team"]} for i in range(POOL_SIZE)]
-        users_file = state_dir / "users.json"
-        users_file.write_text(json.dumps(users))
-        args = [str(binary), "up", "--dir", str(state_dir), "--users", str(users_file)]
-        for node in nodes:
-            args += ["--node", node.flag()]
-        for name, labels in system_nodes:
-            args += ["--system-node", ",".join([name, *(f"{k}={v}" for k, v in labels.items())])]
+        listed = [node.listed() for node in nodes]
+        listed += [{"name": n, "labels": dict(labels), "real": True} for n, labels in system_nodes]
+        args = [str(binary), "up", "--dir", str(state_dir)]
+        for flag, value in (("users", users), ("nodes", listed)):
+            (state_dir / f"{flag}.json").write_text(json.dumps(value))
+            args += [f"--{flag}", str(state_dir / f"{flag}.json")]
         if etcd_quota_bytes:
             args += ["--etcd-quota-bytes", str(etcd_quota_bytes)]
         memory = Path("/dev/shm")  # RAM-backed: etcd's data there, when the machine has it

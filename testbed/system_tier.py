@@ -1,6 +1,6 @@
 """The system tier: the chart installed as shipped, on real kubelet nodes.
 
-``localkube up --system-node`` adds real nodes beside the stand-in: the upstream
+``localkube up --nodes`` adds real nodes (``"real": true``) beside the stand-in: the upstream
 kubelet of the pinned release with containerd, runc and a CNI bridge the run
 creates (see localkube/system.go for every change it makes on the host and how
 it is undone). Here the chart is installed with ``helm install`` unmodified,
