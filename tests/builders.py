@@ -215,6 +215,7 @@ def review(request: AdmissionRequest | Mapping[str, Any]) -> dict[str, Any]:
             "operation": request.operation,
             "userInfo": {
                 "username": who.username,
+                **({"uid": who.uid} if who.uid else {}),
                 "groups": list(who.groups),
                 "extra": {key: list(values) for key, values in who.extra.items()},
             },

@@ -93,6 +93,8 @@ class JobWatch:
 
     def __init__(self, api: Api, namespaces: Iterable[str]) -> None:
         self.events: dict[str, list[tuple[int, str, JsonObj]]] = {ns: [] for ns in namespaces}
+        self._current: dict[str, dict[str, JsonObj]] = {ns: {} for ns in self.events}
+        """Each namespace's Jobs as last seen (by name), those deleted left out."""
         self._lock = threading.Lock()
         self.gaps: list[str] = []
         """Each continuity the watch lost (410 Gone): the histories around one miss events."""
@@ -104,11 +106,17 @@ class JobWatch:
         with self._lock:
             if ns in self.events:
                 self.events[ns].append((time.time_ns(), kind, obj))
+                name = str((obj.get("metadata") or {}).get("name"))
+                if kind == "DELETED":
+                    self._current[ns].pop(name, None)
+                else:
+                    self._current[ns][name] = obj
 
     def forget(self, namespace: str) -> None:
         """Start the namespace's next history."""
         with self._lock:
             self.events[namespace] = []
+            self._current[namespace] = {}
             self._since[namespace] = len(self.gaps)
 
     def lost(self, namespace: str) -> list[str]:
@@ -123,27 +131,22 @@ class JobWatch:
     def stop(self) -> None:
         self._watch.stop()
 
-    def _events(self, namespace: str) -> list[tuple[int, str, JsonObj]]:
+    def events_of(self, namespace: str) -> list[tuple[int, str, JsonObj]]:
+        """The namespace's events so far: (arrival, ns since the epoch; kind; object)."""
         with self._lock:
             return list(self.events[namespace])
 
     def jobs(self, namespace: str) -> list[JsonObj]:
         """The namespace's Jobs as last seen, those deleted left out."""
-        last: dict[str, JsonObj] = {}
-        for _seen, kind, obj in self._events(namespace):
-            name = str((obj.get("metadata") or {}).get("name"))
-            if kind == "DELETED":
-                last.pop(name, None)
-            else:
-                last[name] = obj
-        return list(last.values())
+        with self._lock:
+            return list(self._current[namespace].values())
 
     def finishes(self, namespace: str) -> list[dict[str, Any]]:
         """One finish per Job: from the first status deciding its outcome to the first
         final condition (``NEVER`` when none was seen)."""
         begun: dict[str, int] = {}
         ended: dict[str, int] = {}
-        for seen, _kind, obj in self._events(namespace):
+        for seen, _kind, obj in self.events_of(namespace):
             name = str((obj.get("metadata") or {}).get("name") or "")
             true = _true(obj)
             decided = [v for k, v in true.items() if k in FINAL_CONDITIONS | DECIDED_CONDITIONS]
@@ -164,7 +167,7 @@ class JobWatch:
         (before a final condition), ``<app>:unfinished``."""
         last: dict[str, tuple[str, JsonObj]] = {}
         final: dict[str, str] = {}
-        for _seen, kind, obj in self._events(namespace):
+        for _seen, kind, obj in self.events_of(namespace):
             name = str((obj.get("metadata") or {}).get("name"))
             last[name] = (kind, obj)
             for condition in _true(obj).keys() & FINAL_CONDITIONS:
@@ -178,7 +181,9 @@ class JobWatch:
 
     def stored(self, namespace: str) -> set[str]:
         """Names of the Jobs the watch saw stored."""
-        return {str((o.get("metadata") or {}).get("name")) for _, _k, o in self._events(namespace)}
+        return {
+            str((o.get("metadata") or {}).get("name")) for _, _k, o in self.events_of(namespace)
+        }
 
 
 def audit_operations(

@@ -336,5 +336,5 @@ def run_burst(
             task.submitter.close()
         in_cluster.stop()
         watch.stop()
-    events = [Event(seen / 1e9, kind, job) for seen, kind, job in watch.events[namespace]]
+    events = [Event(seen / 1e9, kind, job) for seen, kind, job in watch.events_of(namespace)]
     return BurstRun(events, cp.admin.list("nodes"), tasks, in_cluster, started, finished)
